@@ -1,0 +1,307 @@
+//! The base of an image: nothing, a Debian/Ubuntu rootfs assembled by `mmdebstrap`, or the
+//! layers of an existing OCI image layout.
+//!
+//! A Debian base is built once per set of inputs (suite, packages, mirror, variant, epoch) and
+//! kept in the cache as a finished layer, along with what was learned from its rootfs (the
+//! Python interpreter's version, the package list), so a rebuild neither runs `mmdebstrap` nor
+//! reads the rootfs again.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use stackhook::contract::version::PythonVersion;
+
+use crate::cache::{Cache, LayerKey};
+use crate::layer::{Compression, LayerBlob, LayerWriter, TarImport};
+
+/// Why a base could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum BaseError {
+    /// `mmdebstrap` is missing or failed.
+    #[error("mmdebstrap failed for {suite} ({packages}): {message}")]
+    Mmdebstrap {
+        /// The suite.
+        suite: String,
+        /// The packages asked for.
+        packages: String,
+        /// What it printed last, or why it could not start.
+        message: String,
+    },
+    /// The host's apt sources could not be read.
+    #[error("cannot read the host's apt sources ({path}): {source}")]
+    Sources {
+        /// The file or directory.
+        path: PathBuf,
+        /// The system error.
+        source: std::io::Error,
+    },
+    /// Building or caching the layer failed.
+    #[error(transparent)]
+    Layer(#[from] crate::layer::LayerError),
+    /// The cache failed.
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
+    /// Reading the rootfs tar failed.
+    #[error("cannot read the rootfs tar {path}: {source}")]
+    Tar {
+        /// The tar.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// What a Debian base is asked to be.
+#[derive(Debug, Clone)]
+pub struct DebianBase {
+    /// Distribution (`debian` or `ubuntu`), for messages and components.
+    pub distribution: String,
+    /// Suite (`bookworm`).
+    pub suite: String,
+    /// Packages, `name` or `name=version`.
+    pub packages: Vec<String>,
+    /// A mirror URL; `None` uses the host's apt sources.
+    pub mirror: Option<String>,
+    /// mmdebstrap variant (`apt`, `essential`, ...).
+    pub variant: String,
+    /// `linux/amd64` -> `amd64`.
+    pub architecture: String,
+}
+
+/// What was learned from a base rootfs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BaseFacts {
+    /// `major.minor` of `/usr/bin/python3.X`, when present.
+    pub python: Option<String>,
+    /// Installed Debian packages and versions (from `var/lib/dpkg/status`).
+    pub packages: Vec<(String, String)>,
+}
+
+impl BaseFacts {
+    /// The interpreter version, parsed.
+    pub fn python_version(&self) -> Option<PythonVersion> {
+        self.python.as_deref().and_then(|p| p.parse().ok())
+    }
+}
+
+/// A prepared base: its layer and facts, and whether it came from the cache.
+#[derive(Debug, Clone)]
+pub struct PreparedBase {
+    /// The layer.
+    pub layer: LayerBlob,
+    /// What its rootfs holds.
+    pub facts: BaseFacts,
+    /// Reused from the cache without running mmdebstrap.
+    pub cached: bool,
+}
+
+impl DebianBase {
+    /// The cache key: every input that changes the rootfs.
+    pub fn key(&self, sources: &str, epoch: u64, compression: Compression) -> LayerKey {
+        let mut k = LayerKey::builder("base-debian/v1")
+            .str(&self.distribution)
+            .str(&self.suite)
+            .str(&self.variant)
+            .str(&self.architecture)
+            .str(sources)
+            .number(epoch)
+            .str(compression.media_type());
+        for p in &self.packages {
+            k = k.str(p);
+        }
+        k.finish()
+    }
+
+    /// Builds (or reuses) the base layer.
+    pub fn prepare(
+        &self,
+        cache: &Cache,
+        epoch: u64,
+        compression: Compression,
+    ) -> Result<PreparedBase, BaseError> {
+        let sources = match &self.mirror {
+            Some(m) => m.clone(),
+            None => host_apt_sources()?,
+        };
+        let key = self.key(&sources, epoch, compression);
+        let facts_path = cache.root().join("facts").join(format!("{}.json", key.as_hex()));
+        if let Some(layer) = cache.get_layer(&key) {
+            if let Some(facts) = std::fs::read(&facts_path).ok().and_then(|b| serde_json::from_slice(&b).ok())
+            {
+                return Ok(PreparedBase { layer, facts, cached: true });
+            }
+        }
+        let tmp = tempfile::Builder::new()
+            .prefix("mmdebstrap-")
+            .tempdir_in(cache.root())
+            .map_err(|source| BaseError::Tar { path: cache.root().to_owned(), source })?;
+        let tar = tmp.path().join("rootfs.tar");
+        self.run_mmdebstrap(&sources, &tar, epoch)?;
+        let facts = scan_rootfs_tar(&tar)?;
+        let mut writer = LayerWriter::new(cache, epoch);
+        let file =
+            std::fs::File::open(&tar).map_err(|source| BaseError::Tar { path: tar.clone(), source })?;
+        writer.add_tar(
+            std::io::BufReader::with_capacity(1 << 20, file),
+            &TarImport {
+                name: format!("{} {} rootfs", self.distribution, self.suite),
+                ..TarImport::default()
+            },
+        )?;
+        let layer = writer.finish(compression)?;
+        if let Ok(json) = serde_json::to_vec(&facts) {
+            if let Some(dir) = facts_path.parent() {
+                std::fs::create_dir_all(dir)
+                    .map_err(|source| BaseError::Tar { path: dir.to_owned(), source })?;
+            }
+            crate::cache::write_atomic(&facts_path, &json)
+                .map_err(|source| BaseError::Tar { path: facts_path.clone(), source })?;
+        }
+        cache.put_layer(&key, &layer)?;
+        Ok(PreparedBase { layer, facts, cached: false })
+    }
+
+    fn run_mmdebstrap(&self, sources: &str, out: &Path, epoch: u64) -> Result<(), BaseError> {
+        let fail = |message: String| BaseError::Mmdebstrap {
+            suite: self.suite.clone(),
+            packages: self.packages.join(","),
+            message,
+        };
+        let mut cmd = Command::new("mmdebstrap");
+        cmd.arg("--quiet")
+            .arg(format!("--variant={}", self.variant))
+            .arg(format!("--architectures={}", self.architecture))
+            .arg("--mode=unshare")
+            .arg("--format=tar")
+            // Caches and logs are of no use in an image and only grow it.
+            .arg("--customize-hook=rm -rf \"$1\"/var/cache/apt/*.bin \"$1\"/var/cache/ldconfig/aux-cache \"$1\"/var/log/* \"$1\"/var/lib/apt/lists/*")
+            .env("SOURCE_DATE_EPOCH", epoch.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if !self.packages.is_empty() {
+            cmd.arg(format!("--include={}", self.packages.join(",")));
+        }
+        cmd.arg(&self.suite).arg(out).arg("-");
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| fail(format!("cannot run mmdebstrap: {e} (apt-get install mmdebstrap)")))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write;
+            let _ = stdin.write_all(sources.as_bytes());
+        }
+        let output = child.wait_with_output().map_err(|e| fail(e.to_string()))?;
+        if !output.status.success() {
+            let err = String::from_utf8_lossy(&output.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(12).collect();
+            return Err(fail(tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+        }
+        Ok(())
+    }
+}
+
+/// The host's apt sources in deb822 or one-line format, which mmdebstrap reads on stdin.
+pub fn host_apt_sources() -> Result<String, BaseError> {
+    let mut text = String::new();
+    let list = Path::new("/etc/apt/sources.list");
+    if let Ok(s) = std::fs::read_to_string(list) {
+        text.push_str(&s);
+        text.push('\n');
+    }
+    let dir = Path::new("/etc/apt/sources.list.d");
+    let mut names: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd.filter_map(Result::ok).map(|e| e.path()).collect(),
+        Err(e) if text.is_empty() => return Err(BaseError::Sources { path: dir.to_owned(), source: e }),
+        Err(_) => Vec::new(),
+    };
+    names.sort();
+    for path in names {
+        if path.extension().is_some_and(|e| e == "sources" || e == "list") {
+            let s = std::fs::read_to_string(&path)
+                .map_err(|source| BaseError::Sources { path: path.clone(), source })?;
+            text.push_str(&s);
+            text.push('\n');
+        }
+    }
+    Ok(text)
+}
+
+/// Reads a rootfs tar's headers (and the dpkg status file) to learn what it holds.
+pub fn scan_rootfs_tar(path: &Path) -> Result<BaseFacts, BaseError> {
+    let err = |source| BaseError::Tar { path: path.to_owned(), source };
+    let file = std::fs::File::open(path).map_err(err)?;
+    let mut archive = tar::Archive::new(std::io::BufReader::new(file));
+    let mut facts = BaseFacts::default();
+    let mut best: Option<PythonVersion> = None;
+    for entry in archive.entries().map_err(err)? {
+        let mut entry = entry.map_err(err)?;
+        let name = entry.path().map_err(err)?.to_string_lossy().trim_start_matches("./").to_owned();
+        if let Some(v) = name.strip_prefix("usr/bin/python3.") {
+            if let Ok(v) = format!("3.{v}").parse::<PythonVersion>() {
+                if best.as_ref().is_none_or(|b| v > *b) {
+                    best = Some(v);
+                }
+            }
+        } else if name == "var/lib/dpkg/status" {
+            let mut text = String::new();
+            entry.by_ref().take(64 << 20).read_to_string(&mut text).map_err(err)?;
+            facts.packages = dpkg_status(&text);
+        }
+    }
+    facts.python = best.map(|v| v.to_string());
+    Ok(facts)
+}
+
+/// `(package, version)` of every installed package in a dpkg status file.
+pub fn dpkg_status(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for stanza in text.split("\n\n") {
+        let field = |name: &str| {
+            stanza.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')).map(str::trim))
+        };
+        if let (Some(p), Some(v), Some(status)) = (field("Package"), field("Version"), field("Status")) {
+            if status.ends_with(" installed") {
+                out.push((p.to_owned(), v.to_owned()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dpkg_status_lists_installed_packages() {
+        let text = "Package: python3\nStatus: install ok installed\nVersion: 3.11.2-1+b1\n\nPackage: gone\nStatus: deinstall ok config-files\nVersion: 1\n\nPackage: bash\nStatus: install ok installed\nVersion: 5.2.15-2+b2\n";
+        assert_eq!(
+            dpkg_status(text),
+            vec![("bash".into(), "5.2.15-2+b2".into()), ("python3".into(), "3.11.2-1+b1".into())]
+        );
+    }
+
+    #[test]
+    fn scans_python_from_a_rootfs_tar() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.tar");
+        let mut b = tar::Builder::new(std::fs::File::create(&path).unwrap());
+        for name in [
+            "./usr/bin/python3.11",
+            "./usr/bin/python3.9",
+            "./usr/bin/python3.11-config",
+            "./usr/bin/python3",
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(0);
+            h.set_mode(0o755);
+            h.set_cksum();
+            b.append_data(&mut h, name, &[][..]).unwrap();
+        }
+        b.finish().unwrap();
+        drop(b);
+        assert_eq!(scan_rootfs_tar(&path).unwrap().python.as_deref(), Some("3.11"));
+    }
+}

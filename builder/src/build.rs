@@ -1,0 +1,774 @@
+//! The build: recipe -> lock -> layers -> OCI image layout (and archive).
+//!
+//! Layers, one per concern, in the order that maximizes reuse (what changes least goes first):
+//! base; CUDA libraries; cuDNN; torch and its companions; the other Python packages; sources;
+//! patches and configuration. Each layer's cache key is computed from its inputs *before*
+//! anything is fetched or staged, so a rebuild with no change hashes a few strings, finds every
+//! layer in the cache and touches nothing else.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use sha2::{Digest, Sha256};
+use stackhook::contract::image::{Component, StackManifest, LABEL_PREFIX, STACK_JSON_PATH};
+
+use crate::base::{BaseFacts, DebianBase};
+use crate::cache::{Cache, LayerKey};
+use crate::derive;
+use crate::fetch::{self, Artifact};
+use crate::layer::{self, Compression, LayerBlob, LayerWriter};
+use crate::lock::Lock;
+use crate::oci::{self, History, Image, ImageConfig, RuntimeConfig};
+use crate::patch::{self, PatchSpec};
+use crate::recipe::{Base, PatchChange, PatchTarget, Platform, Recipe, SourceOrigin};
+use crate::solve::{self, Pinned, Target};
+use crate::source;
+use crate::wheel::{self, Scheme};
+
+/// Errors of a build, each naming what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The lock is missing or out of date and `--locked` was given.
+    #[error("{lock}: {reason}; run `stackbuild lock {recipe}` (or build without --locked)")]
+    StaleLock {
+        /// The lock file.
+        lock: PathBuf,
+        /// The recipe.
+        recipe: PathBuf,
+        /// Why it is stale.
+        reason: String,
+    },
+    /// Something the recipe asks for that this version cannot do yet.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The base's interpreter is not the recipe's.
+    #[error("the recipe asks for Python {wanted}, but the base image has {found}")]
+    PythonMismatch {
+        /// The recipe's version.
+        wanted: String,
+        /// What the base has.
+        found: String,
+    },
+    /// A patch names a package the stack does not install.
+    #[error("patch {patch:?} targets package {package:?}, which the stack does not install")]
+    PatchTargetMissing {
+        /// The patch.
+        patch: String,
+        /// The package.
+        package: String,
+    },
+    /// A patch names a source the recipe does not have.
+    #[error("patch {patch:?} targets source {source_name:?}, which the recipe does not define")]
+    PatchSourceMissing {
+        /// The patch.
+        patch: String,
+        /// The source.
+        source_name: String,
+    },
+    /// I/O on a path.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Lock file.
+    #[error(transparent)]
+    Lock(#[from] crate::lock::LockError),
+    /// Resolution.
+    #[error(transparent)]
+    Solve(#[from] solve::SolveError),
+    /// Downloads.
+    #[error(transparent)]
+    Fetch(#[from] fetch::FetchError),
+    /// Cache.
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
+    /// Layers.
+    #[error(transparent)]
+    Layer(#[from] layer::LayerError),
+    /// Base.
+    #[error(transparent)]
+    Base(#[from] crate::base::BaseError),
+    /// Wheel installation.
+    #[error("installing {wheel}: {source}")]
+    Wheel {
+        /// The wheel's file name.
+        wheel: String,
+        /// The error.
+        source: wheel::WheelError,
+    },
+    /// Source staging.
+    #[error("source {name:?}: {source}")]
+    Source {
+        /// The source.
+        name: String,
+        /// The error.
+        source: source::SourceError,
+    },
+    /// A patch that does not apply.
+    #[error(transparent)]
+    Patch(#[from] patch::PatchError),
+    /// Image output.
+    #[error(transparent)]
+    Oci(#[from] oci::OciError),
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BuildError + 'a {
+    move |source| BuildError::Io { op, path: path.to_owned(), source }
+}
+
+/// How to build.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    /// Where the OCI layout goes (default `images/<name>`).
+    pub out: Option<PathBuf>,
+    /// Also write a `docker load` / `skopeo` / `podman load` archive here.
+    pub archive: Option<PathBuf>,
+    /// Fail instead of resolving when the lock is missing or stale.
+    pub locked: bool,
+    /// The cache directory (default: `$STACKBUILD_CACHE`, then the user cache dir).
+    pub cache_dir: Option<PathBuf>,
+    /// Layer compression.
+    pub compression: Compression,
+    /// `--source NAME=PATH`: local directories that replace recipe sources.
+    pub source_overrides: BTreeMap<String, PathBuf>,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        Self {
+            out: None,
+            archive: None,
+            locked: false,
+            cache_dir: None,
+            compression: Compression::Gzip,
+            source_overrides: BTreeMap::new(),
+        }
+    }
+}
+
+/// One layer of the result.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LayerReport {
+    /// What the layer holds (`base`, `cuda`, `cudnn`, `torch`, `python`, `sources`, `config`).
+    pub name: String,
+    /// Blob digest.
+    pub digest: String,
+    /// Blob size.
+    pub size: u64,
+    /// Built in this run (false: reused from the cache).
+    pub built: bool,
+}
+
+/// What a build produced.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BuildReport {
+    /// The manifest digest (what stdout prints).
+    pub manifest_digest: String,
+    /// The layout directory.
+    pub layout: PathBuf,
+    /// `name:tag`.
+    pub reference: String,
+    /// The layers, base first.
+    pub layers: Vec<LayerReport>,
+    /// The stack description written into the image.
+    pub stack: StackManifest,
+    /// Seconds taken.
+    pub seconds: f64,
+}
+
+/// A Python package layer group, in layer order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Group {
+    Cuda,
+    Cudnn,
+    Torch,
+    Python,
+}
+
+impl Group {
+    const ALL: [Group; 4] = [Group::Cuda, Group::Cudnn, Group::Torch, Group::Python];
+
+    fn of(name: &str) -> Self {
+        if name.starts_with("nvidia-cudnn") {
+            Group::Cudnn
+        } else if name.starts_with("nvidia-") {
+            Group::Cuda
+        } else if matches!(name, "torch" | "torchvision" | "torchaudio" | "triton") {
+            Group::Torch
+        } else {
+            Group::Python
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Group::Cuda => "cuda",
+            Group::Cudnn => "cudnn",
+            Group::Torch => "torch",
+            Group::Python => "python",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Group::Cuda => "CUDA libraries (nvidia-* wheels)",
+            Group::Cudnn => "cuDNN",
+            Group::Torch => "torch and its companions",
+            Group::Python => "Python packages",
+        }
+    }
+}
+
+/// A locked wheel: what the lock says, and where the file is once fetched.
+#[derive(Debug, Clone)]
+struct Wheel {
+    pin: Pinned,
+    filename: String,
+    sha256: String,
+}
+
+/// Resolves (or reads the lock) and returns the locked wheels for `platform`, updating the
+/// lock file when it had to resolve.
+/// With `refresh`, resolves again even when the lock is current (`stackbuild lock`).
+pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) -> Result<Lock, BuildError> {
+    let lock_path = recipe.lock_path();
+    let existing = if refresh { None } else { Lock::load_optional(&lock_path)? };
+    if let Some(lock) = &existing {
+        match lock.stale_reason(recipe) {
+            None => return Ok(lock.clone()),
+            Some(reason) if locked => {
+                return Err(BuildError::StaleLock { lock: lock_path, recipe: recipe.path.clone(), reason })
+            }
+            Some(reason) => tracing::info!("lock is stale ({reason}); resolving again"),
+        }
+    } else if locked && !refresh {
+        return Err(BuildError::StaleLock {
+            lock: lock_path,
+            recipe: recipe.path.clone(),
+            reason: "no lock file".into(),
+        });
+    }
+    let mut lock = Lock::new(recipe);
+    if let Some(python) = &recipe.python {
+        for target in recipe.targets() {
+            tracing::info!("resolving {} package(s) for {target}", python.packages.len());
+            let pins = solve::resolve(python, &target)?;
+            let artifacts =
+                fetch::fetch_wheels(&pins, &target, python.index.as_deref(), &artifact_dir(cache))?;
+            lock.set_packages(target.platform, &artifacts);
+        }
+    }
+    lock.save(&lock_path)?;
+    tracing::info!("wrote {}", lock_path.display());
+    Ok(lock)
+}
+
+fn artifact_dir(cache: &Cache) -> PathBuf {
+    cache.root().join("artifacts")
+}
+
+/// Builds the image of `recipe`.
+pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
+    let started = Instant::now();
+    let [platform] = recipe.image.platforms[..] else {
+        return Err(BuildError::Unsupported(format!(
+            "{}: building several platforms into one image index is not supported yet; list one platform",
+            recipe.path.display()
+        )));
+    };
+    let cache = match &opts.cache_dir {
+        Some(dir) => Cache::open(dir)?,
+        None => Cache::open_default()?,
+    };
+    let _guard = cache.lock()?;
+    let epoch = layer::source_date_epoch()?;
+    let compression = opts.compression;
+    let lock = lock_recipe(recipe, opts.locked, false, &cache)?;
+
+    let mut layers: Vec<(LayerReport, LayerBlob, String)> = Vec::new();
+    let mut push = |name: &str, created_by: String, blob: LayerBlob, built: bool| {
+        tracing::info!(
+            "layer {name:<8} {} {} ({} bytes)",
+            if built { "built " } else { "reused" },
+            blob.digest,
+            blob.size
+        );
+        layers.push((
+            LayerReport { name: name.to_owned(), digest: blob.digest.clone(), size: blob.size, built },
+            blob,
+            created_by,
+        ));
+    };
+
+    // Base.
+    let mut base_config = RuntimeConfig::default();
+    let mut components = Vec::new();
+    let mut facts = BaseFacts::default();
+    match &recipe.base {
+        Base::Scratch => {}
+        Base::Bootstrap(b) => {
+            let debian = DebianBase {
+                distribution: b.distro.as_str().to_owned(),
+                suite: b.suite.clone(),
+                packages: b
+                    .packages
+                    .iter()
+                    .map(|p| p.version.as_ref().map_or_else(|| p.name.clone(), |v| format!("{}={v}", p.name)))
+                    .collect(),
+                mirror: b.mirror.clone(),
+                variant: b.variant.clone(),
+                architecture: debian_arch(platform).to_owned(),
+            };
+            tracing::info!(
+                "base: {} {} with {} package(s)",
+                debian.distribution,
+                debian.suite,
+                debian.packages.len()
+            );
+            let prepared = debian.prepare(&cache, epoch, compression)?;
+            facts = prepared.facts;
+            components.push(Component {
+                kind: "base".into(),
+                name: format!("{} {}", debian.distribution, debian.suite),
+                version: String::new(),
+                source: format!("mmdebstrap --variant={}", debian.variant),
+                sha256: prepared.layer.diff_id.trim_start_matches("sha256:").to_owned(),
+            });
+            components.extend(facts.packages.iter().map(|(name, version)| Component {
+                kind: "deb".into(),
+                name: name.clone(),
+                version: version.clone(),
+                source: format!("{}:{}", debian.distribution, debian.suite),
+                sha256: String::new(),
+            }));
+            push(
+                "base",
+                format!("stackbuild: {} {} (mmdebstrap)", debian.distribution, debian.suite),
+                prepared.layer,
+                !prepared.cached,
+            );
+        }
+        Base::Oci { path, tag } => {
+            let image = oci::read_layout(path, tag.as_deref())?;
+            base_config = image.config.config.clone();
+            components.push(Component {
+                kind: "base".into(),
+                name: path.display().to_string(),
+                version: tag.clone().unwrap_or_default(),
+                source: "oci-layout".into(),
+                sha256: image.manifest_digest.trim_start_matches("sha256:").to_owned(),
+            });
+            let history: Vec<History> =
+                image.config.history.iter().filter(|h| !h.empty_layer).cloned().collect();
+            for (i, blob) in image.layers.into_iter().enumerate() {
+                let by =
+                    history.get(i).and_then(|h| h.created_by.clone()).unwrap_or_else(|| "base layer".into());
+                push("base", by, blob, false);
+            }
+        }
+        Base::Archive { .. } | Base::Docker { .. } | Base::Registry { .. } => {
+            return Err(BuildError::Unsupported(format!(
+                "{}: a base of kind {:?} is not supported yet; use debian, ubuntu, oci or scratch",
+                recipe.path.display(),
+                recipe.base.kind()
+            )));
+        }
+    }
+
+    // Python packages.
+    let python = recipe.python.as_ref();
+    if let (Some(py), Some(found)) = (python, facts.python_version()) {
+        if (py.version.part(0), py.version.part(1)) != (found.part(0), found.part(1)) {
+            return Err(BuildError::PythonMismatch {
+                wanted: py.version.to_string(),
+                found: format!("/usr/bin/python{found}"),
+            });
+        }
+    }
+    let wheels: Vec<Wheel> = lock
+        .packages_for(platform)
+        .map(|p| Wheel { pin: p.pinned(), filename: p.filename.clone(), sha256: p.sha256.clone() })
+        .collect();
+    let scheme = python.map(|py| Scheme::debian_local(&py.version));
+    let target = python.map(|py| Target::new(py.version.clone(), platform));
+    let mut fetched: Option<BTreeMap<String, Artifact>> = None;
+    let mut fetch_all = |cache: &Cache| -> Result<BTreeMap<String, Artifact>, BuildError> {
+        if let Some(f) = &fetched {
+            return Ok(f.clone());
+        }
+        let (Some(py), Some(target)) = (python, target.as_ref()) else { return Ok(BTreeMap::new()) };
+        let pins: Vec<Pinned> = wheels.iter().map(|w| w.pin.clone()).collect();
+        tracing::info!("fetching {} wheel(s)", pins.len());
+        let artifacts = fetch::fetch_wheels(&pins, target, py.index.as_deref(), &artifact_dir(cache))?;
+        let map: BTreeMap<String, Artifact> =
+            artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect();
+        fetched = Some(map.clone());
+        Ok(map)
+    };
+    if let Some(scheme) = &scheme {
+        for group in Group::ALL {
+            let members: Vec<&Wheel> =
+                wheels.iter().filter(|w| Group::of(w.pin.name.as_ref()) == group).collect();
+            if members.is_empty() {
+                continue;
+            }
+            let mut key = LayerKey::builder("python-layer/v1")
+                .str(group.name())
+                .str(&scheme.purelib)
+                .str(&scheme.interpreter)
+                .number(epoch)
+                .str(compression.media_type());
+            for w in &members {
+                key = key.str(&w.filename).str(&w.sha256);
+            }
+            let key = key.finish();
+            let names = members.iter().map(|w| w.pin.to_string()).collect::<Vec<_>>().join(" ");
+            let created_by = format!("stackbuild: {}: {names}", group.describe());
+            if let Some(blob) = cache.get_layer(&key) {
+                push(group.name(), created_by, blob, false);
+                continue;
+            }
+            let artifacts = fetch_all(&cache)?;
+            let stage = tempdir(&cache)?;
+            for w in &members {
+                let artifact = artifacts.get(w.pin.name.as_ref()).ok_or_else(|| {
+                    BuildError::Unsupported(format!("wheel {} was not fetched", w.filename))
+                })?;
+                wheel::install_wheel(&artifact.path, scheme, stage.path())
+                    .map_err(|source| BuildError::Wheel { wheel: w.filename.clone(), source })?;
+            }
+            let mut writer = LayerWriter::new(&cache, epoch);
+            writer.add_dir(stage.path(), "")?;
+            let blob = writer.finish(compression)?;
+            cache.put_layer(&key, &blob)?;
+            push(group.name(), created_by, blob, true);
+        }
+    }
+    components.extend(wheels.iter().map(|w| {
+        Component {
+            kind: "wheel".into(),
+            name: w.pin.name.to_string(),
+            version: w.pin.version.to_string(),
+            source: python
+                .and_then(|p| p.index.clone())
+                .map_or_else(|| "python package index".into(), |_| "recipe index".into()),
+            sha256: w.sha256.clone(),
+        }
+    }));
+
+    // Sources, with the patches that target them.
+    if !recipe.sources.is_empty() {
+        let stage = tempdir(&cache)?;
+        let mut key = LayerKey::builder("sources/v1").number(epoch).str(compression.media_type());
+        let mut staged_all = true;
+        for src in &recipe.sources {
+            let dest = src.dest.clone();
+            let over = opts.source_overrides.get(&src.name);
+            let identity = match (over, &src.origin) {
+                (Some(path), _) | (None, SourceOrigin::Path { path }) => {
+                    let staged = source::stage_path(path, &dest, stage.path())
+                        .map_err(|source| BuildError::Source { name: src.name.clone(), source })?;
+                    format!("tree:{}", staged.tree_sha256)
+                }
+                (None, SourceOrigin::Git { url, commit }) => {
+                    staged_all = false;
+                    format!("git:{url}@{commit}")
+                }
+            };
+            components.push(Component {
+                kind: "source".into(),
+                name: src.name.clone(),
+                version: identity.clone(),
+                source: match &src.origin {
+                    SourceOrigin::Git { url, .. } if over.is_none() => url.clone(),
+                    _ => "local directory".into(),
+                },
+                sha256: String::new(),
+            });
+            key = key.str(&src.name).str(&dest).str(&identity);
+        }
+        for p in recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Source(_))) {
+            key = key.str(&p.name).str(&patch_identity(&p.change)?);
+        }
+        let key = key.finish();
+        if let Some(blob) = cache.get_layer(&key) {
+            push("sources", "stackbuild: sources".into(), blob, false);
+        } else {
+            if !staged_all {
+                for src in recipe.sources.iter().filter(|s| !opts.source_overrides.contains_key(&s.name)) {
+                    if let SourceOrigin::Git { url, commit } = &src.origin {
+                        source::stage_git(url, commit, &src.dest, stage.path(), &cache.root().join("git"))
+                            .map_err(|source| BuildError::Source { name: src.name.clone(), source })?;
+                    }
+                }
+            }
+            for p in &recipe.patches {
+                let PatchTarget::Source(name) = &p.target else { continue };
+                let src = recipe.sources.iter().find(|s| &s.name == name).ok_or_else(|| {
+                    BuildError::PatchSourceMissing { patch: p.name.clone(), source_name: name.clone() }
+                })?;
+                let root = stage.path().join(src.dest.trim_start_matches('/'));
+                let report = patch::apply(&p.name, &patch_spec(&p.change)?, &root)?;
+                tracing::info!(
+                    "patch {}: {} change(s) in {}",
+                    p.name,
+                    report.changes,
+                    report.files.join(", ")
+                );
+            }
+            let mut writer = LayerWriter::new(&cache, epoch);
+            writer.add_dir(stage.path(), "")?;
+            let blob = writer.finish(compression)?;
+            cache.put_layer(&key, &blob)?;
+            push("sources", "stackbuild: sources".into(), blob, true);
+        }
+    }
+
+    // Requirements, stack description, package patches: the last layer.
+    let packages: Vec<derive::Package<'_>> = wheels
+        .iter()
+        .map(|w| derive::Package { name: w.pin.name.as_ref(), version: &w.pin.version })
+        .collect();
+    let requirements = derive::requirements(&packages, &recipe.host);
+    for p in &recipe.patches {
+        components.push(Component {
+            kind: "patch".into(),
+            name: p.name.clone(),
+            version: String::new(),
+            source: match &p.target {
+                PatchTarget::Package(n) => format!("package {n}"),
+                PatchTarget::Source(s) => format!("source {s}"),
+            },
+            sha256: patch_identity(&p.change)?,
+        });
+    }
+    let reference = format!("{}:{}", recipe.image.name, recipe.image.tag);
+    let stack = StackManifest {
+        schema: 1,
+        image: reference.clone(),
+        platform: platform.as_str().to_owned(),
+        components,
+        requirements: requirements.clone(),
+    };
+    let mut stack_json =
+        serde_json::to_vec_pretty(&stack).map_err(|e| BuildError::Unsupported(e.to_string()))?;
+    stack_json.push(b'\n');
+    let package_patches: Vec<_> =
+        recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Package(_))).collect();
+    let mut key =
+        LayerKey::builder("config/v1").number(epoch).str(compression.media_type()).bytes(&stack_json);
+    for p in &package_patches {
+        key = key.str(&p.name).str(&patch_identity(&p.change)?);
+    }
+    let key = key.finish();
+    if let Some(blob) = cache.get_layer(&key) {
+        push("config", "stackbuild: patches and configuration".into(), blob, false);
+    } else {
+        let mut writer = LayerWriter::new(&cache, epoch);
+        writer.add_file(STACK_JSON_PATH, stack_json.clone(), 0o644)?;
+        if !package_patches.is_empty() {
+            let Some(scheme) = &scheme else {
+                return Err(BuildError::Unsupported("package patches need a [python] section".into()));
+            };
+            let artifacts = fetch_all(&cache)?;
+            let stage = tempdir(&cache)?;
+            for p in package_patches {
+                let PatchTarget::Package(name) = &p.target else { continue };
+                let artifact = artifacts.get(name.as_ref()).ok_or_else(|| {
+                    BuildError::PatchTargetMissing { patch: p.name.clone(), package: name.to_string() }
+                })?;
+                let pristine = tempdir(&cache)?;
+                wheel::install_wheel(&artifact.path, scheme, pristine.path())
+                    .map_err(|source| BuildError::Wheel { wheel: artifact.filename.clone(), source })?;
+                let site_rel = scheme.purelib.trim_start_matches('/');
+                let site = pristine.path().join(site_rel);
+                let report = patch::apply(&p.name, &patch_spec(&p.change)?, &site)?;
+                tracing::info!(
+                    "patch {}: {} change(s) in {}",
+                    p.name,
+                    report.changes,
+                    report.files.join(", ")
+                );
+                for file in &report.files {
+                    let from = site.join(file);
+                    let to = stage.path().join(site_rel).join(file);
+                    if let Some(parent) = to.parent() {
+                        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+                    }
+                    if from.exists() {
+                        std::fs::copy(&from, &to).map_err(io("copying", &from))?;
+                    }
+                }
+            }
+            writer.add_dir(stage.path(), "")?;
+        }
+        let blob = writer.finish(compression)?;
+        cache.put_layer(&key, &blob)?;
+        push("config", "stackbuild: patches and configuration".into(), blob, true);
+    }
+
+    // The image.
+    let mut config = base_config;
+    if config.env.is_empty() {
+        config.env.push("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    }
+    let mut env: Vec<(String, String)> = config
+        .env
+        .iter()
+        .filter_map(|e| e.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let mut set = |k: &str, v: &str| {
+        if let Some(e) = env.iter_mut().find(|(key, _)| key == k) {
+            e.1 = v.to_owned();
+        } else {
+            env.push((k.to_owned(), v.to_owned()));
+        }
+    };
+    if !requirements.is_empty() {
+        set("NVIDIA_VISIBLE_DEVICES", "all");
+        set("NVIDIA_DRIVER_CAPABILITIES", "compute,utility");
+    }
+    for r in &requirements {
+        set(&r.variable, &r.expr);
+    }
+    for (k, v) in &recipe.image.env {
+        set(k, v);
+    }
+    config.env = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if let Some(e) = &recipe.image.entrypoint {
+        config.entrypoint = Some(e.clone());
+    }
+    if let Some(c) = &recipe.image.cmd {
+        config.cmd = Some(c.clone());
+    }
+    if let Some(w) = &recipe.image.workdir {
+        config.working_dir = Some(w.clone());
+    }
+    if let Some(u) = &recipe.image.user {
+        config.user = Some(u.clone());
+    }
+    config.labels.extend(recipe.image.labels.clone());
+    config.labels.insert(format!("{LABEL_PREFIX}recipe"), recipe.image.name.clone());
+    config.labels.insert(format!("{LABEL_PREFIX}stack"), format!("/{STACK_JSON_PATH}"));
+    if let Some(py) = python {
+        config.labels.insert(format!("{LABEL_PREFIX}python"), py.version.to_string());
+    }
+    for r in &requirements {
+        config
+            .labels
+            .insert(format!("{LABEL_PREFIX}require.{}", r.variable.to_ascii_lowercase()), r.expr.clone());
+    }
+    let created = oci::rfc3339(epoch);
+    let history = layers
+        .iter()
+        .map(|(_, _, by)| History {
+            created: Some(created.clone()),
+            created_by: Some(by.clone()),
+            ..History::default()
+        })
+        .collect();
+    let image_config = ImageConfig {
+        created: Some(created.clone()),
+        architecture: platform.architecture().to_owned(),
+        os: platform.os().to_owned(),
+        variant: None,
+        config,
+        rootfs: oci::RootFs::default(),
+        history,
+    };
+    let annotations = BTreeMap::from([
+        ("org.opencontainers.image.created".to_owned(), created),
+        ("org.opencontainers.image.title".to_owned(), recipe.image.name.clone()),
+        ("org.opencontainers.image.version".to_owned(), recipe.image.tag.clone()),
+    ]);
+    let (reports, blobs): (Vec<LayerReport>, Vec<LayerBlob>) =
+        layers.into_iter().map(|(r, b, _)| (r, b)).unzip();
+    let image = Image::new(image_config, blobs, annotations)?;
+
+    let out = opts.out.clone().unwrap_or_else(|| PathBuf::from("images").join(&recipe.image.name));
+    let digest = write_layout_atomically(&out, &image, &recipe.image.tag)?;
+    if let Some(archive) = &opts.archive {
+        let tmp = archive.with_extension("tmp");
+        oci::write_archive(&tmp, &image, &reference)?;
+        std::fs::rename(&tmp, archive).map_err(io("renaming", &tmp))?;
+        tracing::info!("wrote {}", archive.display());
+    }
+    Ok(BuildReport {
+        manifest_digest: digest,
+        layout: out,
+        reference,
+        layers: reports,
+        stack,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Writes the layout next to `out` and swaps it in, so that a build that fails or is killed
+/// leaves either the previous image or none, never half of one.
+fn write_layout_atomically(out: &Path, image: &Image, tag: &str) -> Result<String, BuildError> {
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("image");
+    let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let digest = oci::write_layout(&tmp, image, tag)?;
+    let old = parent.join(format!(".{name}.old-{}", std::process::id()));
+    if out.exists() {
+        std::fs::rename(out, &old).map_err(io("moving aside", out))?;
+    }
+    std::fs::rename(&tmp, out).map_err(io("renaming", &tmp))?;
+    let _ = std::fs::remove_dir_all(&old);
+    Ok(digest)
+}
+
+fn tempdir(cache: &Cache) -> Result<tempfile::TempDir, BuildError> {
+    let dir = cache.root().join("tmp");
+    std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+    tempfile::Builder::new().prefix("stage-").tempdir_in(&dir).map_err(io("creating a stage in", &dir))
+}
+
+fn patch_spec(change: &PatchChange) -> Result<PatchSpec, BuildError> {
+    Ok(match change {
+        PatchChange::Replace { file, find, replace, count } => PatchSpec::FindReplace {
+            file: file.to_string_lossy().into_owned(),
+            find: find.clone(),
+            replace: replace.clone(),
+            count: *count as usize,
+        },
+        PatchChange::Diff { path } => PatchSpec::Diff {
+            diff_text: std::fs::read_to_string(path).map_err(io("reading", path))?,
+            diff_path: path.clone(),
+        },
+    })
+}
+
+/// A digest of what a patch does, for cache keys and the stack description.
+fn patch_identity(change: &PatchChange) -> Result<String, BuildError> {
+    let mut h = Sha256::new();
+    match change {
+        PatchChange::Replace { file, find, replace, count } => {
+            for part in
+                [file.to_string_lossy().as_bytes(), find.as_bytes(), replace.as_bytes(), &count.to_le_bytes()]
+            {
+                h.update((part.len() as u64).to_le_bytes());
+                h.update(part);
+            }
+        }
+        PatchChange::Diff { path } => h.update(std::fs::read(path).map_err(io("reading", path))?),
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+fn debian_arch(platform: Platform) -> &'static str {
+    match platform {
+        Platform::LinuxAmd64 => "amd64",
+        Platform::LinuxArm64 => "arm64",
+    }
+}

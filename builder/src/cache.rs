@@ -1,0 +1,647 @@
+//! The content-addressed cache of downloaded artifacts and built layer blobs.
+//!
+//! Layout of the cache directory:
+//!
+//! - `blobs/sha256/<hex>`: content-addressed files (artifacts and compressed layer blobs).
+//! - `keys/<hex>.json`: a layer's input key ([`LayerKey`]) -> the [`LayerBlob`] built from those
+//!   inputs, so that an unchanged layer is neither rebuilt nor recompressed.
+//! - `tmp/`: files being written. Every file is written there, `fsync`ed and then renamed into
+//!   place, so only complete files are ever visible under `blobs/` and `keys/`: a build killed
+//!   with `SIGKILL` at any point leaves at worst a stale temporary file, which a later
+//!   [`Cache::open`] removes.
+//! - `lock`: the file behind [`Cache::lock`], held for a whole build.
+//!
+//! A temporary file is `flock`ed by its writer for as long as it is written; since the kernel
+//! drops that lock when the writer dies, a temporary file whose lock can be taken belongs to a
+//! dead writer and may be removed.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest as _, Sha256};
+
+use crate::layer::LayerBlob;
+
+/// Largest key file accepted by [`Cache::get_layer`]; real ones are a few hundred bytes.
+const MAX_KEY_FILE: u64 = 64 * 1024;
+
+/// Temporary files younger than this are never removed, even if unlocked: their writer may have
+/// created the file and not yet taken its lock.
+const STALE_AFTER: Duration = Duration::from_mins(1);
+
+/// Errors of the cache.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// An I/O operation on a cache path failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// Content did not hash to the digest it was expected to have.
+    #[error("sha256 mismatch for {what}: expected {expected}, got {actual}")]
+    DigestMismatch {
+        /// What was hashed (a path or a description of the stream).
+        what: String,
+        /// The expected digest, `sha256:<hex>`.
+        expected: String,
+        /// The digest of the content actually seen, `sha256:<hex>`.
+        actual: String,
+    },
+    /// A string that should be a sha256 digest is not one.
+    #[error("invalid sha256 digest {0:?}: expected `sha256:` followed by 64 lowercase hex digits")]
+    InvalidDigest(String),
+    /// No cache directory could be derived from the environment.
+    #[error("no cache directory: set STACKBUILD_CACHE, XDG_CACHE_HOME or HOME")]
+    NoCacheDir,
+    /// A key file could not be serialized.
+    #[error("serializing {path}: {source}")]
+    Json {
+        /// The key file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CacheError + 'a {
+    move |source| CacheError::Io { op, path: path.to_path_buf(), source }
+}
+
+/// Returns the 64 hex digits of a sha256 digest given as `sha256:<hex>` or bare `<hex>`.
+///
+/// Only lowercase hex is accepted, so that one digest has exactly one file name.
+pub fn sha256_hex(digest: &str) -> Result<&str, CacheError> {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        Ok(hex)
+    } else {
+        Err(CacheError::InvalidDigest(digest.to_string()))
+    }
+}
+
+/// Hashes everything `reader` yields; returns (`sha256:<hex>`, byte count).
+pub fn sha256_reader(mut reader: impl Read) -> io::Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        total += n as u64;
+    }
+    Ok((format!("sha256:{}", hex::encode(hasher.finalize())), total))
+}
+
+/// The key of a layer: a sha256 over a kind string and an ordered list of inputs.
+///
+/// Two layers get the same key exactly when they were described by the same kind and the same
+/// inputs in the same order; every input is length-prefixed and tagged so that no two different
+/// input lists hash alike. The key must cover everything that changes the output, compression
+/// included.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LayerKey(String);
+
+impl LayerKey {
+    /// Starts a key for a layer of the given kind (for example `"apt"` or `"wheels"`).
+    pub fn builder(kind: &str) -> LayerKeyBuilder {
+        let mut hasher = Sha256::new();
+        hasher.update(b"stackbuild-layer-key-v1\0");
+        let mut builder = LayerKeyBuilder { hasher };
+        builder.feed(b'k', kind.as_bytes());
+        builder
+    }
+
+    /// Parses a key previously obtained from [`LayerKey::as_hex`].
+    pub fn from_hex(hex: &str) -> Result<Self, CacheError> {
+        sha256_hex(hex).map(|h| Self(h.to_string()))
+    }
+
+    /// The key as 64 lowercase hex digits.
+    pub fn as_hex(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for LayerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Builds a [`LayerKey`] from ordered inputs.
+#[derive(Clone)]
+pub struct LayerKeyBuilder {
+    hasher: Sha256,
+}
+
+impl LayerKeyBuilder {
+    fn feed(&mut self, tag: u8, bytes: &[u8]) {
+        self.hasher.update([tag]);
+        self.hasher.update((bytes.len() as u64).to_le_bytes());
+        self.hasher.update(bytes);
+    }
+
+    /// Adds a string input.
+    #[must_use]
+    pub fn str(mut self, value: &str) -> Self {
+        self.feed(b's', value.as_bytes());
+        self
+    }
+
+    /// Adds a digest input (for example the sha256 of an artifact or of a lower layer).
+    #[must_use]
+    pub fn digest(mut self, digest: &str) -> Self {
+        self.feed(b'd', digest.as_bytes());
+        self
+    }
+
+    /// Adds raw bytes.
+    #[must_use]
+    pub fn bytes(mut self, value: &[u8]) -> Self {
+        self.feed(b'b', value);
+        self
+    }
+
+    /// Adds a number.
+    #[must_use]
+    pub fn number(mut self, value: u64) -> Self {
+        self.feed(b'n', &value.to_le_bytes());
+        self
+    }
+
+    /// Finishes the key.
+    pub fn finish(self) -> LayerKey {
+        LayerKey(hex::encode(self.hasher.finalize()))
+    }
+}
+
+/// The cache directory. Cheap to clone: it is only a path.
+#[derive(Clone, Debug)]
+pub struct Cache {
+    root: PathBuf,
+}
+
+/// An exclusive lock on a cache, released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct CacheLock {
+    _file: File,
+}
+
+/// A file being written under `tmp/`, locked by this process, removed on drop unless committed.
+#[derive(Debug)]
+pub(crate) struct TempFile {
+    pub(crate) file: File,
+    path: PathBuf,
+    committed: bool,
+}
+
+impl TempFile {
+    /// The path of the temporary file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            // Best effort: a leftover is removed by the next `Cache::open` anyway.
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A name for a temporary file that no other process or thread picks at the same time.
+pub(crate) fn unique_temp_name(prefix: &str) -> String {
+    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{prefix}{}-{nanos:09}-{n}.tmp", std::process::id())
+}
+
+/// `fsync`s a directory so that a rename into it survives a crash.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file next to it, `fsync`, rename, `fsync` of
+/// the directory.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = dir.join(unique_temp_name(".stackbuild-tmp-"));
+    let result = (|| {
+        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+impl Cache {
+    /// The default cache directory: `$STACKBUILD_CACHE`, else `$XDG_CACHE_HOME/stackbuild`, else
+    /// `~/.cache/stackbuild`. Empty variables count as unset.
+    pub fn default_dir() -> Result<PathBuf, CacheError> {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        if let Some(dir) = var("STACKBUILD_CACHE") {
+            return Ok(dir);
+        }
+        if let Some(dir) = var("XDG_CACHE_HOME") {
+            return Ok(dir.join("stackbuild"));
+        }
+        var("HOME").map(|home| home.join(".cache").join("stackbuild")).ok_or(CacheError::NoCacheDir)
+    }
+
+    /// Opens (creating if needed) the cache at [`Cache::default_dir`].
+    pub fn open_default() -> Result<Self, CacheError> {
+        Self::open(Self::default_dir()?)
+    }
+
+    /// Opens (creating if needed) the cache at `dir` and removes temporary files left by dead
+    /// writers.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Self, CacheError> {
+        let cache = Self { root: dir.into() };
+        for sub in [cache.blob_dir(), cache.root.join("keys"), cache.tmp_dir()] {
+            fs::create_dir_all(&sub).map_err(io_err("creating", &sub))?;
+        }
+        cache.clean_temps()?;
+        Ok(cache)
+    }
+
+    /// The cache directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn blob_dir(&self) -> PathBuf {
+        self.root.join("blobs").join("sha256")
+    }
+
+    fn tmp_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    fn key_path(&self, key: &LayerKey) -> PathBuf {
+        self.root.join("keys").join(format!("{}.json", key.as_hex()))
+    }
+
+    /// Takes the cache's exclusive lock, waiting for another build to release it.
+    ///
+    /// Hold the returned guard for the whole build: builds sharing a cache then run one after
+    /// the other. The kernel releases the lock if the process dies.
+    pub fn lock(&self) -> Result<CacheLock, CacheError> {
+        let path = self.root.join("lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_err("opening", &path))?;
+        if file.try_lock().is_err() {
+            tracing::info!("waiting for another build to release {}", path.display());
+            file.lock().map_err(io_err("locking", &path))?;
+        }
+        Ok(CacheLock { _file: file })
+    }
+
+    /// Removes temporary files whose writer is gone; returns how many were removed.
+    pub fn clean_temps(&self) -> Result<usize, CacheError> {
+        let dir = self.tmp_dir();
+        let mut removed = 0;
+        // Key records are written next to their final name (see `write_atomic`); a leftover of a
+        // killed writer is only garbage, never read, and removed once old.
+        let keys = self.root.join("keys");
+        for entry in fs::read_dir(&keys).map_err(io_err("listing", &keys))?.flatten() {
+            let old = entry.metadata().ok().and_then(|m| m.modified().ok()).and_then(|m| m.elapsed().ok());
+            if entry.file_name().to_string_lossy().starts_with(".stackbuild-tmp-")
+                && old.is_some_and(|age| age > STALE_AFTER)
+                && fs::remove_file(entry.path()).is_ok()
+            {
+                removed += 1;
+            }
+        }
+        for entry in fs::read_dir(&dir).map_err(io_err("listing", &dir))? {
+            let entry = entry.map_err(io_err("listing", &dir))?;
+            let path = entry.path();
+            let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+            let young =
+                meta.modified().ok().and_then(|m| m.elapsed().ok()).is_none_or(|age| age < STALE_AFTER);
+            if young {
+                continue;
+            }
+            if !meta.is_file() {
+                let _ = fs::remove_file(&path);
+                removed += 1;
+                continue;
+            }
+            let Ok(file) = OpenOptions::new().read(true).open(&path) else { continue };
+            // A live writer holds the lock; `try_lock` fails then and the file is kept.
+            if file.try_lock().is_ok() && fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Creates a locked temporary file under `tmp/`.
+    pub(crate) fn temp_file(&self) -> Result<TempFile, CacheError> {
+        let path = self.tmp_dir().join(unique_temp_name(""));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(io_err("creating", &path))?;
+        file.try_lock().map_err(|e| CacheError::Io {
+            op: "locking",
+            path: path.clone(),
+            source: e.into(),
+        })?;
+        Ok(TempFile { file, path, committed: false })
+    }
+
+    /// `fsync`s a finished temporary file and renames it to `blobs/sha256/<hex>`.
+    pub(crate) fn commit_blob(&self, mut tmp: TempFile, hex: &str) -> Result<PathBuf, CacheError> {
+        let dest = self.blob_dir().join(hex);
+        tmp.file.flush().map_err(io_err("writing", &tmp.path))?;
+        tmp.file.sync_all().map_err(io_err("syncing", &tmp.path))?;
+        fs::rename(&tmp.path, &dest).map_err(io_err("renaming into", &dest))?;
+        tmp.committed = true;
+        let dir = self.blob_dir();
+        sync_dir(&dir).map_err(io_err("syncing", &dir))?;
+        Ok(dest)
+    }
+
+    /// The path a blob has (or would have) in the cache.
+    pub fn blob_path(&self, digest: &str) -> Result<PathBuf, CacheError> {
+        Ok(self.blob_dir().join(sha256_hex(digest)?))
+    }
+
+    /// Whether a blob with this digest is present (by name; see [`Cache::verify_blob`]).
+    pub fn has_blob(&self, digest: &str) -> bool {
+        self.blob_path(digest).is_ok_and(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+    }
+
+    /// Looks up the layer built from `key`.
+    ///
+    /// A key whose record is unreadable, or whose blob is missing or has the wrong size, is a
+    /// miss: the caller rebuilds the layer and [`Cache::put_layer`] overwrites the record.
+    pub fn get_layer(&self, key: &LayerKey) -> Option<LayerBlob> {
+        let path = self.key_path(key);
+        let mut text = String::new();
+        let file = File::open(&path).ok()?;
+        if let Err(e) = file.take(MAX_KEY_FILE).read_to_string(&mut text) {
+            tracing::warn!("ignoring unreadable cache key {}: {e}", path.display());
+            return None;
+        }
+        let mut blob: LayerBlob = match serde_json::from_str(&text) {
+            Ok(blob) => blob,
+            Err(e) => {
+                tracing::warn!("ignoring corrupt cache key {}: {e}", path.display());
+                return None;
+            }
+        };
+        let blob_path = self.blob_path(&blob.digest).ok()?;
+        match fs::symlink_metadata(&blob_path) {
+            Ok(meta) if meta.is_file() && meta.len() == blob.size => {
+                blob.path = blob_path;
+                Some(blob)
+            }
+            Ok(_) => {
+                tracing::warn!("cache blob {} has the wrong size; rebuilding", blob_path.display());
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Like [`Cache::get_layer`], and re-hashes the blob too (a mismatch is a miss).
+    pub fn get_layer_verified(&self, key: &LayerKey) -> Option<LayerBlob> {
+        let blob = self.get_layer(key)?;
+        match self.verify_blob(&blob.digest) {
+            Ok(()) => Some(blob),
+            Err(e) => {
+                tracing::warn!("{e}; rebuilding");
+                None
+            }
+        }
+    }
+
+    /// Records that `key` built `blob` (whose blob must already be in the cache).
+    pub fn put_layer(&self, key: &LayerKey, blob: &LayerBlob) -> Result<(), CacheError> {
+        let path = self.key_path(key);
+        let json =
+            serde_json::to_vec(blob).map_err(|source| CacheError::Json { path: path.clone(), source })?;
+        write_atomic(&path, &json).map_err(io_err("writing", &path))
+    }
+
+    /// Streams `reader` into the cache, verifying its sha256 on the way; returns the blob's path.
+    ///
+    /// `expected_sha256` is `sha256:<hex>` or `<hex>`. On a mismatch nothing is stored and the
+    /// error names both digests.
+    pub fn put_artifact(&self, mut reader: impl Read, expected_sha256: &str) -> Result<PathBuf, CacheError> {
+        let expected_hex = sha256_hex(expected_sha256)?.to_string();
+        let mut tmp = self.temp_file()?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(source) => {
+                    return Err(CacheError::Io { op: "reading artifact for", path: tmp.path.clone(), source })
+                }
+            };
+            hasher.update(&buf[..n]);
+            tmp.file.write_all(&buf[..n]).map_err(io_err("writing", &tmp.path))?;
+        }
+        let actual_hex = hex::encode(hasher.finalize());
+        if actual_hex != expected_hex {
+            return Err(CacheError::DigestMismatch {
+                what: "downloaded artifact".to_string(),
+                expected: format!("sha256:{expected_hex}"),
+                actual: format!("sha256:{actual_hex}"),
+            });
+        }
+        self.commit_blob(tmp, &actual_hex)
+    }
+
+    /// Re-hashes a cached blob; an error names the expected and actual digests.
+    pub fn verify_blob(&self, digest: &str) -> Result<(), CacheError> {
+        let hex = sha256_hex(digest)?;
+        let path = self.blob_dir().join(hex);
+        let file = File::open(&path).map_err(io_err("opening", &path))?;
+        let (actual, _) = sha256_reader(BufReader::new(file)).map_err(io_err("reading", &path))?;
+        if actual.strip_prefix("sha256:") == Some(hex) {
+            Ok(())
+        } else {
+            Err(CacheError::DigestMismatch {
+                what: path.display().to_string(),
+                expected: format!("sha256:{hex}"),
+                actual,
+            })
+        }
+    }
+
+    /// Removes a blob (for example one that failed [`Cache::verify_blob`]).
+    pub fn remove_blob(&self, digest: &str) -> Result<(), CacheError> {
+        let path = self.blob_path(digest)?;
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("removing", &path)(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HELLO_SHA: &str = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+
+    fn blob(cache: &Cache, bytes: &[u8]) -> LayerBlob {
+        let (digest, size) = sha256_reader(bytes).unwrap();
+        let path = cache.put_artifact(bytes, &digest).unwrap();
+        LayerBlob {
+            digest: digest.clone(),
+            diff_id: digest,
+            size,
+            media_type: "application/vnd.oci.image.layer.v1.tar".into(),
+            path,
+        }
+    }
+
+    #[test]
+    fn digest_syntax() {
+        assert_eq!(sha256_hex(&format!("sha256:{HELLO_SHA}")).unwrap(), HELLO_SHA);
+        assert_eq!(sha256_hex(HELLO_SHA).unwrap(), HELLO_SHA);
+        for bad in ["", "sha256:", "sha256:../../etc/passwd", &HELLO_SHA.to_uppercase(), &HELLO_SHA[1..]] {
+            assert!(matches!(sha256_hex(bad), Err(CacheError::InvalidDigest(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn put_artifact_verifies() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let path = cache.put_artifact(&b"hello"[..], HELLO_SHA).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"hello");
+        assert!(cache.has_blob(&format!("sha256:{HELLO_SHA}")));
+        cache.verify_blob(HELLO_SHA).unwrap();
+
+        let wrong = "0".repeat(64);
+        let err = cache.put_artifact(&b"hellO"[..], &wrong).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(&format!("expected sha256:{wrong}")), "{text}");
+        assert!(text.contains("got sha256:"), "{text}");
+        assert!(!cache.has_blob(&wrong));
+        assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0, "temp file left behind");
+    }
+
+    #[test]
+    fn corrupted_blob_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let layer = blob(&cache, b"layer bytes");
+        let key = LayerKey::builder("test").str("a").finish();
+        cache.put_layer(&key, &layer).unwrap();
+        assert!(cache.get_layer_verified(&key).is_some());
+
+        // Same size, different content: only re-hashing notices.
+        fs::write(&layer.path, b"LAYER bytes").unwrap();
+        assert!(cache.get_layer(&key).is_some());
+        assert!(cache.get_layer_verified(&key).is_none());
+        let err = cache.verify_blob(&layer.digest).unwrap_err();
+        assert!(matches!(err, CacheError::DigestMismatch { ref expected, .. } if *expected == layer.digest));
+
+        // Different size: a plain lookup is a miss already.
+        fs::write(&layer.path, b"short").unwrap();
+        assert!(cache.get_layer(&key).is_none());
+    }
+
+    #[test]
+    fn layer_hit_and_miss() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let key = LayerKey::builder("apt").str("curl=8.0").digest("sha256:aa").finish();
+        let other = LayerKey::builder("apt").str("curl=8.1").digest("sha256:aa").finish();
+        assert!(cache.get_layer(&key).is_none());
+        let layer = blob(&cache, b"some layer");
+        cache.put_layer(&key, &layer).unwrap();
+        let hit = cache.get_layer(&key).unwrap();
+        assert_eq!(hit, layer);
+        assert!(cache.get_layer(&other).is_none());
+        // A reopened cache sees the same record.
+        assert_eq!(Cache::open(dir.path()).unwrap().get_layer(&key).unwrap(), layer);
+        // A missing blob is a miss.
+        cache.remove_blob(&layer.digest).unwrap();
+        assert!(cache.get_layer(&key).is_none());
+        // A corrupt record is a miss.
+        fs::write(dir.path().join("keys").join(format!("{key}.json")), b"{not json").unwrap();
+        assert!(cache.get_layer(&key).is_none());
+    }
+
+    #[test]
+    fn keys_are_unambiguous() {
+        let k = |parts: &[&str]| parts.iter().fold(LayerKey::builder("k"), |b, p| b.str(p)).finish();
+        assert_eq!(k(&["a", "b"]), k(&["a", "b"]));
+        assert_ne!(k(&["ab"]), k(&["a", "b"]));
+        assert_ne!(k(&["a", "b"]), k(&["b", "a"]));
+        assert_ne!(LayerKey::builder("x").str("a").finish(), LayerKey::builder("x").digest("a").finish());
+        assert_ne!(LayerKey::builder("x").finish(), LayerKey::builder("y").finish());
+        let key = k(&["a"]);
+        assert_eq!(LayerKey::from_hex(key.as_hex()).unwrap(), key);
+    }
+
+    #[test]
+    fn stale_temps_are_cleaned_live_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let live = cache.temp_file().unwrap();
+        let dead = dir.path().join("tmp").join("dead.tmp");
+        fs::write(&dead, b"partial").unwrap();
+        let old = SystemTime::now() - Duration::from_hours(1);
+        for p in [live.path(), &dead] {
+            File::options().write(true).open(p).unwrap().set_modified(old).unwrap();
+        }
+        assert_eq!(cache.clean_temps().unwrap(), 1);
+        assert!(!dead.exists());
+        assert!(live.path().exists(), "a locked temp file belongs to a live writer");
+        let live_path = live.path().to_path_buf();
+        drop(live);
+        assert!(!live_path.exists(), "an uncommitted temp file is removed on drop");
+    }
+
+    #[test]
+    fn lock_is_exclusive() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let guard = cache.lock().unwrap();
+        let probe = File::options().write(true).open(dir.path().join("lock")).unwrap();
+        assert!(probe.try_lock().is_err());
+        drop(guard);
+        assert!(probe.try_lock().is_ok());
+    }
+}

@@ -1,0 +1,74 @@
+//! `stackbuild [build] RECIPE`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use stackbuild::build::{build, BuildOptions};
+use stackbuild::layer::Compression;
+use stackbuild::recipe::Recipe;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The recipe (TOML).
+    recipe: Option<PathBuf>,
+    /// Where to write the OCI image layout [default: images/<name>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also write an archive that `docker load`, `podman load` and skopeo accept.
+    #[arg(long, value_name = "FILE")]
+    archive: Option<PathBuf>,
+    /// Fail when the lock file is missing or stale instead of resolving again.
+    #[arg(long)]
+    locked: bool,
+    /// Cache directory [default: $STACKBUILD_CACHE or ~/.cache/stackbuild].
+    #[arg(long, env = "STACKBUILD_CACHE")]
+    cache_dir: Option<PathBuf>,
+    /// Layer compression: gzip, zstd or none.
+    #[arg(long, default_value = "gzip")]
+    compression: Compression,
+    /// Use a local directory instead of a recipe source: `--source dreamzero=../dreamzero`.
+    #[arg(long = "source", value_name = "NAME=PATH")]
+    sources: Vec<String>,
+    /// Write the build report (layers built or reused, the stack) as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+}
+
+impl Args {
+    pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
+        let Some(path) = self.recipe else { bail!("no recipe given; usage: stackbuild RECIPE (see --help)") };
+        let recipe = Recipe::load(&path)?;
+        let mut source_overrides = BTreeMap::new();
+        for s in &self.sources {
+            let Some((name, dir)) = s.split_once('=') else { bail!("--source {s:?}: expected NAME=PATH") };
+            if !recipe.sources.iter().any(|r| r.name == name) {
+                bail!("--source {s:?}: the recipe has no source named {name:?}");
+            }
+            source_overrides.insert(name.to_owned(), PathBuf::from(dir));
+        }
+        let opts = BuildOptions {
+            out: self.out,
+            archive: self.archive,
+            locked: self.locked,
+            cache_dir: self.cache_dir,
+            compression: self.compression,
+            source_overrides,
+        };
+        let report = build(&recipe, &opts)?;
+        if let Some(file) = &self.report {
+            std::fs::write(file, serde_json::to_vec_pretty(&report)?)
+                .with_context(|| format!("writing {}", file.display()))?;
+        }
+        let built = report.layers.iter().filter(|l| l.built).count();
+        tracing::info!(
+            "{} -> {} ({} layers, {built} built, {:.2}s)",
+            report.reference,
+            report.layout.display(),
+            report.layers.len(),
+            report.seconds
+        );
+        println!("{}", report.manifest_digest);
+        Ok(std::process::ExitCode::SUCCESS)
+    }
+}

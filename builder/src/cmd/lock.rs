@@ -1,0 +1,44 @@
+//! `stackbuild lock RECIPE`.
+
+use std::path::PathBuf;
+
+use stackbuild::cache::Cache;
+use stackbuild::recipe::Recipe;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The recipe (TOML).
+    recipe: PathBuf,
+    /// Cache directory [default: $STACKBUILD_CACHE or ~/.cache/stackbuild].
+    #[arg(long, env = "STACKBUILD_CACHE")]
+    cache_dir: Option<PathBuf>,
+    /// Exit 1 if the lock is missing or stale, without writing it.
+    #[arg(long)]
+    check: bool,
+}
+
+impl Args {
+    pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
+        let recipe = Recipe::load(&self.recipe)?;
+        if self.check {
+            let lock = stackbuild::lock::Lock::load_optional(recipe.lock_path())?;
+            return Ok(match lock.and_then(|l| l.stale_reason(&recipe).map_or(Some(()), |_| None)) {
+                Some(()) => std::process::ExitCode::SUCCESS,
+                None => {
+                    eprintln!("{}: missing or stale", recipe.lock_path().display());
+                    std::process::ExitCode::FAILURE
+                }
+            });
+        }
+        let cache = match self.cache_dir {
+            Some(d) => Cache::open(d)?,
+            None => Cache::open_default()?,
+        };
+        let _guard = cache.lock()?;
+        // Always resolve again: `lock` is how a user asks for fresh pins.
+        let lock = stackbuild::build::lock_recipe(&recipe, false, true, &cache)?;
+        println!("{}", recipe.lock_path().display());
+        tracing::info!("{} package(s) locked", lock.packages.len());
+        Ok(std::process::ExitCode::SUCCESS)
+    }
+}

@@ -1,0 +1,39 @@
+//! The command line: one module per subcommand. `stackbuild RECIPE` builds.
+
+use clap::{Parser, Subcommand};
+
+mod build;
+mod lock;
+
+/// Builds reproducible, layered OCI images of GPU software stacks from a recipe, and refuses
+/// stacks that cannot work.
+#[derive(Debug, Parser)]
+#[command(name = "stackbuild", version, about, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    build: build::Args,
+    /// Print warnings and errors only.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Build the image of a recipe (the default: `stackbuild RECIPE`).
+    Build(build::Args),
+    /// Resolve the recipe and write `<recipe>.lock` with every artifact's version and sha256.
+    Lock(lock::Args),
+}
+
+impl Cli {
+    /// Runs the chosen subcommand.
+    pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
+        match self.command {
+            Some(Command::Build(args)) => args.run(),
+            Some(Command::Lock(args)) => args.run(),
+            None => self.build.run(),
+        }
+    }
+}

@@ -1,0 +1,527 @@
+//! Verified downloads of the pinned wheels for a target.
+//!
+//! pip does the downloading (`pip download --no-deps --only-binary=:all: --platform ...
+//! --python-version ... --implementation cp --require-hashes`), which brings the machine's
+//! index configuration, proxies and certificates for free; we then hash every file ourselves
+//! and move it into place atomically, so a file in the artifact directory is always complete and
+//! always matches its name. The layout is `DEST/<sha256>/<wheel file name>`: the directory is
+//! named by the content, and the wheel keeps the file name installers read its tags from.
+//!
+//! The function boundary ([`fetch_wheels`]) hides pip, so a direct HTTP client can replace it.
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::str::FromStr;
+
+use pep508_rs::PackageName;
+use sha2::{Digest, Sha256};
+use stackhook::contract::version::PackageVersion;
+
+use crate::solve::{Pinned, Target};
+
+/// A verified wheel in the artifact directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Artifact {
+    /// Normalized package name.
+    pub name: PackageName,
+    /// Exact version.
+    pub version: PackageVersion,
+    /// The wheel's file name.
+    pub filename: String,
+    /// Lowercase hex sha256 of the file.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Where it is: `DEST/<sha256>/<filename>`.
+    pub path: PathBuf,
+}
+
+/// Why fetching failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// pip is not available to the host's `python3`.
+    #[error("`python3 -m pip` is not available to download wheels: {reason}")]
+    PipMissing {
+        /// What happened when it was tried.
+        reason: String,
+    },
+    /// A file or directory could not be read or written.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// pip could not download some artifacts (index unreachable, no such file, hash mismatch).
+    #[error("downloading {} for {target} failed: {reason}", artifacts.join(", "))]
+    Download {
+        /// The artifacts concerned (`name==version`).
+        artifacts: Vec<String>,
+        /// The target.
+        target: String,
+        /// pip's error message.
+        reason: String,
+    },
+    /// A downloaded file is not one the pins allow.
+    #[error(
+        "downloaded {filename} has sha256 {sha256}, which {pin} does not list (expected one of: {})",
+        expected.join(", ")
+    )]
+    HashMismatch {
+        /// The file.
+        filename: String,
+        /// Its actual digest.
+        sha256: String,
+        /// The pin it was downloaded for.
+        pin: String,
+        /// The digests the pin allows.
+        expected: Vec<String>,
+    },
+    /// pip reported success but a pin got no file.
+    #[error("downloading {pin} for {target}: pip wrote no file for it")]
+    Missing {
+        /// The pin.
+        pin: String,
+        /// The target.
+        target: String,
+    },
+}
+
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FetchError {
+    let path = path.to_owned();
+    move |source| FetchError::Io { what, path, source }
+}
+
+/// Lowercase hex sha256 of a file, read in chunks.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// The parts of a wheel file name (PEP 427): `{name}-{version}(-{build})?-{py}-{abi}-{plat}.whl`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WheelName {
+    pub name: PackageName,
+    pub version: PackageVersion,
+    pub python: Vec<String>,
+    pub abi: Vec<String>,
+    pub platform: Vec<String>,
+}
+
+pub(crate) fn parse_wheel_name(filename: &str) -> Option<WheelName> {
+    let stem = filename.strip_suffix(".whl")?;
+    let parts: Vec<&str> = stem.split('-').collect();
+    if parts.len() != 5 && parts.len() != 6 {
+        return None;
+    }
+    let n = parts.len();
+    let split = |s: &str| s.split('.').map(str::to_owned).collect::<Vec<_>>();
+    Some(WheelName {
+        name: PackageName::from_str(parts[0]).ok()?,
+        version: PackageVersion::from_str(parts[1]).ok()?,
+        python: split(parts[n - 3]),
+        abi: split(parts[n - 2]),
+        platform: split(parts[n - 1]),
+    })
+}
+
+/// How well a wheel fits `target`: `Some(rank)` when installable, lower is better (the index of
+/// its best platform tag in [`Target::platform_tags`], `any` last), `None` when not.
+///
+/// Python/ABI pairs accepted, as pip's tag order for `CPython` allows (`packaging.tags`):
+/// `cpXY-cpXY`, `cp3Y-abi3` for Y <= the target's minor, and `none` with `cpXY`, `pyX` or `pyXY`
+/// (same major, minor at most the target's).
+fn wheel_rank(wheel: &WheelName, target: &Target) -> Option<usize> {
+    let major = target.python.part(0);
+    let minor = target.python.part(1);
+    let cp = target.python_tag();
+    let py_ok = |py: &str, abi: &str| -> bool {
+        let version_at_most = |digits: &str| {
+            let mut chars = digits.chars();
+            let maj = chars.next().and_then(|c| c.to_digit(10)).map(u64::from);
+            let rest = chars.as_str();
+            maj == Some(major) && (rest.is_empty() || rest.parse::<u64>().is_ok_and(|m| m <= minor))
+        };
+        match abi {
+            a if a == cp => py == cp,
+            "abi3" => py.strip_prefix("cp").is_some_and(|d| d.len() >= 2 && version_at_most(d)),
+            "none" => py == cp || py.strip_prefix("py").is_some_and(version_at_most),
+            _ => false,
+        }
+    };
+    let interpreter_ok = wheel.python.iter().any(|py| wheel.abi.iter().any(|abi| py_ok(py, abi)));
+    if !interpreter_ok {
+        return None;
+    }
+    let tags = target.platform_tags();
+    wheel
+        .platform
+        .iter()
+        .filter_map(|p| if p == "any" { Some(tags.len()) } else { tags.iter().position(|t| t == p) })
+        .min()
+}
+
+/// Look in `dest` for an already fetched file of `pin` that fits `target`, re-hashing it; a
+/// corrupted entry is removed so that it is downloaded again.
+fn find_present(pin: &Pinned, target: &Target, dest: &Path) -> Result<Option<Artifact>, FetchError> {
+    let mut best: Option<(usize, Artifact)> = None;
+    for hash in &pin.hashes {
+        let dir = dest.join(hash);
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let files: Vec<_> = entries.filter_map(Result::ok).collect();
+        let [entry] = files.as_slice() else { continue };
+        let filename = entry.file_name().to_string_lossy().into_owned();
+        let Some(wheel) = parse_wheel_name(&filename) else { continue };
+        if wheel.name != pin.name || wheel.version != pin.version {
+            continue;
+        }
+        let Some(rank) = wheel_rank(&wheel, target) else { continue };
+        let path = entry.path();
+        let meta = std::fs::symlink_metadata(&path).map_err(io("reading", &path))?;
+        if !meta.is_file() {
+            continue;
+        }
+        let actual = sha256_file(&path).map_err(io("hashing", &path))?;
+        if actual != *hash {
+            tracing::warn!(path = %path.display(), "cached wheel does not match its hash; fetching it again");
+            std::fs::remove_dir_all(&dir).map_err(io("removing corrupted", &dir))?;
+            continue;
+        }
+        let artifact = Artifact {
+            name: pin.name.clone(),
+            version: pin.version.clone(),
+            filename,
+            sha256: actual,
+            size: meta.len(),
+            path,
+        };
+        if best.as_ref().is_none_or(|(r, _)| rank < *r) {
+            best = Some((rank, artifact));
+        }
+    }
+    Ok(best.map(|(_, a)| a))
+}
+
+/// Download the wheels of `pins` for `target` into `dest_dir`, verified by sha256, and return
+/// them in the order of `pins`. Artifacts already present (and still matching their hash) are
+/// not downloaded again. `index` is the recipe's index, if it names one; otherwise pip's own
+/// configuration applies.
+pub fn fetch_wheels(
+    pins: &[Pinned],
+    target: &Target,
+    index: Option<&str>,
+    dest_dir: &Path,
+) -> Result<Vec<Artifact>, FetchError> {
+    std::fs::create_dir_all(dest_dir).map_err(io("creating", dest_dir))?;
+    let mut found: BTreeMap<usize, Artifact> = BTreeMap::new();
+    let mut missing: Vec<usize> = Vec::new();
+    for (i, pin) in pins.iter().enumerate() {
+        match find_present(pin, target, dest_dir)? {
+            Some(a) => {
+                found.insert(i, a);
+            }
+            None => missing.push(i),
+        }
+    }
+    if !missing.is_empty() {
+        let wanted: Vec<&Pinned> = missing.iter().map(|&i| &pins[i]).collect();
+        for (i, artifact) in missing.iter().zip(download(&wanted, target, index, dest_dir)?) {
+            found.insert(*i, artifact);
+        }
+    }
+    Ok(found.into_values().collect())
+}
+
+/// Run pip for `pins` into a temporary directory inside `dest` (same file system, so the final
+/// rename is atomic), verify, and move each file into place. Returns one artifact per pin.
+fn download(
+    pins: &[&Pinned],
+    target: &Target,
+    index: Option<&str>,
+    dest: &Path,
+) -> Result<Vec<Artifact>, FetchError> {
+    let tmp = tempfile::Builder::new()
+        .prefix(".fetch-")
+        .tempdir_in(dest)
+        .map_err(io("creating a temporary directory in", dest))?;
+    let download_dir = tmp.path().join("download");
+    let requirements = tmp.path().join("requirements.txt");
+    let mut reqs = String::new();
+    for pin in pins {
+        reqs.push_str(&pin.to_string());
+        for h in &pin.hashes {
+            reqs.push_str(" --hash=sha256:");
+            reqs.push_str(h);
+        }
+        reqs.push('\n');
+    }
+    std::fs::write(&requirements, reqs).map_err(io("writing", &requirements))?;
+
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes"])
+        .args(["--disable-pip-version-check", "--no-input", "--progress-bar", "off"])
+        .args(["--implementation", "cp", "--python-version", &target.python_minor()])
+        .args(["--abi", &target.python_tag(), "--abi", "abi3", "--abi", "none"]);
+    for tag in target.platform_tags() {
+        cmd.args(["--platform", &tag]);
+    }
+    if let Some(index) = index {
+        cmd.args(["--index-url", index]);
+    }
+    cmd.arg("-d").arg(&download_dir).arg("-r").arg(&requirements);
+    let output = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| FetchError::PipMissing { reason: format!("running python3: {e}") })?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if stderr.contains("No module named pip") {
+            return Err(FetchError::PipMissing { reason: stderr.trim().to_owned() });
+        }
+        return Err(download_error(pins, target, &stderr));
+    }
+
+    // Hash what pip wrote and match each file to its pin by name, version and hash.
+    let mut by_pin: Vec<Option<Artifact>> = vec![None; pins.len()];
+    let entries = std::fs::read_dir(&download_dir).map_err(io("reading", &download_dir))?;
+    for entry in entries {
+        let entry = entry.map_err(io("reading", &download_dir))?;
+        let path = entry.path();
+        let filename = entry.file_name().to_string_lossy().into_owned();
+        let Some(wheel) = parse_wheel_name(&filename) else {
+            return Err(FetchError::Download {
+                artifacts: pins.iter().map(ToString::to_string).collect(),
+                target: target.to_string(),
+                reason: format!("pip wrote {filename:?}, which is not a wheel"),
+            });
+        };
+        let Some(i) = pins.iter().position(|p| p.name == wheel.name && p.version == wheel.version) else {
+            continue;
+        };
+        let sha256 = sha256_file(&path).map_err(io("hashing", &path))?;
+        if !pins[i].hashes.contains(&sha256) {
+            return Err(FetchError::HashMismatch {
+                filename,
+                sha256,
+                pin: pins[i].to_string(),
+                expected: pins[i].hashes.clone(),
+            });
+        }
+        let size = std::fs::metadata(&path).map_err(io("reading", &path))?.len();
+        let final_path = place(&path, &filename, &sha256, tmp.path(), dest)?;
+        by_pin[i] = Some(Artifact {
+            name: pins[i].name.clone(),
+            version: pins[i].version.clone(),
+            filename,
+            sha256,
+            size,
+            path: final_path,
+        });
+    }
+    pins.iter()
+        .zip(by_pin)
+        .map(|(pin, a)| {
+            a.ok_or_else(|| FetchError::Missing { pin: pin.to_string(), target: target.to_string() })
+        })
+        .collect()
+}
+
+/// Move a verified file to `dest/<sha256>/<filename>`: staged as `tmp/<sha256>/<filename>`, then
+/// the directory renamed into place in one step. When another process put the same content
+/// there first, that copy is kept (after checking it).
+fn place(file: &Path, filename: &str, sha256: &str, tmp: &Path, dest: &Path) -> Result<PathBuf, FetchError> {
+    let stage = tmp.join(sha256);
+    std::fs::create_dir(&stage).map_err(io("creating", &stage))?;
+    std::fs::rename(file, stage.join(filename)).map_err(io("moving", file))?;
+    let target_dir = dest.join(sha256);
+    let final_path = target_dir.join(filename);
+    if let Err(e) = std::fs::rename(&stage, &target_dir) {
+        // `rename` over a non-empty directory fails: someone else placed it.
+        let same = sha256_file(&final_path).is_ok_and(|h| h == sha256);
+        if !same {
+            return Err(FetchError::Io { what: "moving into place", path: target_dir, source: e });
+        }
+    }
+    Ok(final_path)
+}
+
+/// A download error naming the artifacts pip complains about (all of them when it names none),
+/// with pip's `ERROR:` text as the reason.
+fn download_error(pins: &[&Pinned], target: &Target, stderr: &str) -> FetchError {
+    let reason = stderr.find("ERROR:").map_or(stderr, |i| &stderr[i..]).trim();
+    let lower = reason.to_ascii_lowercase();
+    let named: Vec<String> = pins
+        .iter()
+        .filter(|p| {
+            let spec = p.to_string();
+            lower.contains(&spec) || lower.contains(&spec.replace('-', "_"))
+        })
+        .map(ToString::to_string)
+        .collect();
+    let artifacts = if named.is_empty() { pins.iter().map(ToString::to_string).collect() } else { named };
+    FetchError::Download { artifacts, target: target.to_string(), reason: reason.to_owned() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recipe::Platform;
+
+    fn target() -> Target {
+        Target::new("3.11".parse().unwrap(), Platform::LinuxAmd64)
+    }
+
+    fn pin(spec: &str, hashes: &[&str]) -> Pinned {
+        let (name, version) = spec.split_once("==").unwrap();
+        Pinned {
+            name: name.parse().unwrap(),
+            version: version.parse().unwrap(),
+            hashes: hashes.iter().map(|h| (*h).to_owned()).collect(),
+        }
+    }
+
+    /// An index that refuses connections: any attempt to download fails.
+    const NO_INDEX: &str = "http://127.0.0.1:9/simple";
+
+    #[test]
+    fn hashes_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"abc").unwrap();
+        assert_eq!(
+            sha256_file(&p).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(sha256_file(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn wheel_names_and_tags() {
+        let t = target();
+        let rank = |f: &str| wheel_rank(&parse_wheel_name(f).unwrap(), &t);
+        assert_eq!(rank("six-1.16.0-py2.py3-none-any.whl"), Some(t.platform_tags().len()));
+        assert!(rank("numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl").is_some());
+        assert!(
+            rank("torch-2.1.0-cp311-cp311-manylinux1_x86_64.whl").unwrap()
+                > rank("x-1-cp311-cp311-manylinux_2_28_x86_64.whl").unwrap()
+        );
+        assert!(rank("x-1-cp39-abi3-manylinux2014_x86_64.whl").is_some());
+        assert_eq!(rank("x-1-cp312-cp312-manylinux2014_x86_64.whl"), None);
+        assert_eq!(rank("x-1-cp311-cp311-manylinux2014_aarch64.whl"), None);
+        assert_eq!(rank("x-1-cp311-cp311-manylinux_2_31_x86_64.whl"), None);
+        assert_eq!(rank("x-1-cp311-cp311-win_amd64.whl"), None);
+        let w = parse_wheel_name("Typing_Extensions-4.9.0-1build-py3-none-any.whl").unwrap();
+        assert_eq!(w.name.as_ref(), "typing-extensions");
+        assert!(parse_wheel_name("six-1.16.0.tar.gz").is_none());
+        assert!(parse_wheel_name("six-py3-none-any.whl").is_none());
+    }
+
+    /// A present, intact artifact is used without running pip (the index here refuses
+    /// connections); a corrupted one is removed and fetched again, which then fails and names it.
+    #[test]
+    fn reuses_present_artifacts() {
+        let dest = tempfile::tempdir().unwrap();
+        let content = b"not really a wheel";
+        let hash = hex::encode(Sha256::digest(content));
+        let dir = dest.path().join(&hash);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("six-1.16.0-py2.py3-none-any.whl"), content).unwrap();
+        let pins = [pin("six==1.16.0", &[&hash])];
+        let got = fetch_wheels(&pins, &target(), Some(NO_INDEX), dest.path()).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].sha256, hash);
+        assert_eq!(got[0].size, content.len() as u64);
+        assert_eq!(got[0].path, dir.join("six-1.16.0-py2.py3-none-any.whl"));
+
+        // A wheel for another platform is not taken for this one.
+        let arm = Target::new("3.11".parse().unwrap(), Platform::LinuxArm64);
+        let other = tempfile::tempdir().unwrap();
+        let d = other.path().join(&hash);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("six-1.16.0-cp311-cp311-manylinux2014_x86_64.whl"), content).unwrap();
+        assert!(find_present(&pins[0], &arm, other.path()).unwrap().is_none());
+        assert!(find_present(&pins[0], &target(), other.path()).unwrap().is_some());
+
+        // Corrupt it: the entry is dropped and a download is attempted.
+        std::fs::write(dir.join("six-1.16.0-py2.py3-none-any.whl"), b"tampered").unwrap();
+        assert!(find_present(&pins[0], &target(), dest.path()).unwrap().is_none());
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn download_errors_name_the_artifact() {
+        let pins = [pin("six==1.16.0", &["a"]), pin("numpy==1.26.4", &["b"])];
+        let refs: Vec<&Pinned> = pins.iter().collect();
+        let stderr = "Collecting numpy==1.26.4\nERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE \
+                      REQUIREMENTS FILE.\n    numpy==1.26.4 from ...\n";
+        let e = download_error(&refs, &target(), stderr).to_string();
+        assert!(
+            e.starts_with("downloading numpy==1.26.4 for cp311/x86_64-manylinux_2_28 failed: ERROR: THESE"),
+            "{e}"
+        );
+        let e = download_error(&refs, &target(), "ERROR: network down").to_string();
+        assert!(e.starts_with("downloading six==1.16.0, numpy==1.26.4 for"), "{e}");
+    }
+
+    /// Resolves and fetches two tiny wheels from the machine's configured index.
+    #[test]
+    fn resolves_and_fetches_from_the_index() {
+        let text = "[image]\nname = \"t\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\n\
+                    packages = [\"six==1.16.0\", \"packaging==23.2\"]\n";
+        let recipe = crate::recipe::Recipe::parse("t.toml", text).unwrap();
+        let python = recipe.python.as_ref().unwrap();
+        let pins = crate::solve::resolve(python, &target()).unwrap();
+        let dest = tempfile::tempdir().unwrap();
+        let got = fetch_wheels(&pins, &target(), None, dest.path()).unwrap();
+        let summary: Vec<(String, String, String)> =
+            got.iter().map(|a| (a.name.to_string(), a.filename.clone(), a.sha256.clone())).collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    "packaging".to_owned(),
+                    "packaging-23.2-py3-none-any.whl".to_owned(),
+                    "8c491190033a9af7e1d931d0b5dacc2ef47509b34dd0de67ed209b5203fc88c7".to_owned()
+                ),
+                (
+                    "six".to_owned(),
+                    "six-1.16.0-py2.py3-none-any.whl".to_owned(),
+                    "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254".to_owned()
+                ),
+            ]
+        );
+        for a in &got {
+            assert_eq!(sha256_file(&a.path).unwrap(), a.sha256);
+            assert_eq!(a.path, dest.path().join(&a.sha256).join(&a.filename));
+            assert_eq!(std::fs::metadata(&a.path).unwrap().len(), a.size);
+        }
+        // Only the artifact directories remain, no temporary ones.
+        assert_eq!(std::fs::read_dir(dest.path()).unwrap().count(), 2);
+        // Fetching again touches no index.
+        let again = fetch_wheels(&pins, &target(), Some(NO_INDEX), dest.path()).unwrap();
+        assert_eq!(again, got);
+
+        // A version that does not exist fails and names the artifact.
+        let bogus =
+            [pin("six==0.0.0.1", &["0000000000000000000000000000000000000000000000000000000000000000"])];
+        let e = fetch_wheels(&bogus, &target(), None, dest.path()).unwrap_err().to_string();
+        assert!(
+            e.starts_with("downloading six==0.0.0.1 for cp311/x86_64-manylinux_2_28 failed: ERROR:"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,31 @@
+//! stackbuild: from a recipe to a reproducible, layered OCI image.
+//!
+//! - [`recipe`]: the recipe file, with errors that point at file, line and column.
+//! - [`lock`]: the lock file that pins every artifact by sha256.
+//! - [`solve`]: resolution of Python packages for the target interpreter and platform.
+//! - [`derive`]: what the host must provide, derived from the stack and the `[host]` rules.
+//! - [`fetch`]: verified downloads into the cache.
+//! - [`wheel`]: PEP 427 wheel installation into a staging tree, without running Python.
+//! - [`source`]: git commits and local directories staged into a tree, with a content digest.
+//! - [`patch`]: strict find/replace and unified-diff patches applied to a staged tree.
+//! - [`base`]: the image's base: scratch, an OCI layout, or a Debian rootfs by mmdebstrap.
+//! - [`build`]: the build itself: recipe -> lock -> layers -> image layout.
+//! - [`cache`]: the content-addressed cache of artifacts and layer blobs.
+//! - [`layer`]: deterministic layer tars and their compression.
+//! - [`oci`]: OCI image layouts and `docker load` archives.
+//! - [`audit`]: a static `ldd` over an image's root filesystem (unresolved, shadowed and stub libraries).
+
+pub mod audit;
+pub mod base;
+pub mod build;
+pub mod cache;
+pub mod derive;
+pub mod fetch;
+pub mod layer;
+pub mod lock;
+pub mod oci;
+pub mod patch;
+pub mod recipe;
+pub mod solve;
+pub mod source;
+pub mod wheel;

@@ -1,0 +1,865 @@
+//! OCI image layouts, `docker load` archives, and reading layouts back.
+//!
+//! Everything written here is a function of its inputs only: JSON is serialized compactly from
+//! structs with a fixed field order and `BTreeMap`s (sorted keys), times come from the epoch,
+//! and archives have sorted entries with mtime 0, so the same image always has the same manifest
+//! digest. See <https://github.com/opencontainers/image-spec> (`image-layout.md`,
+//! `manifest.md`, `config.md`).
+//!
+//! [`write_archive`] writes an OCI layout in a tar *plus* the legacy `manifest.json` of
+//! `docker save`, pointing at the same blobs: Docker 20.10 (Debian bookworm) only reads the
+//! latter, skopeo and podman the former; Docker 25+ `docker save` produces the same shape.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{self, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::cache::{self, sha256_hex, unique_temp_name, write_atomic};
+use crate::layer::LayerBlob;
+
+/// Media type of an OCI image manifest.
+pub const MEDIA_TYPE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// Media type of an OCI image index.
+pub const MEDIA_TYPE_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+/// Media type of an OCI image config.
+pub const MEDIA_TYPE_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+/// Media type of a Docker schema 2 manifest (accepted when reading).
+pub const MEDIA_TYPE_DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+/// Media type of a Docker manifest list (recognized when reading, to refuse it clearly).
+pub const MEDIA_TYPE_DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+/// Annotation holding a tag in `index.json`.
+pub const ANNOTATION_REF_NAME: &str = "org.opencontainers.image.ref.name";
+/// Annotation containerd and Docker 25+ use for the full image name in `index.json`.
+pub const ANNOTATION_CONTAINERD_NAME: &str = "io.containerd.image.name";
+
+/// Largest JSON document (index, manifest, config) read from a layout.
+const MAX_JSON: u64 = 16 * 1024 * 1024;
+
+/// Errors of image writing and reading.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    /// An I/O operation failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A JSON document could not be parsed or written.
+    #[error("JSON of {path}: {source}")]
+    Json {
+        /// The document.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A blob does not match its descriptor.
+    #[error("blob {path}: expected {expected}, found {actual}")]
+    BlobMismatch {
+        /// The blob.
+        path: PathBuf,
+        /// The digest or size expected.
+        expected: String,
+        /// The digest or size found.
+        actual: String,
+    },
+    /// A digest is malformed.
+    #[error(transparent)]
+    Digest(#[from] cache::CacheError),
+    /// No manifest with this tag in a layout.
+    #[error("no image tagged {tag:?} in {dir} (tags: {available})")]
+    TagNotFound {
+        /// The layout.
+        dir: PathBuf,
+        /// The tag asked for.
+        tag: String,
+        /// The tags present.
+        available: String,
+    },
+    /// A layout holds something this reader does not handle.
+    #[error("{path}: unsupported {what}")]
+    Unsupported {
+        /// The document.
+        path: PathBuf,
+        /// What is unsupported.
+        what: String,
+    },
+    /// A blob path resolves outside the layout directory.
+    #[error("{path} escapes the layout {dir}")]
+    Escapes {
+        /// The layout.
+        dir: PathBuf,
+        /// The blob path.
+        path: PathBuf,
+    },
+    /// The image's history does not match its layers.
+    #[error("history has {history} non-empty entries but the image has {layers} layers")]
+    HistoryMismatch {
+        /// Entries of the history without `empty_layer`.
+        history: usize,
+        /// Layers of the image.
+        layers: usize,
+    },
+    /// A tag or image name is malformed.
+    #[error("invalid image reference {0:?}")]
+    BadReference(String),
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> OciError + 'a {
+    move |source| OciError::Io { op, path: path.to_path_buf(), source }
+}
+
+/// Formats seconds since the Unix epoch as RFC 3339 UTC (`1970-01-01T00:00:00Z`), for
+/// `created` fields derived from `SOURCE_DATE_EPOCH`.
+pub fn rfc3339(epoch: u64) -> String {
+    // Civil-from-days, after Howard Hinnant, <https://howardhinnant.github.io/date_algorithms.html>.
+    let days = epoch / 86_400;
+    let secs = epoch % 86_400;
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+/// `null` (as Docker writes for empty fields) reads as the default value.
+fn null_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// The platform of an image.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Platform {
+    /// CPU architecture in Go's spelling (`amd64`, `arm64`).
+    pub architecture: String,
+    /// Operating system (`linux`).
+    pub os: String,
+    /// CPU variant (`v8` for arm64), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+}
+
+/// The execution parameters of an image (`config` in the image config).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RuntimeConfig {
+    /// User (name or uid[:gid]) the process runs as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// `NAME=value` environment entries.
+    #[serde(default, deserialize_with = "null_default", skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    /// Entrypoint argv.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<Vec<String>>,
+    /// Default arguments (argv when there is no entrypoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<Vec<String>>,
+    /// Working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    /// Labels.
+    #[serde(default, deserialize_with = "null_default", skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `rootfs` of an image config.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootFs {
+    /// Always `layers`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Digests of the uncompressed layer tars, base first.
+    #[serde(default, deserialize_with = "null_default")]
+    pub diff_ids: Vec<String>,
+}
+
+impl Default for RootFs {
+    fn default() -> Self {
+        Self { kind: "layers".to_string(), diff_ids: Vec::new() }
+    }
+}
+
+/// One entry of an image's history.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct History {
+    /// When (RFC 3339, from the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<String>,
+    /// What created the layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    /// Author.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    /// Free-form comment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// True when the step produced no layer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub empty_layer: bool,
+}
+
+/// An OCI image config (`application/vnd.oci.image.config.v1+json`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageConfig {
+    /// When the image was created (RFC 3339, from the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<String>,
+    /// CPU architecture.
+    pub architecture: String,
+    /// Operating system.
+    pub os: String,
+    /// CPU variant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// Execution parameters.
+    #[serde(default, deserialize_with = "null_default")]
+    pub config: RuntimeConfig,
+    /// The layers' `diff_ids` ([`Image::new`] fills them in).
+    #[serde(default)]
+    pub rootfs: RootFs,
+    /// One entry per build step.
+    #[serde(default, deserialize_with = "null_default", skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<History>,
+}
+
+impl ImageConfig {
+    /// The platform of this config.
+    pub fn platform(&self) -> Platform {
+        Platform {
+            architecture: self.architecture.clone(),
+            os: self.os.clone(),
+            variant: self.variant.clone(),
+        }
+    }
+}
+
+/// A content descriptor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Descriptor {
+    /// Media type of the content.
+    pub media_type: String,
+    /// `sha256:<hex>`.
+    pub digest: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Annotations.
+    #[serde(default, deserialize_with = "null_default", skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Platform (in an index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<Platform>,
+}
+
+impl Descriptor {
+    fn new(media_type: &str, digest: String, size: u64) -> Self {
+        Self {
+            media_type: media_type.to_string(),
+            digest,
+            size,
+            annotations: BTreeMap::new(),
+            platform: None,
+        }
+    }
+}
+
+/// An image manifest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    /// Always 2.
+    pub schema_version: u32,
+    /// [`MEDIA_TYPE_MANIFEST`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    /// The config blob.
+    pub config: Descriptor,
+    /// The layer blobs, base first.
+    #[serde(default, deserialize_with = "null_default")]
+    pub layers: Vec<Descriptor>,
+    /// Annotations.
+    #[serde(default, deserialize_with = "null_default", skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// An image index (`index.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Index {
+    /// Always 2.
+    pub schema_version: u32,
+    /// [`MEDIA_TYPE_INDEX`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    /// The manifests.
+    #[serde(default, deserialize_with = "null_default")]
+    pub manifests: Vec<Descriptor>,
+    /// Annotations.
+    #[serde(default, deserialize_with = "null_default", skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// An image ready to be written: config, layer blobs on disk and manifest annotations.
+#[derive(Clone, Debug)]
+pub struct Image {
+    /// The config; `rootfs.diff_ids` always match `layers`.
+    config: ImageConfig,
+    /// The layers, base first.
+    layers: Vec<LayerBlob>,
+    /// Manifest annotations (`org.opencontainers.image.*`).
+    annotations: BTreeMap<String, String>,
+}
+
+/// The serialized documents of an [`Image`].
+struct Documents {
+    config: Vec<u8>,
+    config_digest: String,
+    manifest: Vec<u8>,
+    manifest_digest: String,
+}
+
+fn sha256_bytes(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+impl Image {
+    /// Assembles an image. `config.rootfs` is replaced by the layers' `diff_ids`. An empty
+    /// `config.history` gets one entry per layer (dated `config.created`); a given history must
+    /// have as many entries without `empty_layer` as there are layers (Docker checks this).
+    pub fn new(
+        mut config: ImageConfig,
+        layers: Vec<LayerBlob>,
+        annotations: BTreeMap<String, String>,
+    ) -> Result<Self, OciError> {
+        config.rootfs =
+            RootFs { kind: "layers".into(), diff_ids: layers.iter().map(|l| l.diff_id.clone()).collect() };
+        if config.history.is_empty() {
+            config.history = layers
+                .iter()
+                .map(|_| History { created: config.created.clone(), ..History::default() })
+                .collect();
+        }
+        let history = config.history.iter().filter(|h| !h.empty_layer).count();
+        if history != layers.len() {
+            return Err(OciError::HistoryMismatch { history, layers: layers.len() });
+        }
+        for layer in &layers {
+            sha256_hex(&layer.digest)?;
+            sha256_hex(&layer.diff_id)?;
+        }
+        Ok(Self { config, layers, annotations })
+    }
+
+    /// The config.
+    pub fn config(&self) -> &ImageConfig {
+        &self.config
+    }
+
+    /// The layers, base first.
+    pub fn layers(&self) -> &[LayerBlob] {
+        &self.layers
+    }
+
+    /// The manifest annotations.
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        &self.annotations
+    }
+
+    /// The manifest of this image.
+    pub fn manifest(&self) -> Result<Manifest, OciError> {
+        let config = self.config_json()?;
+        Ok(self.manifest_for(&config))
+    }
+
+    /// The canonical config JSON: compact, fields in declaration order, maps sorted, no
+    /// trailing newline.
+    pub fn config_json(&self) -> Result<Vec<u8>, OciError> {
+        serde_json::to_vec(&self.config).map_err(|source| OciError::Json { path: "config".into(), source })
+    }
+
+    fn manifest_for(&self, config_json: &[u8]) -> Manifest {
+        Manifest {
+            schema_version: 2,
+            media_type: Some(MEDIA_TYPE_MANIFEST.to_string()),
+            config: Descriptor::new(MEDIA_TYPE_CONFIG, sha256_bytes(config_json), config_json.len() as u64),
+            layers: self
+                .layers
+                .iter()
+                .map(|l| Descriptor::new(&l.media_type, l.digest.clone(), l.size))
+                .collect(),
+            annotations: self.annotations.clone(),
+        }
+    }
+
+    fn documents(&self) -> Result<Documents, OciError> {
+        let config = self.config_json()?;
+        let manifest = serde_json::to_vec(&self.manifest_for(&config))
+            .map_err(|source| OciError::Json { path: "manifest".into(), source })?;
+        Ok(Documents {
+            config_digest: sha256_bytes(&config),
+            manifest_digest: sha256_bytes(&manifest),
+            config,
+            manifest,
+        })
+    }
+
+    /// The digest of the manifest (the image's identity), `sha256:<hex>`.
+    pub fn manifest_digest(&self) -> Result<String, OciError> {
+        Ok(self.documents()?.manifest_digest)
+    }
+
+    /// The index descriptor of the manifest, with the platform and the given annotations.
+    fn index_descriptor(&self, docs: &Documents, annotations: BTreeMap<String, String>) -> Descriptor {
+        Descriptor {
+            annotations,
+            platform: Some(self.config.platform()),
+            ..Descriptor::new(MEDIA_TYPE_MANIFEST, docs.manifest_digest.clone(), docs.manifest.len() as u64)
+        }
+    }
+}
+
+const OCI_LAYOUT: &[u8] = br#"{"imageLayoutVersion":"1.0.0"}"#;
+
+/// Checks a tag against the OCI `ref.name` grammar's character set (and keeps it out of paths).
+fn check_tag(tag: &str) -> Result<(), OciError> {
+    let ok = !tag.is_empty()
+        && tag.len() <= 255
+        && tag.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:@+/".contains(&b))
+        && tag.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(OciError::BadReference(tag.to_string()))
+    }
+}
+
+/// Copies `src` to `dest` unless an identical-size file is there: hardlink if possible, else a
+/// copy, always through a temporary name and a rename.
+fn place_blob(src: &Path, dest: &Path, size: u64) -> Result<(), OciError> {
+    if fs::symlink_metadata(dest).is_ok_and(|m| m.is_file() && m.len() == size) {
+        return Ok(());
+    }
+    let src_meta = fs::metadata(src).map_err(io_err("reading", src))?;
+    if src_meta.len() != size {
+        return Err(OciError::BlobMismatch {
+            path: src.to_path_buf(),
+            expected: format!("{size} bytes"),
+            actual: format!("{} bytes", src_meta.len()),
+        });
+    }
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(unique_temp_name(".stackbuild-tmp-"));
+    let result = fs::hard_link(src, &tmp).or_else(|_| {
+        let mut from = File::open(src)?;
+        let mut to = File::options().write(true).create_new(true).open(&tmp)?;
+        io::copy(&mut from, &mut to)?;
+        to.sync_all()
+    });
+    let result = result.and_then(|()| fs::rename(&tmp, dest));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.map_err(io_err("writing", dest))
+}
+
+/// Removes temporary files a killed writer left in a layout.
+fn clean_layout_temps(dir: &Path) {
+    for sub in [dir.to_path_buf(), dir.join("blobs").join("sha256")] {
+        let Ok(entries) = fs::read_dir(&sub) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let stale = entry
+                .metadata()
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age.as_secs() > 3600);
+            if name.to_string_lossy().starts_with(".stackbuild-tmp-") && stale {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// Writes `image` into the OCI image layout `dir` (created if needed) under `tag`; returns the
+/// manifest digest.
+///
+/// Blobs first, then `oci-layout`, then `index.json` (each renamed into place), so the layout is
+/// valid at every moment. Other tags already in `index.json` are kept; an entry with the same
+/// tag is replaced.
+pub fn write_layout(dir: &Path, image: &Image, tag: &str) -> Result<String, OciError> {
+    check_tag(tag)?;
+    let blobs = dir.join("blobs").join("sha256");
+    fs::create_dir_all(&blobs).map_err(io_err("creating", &blobs))?;
+    clean_layout_temps(dir);
+    let docs = image.documents()?;
+    for layer in &image.layers {
+        let dest = blobs.join(sha256_hex(&layer.digest)?);
+        place_blob(&layer.path, &dest, layer.size)?;
+    }
+    for (bytes, digest) in [(&docs.config, &docs.config_digest), (&docs.manifest, &docs.manifest_digest)] {
+        let dest = blobs.join(sha256_hex(digest)?);
+        if !fs::symlink_metadata(&dest).is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64) {
+            write_atomic(&dest, bytes).map_err(io_err("writing", &dest))?;
+        }
+    }
+    cache::sync_dir(&blobs).map_err(io_err("syncing", &blobs))?;
+    let layout = dir.join("oci-layout");
+    write_atomic(&layout, OCI_LAYOUT).map_err(io_err("writing", &layout))?;
+
+    let index_path = dir.join("index.json");
+    let mut manifests = match read_json::<Index>(&index_path) {
+        Ok(index) => index.manifests,
+        Err(OciError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    manifests.retain(|d| d.annotations.get(ANNOTATION_REF_NAME).map(String::as_str) != Some(tag));
+    let annotations = BTreeMap::from([(ANNOTATION_REF_NAME.to_string(), tag.to_string())]);
+    manifests.push(image.index_descriptor(&docs, annotations));
+    let index = Index {
+        schema_version: 2,
+        media_type: Some(MEDIA_TYPE_INDEX.to_string()),
+        manifests,
+        annotations: BTreeMap::new(),
+    };
+    let json =
+        serde_json::to_vec(&index).map_err(|source| OciError::Json { path: index_path.clone(), source })?;
+    write_atomic(&index_path, &json).map_err(io_err("writing", &index_path))?;
+    Ok(docs.manifest_digest)
+}
+
+/// Splits `name[:tag]` (the tag is after the last `:` that follows the last `/`); the tag
+/// defaults to `latest`.
+fn split_repo_tag(repo_tag: &str) -> Result<(&str, &str), OciError> {
+    let bad = || OciError::BadReference(repo_tag.to_string());
+    if repo_tag.contains('@') {
+        return Err(bad());
+    }
+    let slash = repo_tag.rfind('/').map_or(0, |i| i + 1);
+    let (name, tag) = match repo_tag[slash..].rfind(':') {
+        Some(i) => (&repo_tag[..slash + i], &repo_tag[slash + i + 1..]),
+        None => (repo_tag, "latest"),
+    };
+    // Path components are lowercase; only the first (a registry host) may carry `:port`.
+    let component_ok = |c: &str| {
+        !c.is_empty()
+            && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-._".contains(&b))
+    };
+    let name_ok = name.split('/').enumerate().all(|(i, c)| match c.split_once(':') {
+        Some((host, port)) => {
+            i == 0
+                && name.contains('/')
+                && component_ok(host)
+                && !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => component_ok(c),
+    });
+    let tag_ok = !tag.is_empty()
+        && tag.len() <= 128
+        && tag.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+        && !tag.starts_with(['.', '-']);
+    if name_ok && tag_ok {
+        Ok((name, tag))
+    } else {
+        Err(bad())
+    }
+}
+
+/// The content of an archive member.
+enum Source<'a> {
+    Bytes(&'a [u8]),
+    File(&'a Path, u64),
+}
+
+/// The legacy `docker save` manifest entry.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct DockerManifestEntry<'a> {
+    config: String,
+    repo_tags: [&'a str; 1],
+    layers: Vec<String>,
+}
+
+/// Writes `image` as a tar archive at `file` that `docker load` (20.10 and later), `skopeo copy
+/// oci-archive:` and `podman load` accept, named `repo_tag` (`name:tag`; tag `latest` if
+/// missing); returns the manifest digest.
+///
+/// The archive holds an OCI layout (`oci-layout`, `index.json`, `blobs/sha256/*`) and Docker's
+/// legacy `manifest.json`. Entries are sorted with mtime 0, root-owned, so the archive is
+/// deterministic. It is written to a temporary name next to `file` and renamed.
+pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<String, OciError> {
+    let (name, tag) = split_repo_tag(repo_tag)?;
+    let full = format!("{name}:{tag}");
+    let docs = image.documents()?;
+
+    let annotations = BTreeMap::from([
+        (ANNOTATION_CONTAINERD_NAME.to_string(), full.clone()),
+        (ANNOTATION_REF_NAME.to_string(), tag.to_string()),
+    ]);
+    let index = Index {
+        schema_version: 2,
+        media_type: Some(MEDIA_TYPE_INDEX.to_string()),
+        manifests: vec![image.index_descriptor(&docs, annotations)],
+        annotations: BTreeMap::new(),
+    };
+    let index_json =
+        serde_json::to_vec(&index).map_err(|source| OciError::Json { path: file.into(), source })?;
+    let blob_name =
+        |digest: &str| -> Result<String, OciError> { Ok(format!("blobs/sha256/{}", sha256_hex(digest)?)) };
+    let legacy = [DockerManifestEntry {
+        config: blob_name(&docs.config_digest)?,
+        repo_tags: [&full],
+        layers: image.layers.iter().map(|l| blob_name(&l.digest)).collect::<Result<_, _>>()?,
+    }];
+    let legacy_json =
+        serde_json::to_vec(&legacy).map_err(|source| OciError::Json { path: file.into(), source })?;
+
+    // Sorted by name; a layer used twice is stored once.
+    let mut files: BTreeMap<String, Source<'_>> = BTreeMap::new();
+    files.insert(blob_name(&docs.config_digest)?, Source::Bytes(&docs.config));
+    files.insert(blob_name(&docs.manifest_digest)?, Source::Bytes(&docs.manifest));
+    for layer in &image.layers {
+        files.insert(blob_name(&layer.digest)?, Source::File(&layer.path, layer.size));
+    }
+    files.insert("index.json".into(), Source::Bytes(&index_json));
+    files.insert("manifest.json".into(), Source::Bytes(&legacy_json));
+    files.insert("oci-layout".into(), Source::Bytes(OCI_LAYOUT));
+
+    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = dir.join(unique_temp_name(".stackbuild-tmp-"));
+    let result = (|| -> Result<(), OciError> {
+        let out =
+            File::options().write(true).create_new(true).open(&tmp).map_err(io_err("creating", &tmp))?;
+        let mut builder = tar::Builder::new(io::BufWriter::with_capacity(1 << 20, out));
+        let header = |ty: tar::EntryType, mode: u32, size: u64| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(ty);
+            h.set_mode(mode);
+            h.set_size(size);
+            h.set_mtime(0);
+            h.set_uid(0);
+            h.set_gid(0);
+            h
+        };
+        let write_err = io_err("writing", &tmp);
+        for dir_name in ["blobs", "blobs/sha256"] {
+            let mut h = header(tar::EntryType::Directory, 0o755, 0);
+            builder.append_data(&mut h, dir_name, io::empty()).map_err(io_err("writing", &tmp))?;
+        }
+        for (name, source) in &files {
+            match source {
+                Source::Bytes(bytes) => {
+                    let mut h = header(tar::EntryType::Regular, 0o644, bytes.len() as u64);
+                    builder.append_data(&mut h, name, *bytes).map_err(io_err("writing", &tmp))?;
+                }
+                Source::File(path, size) => {
+                    let f = File::open(path).map_err(io_err("opening", path))?;
+                    let actual = f.metadata().map_err(io_err("reading", path))?.len();
+                    if actual != *size {
+                        return Err(OciError::BlobMismatch {
+                            path: path.to_path_buf(),
+                            expected: format!("{size} bytes"),
+                            actual: format!("{actual} bytes"),
+                        });
+                    }
+                    let mut h = header(tar::EntryType::Regular, 0o644, *size);
+                    builder.append_data(&mut h, name, f.take(*size)).map_err(io_err("writing", &tmp))?;
+                }
+            }
+        }
+        let out = builder.into_inner().map_err(io_err("writing", &tmp))?;
+        let out = out.into_inner().map_err(|e| write_err(e.into_error()))?;
+        out.sync_all().map_err(io_err("syncing", &tmp))?;
+        fs::rename(&tmp, file).map_err(io_err("renaming to", file))?;
+        cache::sync_dir(dir).map_err(io_err("syncing", dir))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.map(|()| docs.manifest_digest)
+}
+
+/// An image read back from an OCI layout.
+#[derive(Clone, Debug)]
+pub struct LayoutImage {
+    /// Digest of the manifest.
+    pub manifest_digest: String,
+    /// The manifest.
+    pub manifest: Manifest,
+    /// The config.
+    pub config: ImageConfig,
+    /// The layers, base first, with `path` inside the layout and `diff_id` from the config.
+    pub layers: Vec<LayerBlob>,
+}
+
+impl LayoutImage {
+    /// The layers' descriptors, base first.
+    pub fn layer_descriptors(&self) -> &[Descriptor] {
+        &self.manifest.layers
+    }
+}
+
+/// Reads a JSON file of at most [`MAX_JSON`] bytes.
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, OciError> {
+    let bytes = read_capped(path)?;
+    serde_json::from_slice(&bytes).map_err(|source| OciError::Json { path: path.to_path_buf(), source })
+}
+
+fn read_capped(path: &Path) -> Result<Vec<u8>, OciError> {
+    let file = File::open(path).map_err(io_err("reading", path))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_JSON + 1).read_to_end(&mut bytes).map_err(io_err("reading", path))?;
+    if bytes.len() as u64 > MAX_JSON {
+        return Err(OciError::Unsupported {
+            path: path.to_path_buf(),
+            what: format!("document over {MAX_JSON} bytes"),
+        });
+    }
+    Ok(bytes)
+}
+
+/// The path of a blob of the layout `dir` (whose canonical form is `root`), checked to be a
+/// regular file that resolves inside the layout, of the descriptor's size.
+fn layout_blob(dir: &Path, root: &Path, desc: &Descriptor) -> Result<PathBuf, OciError> {
+    let path = dir.join("blobs").join("sha256").join(sha256_hex(&desc.digest)?);
+    let real = fs::canonicalize(&path).map_err(io_err("resolving", &path))?;
+    if !real.starts_with(root) {
+        return Err(OciError::Escapes { dir: dir.to_path_buf(), path });
+    }
+    let meta = fs::metadata(&real).map_err(io_err("reading", &path))?;
+    if !meta.is_file() {
+        return Err(OciError::Unsupported { path, what: "blob that is not a regular file".into() });
+    }
+    if meta.len() != desc.size {
+        return Err(OciError::BlobMismatch {
+            path,
+            expected: format!("{} bytes", desc.size),
+            actual: format!("{} bytes", meta.len()),
+        });
+    }
+    Ok(real)
+}
+
+/// Reads a small blob, checking its digest.
+fn read_verified(dir: &Path, root: &Path, desc: &Descriptor) -> Result<Vec<u8>, OciError> {
+    let path = layout_blob(dir, root, desc)?;
+    let bytes = read_capped(&path)?;
+    let actual = sha256_bytes(&bytes);
+    if actual != desc.digest {
+        return Err(OciError::BlobMismatch { path, expected: desc.digest.clone(), actual });
+    }
+    Ok(bytes)
+}
+
+/// Reads the image tagged `tag` from the OCI layout `dir` (`None`: the only image there).
+///
+/// Every blob path is derived from a validated digest and must resolve inside `dir`; the index,
+/// manifest and config are size-capped and the manifest and config digest-checked. Layer blobs
+/// are checked for size only (hash them with [`verify_layout_blob`] when it matters).
+pub fn read_layout(dir: &Path, tag: Option<&str>) -> Result<LayoutImage, OciError> {
+    let root = fs::canonicalize(dir).map_err(io_err("resolving", dir))?;
+    let index_path = dir.join("index.json");
+    let index: Index = read_json(&index_path)?;
+    let tags = || {
+        let names: Vec<_> =
+            index.manifests.iter().filter_map(|d| d.annotations.get(ANNOTATION_REF_NAME).cloned()).collect();
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
+    let desc = match tag {
+        Some(tag) => index
+            .manifests
+            .iter()
+            .find(|d| d.annotations.get(ANNOTATION_REF_NAME).map(String::as_str) == Some(tag)),
+        None if index.manifests.len() == 1 => index.manifests.first(),
+        None => None,
+    };
+    let Some(desc) = desc else {
+        return Err(OciError::TagNotFound {
+            dir: dir.to_path_buf(),
+            tag: tag.unwrap_or("<only image>").to_string(),
+            available: tags(),
+        });
+    };
+    if desc.media_type == MEDIA_TYPE_INDEX || desc.media_type == MEDIA_TYPE_DOCKER_LIST {
+        return Err(OciError::Unsupported {
+            path: index_path,
+            what: format!("nested index {} (copy a single platform's image)", desc.digest),
+        });
+    }
+    let manifest_bytes = read_verified(dir, &root, desc)?;
+    let manifest: Manifest = serde_json::from_slice(&manifest_bytes)
+        .map_err(|source| OciError::Json { path: PathBuf::from(&desc.digest), source })?;
+    match manifest.media_type.as_deref() {
+        None | Some(MEDIA_TYPE_MANIFEST | MEDIA_TYPE_DOCKER_MANIFEST) => {}
+        Some(other) => {
+            return Err(OciError::Unsupported {
+                path: PathBuf::from(&desc.digest),
+                what: format!("manifest type {other}"),
+            })
+        }
+    }
+    let config_bytes = read_verified(dir, &root, &manifest.config)?;
+    let config: ImageConfig = serde_json::from_slice(&config_bytes)
+        .map_err(|source| OciError::Json { path: PathBuf::from(&manifest.config.digest), source })?;
+    if config.rootfs.diff_ids.len() != manifest.layers.len() {
+        return Err(OciError::Unsupported {
+            path: PathBuf::from(&manifest.config.digest),
+            what: format!(
+                "config with {} diff_ids for {} layers",
+                config.rootfs.diff_ids.len(),
+                manifest.layers.len()
+            ),
+        });
+    }
+    let mut layers = Vec::with_capacity(manifest.layers.len());
+    for (layer, diff_id) in manifest.layers.iter().zip(&config.rootfs.diff_ids) {
+        sha256_hex(diff_id)?;
+        layers.push(LayerBlob {
+            digest: layer.digest.clone(),
+            diff_id: diff_id.clone(),
+            size: layer.size,
+            media_type: layer.media_type.clone(),
+            path: layout_blob(dir, &root, layer)?,
+        });
+    }
+    Ok(LayoutImage { manifest_digest: desc.digest.clone(), manifest, config, layers })
+}
+
+/// Re-hashes a layer blob read by [`read_layout`].
+pub fn verify_layout_blob(blob: &LayerBlob) -> Result<(), OciError> {
+    let file = File::open(&blob.path).map_err(io_err("opening", &blob.path))?;
+    let (actual, _) = cache::sha256_reader(BufReader::new(file)).map_err(io_err("reading", &blob.path))?;
+    if actual == blob.digest {
+        Ok(())
+    } else {
+        Err(OciError::BlobMismatch { path: blob.path.clone(), expected: blob.digest.clone(), actual })
+    }
+}
+
+#[cfg(test)]
+mod tests;

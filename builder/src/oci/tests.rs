@@ -1,0 +1,232 @@
+use std::os::unix::fs::symlink;
+
+use super::*;
+use crate::cache::Cache;
+use crate::layer::{Compression, LayerWriter};
+
+fn cache() -> (tempfile::TempDir, Cache) {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::open(dir.path()).unwrap();
+    (dir, cache)
+}
+
+fn layer(cache: &Cache, content: &str) -> LayerBlob {
+    let mut w = LayerWriter::new(cache, 0);
+    w.add_file("/etc/motd", content, 0o644).unwrap();
+    w.finish(Compression::Gzip).unwrap()
+}
+
+fn image(cache: &Cache) -> Image {
+    let config = ImageConfig {
+        created: Some(rfc3339(1_700_000_000)),
+        architecture: "amd64".into(),
+        os: "linux".into(),
+        config: RuntimeConfig {
+            env: vec!["PATH=/usr/bin:/bin".into()],
+            cmd: Some(vec!["/bin/sh".into()]),
+            labels: BTreeMap::from([("b".into(), "2".into()), ("a".into(), "1".into())]),
+            ..RuntimeConfig::default()
+        },
+        ..ImageConfig::default()
+    };
+    let annotations = BTreeMap::from([("org.opencontainers.image.title".to_string(), "test".to_string())]);
+    Image::new(config, vec![layer(cache, "one\n"), layer(cache, "two\n")], annotations).unwrap()
+}
+
+#[test]
+fn rfc3339_from_epoch() {
+    assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+    assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+    assert_eq!(rfc3339(4_102_444_799), "2099-12-31T23:59:59Z");
+}
+
+#[test]
+fn documents_are_canonical() {
+    let (_c, cache) = cache();
+    let image = image(&cache);
+    let config = String::from_utf8(image.config_json().unwrap()).unwrap();
+    let config =
+        config.replace(&image.layers()[0].diff_id, "<L0>").replace(&image.layers()[1].diff_id, "<L1>");
+    insta::assert_snapshot!(config, @r#"{"created":"2023-11-14T22:13:20Z","architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/bin:/bin"],"Cmd":["/bin/sh"],"Labels":{"a":"1","b":"2"}},"rootfs":{"type":"layers","diff_ids":["<L0>","<L1>"]},"history":[{"created":"2023-11-14T22:13:20Z"},{"created":"2023-11-14T22:13:20Z"}]}"#);
+    let manifest = image.manifest().unwrap();
+    assert_eq!(manifest.layers.len(), 2);
+    assert_eq!(manifest.config.media_type, MEDIA_TYPE_CONFIG);
+    let json = serde_json::to_string(&manifest).unwrap();
+    assert!(json.starts_with(r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:"#), "{json}");
+    assert!(json.ends_with(r#"],"annotations":{"org.opencontainers.image.title":"test"}}"#), "{json}");
+}
+
+#[test]
+fn history_must_match_layers() {
+    let (_c, cache) = cache();
+    let config = ImageConfig {
+        history: vec![History::default(), History { empty_layer: true, ..History::default() }],
+        ..ImageConfig::default()
+    };
+    let err = Image::new(config, vec![layer(&cache, "a"), layer(&cache, "b")], BTreeMap::new()).unwrap_err();
+    assert!(matches!(err, OciError::HistoryMismatch { history: 1, layers: 2 }), "{err}");
+}
+
+#[test]
+fn layout_is_deterministic_and_reads_back() {
+    let (_c, cache) = cache();
+    let image = image(&cache);
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let m1 = write_layout(d1.path(), &image, "v1").unwrap();
+    let m2 = write_layout(d2.path(), &image, "v1").unwrap();
+    assert_eq!(m1, m2);
+    assert_eq!(m1, image.manifest_digest().unwrap());
+    for name in ["oci-layout", "index.json"] {
+        assert_eq!(fs::read(d1.path().join(name)).unwrap(), fs::read(d2.path().join(name)).unwrap());
+    }
+    assert_eq!(
+        fs::read_to_string(d1.path().join("oci-layout")).unwrap(),
+        r#"{"imageLayoutVersion":"1.0.0"}"#
+    );
+
+    // Rewriting is idempotent; a second tag is added, the same tag replaced.
+    write_layout(d1.path(), &image, "v1").unwrap();
+    write_layout(d1.path(), &image, "v2").unwrap();
+    let index: Index = read_json(&d1.path().join("index.json")).unwrap();
+    let tags: Vec<_> = index.manifests.iter().map(|d| d.annotations[ANNOTATION_REF_NAME].as_str()).collect();
+    assert_eq!(tags, ["v1", "v2"]);
+    assert_eq!(index.manifests[0].platform.as_ref().unwrap().architecture, "amd64");
+
+    let read = read_layout(d1.path(), Some("v2")).unwrap();
+    assert_eq!(read.manifest_digest, m1);
+    assert_eq!(read.config, *image.config());
+    assert_eq!(read.manifest, image.manifest().unwrap());
+    assert_eq!(read.layers.len(), 2);
+    for (read, written) in read.layers.iter().zip(image.layers()) {
+        assert_eq!(
+            (&read.digest, &read.diff_id, read.size),
+            (&written.digest, &written.diff_id, written.size)
+        );
+        assert!(read.path.starts_with(fs::canonicalize(d1.path()).unwrap()));
+        verify_layout_blob(read).unwrap();
+    }
+    assert_eq!(read_layout(d2.path(), None).unwrap().manifest_digest, m1);
+    assert!(matches!(read_layout(d1.path(), None), Err(OciError::TagNotFound { .. })));
+    let err = read_layout(d1.path(), Some("v3")).unwrap_err();
+    assert!(err.to_string().contains("tags: v1, v2"), "{err}");
+    assert!(write_layout(d1.path(), &image, "../x").is_err());
+    assert!(fs::read_dir(d1.path().join("blobs/sha256"))
+        .unwrap()
+        .all(|e| { !e.unwrap().file_name().to_string_lossy().starts_with('.') }));
+}
+
+#[test]
+fn reading_refuses_escapes_and_tampering() {
+    let (_c, cache) = cache();
+    let image = image(&cache);
+    let outside = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_layout(dir.path(), &image, "t").unwrap();
+    let blob = |digest: &str| dir.path().join("blobs/sha256").join(sha256_hex(digest).unwrap());
+
+    // A layer blob replaced by a symlink to a file outside the layout.
+    let layer = blob(&image.layers()[0].digest);
+    let copy = outside.path().join("blob");
+    fs::copy(&layer, &copy).unwrap();
+    fs::remove_file(&layer).unwrap();
+    symlink(&copy, &layer).unwrap();
+    assert!(matches!(read_layout(dir.path(), Some("t")), Err(OciError::Escapes { .. })));
+    fs::remove_file(&layer).unwrap();
+    fs::copy(&copy, &layer).unwrap();
+    read_layout(dir.path(), Some("t")).unwrap();
+
+    // A tampered config.
+    let config = blob(&image.manifest().unwrap().config.digest);
+    let mut bytes = fs::read(&config).unwrap();
+    bytes[2] ^= 1;
+    fs::write(&config, &bytes).unwrap();
+    assert!(matches!(read_layout(dir.path(), Some("t")), Err(OciError::BlobMismatch { .. })));
+
+    // A digest that is not one.
+    let index = fs::read_to_string(dir.path().join("index.json")).unwrap();
+    let digest = image.manifest_digest().unwrap();
+    fs::write(dir.path().join("index.json"), index.replace(&digest, "sha256:../../../etc/passwd")).unwrap();
+    assert!(matches!(read_layout(dir.path(), Some("t")), Err(OciError::Digest(_))));
+}
+
+#[test]
+fn archive_is_deterministic_and_complete() {
+    let (_c, cache) = cache();
+    let image = image(&cache);
+    let dir = tempfile::tempdir().unwrap();
+    let (a1, a2) = (dir.path().join("a1.tar"), dir.path().join("a2.tar"));
+    let m1 = write_archive(&a1, &image, "example/app:1.0").unwrap();
+    let m2 = write_archive(&a2, &image, "example/app:1.0").unwrap();
+    assert_eq!(m1, m2);
+    assert_eq!(fs::read(&a1).unwrap(), fs::read(&a2).unwrap());
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2, "no temporary files left");
+
+    let bytes = fs::read(&a1).unwrap();
+    let mut archive = tar::Archive::new(&bytes[..]);
+    let mut names = Vec::new();
+    let mut files = BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        assert_eq!(entry.header().mtime().unwrap(), 0);
+        let name = entry.path().unwrap().to_string_lossy().into_owned();
+        let mut data = Vec::new();
+        entry.read_to_end(&mut data).unwrap();
+        names.push(name.clone());
+        files.insert(name, data);
+    }
+    let hex = |d: &str| sha256_hex(d).unwrap().to_string();
+    let docs = image.documents().unwrap();
+    let mut blobs: Vec<_> = [&docs.config_digest, &docs.manifest_digest]
+        .into_iter()
+        .chain(image.layers().iter().map(|l| &l.digest))
+        .map(|d| format!("blobs/sha256/{}", hex(d)))
+        .collect();
+    blobs.sort();
+    let mut expected = vec!["blobs".to_string(), "blobs/sha256".to_string()];
+    expected.extend(blobs);
+    expected.extend(["index.json", "manifest.json", "oci-layout"].map(String::from));
+    assert_eq!(names, expected);
+
+    let legacy = String::from_utf8(files["manifest.json"].clone()).unwrap();
+    assert_eq!(
+        legacy,
+        format!(
+            r#"[{{"Config":"blobs/sha256/{}","RepoTags":["example/app:1.0"],"Layers":["blobs/sha256/{}","blobs/sha256/{}"]}}]"#,
+            hex(&docs.config_digest),
+            hex(&image.layers()[0].digest),
+            hex(&image.layers()[1].digest)
+        )
+    );
+    let index: Index = serde_json::from_slice(&files["index.json"]).unwrap();
+    assert_eq!(index.manifests[0].digest, m1);
+    assert_eq!(index.manifests[0].annotations[ANNOTATION_REF_NAME], "1.0");
+    assert_eq!(index.manifests[0].annotations[ANNOTATION_CONTAINERD_NAME], "example/app:1.0");
+    for (name, data) in &files {
+        if let Some(h) = name.strip_prefix("blobs/sha256/") {
+            assert_eq!(sha256_bytes(data), format!("sha256:{h}"));
+        }
+    }
+}
+
+#[test]
+fn repo_tags() {
+    assert_eq!(split_repo_tag("app").unwrap(), ("app", "latest"));
+    assert_eq!(split_repo_tag("app:1.0").unwrap(), ("app", "1.0"));
+    assert_eq!(split_repo_tag("localhost:5000/team/app:v2").unwrap(), ("localhost:5000/team/app", "v2"));
+    assert_eq!(split_repo_tag("localhost:5000/app").unwrap(), ("localhost:5000/app", "latest"));
+    for bad in ["", "App:1", "app:", "app:-x", "app@sha256:00", "app:a/b", "a b", "host:x/app", "a//b"] {
+        assert!(split_repo_tag(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn docker_style_config_reads() {
+    let json = r#"{"architecture":"amd64","os":"linux","config":{"Env":null,"Cmd":null,"Labels":null,
+        "Hostname":"","ExposedPorts":{"80/tcp":{}}},"container_config":{},"rootfs":{"type":"layers","diff_ids":[]},
+        "history":[{"created":"2020-01-01T00:00:00Z","created_by":"/bin/sh","empty_layer":true}]}"#;
+    let config: ImageConfig = serde_json::from_str(json).unwrap();
+    assert!(config.config.env.is_empty());
+    assert_eq!(config.history.len(), 1);
+    assert!(config.history[0].empty_layer);
+}

@@ -1,0 +1,431 @@
+//! Resolution of a recipe's Python packages for the image's interpreter and platform.
+//!
+//! The resolver is uv (`uv pip compile`), asked to resolve for the *target*: the Python version
+//! of the recipe (`--python-version`) and a manylinux platform of the image's architecture
+//! (`--python-platform`), wheels only, with every file's hash. Nothing about the host's own
+//! interpreter or platform leaks into the result, so a lock made on one machine is valid on
+//! another. The index is the recipe's when it names one; otherwise the machine's configuration
+//! applies, as it would for uv or pip run by hand.
+
+use std::fmt;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::str::FromStr;
+
+use pep508_rs::PackageName;
+use stackhook::contract::version::{PackageVersion, PythonVersion};
+
+use crate::recipe::{Platform, PythonSection};
+
+/// The glibc baseline of the wheels we select: `manylinux_2_28` (PEP 600) covers Debian 11+,
+/// Ubuntu 20.04+ and RHEL 8+, and every older manylinux tag is compatible with it.
+pub const MANYLINUX_GLIBC_MINOR: u32 = 28;
+
+/// What Python packages are resolved and fetched for: an interpreter version and a platform.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Target {
+    /// The interpreter version of the image.
+    pub python: PythonVersion,
+    /// The image platform.
+    pub platform: Platform,
+}
+
+impl Target {
+    /// A target from its parts.
+    pub fn new(python: PythonVersion, platform: Platform) -> Self {
+        Self { python, platform }
+    }
+
+    /// `3.11`: the major.minor version, as pip's `--python-version` wants it.
+    pub fn python_minor(&self) -> String {
+        format!("{}.{}", self.python.part(0), self.python.part(1))
+    }
+
+    /// `cp311`: the `CPython` interpreter and ABI tag.
+    pub fn python_tag(&self) -> String {
+        format!("cp{}{}", self.python.part(0), self.python.part(1))
+    }
+
+    /// `x86_64-manylinux_2_28`: uv's `--python-platform` for this target.
+    pub fn python_platform(&self) -> String {
+        format!("{}-manylinux_2_{MANYLINUX_GLIBC_MINOR}", self.platform.machine())
+    }
+
+    /// The wheel platform tags this target accepts, most preferred first: `manylinux_2_28_x86_64`
+    /// down to `manylinux_2_17_x86_64` (`x86_64` from `2_5`, `aarch64` from `2_17`), each with its legacy
+    /// alias (`manylinux2014_x86_64`, `manylinux2010_x86_64`, `manylinux1_x86_64`; PEP 600).
+    /// `any` is not in the list; pure wheels are always accepted.
+    pub fn platform_tags(&self) -> Vec<String> {
+        let arch = self.platform.machine();
+        let lowest = match self.platform {
+            Platform::LinuxAmd64 => 5,
+            Platform::LinuxArm64 => 17,
+        };
+        let mut tags = Vec::new();
+        for minor in (lowest..=MANYLINUX_GLIBC_MINOR).rev() {
+            tags.push(format!("manylinux_2_{minor}_{arch}"));
+            let legacy = match minor {
+                17 => Some("manylinux2014"),
+                12 => Some("manylinux2010"),
+                5 => Some("manylinux1"),
+                _ => None,
+            };
+            if let Some(legacy) = legacy {
+                tags.push(format!("{legacy}_{arch}"));
+            }
+        }
+        tags
+    }
+}
+
+impl fmt::Display for Target {
+    /// `cp311/x86_64-manylinux_2_28`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.python_tag(), self.python_platform())
+    }
+}
+
+/// One resolved package: an exact version and the sha256 of every file of that release the
+/// index lists (the file for the target is chosen when fetching).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Pinned {
+    /// The normalized name (PEP 503).
+    pub name: PackageName,
+    /// The exact version.
+    pub version: PackageVersion,
+    /// Lowercase hex sha256 digests, sorted.
+    pub hashes: Vec<String>,
+}
+
+impl fmt::Display for Pinned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}=={}", self.name, self.version)
+    }
+}
+
+/// Why resolution failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SolveError {
+    /// uv is not installed.
+    #[error(
+        "uv was not found (looked for `uv` on PATH and for `python3 -m uv`): install it with \
+         `python3 -m pip install uv`"
+    )]
+    UvMissing,
+    /// uv could not be started or its files written.
+    #[error("running uv for {target}: {source}")]
+    Io {
+        /// The target being resolved.
+        target: Target,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// uv ran and reported a failure.
+    #[error("resolving python packages for {target} failed: {message}")]
+    Uv {
+        /// The target being resolved.
+        target: Target,
+        /// uv's message (its warnings removed).
+        message: String,
+    },
+    /// uv's output could not be understood.
+    #[error("resolving python packages for {target}: unexpected uv output {line:?}: {why}")]
+    Output {
+        /// The target being resolved.
+        target: Target,
+        /// The offending line.
+        line: String,
+        /// What was wrong with it.
+        why: String,
+    },
+}
+
+/// How to run uv: a program and the arguments before `pip compile`.
+#[derive(Debug, Clone)]
+struct Uv {
+    program: PathBuf,
+    prefix: Vec<&'static str>,
+}
+
+impl Uv {
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.prefix);
+        cmd
+    }
+}
+
+/// Find `uv` on `PATH`, else `python3 -m uv`.
+fn find_uv() -> Result<Uv, SolveError> {
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join("uv");
+            if is_executable(&candidate) {
+                return Ok(Uv { program: candidate, prefix: Vec::new() });
+            }
+        }
+    }
+    let module = Command::new("python3")
+        .args(["-m", "uv", "--version"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    match module {
+        Ok(status) if status.success() => Ok(Uv { program: "python3".into(), prefix: vec!["-m", "uv"] }),
+        _ => Err(SolveError::UvMissing),
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Resolve `python`'s packages and constraints, with their dependencies, for `target`.
+///
+/// Runs `uv pip compile` with `--python-version`, `--python-platform`, `--only-binary :all:`
+/// and `--generate-hashes`; `--index-url` only when the recipe names an index. When the machine
+/// configures pip's index through `PIP_INDEX_URL` / `PIP_EXTRA_INDEX_URL` and not uv's, those
+/// are handed to uv as `UV_INDEX_URL` / `UV_EXTRA_INDEX_URL`, so that uv resolves from the same
+/// index pip later downloads from.
+pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, SolveError> {
+    let uv = find_uv()?;
+    let io = |source| SolveError::Io { target: target.clone(), source };
+    let dir = tempfile::Builder::new().prefix("stackbuild-solve-").tempdir().map_err(io)?;
+    let requirements = dir.path().join("requirements.in");
+    let constraints = dir.path().join("constraints.txt");
+    write_lines(&requirements, python.packages.iter().map(ToString::to_string)).map_err(io)?;
+    write_lines(&constraints, python.constraints.iter().map(ToString::to_string)).map_err(io)?;
+
+    let mut cmd = uv.command();
+    cmd.args(["pip", "compile"])
+        .arg(&requirements)
+        .arg("--constraint")
+        .arg(&constraints)
+        .args(["--python-version", python.version.as_str()])
+        .args(["--python-platform", &target.python_platform()])
+        .args(["--only-binary", ":all:", "--generate-hashes", "--no-header", "--no-annotate"])
+        // Resolution must not depend on downloading an interpreter: nothing is built.
+        .args(["--no-python-downloads", "--color", "never"]);
+    if let Some(index) = &python.index {
+        cmd.args(["--index-url", index]);
+    } else {
+        bridge_pip_index_env(&mut cmd);
+    }
+    let output = cmd.stdin(Stdio::null()).output().map_err(io)?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(SolveError::Uv { target: target.clone(), message: uv_error_message(&stderr) });
+    }
+    parse_compile_output(&String::from_utf8_lossy(&output.stdout)).map_err(|(line, why)| SolveError::Output {
+        target: target.clone(),
+        line,
+        why,
+    })
+}
+
+fn write_lines(path: &Path, lines: impl Iterator<Item = String>) -> std::io::Result<()> {
+    let mut f = std::fs::File::create(path)?;
+    for line in lines {
+        writeln!(f, "{line}")?;
+    }
+    f.flush()
+}
+
+/// Hand pip's index settings to uv when only pip's are configured (uv does not read them).
+fn bridge_pip_index_env(cmd: &mut Command) {
+    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    if !set("UV_INDEX_URL") && !set("UV_DEFAULT_INDEX") && !set("UV_INDEX") {
+        if let Some(v) = std::env::var_os("PIP_INDEX_URL").filter(|v| !v.is_empty()) {
+            cmd.env("UV_INDEX_URL", v);
+        }
+    }
+    if !set("UV_EXTRA_INDEX_URL") && !set("UV_INDEX") {
+        if let Some(v) = std::env::var_os("PIP_EXTRA_INDEX_URL").filter(|v| !v.is_empty()) {
+            cmd.env("UV_EXTRA_INDEX_URL", v);
+        }
+    }
+}
+
+/// uv's stderr without its `warning:` blocks (a warning line and the indented lines after it),
+/// which are noise next to the error; all of it if nothing else is left.
+fn uv_error_message(stderr: &str) -> String {
+    let mut kept = Vec::new();
+    let mut in_warning = false;
+    for line in stderr.lines() {
+        if line.starts_with("warning:") {
+            in_warning = true;
+            continue;
+        }
+        if in_warning && (line.starts_with(' ') || line.is_empty()) {
+            continue;
+        }
+        in_warning = false;
+        kept.push(line);
+    }
+    let message = kept.join("\n");
+    // "resolving ... failed: error: No solution found" reads better without uv's own prefix.
+    let message = message.trim().strip_prefix("error: ").unwrap_or(message.trim()).to_owned();
+    if message.is_empty() {
+        stderr.trim().to_owned()
+    } else {
+        message
+    }
+}
+
+/// Parse `uv pip compile --generate-hashes --no-header --no-annotate` output: one
+/// `name==version [; marker]` per requirement, continued with ` \` by `--hash=sha256:HEX` lines.
+/// Returns the offending line and why on failure.
+pub(crate) fn parse_compile_output(text: &str) -> Result<Vec<Pinned>, (String, String)> {
+    // Join continuation lines first.
+    let mut entries: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if current.is_empty() && (trimmed.is_empty() || trimmed.starts_with('#')) {
+            continue;
+        }
+        if let Some(body) = trimmed.strip_suffix('\\') {
+            current.push_str(body);
+            current.push(' ');
+        } else {
+            current.push_str(trimmed);
+            entries.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.trim().is_empty() {
+        entries.push(current);
+    }
+    let mut out = Vec::new();
+    for entry in entries {
+        let fail = |why: &str| (entry.clone(), why.to_owned());
+        // Index options (`--index-url ...`) are never written with our flags, but skip them.
+        if entry.starts_with('-') {
+            continue;
+        }
+        let (spec, rest) = entry.split_once(char::is_whitespace).unwrap_or((entry.as_str(), ""));
+        let spec = spec.split(';').next().unwrap_or(spec);
+        let (name, version) = spec.split_once("==").ok_or_else(|| fail("expected `name==version`"))?;
+        // `--no-strip-extras` is off, but tolerate `name[extra]`.
+        let name = name.split('[').next().unwrap_or(name);
+        let name = PackageName::from_str(name).map_err(|e| fail(&e.to_string()))?;
+        let version = PackageVersion::from_str(version).map_err(|e| fail(&e.to_string()))?;
+        let mut hashes = Vec::new();
+        for token in rest.split_whitespace() {
+            if let Some(h) = token.strip_prefix("--hash=") {
+                let hex = h.strip_prefix("sha256:").ok_or_else(|| fail("expected sha256 hashes"))?;
+                if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(fail("malformed sha256 hash"));
+                }
+                hashes.push(hex.to_ascii_lowercase());
+            }
+        }
+        if hashes.is_empty() {
+            return Err(fail("no --hash for this requirement"));
+        }
+        hashes.sort();
+        hashes.dedup();
+        out.push(Pinned { name, version, hashes });
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recipe::Recipe;
+
+    fn target() -> Target {
+        Target::new("3.11".parse().unwrap(), Platform::LinuxAmd64)
+    }
+
+    #[test]
+    fn target_names() {
+        let t = target();
+        assert_eq!(t.to_string(), "cp311/x86_64-manylinux_2_28");
+        assert_eq!(t.python_minor(), "3.11");
+        let tags = t.platform_tags();
+        assert_eq!(tags.first().map(String::as_str), Some("manylinux_2_28_x86_64"));
+        assert!(tags.contains(&"manylinux2014_x86_64".to_owned()));
+        assert_eq!(tags.last().map(String::as_str), Some("manylinux1_x86_64"));
+        let arm = Target::new("3.11.2".parse().unwrap(), Platform::LinuxArm64);
+        assert_eq!(arm.to_string(), "cp311/aarch64-manylinux_2_28");
+        assert_eq!(arm.python_minor(), "3.11");
+        assert_eq!(arm.platform_tags().last().map(String::as_str), Some("manylinux2014_aarch64"));
+    }
+
+    #[test]
+    fn parses_uv_output() {
+        let out = "\
+Six==1.16.0 \\
+    --hash=sha256:1E61C37477A1626458E36F7B1D82AA5C9B094FA4802892072E49DE9C60C4C926 \\
+    --hash=sha256:8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254
+# a comment
+typing_extensions==4.9.0 ; python_version >= '3.8' \\
+    --hash=sha256:af72aea155e91adfc61c3ae9e0e342dbc0cba726d6cba4b6c72c1f34e47291cd
+";
+        let pins = parse_compile_output(out).unwrap();
+        assert_eq!(pins.len(), 2);
+        assert_eq!(pins[0].to_string(), "six==1.16.0");
+        assert_eq!(
+            pins[0].hashes,
+            [
+                "1e61c37477a1626458e36f7b1d82aa5c9b094fa4802892072e49de9c60c4c926",
+                "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254"
+            ]
+        );
+        assert_eq!(pins[1].name.as_ref(), "typing-extensions");
+        assert!(parse_compile_output("six>=1\n").is_err());
+        assert!(parse_compile_output("six==1.16.0\n").is_err());
+        assert!(parse_compile_output("six==1.16.0 --hash=md5:abcd\n").is_err());
+        assert_eq!(parse_compile_output("\n# nothing\n").unwrap(), []);
+    }
+
+    #[test]
+    fn strips_uv_warnings() {
+        let stderr = "warning: A managed Python download is available\n  cause: dns error\n\
+                      error: No solution found when resolving dependencies\n  cause: Because x was not found";
+        assert_eq!(
+            uv_error_message(stderr),
+            "No solution found when resolving dependencies\n  cause: Because x was not found"
+        );
+        assert_eq!(uv_error_message("warning: only\n"), "warning: only");
+    }
+
+    fn python(packages: &str) -> PythonSection {
+        let text = format!(
+            "[image]\nname = \"t\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\n\
+             packages = {packages}\n"
+        );
+        Recipe::parse("t.toml", &text).unwrap().python.unwrap()
+    }
+
+    /// Resolves two tiny pure-Python packages from the machine's configured index.
+    #[test]
+    fn resolves_for_the_target() {
+        let pins = resolve(&python(r#"["six==1.16.0", "packaging==23.2"]"#), &target()).unwrap();
+        let names: Vec<String> = pins.iter().map(ToString::to_string).collect();
+        assert_eq!(names, ["packaging==23.2", "six==1.16.0"]);
+        // The wheels' hashes, as published.
+        assert!(pins[0]
+            .hashes
+            .contains(&"8c491190033a9af7e1d931d0b5dacc2ef47509b34dd0de67ed209b5203fc88c7".to_owned()));
+        assert!(pins[1]
+            .hashes
+            .contains(&"8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254".to_owned()));
+    }
+
+    #[test]
+    fn surfaces_uv_errors() {
+        let err = resolve(&python(r#"["stackbuild-no-such-package-zz==1.0"]"#), &target()).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("resolving python packages for cp311/x86_64-manylinux_2_28 failed: "),
+            "{msg}"
+        );
+        assert!(msg.contains("stackbuild-no-such-package-zz"), "{msg}");
+    }
+}

@@ -1,0 +1,771 @@
+//! Model and code sources staged into a directory tree: a git commit or a local directory.
+//!
+//! A git source is fetched into a bare mirror in the cache (`<cache>/git/<sha256(url)>`, cloned
+//! with `git clone --mirror`, refreshed with `git fetch`), then `git archive <commit>` is read
+//! in-process, entry by entry, and written under the destination. Nothing is ever `unpack`ed by a
+//! generic helper: every name is checked (no `..`, no absolute names), parents are created here or
+//! checked to be real directories, files are created with `create_new` (which refuses to follow a
+//! symlink), and a symlink is kept only when its target stays inside the source tree. These are
+//! the lessons of the archive advisories in `shared/reference/images-and-safety.md`.
+//!
+//! Git runs with a clean environment: no system or user configuration (`GIT_CONFIG_NOSYSTEM=1`,
+//! `HOME` pointing into the cache), no prompts (`GIT_TERMINAL_PROMPT=0`), and only the transports
+//! `file`, `git`, `http`, `https` and `ssh` (`GIT_ALLOW_PROTOCOL`), so that a recipe URL such as
+//! `ext::sh -c ...` cannot run a command (<https://git-scm.com/docs/git#Documentation/git.txt-GITALLOWPROTOCOL>).
+//!
+//! [`StagedSource::tree_sha256`] digests the staged tree (paths, kinds, modes, contents, link
+//! targets) so that the lock file and the layer cache can key on the content, whichever way it
+//! was staged.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File, OpenOptions, Permissions};
+use std::io::{self, BufWriter, Read};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+
+use sha2::{Digest, Sha256};
+
+/// Environment variables passed through to git: the search path, proxies and CA bundles, which
+/// fetching over HTTPS may need. Everything else is cleared.
+const PASS_ENV: &[&str] = &[
+    "PATH",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "all_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
+
+/// Most of git's stderr kept for an error message.
+const STDERR_CAP: usize = 8 << 10;
+
+/// What was staged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedSource {
+    /// Regular files and symlinks staged.
+    pub files: usize,
+    /// Bytes of the regular files.
+    pub bytes: u64,
+    /// Digest of the staged tree, lowercase hex; see [`tree_digest`].
+    pub tree_sha256: String,
+}
+
+/// Why a source could not be staged.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The commit is not a full 40-hex-digit object name.
+    #[error("git source {url}: commit {commit:?} must be a full 40-hex-digit commit id")]
+    InvalidCommit {
+        /// The repository URL.
+        url: String,
+        /// The commit as given.
+        commit: String,
+    },
+    /// The destination is not a clean absolute in-image path.
+    #[error("destination {dest:?}: {problem}")]
+    InvalidDest {
+        /// The destination as given.
+        dest: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// The local source directory is not a directory.
+    #[error("source directory {}: not a directory", path.display())]
+    NotADirectory {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// git could not be started.
+    #[error("cannot run git: {source}")]
+    Spawn {
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A git command failed.
+    #[error("git source {url}: `git {args}` failed ({status}): {stderr}")]
+    Git {
+        /// The repository URL.
+        url: String,
+        /// The git arguments.
+        args: String,
+        /// How git exited.
+        status: String,
+        /// What git printed on stderr (trimmed, capped).
+        stderr: String,
+    },
+    /// The commit is not in the repository, even after fetching.
+    #[error("git source {url}: commit {commit} not found (fetched all refs and asked for it by id)")]
+    CommitNotFound {
+        /// The repository URL.
+        url: String,
+        /// The commit.
+        commit: String,
+    },
+    /// An entry that would leave the tree, or a file type that has no place in a layer.
+    #[error("{origin}: unsafe entry {entry:?}: {reason}")]
+    Unsafe {
+        /// `url@commit` or the local directory.
+        origin: String,
+        /// The path inside the source.
+        entry: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Reading or writing a file failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// Reading the `git archive` stream failed.
+    #[error("git source {url}: reading `git archive {commit}`: {source}")]
+    Archive {
+        /// The repository URL.
+        url: String,
+        /// The commit.
+        commit: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> SourceError + '_ {
+    move |source| SourceError::Io { path: path.to_owned(), source }
+}
+
+/// Stages `commit` of the repository at `url` into `stage` at `dest_in_image` (an absolute
+/// in-image path such as `/opt/model`), using a mirror under `cache_dir/git/`.
+pub fn stage_git(
+    url: &str,
+    commit: &str,
+    dest_in_image: &str,
+    stage: &Path,
+    cache_dir: &Path,
+) -> Result<StagedSource, SourceError> {
+    let commit = commit.to_ascii_lowercase();
+    if commit.len() != 40 || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(SourceError::InvalidCommit { url: url.to_owned(), commit });
+    }
+    let git = Git::new(url, cache_dir)?;
+    git.ensure_commit(&commit)?;
+    let dest = prepare_dest(stage, dest_in_image)?;
+    git.archive_into(&commit, &dest)?;
+    tree_digest(&dest)
+}
+
+/// Stages the local directory `src` into `stage` at `dest_in_image`, skipping `.git`.
+///
+/// Symlinks are copied as symlinks (never followed) when their target stays inside `src`;
+/// sockets, devices and FIFOs are refused.
+pub fn stage_path(src: &Path, dest_in_image: &str, stage: &Path) -> Result<StagedSource, SourceError> {
+    if !fs::metadata(src).map_err(io_at(src))?.is_dir() {
+        return Err(SourceError::NotADirectory { path: src.to_owned() });
+    }
+    let dest = prepare_dest(stage, dest_in_image)?;
+    let origin = src.display().to_string();
+    copy_dir(src, &dest, Path::new(""), &origin)?;
+    tree_digest(&dest)
+}
+
+/// Digests a staged tree: sha256 over one record per entry below `root` (the root itself
+/// excluded), sorted by relative path bytes:
+///
+/// - a directory: `d <mode> <path>\n`
+/// - a regular file: `f <mode> <path>\0<sha256 hex of content>\n`
+/// - a symlink: `l <path>\0<target>\n`
+///
+/// `<mode>` is the permission bits in octal. Also counts files and bytes.
+pub fn tree_digest(root: &Path) -> Result<StagedSource, SourceError> {
+    let mut entries = Vec::new();
+    collect(root, Path::new(""), &mut entries)?;
+    entries.sort_by(|a, b| a.0.as_os_str().as_bytes().cmp(b.0.as_os_str().as_bytes()));
+    let mut hasher = Sha256::new();
+    let (mut files, mut bytes) = (0, 0);
+    for (rel, meta) in entries {
+        let path = root.join(&rel);
+        let rel = rel.as_os_str().as_bytes();
+        let mode = meta.permissions().mode() & 0o7777;
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            hasher.update(format!("d {mode:o} ").as_bytes());
+            hasher.update(rel);
+            hasher.update(b"\n");
+        } else if ft.is_symlink() {
+            let target = fs::read_link(&path).map_err(io_at(&path))?;
+            hasher.update(b"l ");
+            hasher.update(rel);
+            hasher.update(b"\0");
+            hasher.update(target.as_os_str().as_bytes());
+            hasher.update(b"\n");
+            files += 1;
+        } else {
+            let mut content = Sha256::new();
+            let mut file = File::open(&path).map_err(io_at(&path))?;
+            bytes += io::copy(&mut file, &mut content).map_err(io_at(&path))?;
+            hasher.update(format!("f {mode:o} ").as_bytes());
+            hasher.update(rel);
+            hasher.update(b"\0");
+            hasher.update(hex::encode(content.finalize()).as_bytes());
+            hasher.update(b"\n");
+            files += 1;
+        }
+    }
+    Ok(StagedSource { files, bytes, tree_sha256: hex::encode(hasher.finalize()) })
+}
+
+fn collect(root: &Path, rel: &Path, out: &mut Vec<(PathBuf, fs::Metadata)>) -> Result<(), SourceError> {
+    let dir = root.join(rel);
+    for entry in fs::read_dir(&dir).map_err(io_at(&dir))? {
+        let entry = entry.map_err(io_at(&dir))?;
+        let meta = entry.metadata().map_err(io_at(&entry.path()))?;
+        let child = rel.join(entry.file_name());
+        if meta.is_dir() {
+            collect(root, &child, out)?;
+        }
+        out.push((child, meta));
+    }
+    Ok(())
+}
+
+/// Checks `dest_in_image`, creates its parents in `stage` and the directory itself (an existing
+/// empty directory is accepted), and returns its path on the host.
+fn prepare_dest(stage: &Path, dest_in_image: &str) -> Result<PathBuf, SourceError> {
+    let invalid = |problem| SourceError::InvalidDest { dest: dest_in_image.to_owned(), problem };
+    let rel = dest_in_image.strip_prefix('/').ok_or_else(|| invalid("must be an absolute in-image path"))?;
+    let mut parts = Vec::new();
+    for part in rel.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err(invalid("must not contain `..`")),
+            p if p.contains('\0') => return Err(invalid("must not contain NUL")),
+            p => parts.push(p),
+        }
+    }
+    if parts.is_empty() {
+        return Err(invalid("must not be the image root"));
+    }
+    fs::create_dir_all(stage).map_err(io_at(stage))?;
+    let dest = ensure_dirs(
+        stage,
+        parts.iter().map(OsStr::new),
+        stage.display().to_string().as_str(),
+        dest_in_image,
+    )?;
+    let mut listing = fs::read_dir(&dest).map_err(io_at(&dest))?;
+    if listing.next().is_some() {
+        return Err(invalid("already exists and is not empty"));
+    }
+    Ok(dest)
+}
+
+/// Creates (mode 0755) or walks the directories `parts` below `root`, refusing any existing
+/// component that is not a real directory, and returns the last one.
+fn ensure_dirs<'p>(
+    root: &Path,
+    parts: impl IntoIterator<Item = &'p OsStr>,
+    origin: &str,
+    entry: &str,
+) -> Result<PathBuf, SourceError> {
+    let mut dir = root.to_owned();
+    for part in parts {
+        dir.push(part);
+        match fs::symlink_metadata(&dir) {
+            Ok(m) if m.file_type().is_dir() => {}
+            Ok(_) => {
+                return Err(SourceError::Unsafe {
+                    origin: origin.to_owned(),
+                    entry: entry.to_owned(),
+                    reason: format!("{} exists and is not a directory", dir.display()),
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir(&dir).map_err(io_at(&dir))?;
+                fs::set_permissions(&dir, Permissions::from_mode(0o755)).map_err(io_at(&dir))?;
+            }
+            Err(e) => return Err(SourceError::Io { path: dir, source: e }),
+        }
+    }
+    Ok(dir)
+}
+
+/// Splits an archive or tree entry name into normal components, or says why it is unsafe.
+fn entry_parts(name: &[u8]) -> Result<Vec<&OsStr>, &'static str> {
+    if name.starts_with(b"/") {
+        return Err("absolute path");
+    }
+    let name = name.strip_suffix(b"/").unwrap_or(name);
+    let mut parts = Vec::new();
+    for part in name.split(|b| *b == b'/') {
+        match part {
+            b"" => return Err("empty path component"),
+            b"." => return Err("`.` component"),
+            b".." => return Err("`..` component"),
+            p if p.contains(&0) => return Err("NUL in the name"),
+            p => parts.push(OsStr::from_bytes(p)),
+        }
+    }
+    Ok(parts)
+}
+
+/// Checks that a symlink at `link` (components relative to the tree root) with `target` resolves,
+/// lexically, to a path inside the tree. Intermediate links need no resolution: each of them is
+/// checked the same way when it is created, so a chain of in-tree links stays in the tree.
+fn link_stays_inside(link: &[&OsStr], target: &Path) -> Result<(), &'static str> {
+    if target.as_os_str().is_empty() {
+        return Err("symlink with an empty target");
+    }
+    let mut depth: Vec<&OsStr> = link[..link.len().saturating_sub(1)].to_vec();
+    for component in target.components() {
+        match component {
+            Component::RootDir | Component::Prefix(_) => return Err("symlink to an absolute path"),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if depth.pop().is_none() {
+                    return Err("symlink pointing outside the source tree");
+                }
+            }
+            Component::Normal(p) => depth.push(p),
+        }
+    }
+    Ok(())
+}
+
+/// Creates `path` for writing; `create_new` fails on anything already there, symlinks included.
+fn create_file(path: &Path, mode: u32) -> Result<File, SourceError> {
+    let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(io_at(path))?;
+    file.set_permissions(Permissions::from_mode(mode)).map_err(io_at(path))?;
+    Ok(file)
+}
+
+/// The normalized mode of a staged file: executable or not.
+fn file_mode(source_mode: u32) -> u32 {
+    if source_mode & 0o111 == 0 {
+        0o644
+    } else {
+        0o755
+    }
+}
+
+/// Copies the directory `src/rel` to `dest/rel`, entries in sorted order.
+fn copy_dir(src: &Path, dest: &Path, rel: &Path, origin: &str) -> Result<(), SourceError> {
+    let dir = src.join(rel);
+    let mut names: Vec<OsString> = fs::read_dir(&dir)
+        .map_err(io_at(&dir))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()
+        .map_err(io_at(&dir))?;
+    names.sort();
+    for name in names {
+        if name == ".git" {
+            continue;
+        }
+        let rel = rel.join(&name);
+        let from = src.join(&rel);
+        let to = dest.join(&rel);
+        let meta = fs::symlink_metadata(&from).map_err(io_at(&from))?;
+        let ft = meta.file_type();
+        let unsafe_entry = |reason: &str| SourceError::Unsafe {
+            origin: origin.to_owned(),
+            entry: rel.display().to_string(),
+            reason: reason.to_owned(),
+        };
+        if ft.is_dir() {
+            fs::create_dir(&to).map_err(io_at(&to))?;
+            fs::set_permissions(&to, Permissions::from_mode(0o755)).map_err(io_at(&to))?;
+            copy_dir(src, dest, &rel, origin)?;
+        } else if ft.is_symlink() {
+            let target = fs::read_link(&from).map_err(io_at(&from))?;
+            let parts: Vec<&OsStr> = rel.iter().collect();
+            link_stays_inside(&parts, &target).map_err(unsafe_entry)?;
+            std::os::unix::fs::symlink(&target, &to).map_err(io_at(&to))?;
+        } else if ft.is_file() {
+            let mut input = File::open(&from).map_err(io_at(&from))?;
+            let mut out = BufWriter::new(create_file(&to, file_mode(meta.permissions().mode()))?);
+            io::copy(&mut input, &mut out).map_err(io_at(&to))?;
+            out.into_inner().map_err(|e| SourceError::Io { path: to.clone(), source: e.into_error() })?;
+        } else {
+            return Err(unsafe_entry("not a regular file, directory or symlink"));
+        }
+    }
+    Ok(())
+}
+
+/// Git commands on the cache mirror of one URL.
+struct Git {
+    url: String,
+    home: PathBuf,
+    mirror: PathBuf,
+}
+
+impl Git {
+    fn new(url: &str, cache_dir: &Path) -> Result<Self, SourceError> {
+        let home = cache_dir.join("git");
+        fs::create_dir_all(&home).map_err(io_at(&home))?;
+        let mirror = home.join(hex::encode(Sha256::digest(url.as_bytes())));
+        Ok(Self { url: url.to_owned(), home, mirror })
+    }
+
+    /// A git command with a clean environment. `GIT_DIR` is set for commands on the mirror so git
+    /// never searches parent directories for another repository.
+    fn command(&self, on_mirror: bool) -> Command {
+        let mut cmd = Command::new("git");
+        cmd.env_clear();
+        for key in PASS_ENV {
+            if let Some(value) = std::env::var_os(key) {
+                cmd.env(key, value);
+            }
+        }
+        cmd.env("HOME", &self.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_ALLOW_PROTOCOL", "file:git:http:https:ssh")
+            .env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+            .env("LC_ALL", "C")
+            .current_dir(&self.home)
+            .stdin(Stdio::null());
+        if on_mirror {
+            cmd.env("GIT_DIR", &self.mirror);
+        }
+        cmd
+    }
+
+    /// Runs git to completion; returns stdout, or the failure with stderr.
+    fn run(&self, on_mirror: bool, args: &[&str]) -> Result<Vec<u8>, SourceError> {
+        let out =
+            self.command(on_mirror).args(args).output().map_err(|source| SourceError::Spawn { source })?;
+        if out.status.success() {
+            Ok(out.stdout)
+        } else {
+            Err(self.failure(args, &out.status.to_string(), &out.stderr))
+        }
+    }
+
+    fn failure(&self, args: &[&str], status: &str, stderr: &[u8]) -> SourceError {
+        let stderr = String::from_utf8_lossy(&stderr[..stderr.len().min(STDERR_CAP)]).trim().to_owned();
+        SourceError::Git { url: self.url.clone(), args: args.join(" "), status: status.to_owned(), stderr }
+    }
+
+    fn has_commit(&self, commit: &str) -> bool {
+        self.run(true, &["cat-file", "-t", commit]).is_ok_and(|out| out == b"commit\n")
+    }
+
+    /// Makes sure the mirror holds `commit`: clones the mirror if it is missing, otherwise fetches
+    /// all refs, and as a last resort asks the server for the commit by id (which servers allow for
+    /// reachable commits with `uploadpack.allowReachableSHA1InWant`, GitHub among them).
+    fn ensure_commit(&self, commit: &str) -> Result<(), SourceError> {
+        if self.mirror.exists() {
+            if self.has_commit(commit) {
+                return Ok(());
+            }
+            self.run(true, &["fetch", "--quiet", "--prune", "origin"])?;
+        } else {
+            // Clone next to the final place and rename, so an interrupted clone is never mistaken
+            // for a mirror.
+            let tmp = self.mirror.with_extension(format!("tmp{}", std::process::id()));
+            if tmp.exists() {
+                fs::remove_dir_all(&tmp).map_err(io_at(&tmp))?;
+            }
+            let tmp_str = tmp.to_string_lossy().into_owned();
+            self.run(false, &["clone", "--mirror", "--quiet", "--", &self.url, &tmp_str])?;
+            if let Err(e) = fs::rename(&tmp, &self.mirror) {
+                // Another build won the race; its mirror is as good as ours.
+                let _ = fs::remove_dir_all(&tmp);
+                if !self.mirror.exists() {
+                    return Err(SourceError::Io { path: self.mirror.clone(), source: e });
+                }
+            }
+        }
+        if !self.has_commit(commit) {
+            // Failure here just means the server refuses fetching by id; the check below reports.
+            let _ = self.run(true, &["fetch", "--quiet", "origin", commit]);
+        }
+        if self.has_commit(commit) {
+            Ok(())
+        } else {
+            Err(SourceError::CommitNotFound { url: self.url.clone(), commit: commit.to_owned() })
+        }
+    }
+
+    /// Streams `git archive <commit>` into `dest`.
+    fn archive_into(&self, commit: &str, dest: &Path) -> Result<(), SourceError> {
+        let args = ["archive", "--format=tar", commit];
+        let mut child = self
+            .command(true)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|source| SourceError::Spawn { source })?;
+        // Drain stderr on a thread so a chatty git cannot block on a full pipe.
+        let stderr_thread = child.stderr.take().map(|mut err| {
+            thread::spawn(move || {
+                let mut buf = Vec::new();
+                let _ = err.read_to_end(&mut buf);
+                buf
+            })
+        });
+        let result = self.write_entries(&mut child, commit, dest);
+        if result.is_err() {
+            // Do not leave git blocked on a pipe nobody reads.
+            let _ = child.kill();
+        }
+        let status = child.wait().map_err(|source| SourceError::Spawn { source })?;
+        let stderr = stderr_thread.and_then(|t| t.join().ok()).unwrap_or_default();
+        result?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(self.failure(&args, &status.to_string(), &stderr))
+        }
+    }
+
+    fn write_entries(&self, child: &mut Child, commit: &str, dest: &Path) -> Result<(), SourceError> {
+        let Some(stdout) = child.stdout.take() else { return Ok(()) };
+        let origin = format!("{}@{commit}", self.url);
+        let archive_err =
+            |source| SourceError::Archive { url: self.url.clone(), commit: commit.to_owned(), source };
+        let mut archive = tar::Archive::new(stdout);
+        for entry in archive.entries().map_err(archive_err)? {
+            let mut entry = entry.map_err(archive_err)?;
+            let name = entry.path_bytes().into_owned();
+            let display = String::from_utf8_lossy(&name).into_owned();
+            let unsafe_entry = |reason: &str| SourceError::Unsafe {
+                origin: origin.clone(),
+                entry: display.clone(),
+                reason: reason.to_owned(),
+            };
+            let kind = entry.header().entry_type();
+            // git archive starts with a pax global header carrying the commit id.
+            if kind == tar::EntryType::XGlobalHeader {
+                continue;
+            }
+            let parts = entry_parts(&name).map_err(unsafe_entry)?;
+            let Some((last, parents)) = parts.split_last() else { continue };
+            let parent = ensure_dirs(dest, parents.iter().copied(), &origin, &display)?;
+            let path = parent.join(last);
+            match kind {
+                tar::EntryType::Directory => {
+                    ensure_dirs(&parent, [*last], &origin, &display)?;
+                }
+                tar::EntryType::Regular | tar::EntryType::Continuous => {
+                    let mode = entry.header().mode().map_err(archive_err)?;
+                    let mut out = BufWriter::new(create_file(&path, file_mode(mode))?);
+                    io::copy(&mut entry, &mut out).map_err(io_at(&path))?;
+                    out.into_inner()
+                        .map_err(|e| SourceError::Io { path: path.clone(), source: e.into_error() })?;
+                }
+                tar::EntryType::Symlink => {
+                    let target = entry
+                        .link_name_bytes()
+                        .map(|t| PathBuf::from(OsString::from_vec(t.into_owned())))
+                        .ok_or_else(|| unsafe_entry("symlink without a target"))?;
+                    link_stays_inside(&parts, &target).map_err(unsafe_entry)?;
+                    std::os::unix::fs::symlink(&target, &path).map_err(io_at(&path))?;
+                }
+                other => return Err(unsafe_entry(&format!("unsupported entry type {other:?}"))),
+            }
+        }
+        // Read the end-of-archive padding so git can exit.
+        io::copy(&mut archive.into_inner(), &mut io::sink()).map_err(archive_err)?;
+        Ok(())
+    }
+}
+
+/// Formats a tree listing (for tests and debugging): one `kind mode path [-> target]` per entry.
+#[cfg(test)]
+fn listing(root: &Path) -> String {
+    use std::fmt::Write as _;
+    let mut entries = Vec::new();
+    collect(root, Path::new(""), &mut entries).unwrap();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = String::new();
+    for (rel, meta) in entries {
+        let mode = meta.permissions().mode() & 0o7777;
+        if meta.file_type().is_symlink() {
+            let target = fs::read_link(root.join(&rel)).unwrap();
+            let _ = writeln!(out, "l {} -> {}", rel.display(), target.display());
+        } else if meta.is_dir() {
+            let _ = writeln!(out, "d {mode:o} {}", rel.display());
+        } else {
+            let _ = writeln!(out, "f {mode:o} {}", rel.display());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", dir)
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@example.invalid",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// A repository with a README, an executable, a nested file and an in-tree symlink.
+    fn repo(dir: &Path) -> String {
+        fs::create_dir_all(dir.join("bin")).unwrap();
+        fs::create_dir_all(dir.join("models/small")).unwrap();
+        fs::write(dir.join("README.md"), "# model\n").unwrap();
+        fs::write(dir.join("bin/run.sh"), "#!/bin/sh\n").unwrap();
+        fs::set_permissions(dir.join("bin/run.sh"), Permissions::from_mode(0o755)).unwrap();
+        fs::write(dir.join("models/small/weights.bin"), [0u8, 1, 2, 3]).unwrap();
+        std::os::unix::fs::symlink("../README.md", dir.join("bin/README")).unwrap();
+        git(dir, &["init", "-q"]);
+        git(dir, &["add", "-A"]);
+        git(dir, &["commit", "-q", "-m", "one"]);
+        git(dir, &["rev-parse", "HEAD"])
+    }
+
+    #[test]
+    fn stages_a_commit_and_matches_a_path_copy() {
+        let tmp = tempfile::tempdir().unwrap();
+        let origin = tmp.path().join("origin");
+        let commit = repo(&origin);
+        let url = format!("file://{}", origin.display());
+        let cache = tmp.path().join("cache");
+        let stage = tmp.path().join("stage");
+        let first = stage_git(&url, &commit, "/opt/model", &stage, &cache).unwrap();
+        assert_eq!(first.files, 4);
+        assert_eq!(first.bytes, 8 + 10 + 4);
+        insta::assert_snapshot!(listing(&stage), @r"
+        d 755 opt
+        d 755 opt/model
+        f 644 opt/model/README.md
+        d 755 opt/model/bin
+        l opt/model/bin/README -> ../README.md
+        f 755 opt/model/bin/run.sh
+        d 755 opt/model/models
+        d 755 opt/model/models/small
+        f 644 opt/model/models/small/weights.bin
+        ");
+
+        // The same content staged from the working tree (its .git skipped) has the same digest.
+        let stage2 = tmp.path().join("stage2");
+        let copied = stage_path(&origin, "/srv/elsewhere", &stage2).unwrap();
+        assert_eq!(copied, first);
+
+        // A later commit is fetched into the existing mirror.
+        fs::write(origin.join("README.md"), "# model v2\n").unwrap();
+        git(&origin, &["commit", "-q", "-am", "two"]);
+        let commit2 = git(&origin, &["rev-parse", "HEAD"]);
+        let stage3 = tmp.path().join("stage3");
+        let second = stage_git(&url, &commit2.to_uppercase(), "/opt/model", &stage3, &cache).unwrap();
+        assert_ne!(second.tree_sha256, first.tree_sha256);
+        assert_eq!(fs::read_to_string(stage3.join("opt/model/README.md")).unwrap(), "# model v2\n");
+        // The first commit is still served from the mirror.
+        let stage4 = tmp.path().join("stage4");
+        assert_eq!(stage_git(&url, &commit, "/opt/model", &stage4, &cache).unwrap(), first);
+    }
+
+    #[test]
+    fn wrong_commits_error_clearly() {
+        let tmp = tempfile::tempdir().unwrap();
+        let origin = tmp.path().join("origin");
+        repo(&origin);
+        let url = format!("file://{}", origin.display());
+        let cache = tmp.path().join("cache");
+        let stage = tmp.path().join("stage");
+        let err = stage_git(&url, "main", "/src", &stage, &cache).unwrap_err().to_string();
+        assert_eq!(
+            err.replace(&url, "URL"),
+            r#"git source URL: commit "main" must be a full 40-hex-digit commit id"#
+        );
+        let missing = "0123456789abcdef0123456789abcdef01234567";
+        let err = stage_git(&url, missing, "/src", &stage, &cache).unwrap_err().to_string();
+        insta::assert_snapshot!(err.replace(&url, "URL"), @"git source URL: commit 0123456789abcdef0123456789abcdef01234567 not found (fetched all refs and asked for it by id)");
+        assert!(!stage.join("src").exists());
+        let bad_url = format!("file://{}", tmp.path().join("nope").display());
+        let err = stage_git(&bad_url, missing, "/src", &stage, &cache).unwrap_err();
+        assert!(matches!(err, SourceError::Git { .. }), "{err}");
+    }
+
+    #[test]
+    fn rejects_escaping_symlinks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let origin = tmp.path().join("origin");
+        fs::create_dir_all(origin.join("sub")).unwrap();
+        fs::write(origin.join("sub/a"), "a").unwrap();
+        std::os::unix::fs::symlink("../../etc/passwd", origin.join("sub/evil")).unwrap();
+        git(&origin, &["init", "-q"]);
+        git(&origin, &["add", "-A"]);
+        git(&origin, &["commit", "-q", "-m", "evil"]);
+        let commit = git(&origin, &["rev-parse", "HEAD"]);
+        let url = format!("file://{}", origin.display());
+        let err = stage_git(&url, &commit, "/src", &tmp.path().join("s1"), &tmp.path().join("cache"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err.replace(&format!("{url}@{commit}"), "ORIGIN"),
+            r#"ORIGIN: unsafe entry "sub/evil": symlink pointing outside the source tree"#
+        );
+        let err = stage_path(&origin, "/src", &tmp.path().join("s2")).unwrap_err().to_string();
+        assert_eq!(
+            err.replace(&origin.display().to_string(), "ORIGIN"),
+            r#"ORIGIN: unsafe entry "sub/evil": symlink pointing outside the source tree"#
+        );
+        fs::remove_file(origin.join("sub/evil")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", origin.join("sub/evil")).unwrap();
+        let err = stage_path(&origin, "/src", &tmp.path().join("s3")).unwrap_err().to_string();
+        assert!(err.ends_with("symlink to an absolute path"), "{err}");
+    }
+
+    #[test]
+    fn checks_names_and_destinations() {
+        assert_eq!(entry_parts(b"a/../b"), Err("`..` component"));
+        assert_eq!(entry_parts(b"/etc/x"), Err("absolute path"));
+        assert_eq!(entry_parts(b"a//b"), Err("empty path component"));
+        assert_eq!(entry_parts(b"a/b/").unwrap(), vec![OsStr::new("a"), OsStr::new("b")]);
+        let inside = [OsStr::new("a"), OsStr::new("b"), OsStr::new("link")];
+        assert!(link_stays_inside(&inside, Path::new("../../c")).is_ok());
+        assert!(link_stays_inside(&inside, Path::new("../../../c")).is_err());
+        assert!(link_stays_inside(&inside, Path::new("x/../../y")).is_ok());
+
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("src");
+        fs::create_dir(&src).unwrap();
+        fs::write(src.join("f"), "x").unwrap();
+        let stage = tmp.path().join("stage");
+        let err = stage_path(&src, "opt/x", &stage).unwrap_err().to_string();
+        assert_eq!(err, r#"destination "opt/x": must be an absolute in-image path"#);
+        let err = stage_path(&src, "/opt/../x", &stage).unwrap_err().to_string();
+        assert_eq!(err, r#"destination "/opt/../x": must not contain `..`"#);
+        stage_path(&src, "/opt/x", &stage).unwrap();
+        let err = stage_path(&src, "/opt/x", &stage).unwrap_err().to_string();
+        assert_eq!(err, r#"destination "/opt/x": already exists and is not empty"#);
+        // A symlink planted in the stage is not followed.
+        let outside = tmp.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, stage.join("opt/link")).unwrap();
+        assert!(stage_path(&src, "/opt/link/x", &stage).is_err());
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    }
+}

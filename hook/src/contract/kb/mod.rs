@@ -1,0 +1,741 @@
+//! The compatibility knowledge base: what NVIDIA, the torch project and the PCI ID Repository
+//! publish about which driver runs which CUDA, which GPU has which compute capability, and what
+//! a torch wheel was built for and pins.
+//!
+//! The facts live as data in `hook/kb/*.toml`, embedded into the binaries with `include_str!`
+//! and parsed once, on first use. Every row carries a `source` naming where it comes from
+//! (a release-notes table, a wheel's `Requires-Dist`, `pci.ids`); `shared/reference/
+//! compatibility.md` lists the figures and the errors of the project's origin documents that
+//! must not be encoded. Prefer the artifact over a table: torch rows were read from the wheels
+//! on the Python Package Index (metadata, and the `-gencode` flags compiled into
+//! `libtorch_cuda.so`).
+//!
+//! The tables are compile-time data: a malformed one is a build defect that the unit tests
+//! catch ([`validate`]); at run time the accessors `expect` a valid table.
+//!
+//! Lookups are total over their input: a version older or newer than the tables answers
+//! `None` (or, where documented, the nearest row below), never an invented value.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::sync::LazyLock;
+
+use serde::Deserialize;
+
+use super::version::{
+    ComputeCapability, CudaVersion, DriverVersion, PackageSpecifiers, PackageVersion, PythonVersion,
+};
+
+#[cfg(test)]
+mod tests;
+
+/// The embedded tables, by the name errors quote.
+const TABLES: Tables = Tables {
+    cuda_driver: include_str!("../../../kb/cuda_driver.toml"),
+    driver_branches: include_str!("../../../kb/driver_branches.toml"),
+    torch: include_str!("../../../kb/torch.toml"),
+    cudnn: include_str!("../../../kb/cudnn.toml"),
+    gpus: include_str!("../../../kb/gpus.toml"),
+    cuda_components: include_str!("../../../kb/cuda_components.toml"),
+};
+
+/// The text of each table (kept apart so tests can feed broken text to the same parser).
+#[derive(Clone, Copy)]
+struct Tables {
+    cuda_driver: &'static str,
+    driver_branches: &'static str,
+    torch: &'static str,
+    cudnn: &'static str,
+    gpus: &'static str,
+    cuda_components: &'static str,
+}
+
+/// An embedded table that does not parse or breaks a rule of its schema.
+#[derive(Debug, thiserror::Error)]
+pub enum KbError {
+    /// The TOML does not parse into the table's schema.
+    #[error("knowledge base table {table}: {source}")]
+    Parse {
+        /// File name under `hook/kb/`.
+        table: &'static str,
+        /// What the TOML parser said (it quotes line and column).
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    /// A row parses but is not valid (bad version text, duplicate key, missing source...).
+    #[error("knowledge base table {table}, row {row:?}: {why}")]
+    Invalid {
+        /// File name under `hook/kb/`.
+        table: &'static str,
+        /// The row's key (CUDA version, GPU name, torch version...).
+        row: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+// ---------------------------------------------------------------------------------------------
+// Public row types
+// ---------------------------------------------------------------------------------------------
+
+/// A CUDA toolkit release and the driver it needs (CUDA release notes, table 3).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudaToolkit {
+    /// The toolkit's `major.minor` (`12.1`).
+    pub cuda: CudaVersion,
+    /// Minimum Linux `x86_64` driver of the GA release.
+    pub driver: DriverVersion,
+    /// Update releases whose minimum driver differs from the GA one, where the table gives it.
+    #[serde(default)]
+    pub updates: Vec<CudaUpdate>,
+    /// Where the row comes from.
+    pub source: String,
+}
+
+/// An update release of a toolkit (`12.2.2`, "12.2 Update 2") and its minimum driver.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudaUpdate {
+    /// The update's full version.
+    pub cuda: CudaVersion,
+    /// Its minimum Linux `x86_64` driver.
+    pub driver: DriverVersion,
+}
+
+/// CUDA minor-version compatibility: the driver every toolkit of a major version runs on,
+/// as long as the application uses no newer-driver feature (CUDA release notes, table 2).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MinorCompat {
+    /// CUDA major version (11, 12, 13).
+    pub major: u64,
+    /// Minimum driver.
+    pub driver: DriverVersion,
+    /// Where the row comes from.
+    pub source: String,
+}
+
+/// The drivers a CUDA release needs, as [`cuda_min_driver`] answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaDriverRow {
+    /// The release the values are for: the GA `major.minor` or a known update (`12.2.2`).
+    pub cuda: CudaVersion,
+    /// Minimum driver to use every feature of this release (table 3).
+    pub toolkit_driver: DriverVersion,
+    /// Minimum driver under minor-version compatibility (table 2), without newer-driver features.
+    pub minor_compat_driver: DriverVersion,
+    /// Where both values come from.
+    pub source: String,
+}
+
+/// A driver branch and the highest CUDA it supports (`nvidia-smi` "CUDA Version").
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriverBranch {
+    /// The branch: the driver's major number (535).
+    pub branch: u64,
+    /// The highest CUDA version drivers of this branch report.
+    pub max_cuda: CudaVersion,
+    /// A long-term support branch of the data-center driver lifecycle.
+    #[serde(default)]
+    pub lts: bool,
+    /// End of life (`YYYY-MM`), where known.
+    #[serde(default)]
+    pub eol: Option<String>,
+    /// Where the row comes from.
+    pub source: String,
+}
+
+/// A GPU model as the driver names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuModel {
+    /// Display name (`NVIDIA H100`).
+    pub name: String,
+    /// Substrings of the driver's model name that identify this model, matched
+    /// case-insensitively at word boundaries; see [`gpu_by_model_name`].
+    pub patterns: Vec<String>,
+    /// Full model names the driver prints for it (`NVIDIA H100 80GB HBM3`), kept as examples.
+    pub model_names: Vec<String>,
+    /// PCI device ids (vendor 0x10de); empty for integrated GPUs (Jetson).
+    pub pci_ids: Vec<u16>,
+    /// Compute capability.
+    pub compute_capability: ComputeCapability,
+    /// Architecture name (`Ampere`, `Ada Lovelace`, `Hopper`).
+    pub architecture: String,
+    /// NVML product brand, lowercase as `NVIDIA_REQUIRE_*` compares it (`nvidia`, `tesla`,
+    /// `geforce`), as current drivers report it.
+    pub brand: String,
+    /// A data-center GPU.
+    pub datacenter: bool,
+    /// Runs newer CUDA through the cuda-compat forward-compatibility package (data-center GPUs
+    /// and Jetson only).
+    pub forward_compat: bool,
+    /// Where the row comes from.
+    pub source: String,
+}
+
+/// A torch release: what it supports and which builds were published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TorchRelease {
+    /// The version (`2.1.0`).
+    pub version: String,
+    /// Oldest and newest Python minor with published wheels (inclusive).
+    pub python: (PythonVersion, PythonVersion),
+    /// The CUDA builds published for Linux `x86_64`.
+    pub variants: Vec<TorchVariant>,
+    /// The torchvision release that pins this torch (`0.16.0`).
+    pub torchvision: String,
+    /// The torchaudio release that pins this torch.
+    pub torchaudio: String,
+    /// PEP 440 specifier of the `numpy` versions the wheels work with (`<2`); empty: no bound.
+    pub numpy: String,
+    /// Where the row comes from.
+    pub source: String,
+    /// `version` parsed, for lookups.
+    parsed: PackageVersion,
+}
+
+/// One CUDA build of a torch release.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TorchVariant {
+    /// The CUDA version it was built with.
+    pub cuda: CudaVersion,
+    /// The local version tag (`cu121`).
+    pub tag: String,
+    /// The cuDNN it was built against and must load (`8.9.2.26`).
+    pub cudnn: String,
+    /// Compute capabilities with machine code (cubins) in the wheel, ascending.
+    pub arch: Vec<ComputeCapability>,
+    /// Whether PTX of the highest `arch` entry is included, which the driver can JIT-compile
+    /// for newer GPUs.
+    pub ptx: bool,
+    /// This build is the plain Linux `x86_64` wheel on the Python Package Index (the other builds
+    /// are only on the torch project's own index).
+    #[serde(default)]
+    pub pypi: bool,
+    /// Exact `Requires-Dist` pins of the wheel (requirement name -> version), for the build on
+    /// the Python Package Index; empty where the pins were not read from the artifact.
+    #[serde(default)]
+    pub pins: BTreeMap<String, String>,
+    /// Where the row comes from.
+    pub source: String,
+}
+
+/// A cuDNN release line (`8.9`, `9.1`) and the builds it ships.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudnnRow {
+    /// `major.minor` of the line.
+    pub line: String,
+    /// Its packages ("for CUDA 12.x", ...).
+    #[serde(rename = "build")]
+    pub builds: Vec<CudnnBuild>,
+    /// Where the row comes from.
+    pub source: String,
+}
+
+/// One cuDNN package flavour of a line, per the support matrix.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudnnBuild {
+    /// The package as NVIDIA names it (`for CUDA 12.x`).
+    pub package: String,
+    /// Oldest and newest CUDA toolkit it supports (inclusive, `major.minor`).
+    pub cuda: (CudaVersion, CudaVersion),
+    /// Minimum Linux driver.
+    pub driver: DriverVersion,
+    /// Lowest and highest compute capability it supports (inclusive).
+    pub compute_capability: (ComputeCapability, ComputeCapability),
+}
+
+/// Versions of the libraries one CUDA toolkit release ships (its release notes' "CUDA Toolkit
+/// Major Component Versions", and NVIDIA's redistributable manifest of the release).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CudaComponents {
+    /// The full release (`12.1.1`).
+    pub cuda: CudaVersion,
+    /// CUDA runtime (`nvidia-cuda-runtime-cu12`).
+    pub cudart: String,
+    /// cuBLAS.
+    pub cublas: String,
+    /// cuFFT.
+    pub cufft: String,
+    /// cuRAND.
+    pub curand: String,
+    /// cuSOLVER.
+    pub cusolver: String,
+    /// cuSPARSE.
+    pub cusparse: String,
+    /// NVRTC.
+    pub nvrtc: String,
+    /// nvJitLink (CUDA 12 and later), where known.
+    #[serde(default)]
+    pub nvjitlink: Option<String>,
+    /// Where the row comes from.
+    pub source: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lookups
+// ---------------------------------------------------------------------------------------------
+
+/// The GPU with this PCI device id (vendor 0x10de), if the table knows it.
+pub fn gpu_by_pci_id(device_id: u16) -> Option<&'static GpuModel> {
+    let kb = kb();
+    kb.gpu_by_id.get(&device_id).map(|&i| &kb.gpus[i])
+}
+
+/// The GPU a driver model name denotes (`Model:` of `/proc/driver/nvidia/gpus/*/information`,
+/// or `nvidia-smi`'s product name).
+///
+/// Patterns match case-insensitively, with runs of whitespace collapsed, and only at word
+/// boundaries (the characters around a match are not letters or digits), so `A10` matches
+/// neither `A100` nor `A10G`. The longest matching pattern wins, so `RTX 4090 D` beats
+/// `RTX 4090` and `RTX 4060 Ti` beats `RTX 4060`. `None` if nothing matches.
+pub fn gpu_by_model_name(model: &str) -> Option<&'static GpuModel> {
+    let haystack = normalize_model(model);
+    let mut best: Option<(usize, &'static GpuModel)> = None;
+    for gpu in all_gpus() {
+        for pattern in &gpu.patterns {
+            let needle = pattern.to_ascii_lowercase();
+            if contains_word(&haystack, &needle) && best.is_none_or(|(len, _)| needle.len() > len) {
+                best = Some((needle.len(), gpu));
+            }
+        }
+    }
+    best.map(|(_, gpu)| gpu)
+}
+
+/// Every GPU model in the table.
+pub fn all_gpus() -> &'static [GpuModel] {
+    &kb().gpus
+}
+
+/// The highest CUDA version a driver supports, by its branch. For a branch between two rows,
+/// the row below it; `None` for a branch older than the table. A branch newer than the table
+/// gets the newest row's value, a lower bound.
+pub fn driver_max_cuda(driver: &DriverVersion) -> Option<CudaVersion> {
+    driver_branch(driver).map(|row| row.max_cuda.clone())
+}
+
+/// The branch row that applies to a driver: its own branch, or the nearest one below it.
+pub fn driver_branch(driver: &DriverVersion) -> Option<&'static DriverBranch> {
+    kb().branches.iter().rev().find(|row| row.branch <= driver.branch())
+}
+
+/// Every driver branch row, ascending.
+pub fn driver_branches() -> &'static [DriverBranch] {
+    &kb().branches
+}
+
+/// The drivers a CUDA release needs: the toolkit's own minimum and the minor-version
+/// compatibility minimum of its major.
+///
+/// `12.1` answers the GA row; a full version (`12.2.2`) answers the highest known update at or
+/// below it, or the GA row (an update without a value in the table may need more than GA).
+/// `None` for a release the table does not know (there is no 12.7 toolkit).
+pub fn cuda_min_driver(cuda: &CudaVersion) -> Option<CudaDriverRow> {
+    let kb = kb();
+    let toolkit = kb.toolkits.iter().find(|row| row.cuda.major_minor() == cuda.major_minor())?;
+    let minor = minor_compat(cuda.part(0))?;
+    let (release, driver) = toolkit
+        .updates
+        .iter()
+        .filter(|update| update.cuda <= *cuda)
+        .max_by(|a, b| a.cuda.cmp(&b.cuda))
+        .map_or((&toolkit.cuda, &toolkit.driver), |update| (&update.cuda, &update.driver));
+    Some(CudaDriverRow {
+        cuda: release.clone(),
+        toolkit_driver: driver.clone(),
+        minor_compat_driver: minor.driver.clone(),
+        source: format!("{}; {}", toolkit.source, minor.source),
+    })
+}
+
+/// Every toolkit row, ascending.
+pub fn cuda_toolkits() -> &'static [CudaToolkit] {
+    &kb().toolkits
+}
+
+/// The minor-version compatibility row of a CUDA major version.
+pub fn minor_compat(cuda_major: u64) -> Option<&'static MinorCompat> {
+    kb().minor_compat.iter().find(|row| row.major == cuda_major)
+}
+
+/// A torch release: the release with the same release numbers (local tags such as `+cu121`
+/// and pre-release suffixes ignored, so `2.1.0+cu121` and `2.3.0rc1` find `2.1.0` and
+/// `2.3.0`), else the newest known release of the same `major.minor` line (for a patch
+/// release the table lacks). `None` for a line the table does not cover.
+pub fn torch_release(version: &PackageVersion) -> Option<&'static TorchRelease> {
+    let wanted = version.only_release();
+    let releases = torch_releases();
+    releases.iter().find(|row| row.parsed == wanted).or_else(|| {
+        let line = |v: &PackageVersion| (v.release().first().copied(), v.release().get(1).copied());
+        releases
+            .iter()
+            .filter(|row| line(&row.parsed) == line(&wanted))
+            .max_by(|a, b| a.parsed.cmp(&b.parsed))
+    })
+}
+
+/// Every torch release row, ascending.
+pub fn torch_releases() -> &'static [TorchRelease] {
+    &kb().torch
+}
+
+impl TorchRelease {
+    /// The build with this local tag (`cu121`).
+    pub fn variant(&self, tag: &str) -> Option<&TorchVariant> {
+        self.variants.iter().find(|v| v.tag == tag)
+    }
+
+    /// The build published on the Python Package Index as the plain Linux `x86_64` wheel.
+    pub fn pypi_variant(&self) -> Option<&TorchVariant> {
+        self.variants.iter().find(|v| v.pypi)
+    }
+
+    /// Whether wheels were published for this Python (compared by `major.minor`).
+    pub fn supports_python(&self, python: &PythonVersion) -> bool {
+        let minor = |v: &PythonVersion| (v.part(0), v.part(1));
+        (minor(&self.python.0)..=minor(&self.python.1)).contains(&minor(python))
+    }
+
+    /// The `numpy` specifier, parsed.
+    pub fn numpy_specifiers(&self) -> PackageSpecifiers {
+        // Validated at load, so the fallback (no bound) is unreachable.
+        PackageSpecifiers::from_str(&self.numpy).unwrap_or_else(|_| PackageSpecifiers::empty())
+    }
+}
+
+impl TorchVariant {
+    /// Whether the build has code for a GPU of this compute capability: a cubin of the same
+    /// major and an equal or lower minor (`sm_86` code runs on 8.9), or PTX of an architecture
+    /// at or below it, which the driver JIT-compiles. Nothing runs across majors without PTX:
+    /// that case fails with "no kernel image is available for execution on the device".
+    pub fn runs_on(&self, cc: ComputeCapability) -> bool {
+        let cubin = self.arch.iter().any(|a| a.major == cc.major && a.minor <= cc.minor);
+        let ptx = self.ptx && self.arch.last().is_some_and(|highest| *highest <= cc);
+        cubin || ptx
+    }
+}
+
+/// The cuDNN line of a version (`8.9.2.26`, `8.9`, `9.1.0.70`): the row whose `major.minor`
+/// matches.
+pub fn cudnn_line(version: &str) -> Option<&'static CudnnRow> {
+    let mut parts = version.trim().split('.');
+    let major = parts.next()?;
+    let minor = parts.next()?;
+    let line = format!("{major}.{minor}");
+    cudnn_lines().iter().find(|row| row.line == line)
+}
+
+/// Every cuDNN line row, ascending.
+pub fn cudnn_lines() -> &'static [CudnnRow] {
+    &kb().cudnn
+}
+
+/// The component versions of a CUDA release. A full version (`12.4.1`) must match a row
+/// exactly; a `major.minor` (`12.4`) answers the newest known release of that line.
+pub fn cuda_components(cuda: &CudaVersion) -> Option<&'static CudaComponents> {
+    let rows = all_cuda_components();
+    if cuda.parts().len() >= 3 {
+        rows.iter().find(|row| row.cuda == *cuda)
+    } else {
+        rows.iter()
+            .filter(|row| row.cuda.major_minor() == cuda.major_minor())
+            .max_by(|a, b| a.cuda.cmp(&b.cuda))
+    }
+}
+
+/// Every component row, ascending.
+pub fn all_cuda_components() -> &'static [CudaComponents] {
+    &kb().components
+}
+
+/// Checks that every embedded table parses and is valid. The accessors panic on an invalid
+/// table; tests (and `doctor`, to report a broken build) call this first.
+pub fn validate() -> Result<(), &'static KbError> {
+    KB.as_ref().map(|_| ())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------------------------
+
+/// The parsed tables.
+#[derive(Debug)]
+struct Kb {
+    toolkits: Vec<CudaToolkit>,
+    minor_compat: Vec<MinorCompat>,
+    branches: Vec<DriverBranch>,
+    torch: Vec<TorchRelease>,
+    cudnn: Vec<CudnnRow>,
+    gpus: Vec<GpuModel>,
+    gpu_by_id: BTreeMap<u16, usize>,
+    components: Vec<CudaComponents>,
+}
+
+static KB: LazyLock<Result<Kb, KbError>> = LazyLock::new(|| Kb::parse(TABLES));
+
+fn kb() -> &'static Kb {
+    // The tables are compiled in; `validate` is tested, so this cannot fail in a released build.
+    KB.as_ref().expect("embedded compatibility knowledge base is invalid (a build defect; run the kb tests)")
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CudaDriverFile {
+    minor_compat: Vec<MinorCompat>,
+    toolkit: Vec<CudaToolkit>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BranchFile {
+    branch: Vec<DriverBranch>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TorchFile {
+    release: Vec<RawTorchRelease>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTorchRelease {
+    version: String,
+    python: (PythonVersion, PythonVersion),
+    torchvision: String,
+    torchaudio: String,
+    numpy: String,
+    source: String,
+    #[serde(rename = "variant")]
+    variants: Vec<TorchVariant>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CudnnFile {
+    line: Vec<CudnnRow>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuFile {
+    gpu: Vec<RawGpu>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGpu {
+    name: String,
+    patterns: Vec<String>,
+    #[serde(default)]
+    model_names: Vec<String>,
+    pci_ids: Vec<u16>,
+    compute_capability: ComputeCapability,
+    architecture: String,
+    brand: String,
+    datacenter: bool,
+    /// Defaults to `datacenter`.
+    #[serde(default)]
+    forward_compat: Option<bool>,
+    source: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ComponentsFile {
+    release: Vec<CudaComponents>,
+}
+
+fn parse_table<T: for<'de> Deserialize<'de>>(table: &'static str, text: &str) -> Result<T, KbError> {
+    toml::from_str(text).map_err(|source| KbError::Parse { table, source: Box::new(source) })
+}
+
+fn invalid(table: &'static str, row: impl std::fmt::Display, why: impl std::fmt::Display) -> KbError {
+    KbError::Invalid { table, row: row.to_string(), why: why.to_string() }
+}
+
+fn require_source(table: &'static str, row: &str, source: &str) -> Result<(), KbError> {
+    if source.trim().is_empty() {
+        return Err(invalid(table, row, "empty source"));
+    }
+    Ok(())
+}
+
+/// Dotted decimal components (`12.1.3.1`): what a library version field must look like.
+fn is_dotted_number(text: &str) -> bool {
+    !text.is_empty() && text.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+impl Kb {
+    fn parse(tables: Tables) -> Result<Self, KbError> {
+        let cuda: CudaDriverFile = parse_table("cuda_driver.toml", tables.cuda_driver)?;
+        for row in &cuda.minor_compat {
+            require_source("cuda_driver.toml", &row.major.to_string(), &row.source)?;
+        }
+        for row in &cuda.toolkit {
+            require_source("cuda_driver.toml", row.cuda.as_str(), &row.source)?;
+            if row.cuda.parts().len() != 2 {
+                return Err(invalid("cuda_driver.toml", &row.cuda, "toolkit rows are major.minor"));
+            }
+            for update in &row.updates {
+                if update.cuda.major_minor() != row.cuda.major_minor() || update.cuda <= row.cuda {
+                    return Err(invalid("cuda_driver.toml", &update.cuda, "update of another release"));
+                }
+            }
+        }
+
+        let branches: BranchFile = parse_table("driver_branches.toml", tables.driver_branches)?;
+        for row in &branches.branch {
+            require_source("driver_branches.toml", &row.branch.to_string(), &row.source)?;
+        }
+
+        let torch: TorchFile = parse_table("torch.toml", tables.torch)?;
+        let torch = torch.release.into_iter().map(TorchRelease::from_raw).collect::<Result<Vec<_>, _>>()?;
+
+        let cudnn: CudnnFile = parse_table("cudnn.toml", tables.cudnn)?;
+        for row in &cudnn.line {
+            require_source("cudnn.toml", &row.line, &row.source)?;
+            if row.builds.is_empty() {
+                return Err(invalid("cudnn.toml", &row.line, "no builds"));
+            }
+        }
+
+        let gpus: GpuFile = parse_table("gpus.toml", tables.gpus)?;
+        let gpus = gpus.gpu.into_iter().map(GpuModel::from_raw).collect::<Result<Vec<_>, _>>()?;
+        let mut gpu_by_id = BTreeMap::new();
+        for (i, gpu) in gpus.iter().enumerate() {
+            for &id in &gpu.pci_ids {
+                if let Some(other) = gpu_by_id.insert(id, i) {
+                    let why = format!("PCI id {id:#06x} is also listed for {}", gpus[other].name);
+                    return Err(invalid("gpus.toml", &gpu.name, why));
+                }
+            }
+        }
+
+        let components: ComponentsFile = parse_table("cuda_components.toml", tables.cuda_components)?;
+        for row in &components.release {
+            require_source("cuda_components.toml", row.cuda.as_str(), &row.source)?;
+            let versions =
+                [&row.cudart, &row.cublas, &row.cufft, &row.curand, &row.cusolver, &row.cusparse, &row.nvrtc];
+            if let Some(bad) = versions.into_iter().chain(&row.nvjitlink).find(|v| !is_dotted_number(v)) {
+                return Err(invalid("cuda_components.toml", &row.cuda, format!("bad version {bad:?}")));
+            }
+        }
+
+        Ok(Self {
+            toolkits: cuda.toolkit,
+            minor_compat: cuda.minor_compat,
+            branches: branches.branch,
+            torch,
+            cudnn: cudnn.line,
+            gpus,
+            gpu_by_id,
+            components: components.release,
+        })
+    }
+}
+
+impl TorchRelease {
+    fn from_raw(raw: RawTorchRelease) -> Result<Self, KbError> {
+        const TABLE: &str = "torch.toml";
+        let row = raw.version.as_str();
+        require_source(TABLE, row, &raw.source)?;
+        let parsed = PackageVersion::from_str(row).map_err(|e| invalid(TABLE, row, e))?;
+        if raw.python.0 > raw.python.1 {
+            return Err(invalid(TABLE, row, "python range is reversed"));
+        }
+        PackageSpecifiers::from_str(&raw.numpy).map_err(|e| invalid(TABLE, row, e))?;
+        for version in [&raw.torchvision, &raw.torchaudio] {
+            PackageVersion::from_str(version).map_err(|e| invalid(TABLE, row, e))?;
+        }
+        if raw.variants.is_empty() {
+            return Err(invalid(TABLE, row, "no CUDA builds"));
+        }
+        for variant in &raw.variants {
+            let at = format!("{row} {}", variant.tag);
+            require_source(TABLE, &at, &variant.source)?;
+            let (major, minor) = variant.cuda.major_minor();
+            if variant.tag != format!("cu{major}{minor}") {
+                return Err(invalid(TABLE, at, format!("tag does not match CUDA {}", variant.cuda)));
+            }
+            if variant.arch.is_empty() || !is_dotted_number(&variant.cudnn) {
+                return Err(invalid(TABLE, at, "empty arch list or bad cuDNN version"));
+            }
+            for (name, version) in &variant.pins {
+                PackageVersion::from_str(version).map_err(|e| invalid(TABLE, format!("{at} {name}"), e))?;
+            }
+        }
+        if raw.variants.iter().filter(|v| v.pypi).count() > 1 {
+            return Err(invalid(TABLE, row, "more than one PyPI build"));
+        }
+        Ok(Self {
+            version: raw.version,
+            python: raw.python,
+            variants: raw.variants,
+            torchvision: raw.torchvision,
+            torchaudio: raw.torchaudio,
+            numpy: raw.numpy,
+            source: raw.source,
+            parsed,
+        })
+    }
+}
+
+impl GpuModel {
+    fn from_raw(raw: RawGpu) -> Result<Self, KbError> {
+        const TABLE: &str = "gpus.toml";
+        let row = raw.name.as_str();
+        require_source(TABLE, row, &raw.source)?;
+        if raw.patterns.is_empty() {
+            return Err(invalid(TABLE, row, "no name patterns"));
+        }
+        for pattern in &raw.patterns {
+            // A pattern must begin and end on a word character and be written normalized, or the
+            // word-boundary match of `gpu_by_model_name` would never see it.
+            let edges_ok = pattern.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+                && pattern.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+            if !edges_ok || normalize_model(pattern) != pattern.to_ascii_lowercase() {
+                return Err(invalid(TABLE, row, format!("pattern {pattern:?} is not a normalized word run")));
+            }
+        }
+        if raw.brand.is_empty() || raw.brand.bytes().any(|b| !b.is_ascii_lowercase()) {
+            return Err(invalid(TABLE, row, format!("brand {:?} is not lowercase letters", raw.brand)));
+        }
+        Ok(Self {
+            forward_compat: raw.forward_compat.unwrap_or(raw.datacenter),
+            name: raw.name,
+            patterns: raw.patterns,
+            model_names: raw.model_names,
+            pci_ids: raw.pci_ids,
+            compute_capability: raw.compute_capability,
+            architecture: raw.architecture,
+            brand: raw.brand,
+            datacenter: raw.datacenter,
+            source: raw.source,
+        })
+    }
+}
+
+/// Lowercase, trimmed, whitespace runs collapsed to one space.
+fn normalize_model(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ").to_ascii_lowercase()
+}
+
+/// Whether `needle` occurs in `haystack` with no letter or digit right before or after it.
+fn contains_word(haystack: &str, needle: &str) -> bool {
+    let bytes = haystack.as_bytes();
+    haystack.match_indices(needle).any(|(start, _)| {
+        let end = start + needle.len();
+        let before = start.checked_sub(1).map(|i| bytes[i]);
+        let after = bytes.get(end).copied();
+        !before.is_some_and(|b| b.is_ascii_alphanumeric())
+            && !after.is_some_and(|b| b.is_ascii_alphanumeric())
+    })
+}

@@ -1,0 +1,420 @@
+//! Invariants of the embedded tables and spot values from `shared/reference/compatibility.md`.
+
+use std::collections::BTreeSet;
+use std::str::FromStr;
+
+use super::*;
+
+fn cuda(s: &str) -> CudaVersion {
+    s.parse().unwrap()
+}
+fn driver(s: &str) -> DriverVersion {
+    s.parse().unwrap()
+}
+fn cc(s: &str) -> ComputeCapability {
+    s.parse().unwrap()
+}
+fn py(s: &str) -> PythonVersion {
+    s.parse().unwrap()
+}
+fn pkg(s: &str) -> PackageVersion {
+    PackageVersion::from_str(s).unwrap()
+}
+
+#[test]
+fn embedded_tables_parse() {
+    if let Err(e) = validate() {
+        panic!("{e}");
+    }
+    assert!(!all_gpus().is_empty());
+    assert!(!cuda_toolkits().is_empty());
+    assert!(!driver_branches().is_empty());
+    assert!(!torch_releases().is_empty());
+    assert!(!cudnn_lines().is_empty());
+    assert!(!all_cuda_components().is_empty());
+}
+
+#[test]
+fn malformed_tables_are_errors_not_panics() {
+    let broken = Tables { gpus: "[[gpu]]\nname = 3\n", ..TABLES };
+    let err = Kb::parse(broken).unwrap_err();
+    assert!(matches!(err, KbError::Parse { table: "gpus.toml", .. }), "{err}");
+
+    let unknown_field = Tables { cudnn: "[[line]]\nline = \"9.1\"\nsourse = \"typo\"\n", ..TABLES };
+    assert!(matches!(Kb::parse(unknown_field), Err(KbError::Parse { table: "cudnn.toml", .. })));
+
+    let no_source = Tables {
+        driver_branches: "[[branch]]\nbranch = 535\nmax_cuda = \"12.2\"\nsource = \" \"\n",
+        ..TABLES
+    };
+    let err = Kb::parse(no_source).unwrap_err();
+    assert_eq!(err.to_string(), r#"knowledge base table driver_branches.toml, row "535": empty source"#);
+
+    let bad_version = Tables {
+        cuda_driver: "minor_compat = []\n[[toolkit]]\ncuda = \"12.x\"\ndriver = \"530\"\nsource = \"s\"\n",
+        ..TABLES
+    };
+    let err = Kb::parse(bad_version).unwrap_err();
+    assert!(err.to_string().contains("12.x"), "{err}");
+
+    let duplicate_id = format!("{}\n{}", TABLES.gpus, TABLES.gpus);
+    let leaked: &'static str = Box::leak(duplicate_id.into_boxed_str());
+    let err = Kb::parse(Tables { gpus: leaked, ..TABLES }).unwrap_err();
+    assert!(err.to_string().contains("is also listed for"), "{err}");
+}
+
+#[test]
+fn every_row_names_its_source() {
+    let mut sources: Vec<&str> = Vec::new();
+    sources.extend(cuda_toolkits().iter().map(|r| r.source.as_str()));
+    sources.extend(kb().minor_compat.iter().map(|r| r.source.as_str()));
+    sources.extend(driver_branches().iter().map(|r| r.source.as_str()));
+    sources.extend(all_gpus().iter().map(|r| r.source.as_str()));
+    sources.extend(cudnn_lines().iter().map(|r| r.source.as_str()));
+    sources.extend(all_cuda_components().iter().map(|r| r.source.as_str()));
+    for release in torch_releases() {
+        sources.push(&release.source);
+        sources.extend(release.variants.iter().map(|v| v.source.as_str()));
+    }
+    assert!(sources.iter().all(|s| !s.trim().is_empty()));
+}
+
+#[test]
+fn cuda_min_driver_is_monotone() {
+    let rows = cuda_toolkits();
+    for pair in rows.windows(2) {
+        assert!(pair[0].cuda < pair[1].cuda, "CUDA rows out of order at {}", pair[1].cuda);
+        assert!(
+            pair[0].driver <= pair[1].driver,
+            "driver decreases from {} to {}",
+            pair[0].cuda,
+            pair[1].cuda
+        );
+    }
+    for row in rows {
+        for update in &row.updates {
+            assert!(update.driver >= row.driver, "{} needs less than its GA", update.cuda);
+        }
+        // Minor-version compatibility never asks more than a toolkit of that major needs, except
+        // for 11.0, whose GA driver (450.51.05) predates the 11.x compatibility floor (450.80.02).
+        let min = cuda_min_driver(&row.cuda).unwrap();
+        if row.cuda != cuda("11.0") {
+            assert!(min.minor_compat_driver <= min.toolkit_driver, "{}", row.cuda);
+        }
+    }
+    let majors: Vec<u64> = kb().minor_compat.iter().map(|r| r.major).collect();
+    assert_eq!(majors, [11, 12, 13]);
+}
+
+#[test]
+fn driver_branch_max_cuda_is_monotone() {
+    let rows = driver_branches();
+    for pair in rows.windows(2) {
+        assert!(pair[0].branch < pair[1].branch, "branches out of order at {}", pair[1].branch);
+        assert!(pair[0].max_cuda < pair[1].max_cuda, "max CUDA does not grow at {}", pair[1].branch);
+    }
+    // Every toolkit's own GA driver reports at least that toolkit.
+    for toolkit in cuda_toolkits() {
+        let max = driver_max_cuda(&toolkit.driver).unwrap();
+        assert_eq!(max.major_minor(), toolkit.cuda.major_minor(), "driver {}", toolkit.driver);
+    }
+}
+
+#[test]
+fn cuda_min_driver_spot_values() {
+    let row = cuda_min_driver(&cuda("12.1")).unwrap();
+    assert_eq!(row.toolkit_driver, driver("530.30.02"));
+    assert_eq!(row.minor_compat_driver, driver("525.60.13"));
+    // The origin documents' "12.1 needs >= 515.48.07" is wrong.
+    assert_ne!(row.toolkit_driver, driver("515.48.07"));
+    assert!(row.source.contains("table 3") && row.source.contains("table 2"));
+
+    assert_eq!(cuda_min_driver(&cuda("12.2")).unwrap().toolkit_driver, driver("535.54.03"));
+    let u2 = cuda_min_driver(&cuda("12.2.2")).unwrap();
+    assert_eq!((u2.cuda.as_str(), u2.toolkit_driver.as_str()), ("12.2.2", "535.104.05"));
+    // An update without a value falls back to the GA row.
+    assert_eq!(cuda_min_driver(&cuda("12.2.1")).unwrap().toolkit_driver, driver("535.54.03"));
+    assert_eq!(cuda_min_driver(&cuda("12.1.1")).unwrap().cuda, cuda("12.1"));
+
+    assert_eq!(cuda_min_driver(&cuda("11.0")).unwrap().minor_compat_driver, driver("450.80.02"));
+    assert_eq!(cuda_min_driver(&cuda("11.8")).unwrap().toolkit_driver, driver("520.61.05"));
+    assert_eq!(cuda_min_driver(&cuda("12.8")).unwrap().toolkit_driver, driver("570.26"));
+    assert_eq!(cuda_min_driver(&cuda("13.0")).unwrap().minor_compat_driver, driver("580"));
+    assert!(cuda_min_driver(&cuda("12.7")).is_none(), "there is no 12.7 toolkit");
+    assert!(cuda_min_driver(&cuda("10.2")).is_none());
+    assert!(cuda_min_driver(&cuda("14.0")).is_none());
+}
+
+#[test]
+fn driver_max_cuda_spot_values() {
+    assert_eq!(driver_max_cuda(&driver("535.104.05")), Some(cuda("12.2")));
+    assert_eq!(driver_max_cuda(&driver("470.57.02")), Some(cuda("11.4")));
+    assert_eq!(driver_max_cuda(&driver("470")), Some(cuda("11.4")));
+    assert_eq!(driver_max_cuda(&driver("565.57.01")), Some(cuda("12.7")));
+    assert_eq!(driver_max_cuda(&driver("570.26")), Some(cuda("12.8")));
+    assert_eq!(driver_max_cuda(&driver("595.45.04")), Some(cuda("13.2")));
+    // Between rows: the row below.
+    assert_eq!(driver_max_cuda(&driver("540.1")), Some(cuda("12.2")));
+    assert_eq!(driver_max_cuda(&driver("418.87.01")), None);
+    assert!(driver_branch(&driver("535.230.02")).unwrap().lts);
+    assert!(driver_branch(&driver("580.65.06")).unwrap().lts);
+    assert!(!driver_branch(&driver("550.54.14")).unwrap().lts);
+}
+
+#[test]
+fn pci_ids_are_unique() {
+    let mut seen = BTreeSet::new();
+    for gpu in all_gpus() {
+        for id in &gpu.pci_ids {
+            assert!(seen.insert(*id), "{id:#06x} listed twice");
+        }
+    }
+    assert_eq!(seen.len(), kb().gpu_by_id.len());
+}
+
+#[test]
+fn every_name_pattern_and_model_name_resolves_to_its_own_gpu() {
+    let mut patterns = BTreeSet::new();
+    for gpu in all_gpus() {
+        for pattern in &gpu.patterns {
+            assert!(patterns.insert(pattern.to_ascii_lowercase()), "pattern {pattern} listed twice");
+            assert_eq!(gpu_by_model_name(pattern).map(|g| &g.name), Some(&gpu.name), "pattern {pattern}");
+            let lower = pattern.to_lowercase();
+            assert_eq!(gpu_by_model_name(&lower).map(|g| &g.name), Some(&gpu.name), "pattern {lower}");
+        }
+        for model in &gpu.model_names {
+            assert_eq!(gpu_by_model_name(model).map(|g| &g.name), Some(&gpu.name), "model {model}");
+        }
+        for id in &gpu.pci_ids {
+            assert_eq!(gpu_by_pci_id(*id).map(|g| &g.name), Some(&gpu.name));
+        }
+    }
+}
+
+#[test]
+fn model_names_match_at_word_boundaries() {
+    let name = |model: &str| gpu_by_model_name(model).map(|g| g.name.as_str());
+    assert_eq!(name("NVIDIA A100-SXM4-80GB"), Some("NVIDIA A100"));
+    assert_eq!(name("NVIDIA A10"), Some("NVIDIA A10"));
+    assert_eq!(name("NVIDIA A10G"), Some("NVIDIA A10G"));
+    assert_eq!(name("NVIDIA GeForce RTX 4090"), Some("NVIDIA GeForce RTX 4090"));
+    assert_eq!(name("NVIDIA GeForce RTX 4090 D"), Some("NVIDIA GeForce RTX 4090 D"));
+    assert_eq!(name("NVIDIA GeForce RTX 4060 Ti"), Some("NVIDIA GeForce RTX 4060 Ti"));
+    assert_eq!(name("  nvidia   geforce rtx 4060  "), Some("NVIDIA GeForce RTX 4060"));
+    assert_eq!(name("NVIDIA GH200 480GB"), Some("NVIDIA GH200"));
+    assert_eq!(name("NVIDIA GB200"), Some("NVIDIA GB200"));
+    assert_eq!(name("NVIDIA L40S"), Some("NVIDIA L40S"));
+    assert_eq!(name("NVIDIA L4"), Some("NVIDIA L4"));
+    assert_eq!(name("Tesla V100S-PCIE-32GB"), Some("Tesla V100S"));
+    assert_eq!(name("NVIDIA RTX A6000"), None);
+    assert_eq!(name("NVIDIA GeForce RTX 40900"), None);
+    assert_eq!(name(""), None);
+}
+
+#[test]
+fn gpu_spot_values() {
+    let by_name = |model: &str| gpu_by_model_name(model).unwrap();
+    assert_eq!(by_name("NVIDIA GeForce RTX 4090").compute_capability, cc("8.9"));
+    // The origin documents' "RTX 4060 Ti is 8.7" is wrong: 8.7 is Jetson Orin.
+    assert_eq!(by_name("NVIDIA GeForce RTX 4060 Ti").compute_capability, cc("8.9"));
+    assert_eq!(by_name("Orin (nvgpu)").compute_capability, cc("8.7"));
+    // The origin documents' "A100 is Hopper" is wrong.
+    let a100 = by_name("NVIDIA A100-SXM4-40GB");
+    assert_eq!((a100.compute_capability, a100.architecture.as_str()), (cc("8.0"), "Ampere"));
+    assert_eq!(by_name("NVIDIA H100 80GB HBM3").architecture, "Hopper");
+    assert_eq!(by_name("NVIDIA H100 80GB HBM3").compute_capability, cc("9.0"));
+    assert_eq!(by_name("NVIDIA B200").compute_capability, cc("10.0"));
+    assert_eq!(by_name("NVIDIA GeForce RTX 5090").compute_capability, cc("12.0"));
+    assert_eq!(by_name("NVIDIA GeForce GTX 1080").compute_capability, cc("6.1"));
+    assert_eq!(by_name("Tesla T4").compute_capability, cc("7.5"));
+    assert_eq!(by_name("Tesla V100-SXM2-16GB").brand, "tesla");
+    assert_eq!(by_name("NVIDIA GeForce RTX 3090").brand, "geforce");
+
+    for (id, name, cap) in [
+        (0x2330, "NVIDIA H100", "9.0"),
+        (0x2331, "NVIDIA H100", "9.0"),
+        (0x2335, "NVIDIA H200", "9.0"),
+        (0x20b0, "NVIDIA A100", "8.0"),
+        (0x20b2, "NVIDIA A100", "8.0"),
+        (0x20f1, "NVIDIA A100", "8.0"),
+        (0x1eb8, "Tesla T4", "7.5"),
+        (0x1db1, "Tesla V100", "7.0"),
+        (0x2684, "NVIDIA GeForce RTX 4090", "8.9"),
+        (0x2204, "NVIDIA GeForce RTX 3090", "8.6"),
+        (0x27b8, "NVIDIA L4", "8.9"),
+        (0x26b9, "NVIDIA L40S", "8.9"),
+        (0x2236, "NVIDIA A10", "8.6"),
+        (0x2901, "NVIDIA B200", "10.0"),
+        (0x2b85, "NVIDIA GeForce RTX 5090", "12.0"),
+        (0x1b80, "NVIDIA GeForce GTX 1080", "6.1"),
+    ] {
+        let gpu = gpu_by_pci_id(id).unwrap_or_else(|| panic!("{id:#06x}"));
+        assert_eq!((gpu.name.as_str(), gpu.compute_capability), (name, cc(cap)), "{id:#06x}");
+    }
+    assert!(gpu_by_pci_id(0x0000).is_none());
+
+    // Forward compatibility: data-center GPUs and Jetson, not GeForce.
+    assert!(by_name("NVIDIA A100-SXM4-80GB").forward_compat && by_name("NVIDIA A100-SXM4-80GB").datacenter);
+    assert!(by_name("Orin (nvgpu)").forward_compat && !by_name("Orin (nvgpu)").datacenter);
+    assert!(!by_name("NVIDIA GeForce RTX 4090").forward_compat);
+}
+
+#[test]
+fn torch_rows_are_consistent() {
+    let releases = torch_releases();
+    for pair in releases.windows(2) {
+        assert!(pair[0].parsed < pair[1].parsed, "torch rows out of order at {}", pair[1].version);
+    }
+    for release in releases {
+        assert_eq!(release.pypi_variant().iter().count(), 1, "{} has one PyPI build", release.version);
+        let mut tags = BTreeSet::new();
+        for variant in &release.variants {
+            assert!(tags.insert(&variant.tag), "{} lists {} twice", release.version, variant.tag);
+            assert!(
+                variant.arch.windows(2).all(|w| w[0] < w[1]),
+                "{} {} arch list is not sorted",
+                release.version,
+                variant.tag
+            );
+            assert_eq!(
+                variant.pypi,
+                !variant.pins.is_empty(),
+                "{} {}: pins iff PyPI",
+                release.version,
+                variant.tag
+            );
+            if variant.pypi {
+                let cudnn_pin = variant.pins.iter().find(|(name, _)| name.starts_with("nvidia-cudnn-cu"));
+                assert_eq!(
+                    cudnn_pin.map(|(_, v)| v),
+                    Some(&variant.cudnn),
+                    "{} {}",
+                    release.version,
+                    variant.tag
+                );
+                assert!(variant.pins.contains_key("triton"), "{} pins triton", release.version);
+            }
+            let line = cudnn_line(&variant.cudnn);
+            if let Some(line) = line {
+                let supported =
+                    line.builds.iter().any(|b| b.cuda.0 <= variant.cuda && variant.cuda <= b.cuda.1);
+                assert!(
+                    supported,
+                    "{} {}: cuDNN {} has no build for it",
+                    release.version, variant.tag, variant.cudnn
+                );
+            }
+        }
+        // From 2.1 on torchaudio's version equals torch's.
+        if release.parsed >= pkg("2.1") {
+            assert_eq!(release.torchaudio, release.version);
+        }
+        let _ = release.numpy_specifiers();
+    }
+}
+
+#[test]
+fn torch_spot_values() {
+    let t210 = torch_release(&pkg("2.1.0")).unwrap();
+    assert_eq!(t210.version, "2.1.0");
+    assert_eq!(t210.python, (py("3.8"), py("3.11")));
+    assert!(t210.supports_python(&py("3.11.7")) && !t210.supports_python(&py("3.12")));
+    assert_eq!(t210.torchvision, "0.16.0");
+    let cu121 = t210.variant("cu121").unwrap();
+    assert_eq!(cu121.cudnn, "8.9.2.26");
+    assert_eq!(cu121.cuda, cuda("12.1"));
+    assert!(!cu121.ptx);
+    assert_eq!(cu121.arch.first(), Some(&cc("5.0")));
+    assert_eq!(cu121.arch.last(), Some(&cc("9.0")));
+    assert_eq!(cu121.pins.get("nvidia-cuda-runtime-cu12").map(String::as_str), Some("12.1.105"));
+    assert_eq!(cu121.pins.get("nvidia-nccl-cu12").map(String::as_str), Some("2.18.1"));
+    assert_eq!(cu121.pins.get("triton").map(String::as_str), Some("2.1.0"));
+    assert!(t210.variant("cu124").is_none(), "torch 2.1.0 has no cu124 build");
+    assert!(t210.numpy_specifiers().contains(&pkg("1.26.4")));
+    assert!(!t210.numpy_specifiers().contains(&pkg("2.0.0")));
+
+    // sm_86 cubins run on 8.9; nothing crosses a major without PTX.
+    assert!(cu121.runs_on(cc("8.9")) && cu121.runs_on(cc("9.0")) && cu121.runs_on(cc("6.1")));
+    assert!(!cu121.runs_on(cc("12.0")) && !cu121.runs_on(cc("10.0")) && !cu121.runs_on(cc("3.7")));
+
+    let t212 = torch_release(&pkg("2.1.2+cu118")).unwrap();
+    assert_eq!(t212.version, "2.1.2");
+    assert_eq!(t212.variant("cu118").unwrap().cudnn, "8.7.0.84");
+
+    // The 12.1 builds of 2.1, 2.2 and 2.3 all pin cuDNN 8.9.2.26.
+    for v in ["2.1.1", "2.2.1", "2.3.0"] {
+        assert_eq!(torch_release(&pkg(v)).unwrap().variant("cu121").unwrap().cudnn, "8.9.2.26", "{v}");
+    }
+    // 2.2.x includes 2.2.1; line fallback answers the newest of the line.
+    assert_eq!(torch_release(&pkg("2.2.1")).unwrap().version, "2.2.1");
+    assert_eq!(torch_release(&pkg("2.2.9")).unwrap().version, "2.2.2");
+    assert_eq!(torch_release(&pkg("2.3.0rc1")).unwrap().version, "2.3.0");
+    assert!(torch_release(&pkg("1.13.1")).is_none());
+    assert!(torch_release(&pkg("2.6.0")).is_none());
+
+    let t250 = torch_release(&pkg("2.5.0")).unwrap();
+    assert_eq!(t250.variant("cu124").unwrap().cudnn, "9.1.0.70");
+    assert!(t250.numpy_specifiers().contains(&pkg("2.1.0")));
+    let t270 = torch_release(&pkg("2.7.0")).unwrap();
+    let cu128 = t270.variant("cu128").unwrap();
+    assert!(cu128.ptx && cu128.runs_on(cc("12.0")) && !cu128.runs_on(cc("7.0")));
+    assert_eq!(t270.python, (py("3.9"), py("3.13")));
+}
+
+#[test]
+fn cudnn_spot_values() {
+    let line = cudnn_line("8.9.2.26").unwrap();
+    assert_eq!(line.line, "8.9");
+    let cuda12 = line.builds.iter().find(|b| b.package == "for CUDA 12.x").unwrap();
+    assert_eq!(cuda12.cuda, (cuda("12.0"), cuda("12.2")));
+    assert_eq!(cuda12.driver, driver("525.60.13"));
+    assert_eq!(cuda12.compute_capability, (cc("5.0"), cc("9.0")));
+    let cuda11 = line.builds.iter().find(|b| b.package == "for CUDA 11.x").unwrap();
+    assert_eq!(cuda11.driver, driver("450.80.02"));
+    assert_eq!(cudnn_line("9.1.0.70").unwrap().line, "9.1");
+    let blackwell = cudnn_line("9.10.2").unwrap().builds.iter().map(|b| b.compute_capability.1).max();
+    assert_eq!(blackwell, Some(cc("12.0")));
+    assert_eq!(cudnn_line("9.5.1.17").unwrap().line, "9.5");
+    let lines: Vec<Vec<u64>> =
+        cudnn_lines().iter().map(|r| r.line.split('.').map(|p| p.parse().unwrap()).collect()).collect();
+    assert!(lines.windows(2).all(|w| w[0] < w[1]), "cuDNN lines out of order: {lines:?}");
+    assert!(cudnn_line("7.6.5").is_none());
+    assert!(cudnn_line("9").is_none());
+    assert!(cudnn_line("").is_none());
+    for row in cudnn_lines() {
+        for build in &row.builds {
+            assert!(build.cuda.0 <= build.cuda.1 && build.compute_capability.0 <= build.compute_capability.1);
+            let needs = cuda_min_driver(&build.cuda.0).map(|r| r.minor_compat_driver);
+            assert!(needs.is_none_or(|d| build.driver >= d), "{} {}", row.line, build.package);
+        }
+    }
+}
+
+#[test]
+fn cuda_components_spot_values() {
+    let c121 = cuda_components(&cuda("12.1")).unwrap();
+    assert_eq!(c121.cuda, cuda("12.1.1"));
+    assert_eq!(
+        [&c121.cudart, &c121.cublas, &c121.cufft, &c121.curand, &c121.cusolver, &c121.cusparse, &c121.nvrtc],
+        ["12.1.105", "12.1.3.1", "11.0.2.54", "10.3.2.106", "11.4.5.107", "12.1.0.106", "12.1.105"]
+    );
+    assert_eq!(cuda_components(&cuda("12.4")).unwrap().nvjitlink.as_deref(), Some("12.4.127"));
+    assert!(cuda_components(&cuda("11.8")).unwrap().nvjitlink.is_none());
+    assert!(cuda_components(&cuda("12.4.0")).is_none(), "a full version must match exactly");
+    assert!(cuda_components(&cuda("12.3")).is_none());
+    for release in ["11.8", "12.1", "12.4", "12.6", "12.8"] {
+        assert!(cuda_components(&cuda(release)).is_some(), "{release}");
+    }
+    let rows = all_cuda_components();
+    assert!(rows.windows(2).all(|w| w[0].cuda < w[1].cuda));
+
+    // The PyPI torch wheels pin the runtime of the toolkit they were built with.
+    for release in torch_releases() {
+        let Some(variant) = release.pypi_variant() else { continue };
+        let Some(components) = cuda_components(&variant.cuda) else { continue };
+        let runtime = variant.pins.iter().find(|(name, _)| name.starts_with("nvidia-cuda-runtime-cu"));
+        if variant.cuda.major_minor() == (12, 1) || variant.cuda.major_minor() == (12, 4) {
+            assert_eq!(runtime.map(|(_, v)| v), Some(&components.cudart), "torch {}", release.version);
+        }
+    }
+}

@@ -1,0 +1,752 @@
+//! Requirement expressions: the `NVIDIA_REQUIRE_*` language, extended with our keys.
+//!
+//! Syntax (libnvidia-container `src/cli/dsl.c`): a value is a list of *terms* separated by
+//! whitespace, ORed; a term is a list of *factors* separated by commas, ANDed; a factor is
+//! `key op value`. Separate variables are ANDed with each other ([`RequirementSet`]).
+//!
+//! NVIDIA's keys: `cuda` (the highest CUDA the host driver supports), `driver`, `arch` (compute
+//! capability) and `brand` (`=`/`!=` only). `arch` and `brand` are evaluated for each GPU the
+//! container gets. Ours: `kernel` (kernel release), `module` (`module=nvidia_uvm` must be loaded,
+//! `module!=nouveau` must not be), `gpus` (how many GPUs the container gets) and `machine`
+//! (`x86_64`, `aarch64`).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use super::version::{ComputeCapability, CudaVersion, DriverVersion, KernelRelease, VersionError};
+
+/// Longest expression we parse: every official CUDA image's value is under 2 KiB.
+pub const MAX_EXPRESSION_LEN: usize = 16 * 1024;
+
+/// A requirement that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid requirement {input:?} at column {column}: {message}")]
+pub struct RequireError {
+    /// The expression as given (cut to 200 characters).
+    pub input: String,
+    /// 1-based column (in characters) where the problem starts.
+    pub column: usize,
+    /// What was expected.
+    pub message: String,
+}
+
+/// What a factor constrains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Key {
+    /// Highest CUDA version the host driver supports.
+    Cuda,
+    /// Driver version.
+    Driver,
+    /// Compute capability of each selected GPU.
+    Arch,
+    /// Brand of each selected GPU (`tesla`, `geforce`, ...).
+    Brand,
+    /// Kernel release.
+    Kernel,
+    /// A kernel module, loaded (`=`) or not (`!=`).
+    Module,
+    /// Number of GPUs the container gets.
+    Gpus,
+    /// Host machine architecture.
+    Machine,
+}
+
+impl Key {
+    const ALL: [(Key, &'static str); 8] = [
+        (Key::Cuda, "cuda"),
+        (Key::Driver, "driver"),
+        (Key::Arch, "arch"),
+        (Key::Brand, "brand"),
+        (Key::Kernel, "kernel"),
+        (Key::Module, "module"),
+        (Key::Gpus, "gpus"),
+        (Key::Machine, "machine"),
+    ];
+
+    /// The key as written in expressions.
+    pub fn as_str(self) -> &'static str {
+        Self::ALL.iter().find(|(k, _)| *k == self).map_or("", |(_, s)| s)
+    }
+
+    /// Whether the key is evaluated once per selected GPU.
+    pub fn per_gpu(self) -> bool {
+        matches!(self, Key::Arch | Key::Brand)
+    }
+}
+
+/// Comparison operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Op {
+    /// `=` (also written `==`)
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+}
+
+impl Op {
+    /// The operator as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Eq => "=",
+            Op::Ne => "!=",
+            Op::Lt => "<",
+            Op::Le => "<=",
+            Op::Gt => ">",
+            Op::Ge => ">=",
+        }
+    }
+
+    fn holds(self, ord: std::cmp::Ordering) -> bool {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        match self {
+            Op::Eq => ord == Equal,
+            Op::Ne => ord != Equal,
+            Op::Lt => ord == Less,
+            Op::Le => ord != Greater,
+            Op::Gt => ord == Greater,
+            Op::Ge => ord != Less,
+        }
+    }
+}
+
+/// The typed right-hand side of a factor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A CUDA version.
+    Cuda(CudaVersion),
+    /// A driver version.
+    Driver(DriverVersion),
+    /// A compute capability.
+    Arch(ComputeCapability),
+    /// A kernel release.
+    Kernel(KernelRelease),
+    /// A count.
+    Count(u32),
+    /// A name compared case-insensitively (brand, module, machine); stored lowercase.
+    Name(String),
+}
+
+/// One `key op value` comparison.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Factor {
+    /// What is constrained.
+    pub key: Key,
+    /// How.
+    pub op: Op,
+    /// Against what.
+    pub value: Value,
+    /// The value as written.
+    pub raw: String,
+}
+
+impl fmt::Display for Factor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}{}", self.key.as_str(), self.op.as_str(), self.raw)
+    }
+}
+
+/// Factors ANDed together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Term(pub Vec<Factor>);
+
+impl Term {
+    /// Whether any factor of this term uses `key`.
+    pub fn has(&self, key: Key) -> bool {
+        self.0.iter().any(|f| f.key == key)
+    }
+}
+
+impl fmt::Display for Term {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, factor) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{factor}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Terms ORed together: the parsed value of one variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expr(pub Vec<Term>);
+
+impl Expr {
+    /// Parses an expression. Empty or blank input is an error: an empty requirement variable
+    /// is better ignored by the caller than silently satisfied.
+    pub fn parse(input: &str) -> Result<Self, RequireError> {
+        Parser { input, pos: 0 }.expr()
+    }
+
+    /// Whether any factor uses a per-GPU key (`arch`, `brand`).
+    pub fn per_gpu(&self) -> bool {
+        self.0.iter().flat_map(|t| &t.0).any(|f| f.key.per_gpu())
+    }
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, term) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{term}")?;
+        }
+        Ok(())
+    }
+}
+
+struct Parser<'a> {
+    input: &'a str,
+    pos: usize,
+}
+
+impl Parser<'_> {
+    fn error(&self, at: usize, message: impl Into<String>) -> RequireError {
+        let input: String = self.input.chars().take(200).collect();
+        let column = self.input.get(..at).map_or(at, |s| s.chars().count()) + 1;
+        RequireError { input, column, message: message.into() }
+    }
+
+    fn expr(mut self) -> Result<Expr, RequireError> {
+        if self.input.len() > MAX_EXPRESSION_LEN {
+            return Err(self.error(0, format!("longer than {MAX_EXPRESSION_LEN} bytes")));
+        }
+        let mut terms = Vec::new();
+        loop {
+            self.skip_ws();
+            if self.pos >= self.input.len() {
+                break;
+            }
+            terms.push(self.term()?);
+        }
+        if terms.is_empty() {
+            return Err(self.error(0, "empty requirement"));
+        }
+        Ok(Expr(terms))
+    }
+
+    fn skip_ws(&mut self) {
+        let rest = &self.input[self.pos..];
+        self.pos += rest.len() - rest.trim_start().len();
+    }
+
+    fn term(&mut self) -> Result<Term, RequireError> {
+        let mut factors = vec![self.factor()?];
+        while self.input[self.pos..].starts_with(',') {
+            self.pos += 1;
+            factors.push(self.factor()?);
+        }
+        Ok(Term(factors))
+    }
+
+    fn factor(&mut self) -> Result<Factor, RequireError> {
+        let start = self.pos;
+        let rest = &self.input[start..];
+        let key_len = rest.find(|c: char| !c.is_ascii_alphanumeric() && c != '_').unwrap_or(rest.len());
+        let key_text = &rest[..key_len];
+        if key_text.is_empty() {
+            return Err(self
+                .error(start, "expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine)"));
+        }
+        let key = Key::ALL
+            .iter()
+            .find(|(_, s)| s.eq_ignore_ascii_case(key_text))
+            .map(|(k, _)| *k)
+            .ok_or_else(|| {
+                self.error(
+                    start,
+                    format!(
+                        "unknown key {key_text:?}; expected cuda, driver, arch, brand, kernel, module, gpus or machine"
+                    ),
+                )
+            })?;
+        self.pos += key_len;
+        let op_at = self.pos;
+        let rest = &self.input[op_at..];
+        let (op, op_len) = [
+            (">=", Op::Ge),
+            ("<=", Op::Le),
+            ("!=", Op::Ne),
+            ("==", Op::Eq),
+            ("=", Op::Eq),
+            ("<", Op::Lt),
+            (">", Op::Gt),
+        ]
+        .iter()
+        .find(|(s, _)| rest.starts_with(s))
+        .map(|(s, op)| (*op, s.len()))
+        .ok_or_else(|| {
+            self.error(op_at, format!("expected an operator (= != < <= > >=) after {key_text:?}"))
+        })?;
+        self.pos += op_len;
+        let value_at = self.pos;
+        let rest = &self.input[value_at..];
+        let value_len = rest.find(|c: char| c == ',' || c.is_whitespace()).unwrap_or(rest.len());
+        let raw = &rest[..value_len];
+        if raw.is_empty() {
+            return Err(self.error(value_at, format!("expected a value after \"{key_text}{}\"", op.as_str())));
+        }
+        let bad_value = |e: VersionError| self.error(value_at, e.to_string());
+        let value = match key {
+            Key::Cuda => Value::Cuda(raw.parse().map_err(bad_value)?),
+            Key::Driver => Value::Driver(raw.parse().map_err(bad_value)?),
+            Key::Arch => Value::Arch(raw.parse().map_err(bad_value)?),
+            Key::Kernel => Value::Kernel(raw.parse().map_err(bad_value)?),
+            Key::Gpus => Value::Count(
+                raw.parse()
+                    .map_err(|_| self.error(value_at, format!("expected a GPU count, found {raw:?}")))?,
+            ),
+            Key::Brand | Key::Module | Key::Machine => {
+                if !matches!(op, Op::Eq | Op::Ne) {
+                    return Err(self.error(op_at, format!("{} takes only = or !=", key.as_str())));
+                }
+                if !raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+                    return Err(self.error(value_at, format!("invalid name {raw:?}")));
+                }
+                Value::Name(raw.to_ascii_lowercase())
+            }
+        };
+        self.pos += value_len;
+        Ok(Factor { key, op, value, raw: raw.to_owned() })
+    }
+}
+
+/// What the host is, as far as requirements can see.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HostFacts {
+    /// Highest CUDA version the loaded driver supports.
+    pub cuda: Option<CudaVersion>,
+    /// Loaded driver version.
+    pub driver: Option<DriverVersion>,
+    /// Kernel release.
+    pub kernel: Option<KernelRelease>,
+    /// Machine architecture (`x86_64`, `aarch64`).
+    pub machine: Option<String>,
+    /// Loaded kernel modules.
+    pub modules: BTreeSet<String>,
+    /// The GPUs the container gets, in selection order.
+    pub gpus: Vec<GpuFacts>,
+}
+
+/// One selected GPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GpuFacts {
+    /// Compute capability, when the model is known.
+    pub arch: Option<ComputeCapability>,
+    /// Brand as NVML names it, lowercase.
+    pub brand: Option<String>,
+}
+
+impl Factor {
+    /// Whether the factor holds on `host` (for GPU `gpu` when the key is per-GPU).
+    pub fn holds(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> bool {
+        match (&self.value, self.key) {
+            (Value::Cuda(want), _) => host.cuda.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
+            (Value::Driver(want), _) => host.driver.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
+            (Value::Kernel(want), _) => host.kernel.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
+            (Value::Arch(want), _) => {
+                gpu.and_then(|g| g.arch.as_ref()).is_some_and(|h| self.op.holds(h.cmp(want)))
+            }
+            (Value::Count(want), _) => {
+                let n = u32::try_from(host.gpus.len()).unwrap_or(u32::MAX);
+                self.op.holds(n.cmp(want))
+            }
+            (Value::Name(want), Key::Module) => self.op.holds(if host.modules.contains(want) {
+                std::cmp::Ordering::Equal
+            } else {
+                std::cmp::Ordering::Less
+            }),
+            (Value::Name(want), Key::Brand) => gpu
+                .and_then(|g| g.brand.as_deref())
+                .is_some_and(|h| self.op.holds(h.to_ascii_lowercase().as_str().cmp(want.as_str()).min_eq())),
+            (Value::Name(want), _) => host
+                .machine
+                .as_deref()
+                .is_some_and(|h| self.op.holds(h.to_ascii_lowercase().as_str().cmp(want.as_str()).min_eq())),
+        }
+    }
+
+    /// The host's value for this factor's key, as a message shows it.
+    pub fn host_value(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> String {
+        fn or_unknown<T: fmt::Display>(v: Option<&T>, what: &str) -> String {
+            v.map_or_else(|| format!("no {what}"), ToString::to_string)
+        }
+        match self.key {
+            Key::Cuda => or_unknown(host.cuda.as_ref(), "CUDA (driver not loaded or unknown)"),
+            Key::Driver => or_unknown(host.driver.as_ref(), "driver loaded"),
+            Key::Kernel => or_unknown(host.kernel.as_ref(), "kernel release"),
+            Key::Machine => or_unknown(host.machine.as_ref(), "machine"),
+            Key::Arch => or_unknown(gpu.and_then(|g| g.arch.as_ref()), "known compute capability"),
+            Key::Brand => or_unknown(gpu.and_then(|g| g.brand.as_ref()), "known brand"),
+            Key::Gpus => format!("{} GPU(s) selected", host.gpus.len()),
+            Key::Module => {
+                let name = match &self.value {
+                    Value::Name(n) => n.as_str(),
+                    _ => "",
+                };
+                if host.modules.contains(name) {
+                    format!("{name} loaded")
+                } else {
+                    format!("{name} not loaded")
+                }
+            }
+        }
+    }
+}
+
+/// Orderings only distinguish equal from not equal for names.
+trait MinEq {
+    fn min_eq(self) -> Self;
+}
+impl MinEq for std::cmp::Ordering {
+    fn min_eq(self) -> Self {
+        if self.is_eq() {
+            self
+        } else {
+            std::cmp::Ordering::Less
+        }
+    }
+}
+
+impl Term {
+    /// The first factor that fails, or `None` when the term holds.
+    pub fn first_failure(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> Option<&Factor> {
+        self.0.iter().find(|f| !f.holds(host, gpu))
+    }
+}
+
+/// One requirement variable: where it came from and what it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requirement {
+    /// The variable or annotation it came from (`NVIDIA_REQUIRE_CUDA`,
+    /// `io.stackbuild.require.driver`).
+    pub source: String,
+    /// The parsed expression.
+    pub expr: Expr,
+}
+
+/// A factor that failed, with the host's value.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FactorFailure {
+    /// The factor as written (`driver>=535.104.05`).
+    pub factor: String,
+    /// The key it constrains.
+    pub key: Key,
+    /// The host's value (`530.30.02`).
+    pub host: String,
+}
+
+/// A requirement the host does not satisfy.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Unsatisfied {
+    /// The variable or annotation it came from.
+    pub source: String,
+    /// The whole expression.
+    pub expr: String,
+    /// Index into the selected GPUs, for per-GPU requirements.
+    pub gpu: Option<usize>,
+    /// For each ORed term, the first factor that failed, in order.
+    pub alternatives: Vec<FactorFailure>,
+}
+
+impl Unsatisfied {
+    /// The failure to lead with: the first term's (in official images the `cuda>=` term).
+    pub fn primary(&self) -> Option<&FactorFailure> {
+        self.alternatives.first()
+    }
+}
+
+impl fmt::Display for Unsatisfied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(first) = self.primary() else { return write!(f, "{}: unsatisfied", self.source) };
+        if let Some(gpu) = self.gpu {
+            write!(f, "GPU {gpu}: ")?;
+        }
+        write!(f, "needs {}; host has {}", first.factor, first.host)?;
+        match self.alternatives.len() {
+            1 => Ok(()),
+            2 => write!(
+                f,
+                " (the other alternative, {}, fails too: host has {})",
+                self.alternatives[1].factor, self.alternatives[1].host
+            ),
+            n => write!(f, " (none of the {} other alternatives of {} holds either)", n - 1, self.source),
+        }
+    }
+}
+
+/// Every requirement an image and its annotations carry; all must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequirementSet {
+    /// The requirements, in the order found.
+    pub entries: Vec<Requirement>,
+}
+
+/// The result of checking a set against a host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// No GPU is selected: as with NVIDIA's toolkit, requirements do not apply.
+    NotApplicable,
+    /// Every requirement holds.
+    Satisfied,
+    /// At least one requirement fails.
+    Unsatisfied(Vec<Unsatisfied>),
+}
+
+impl RequirementSet {
+    /// Adds a requirement parsed from `value`, found under `source`.
+    pub fn push(&mut self, source: impl Into<String>, value: &str) -> Result<(), RequireError> {
+        self.entries.push(Requirement { source: source.into(), expr: Expr::parse(value)? });
+        Ok(())
+    }
+
+    /// Whether there is nothing to check.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Evaluates every requirement; per-GPU requirements once for each selected GPU (once with
+    /// no GPU when none is selected, so that their GPU factors fail).
+    pub fn evaluate(&self, host: &HostFacts) -> Vec<Unsatisfied> {
+        let mut failures = Vec::new();
+        for req in &self.entries {
+            let gpus: Vec<Option<usize>> = if req.expr.per_gpu() && !host.gpus.is_empty() {
+                (0..host.gpus.len()).map(Some).collect()
+            } else {
+                vec![None]
+            };
+            for gpu in gpus {
+                let facts = gpu.and_then(|i| host.gpus.get(i));
+                let mut alternatives = Vec::new();
+                let mut held = false;
+                for term in &req.expr.0 {
+                    match term.first_failure(host, facts) {
+                        None => {
+                            held = true;
+                            break;
+                        }
+                        Some(f) => alternatives.push(FactorFailure {
+                            factor: f.to_string(),
+                            key: f.key,
+                            host: f.host_value(host, facts),
+                        }),
+                    }
+                }
+                if !held {
+                    failures.push(Unsatisfied {
+                        source: req.source.clone(),
+                        expr: req.expr.to_string(),
+                        gpu: if req.expr.per_gpu() { gpu } else { None },
+                        alternatives,
+                    });
+                }
+            }
+        }
+        failures
+    }
+
+    /// Checks the set the way the hook does: nothing applies when no GPU is selected.
+    pub fn check(&self, host: &HostFacts) -> Outcome {
+        if host.gpus.is_empty() {
+            return Outcome::NotApplicable;
+        }
+        let failures = self.evaluate(host);
+        if failures.is_empty() {
+            Outcome::Satisfied
+        } else {
+            Outcome::Unsatisfied(failures)
+        }
+    }
+
+    /// For each requirement and selected GPU, the first term that holds, when it holds only
+    /// through a term without a `cuda` factor while the expression does have a `cuda` term: the
+    /// image then relies on forward compatibility (`cuda-compat`), which NVIDIA supports only on
+    /// data-center GPUs and Jetson (CUDA compatibility guide, "Forward Compatibility").
+    pub fn forward_compat_terms(&self, host: &HostFacts) -> Vec<(String, Option<usize>, String)> {
+        let mut out = Vec::new();
+        for req in &self.entries {
+            if !req.expr.0.iter().any(|t| t.has(Key::Cuda)) {
+                continue;
+            }
+            let gpus: Vec<Option<usize>> =
+                if host.gpus.is_empty() { vec![None] } else { (0..host.gpus.len()).map(Some).collect() };
+            for gpu in gpus {
+                let facts = gpu.and_then(|i| host.gpus.get(i));
+                let passing = req.expr.0.iter().find(|t| t.first_failure(host, facts).is_none());
+                if let Some(term) = passing {
+                    if !term.has(Key::Cuda) {
+                        out.push((req.source.clone(), gpu, term.to_string()));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `NVIDIA_REQUIRE_CUDA` of the official `nvidia/cuda:12.1.1-*` images (gitlab.com/nvidia/
+    /// container-images/cuda, `dist/12.1.1/ubuntu2204/base/Dockerfile`).
+    const CUDA_12_1_1: &str = "cuda>=12.1 brand=tesla,driver>=450,driver<451 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=geforce,driver>=470,driver<471 brand=geforcertx,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=titan,driver>=470,driver<471 brand=titanrtx,driver>=470,driver<471 brand=tesla,driver>=510,driver<511 brand=unknown,driver>=510,driver<511 brand=nvidia,driver>=510,driver<511 brand=nvidiartx,driver>=510,driver<511 brand=geforce,driver>=510,driver<511 brand=geforcertx,driver>=510,driver<511 brand=quadro,driver>=510,driver<511 brand=quadrortx,driver>=510,driver<511 brand=titan,driver>=510,driver<511 brand=titanrtx,driver>=510,driver<511 brand=tesla,driver>=515,driver<516 brand=unknown,driver>=515,driver<516 brand=nvidia,driver>=515,driver<516 brand=nvidiartx,driver>=515,driver<516 brand=geforce,driver>=515,driver<516 brand=geforcertx,driver>=515,driver<516 brand=quadro,driver>=515,driver<516 brand=quadrortx,driver>=515,driver<516 brand=titan,driver>=515,driver<516 brand=titanrtx,driver>=515,driver<516 brand=tesla,driver>=525,driver<526 brand=unknown,driver>=525,driver<526 brand=nvidia,driver>=525,driver<526 brand=nvidiartx,driver>=525,driver<526 brand=geforce,driver>=525,driver<526 brand=geforcertx,driver>=525,driver<526 brand=quadro,driver>=525,driver<526 brand=quadrortx,driver>=525,driver<526 brand=titan,driver>=525,driver<526 brand=titanrtx,driver>=525,driver<526";
+
+    fn host(driver: &str, cuda: &str, brands: &[&str]) -> HostFacts {
+        HostFacts {
+            driver: Some(driver.parse().unwrap()),
+            cuda: Some(cuda.parse().unwrap()),
+            gpus: brands.iter().map(|b| GpuFacts { arch: None, brand: Some((*b).to_owned()) }).collect(),
+            ..HostFacts::default()
+        }
+    }
+
+    fn set(source: &str, value: &str) -> RequirementSet {
+        let mut s = RequirementSet::default();
+        s.push(source, value).unwrap();
+        s
+    }
+
+    #[test]
+    fn official_12_1_1_value() {
+        let req = set("NVIDIA_REQUIRE_CUDA", CUDA_12_1_1);
+        assert_eq!(req.entries[0].expr.0.len(), 42);
+        // 535.104.05 reports CUDA 12.2: passes through the `cuda` term.
+        assert_eq!(req.check(&host("535.104.05", "12.2", &["tesla"])), Outcome::Satisfied);
+        assert!(req.forward_compat_terms(&host("535.104.05", "12.2", &["tesla"])).is_empty());
+        // 470 reports 11.4: a Tesla passes only through its brand term (forward compatibility).
+        let t470 = host("470.199.02", "11.4", &["tesla"]);
+        assert_eq!(req.check(&t470), Outcome::Satisfied);
+        assert_eq!(
+            req.forward_compat_terms(&t470),
+            vec![("NVIDIA_REQUIRE_CUDA".into(), Some(0), "brand=tesla,driver>=470,driver<471".into())]
+        );
+        // NVIDIA's value also lists geforce for 470, so the DSL alone admits it; the hook's
+        // forward-compatibility rule (data-center GPUs only) is what refuses it (diagnose).
+        let g470 = host("470.199.02", "11.4", &["geforce"]);
+        assert_eq!(req.check(&g470), Outcome::Satisfied);
+        assert_eq!(req.forward_compat_terms(&g470)[0].2, "brand=geforce,driver>=470,driver<471");
+        // A GeForce on 450 matches no term at all.
+        let Outcome::Unsatisfied(f) = req.check(&host("450.80.02", "11.0", &["geforce"])) else { panic!() };
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            f[0].to_string(),
+            "GPU 0: needs cuda>=12.1; host has 11.0 (none of the 41 other alternatives of NVIDIA_REQUIRE_CUDA holds either)"
+        );
+        // A 525 GeForce: cuda 12.0 < 12.1 but minor-version compatibility term 525 holds.
+        assert_eq!(req.check(&host("525.60.13", "12.0", &["geforce"])), Outcome::Satisfied);
+        // No GPU selected: nothing applies.
+        assert_eq!(req.check(&host("450.80.02", "11.0", &[])), Outcome::NotApplicable);
+    }
+
+    #[test]
+    fn failure_names_factor_and_host_value() {
+        let req = set("STACKBUILD_REQUIRE_DRIVER", "driver>=535.104.05");
+        let f = req.evaluate(&host("530.30.02", "12.1", &["tesla"]));
+        assert_eq!(f[0].to_string(), "needs driver>=535.104.05; host has 530.30.02");
+        assert_eq!(f[0].primary().unwrap().key, Key::Driver);
+    }
+
+    #[test]
+    fn per_gpu_keys_are_checked_for_each_gpu() {
+        let req = set("STACKBUILD_REQUIRE_ARCH", "arch>=5.0,arch<=9.0");
+        let mut h = host("570.26", "12.8", &["nvidia", "geforce"]);
+        h.gpus[0].arch = Some(ComputeCapability::new(9, 0));
+        h.gpus[1].arch = Some(ComputeCapability::new(12, 0));
+        let f = req.evaluate(&h);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].to_string(), "GPU 1: needs arch<=9.0; host has 12.0");
+    }
+
+    #[test]
+    fn our_keys() {
+        let mut h = host("535.104.05", "12.2", &["tesla", "tesla"]);
+        h.kernel = Some("5.15.0-107-generic".parse().unwrap());
+        h.modules = ["nvidia".to_owned(), "nouveau".to_owned()].into();
+        h.machine = Some("x86_64".into());
+        let check = |v: &str| set("X", v).evaluate(&h).into_iter().map(|u| u.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            check("kernel!=5.15.0-107-generic"),
+            ["needs kernel!=5.15.0-107-generic; host has 5.15.0-107-generic"]
+        );
+        assert!(check("kernel>=5.15.0-105-generic").is_empty());
+        assert_eq!(check("module=nvidia_uvm"), ["needs module=nvidia_uvm; host has nvidia_uvm not loaded"]);
+        assert_eq!(check("module!=nouveau"), ["needs module!=nouveau; host has nouveau loaded"]);
+        assert!(check("module=nvidia gpus>=8").is_empty());
+        assert_eq!(check("gpus>=4"), ["needs gpus>=4; host has 2 GPU(s) selected"]);
+        assert!(check("machine=X86_64").is_empty());
+        assert_eq!(check("machine=aarch64"), ["needs machine=aarch64; host has x86_64"]);
+    }
+
+    #[test]
+    fn unknown_host_values_fail_with_a_reason() {
+        let req = set("NVIDIA_REQUIRE_CUDA", "cuda>=12.1");
+        let h = HostFacts { gpus: vec![GpuFacts::default()], ..HostFacts::default() };
+        assert_eq!(
+            req.evaluate(&h)[0].to_string(),
+            "needs cuda>=12.1; host has no CUDA (driver not loaded or unknown)"
+        );
+    }
+
+    #[test]
+    fn parse_errors_point_at_the_column() {
+        let err = |s: &str| Expr::parse(s).unwrap_err().to_string();
+        insta::assert_snapshot!(
+            [
+                err(""),
+                err("   "),
+                err("cuda"),
+                err("cuda>="),
+                err("cuda>=12.x"),
+                err("flavour=vanilla"),
+                err("driver>=535,"),
+                err("brand>=tesla"),
+                err("gpus>=many"),
+                err("arch>=8.0,arch<=9.0 ,cuda>=12"),
+                err("module=nvidia$uvm"),
+            ]
+            .join("\n"),
+            @r#"
+        invalid requirement "" at column 1: empty requirement
+        invalid requirement "   " at column 1: empty requirement
+        invalid requirement "cuda" at column 5: expected an operator (= != < <= > >=) after "cuda"
+        invalid requirement "cuda>=" at column 7: expected a value after "cuda>="
+        invalid requirement "cuda>=12.x" at column 7: invalid CUDA version "12.x": expected numbers separated by dots
+        invalid requirement "flavour=vanilla" at column 1: unknown key "flavour"; expected cuda, driver, arch, brand, kernel, module, gpus or machine
+        invalid requirement "driver>=535," at column 13: expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine)
+        invalid requirement "brand>=tesla" at column 6: brand takes only = or !=
+        invalid requirement "gpus>=many" at column 7: expected a GPU count, found "many"
+        invalid requirement "arch>=8.0,arch<=9.0 ,cuda>=12" at column 21: expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine)
+        invalid requirement "module=nvidia$uvm" at column 8: invalid name "nvidia$uvm"
+        "#
+        );
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for s in [CUDA_12_1_1, "driver>=525.60.13,driver<560 kernel!=5.15.0-107-generic", "gpus>=1"] {
+            let e = Expr::parse(s).unwrap();
+            assert_eq!(Expr::parse(&e.to_string()).unwrap(), e);
+        }
+        assert_eq!(Expr::parse("  cuda>=12.1   driver==535 ").unwrap().to_string(), "cuda>=12.1 driver=535");
+    }
+
+    #[test]
+    fn multibyte_input_never_panics() {
+        for s in ["é", "cuda>=é", "driver>=5\u{3000}35", "ärch=1", "cuda\u{0}>=1", "🦀=1", ",", ",,", "=1"]
+        {
+            let _ = Expr::parse(s);
+        }
+    }
+}

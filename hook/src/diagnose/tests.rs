@@ -1,0 +1,269 @@
+use super::*;
+use crate::fixture::{FixtureSpec, Preset};
+
+fn request(requires: &[&str], selection: DeviceSelection) -> Request {
+    let mut set = RequirementSet::default();
+    for r in requires {
+        set.push("NVIDIA_REQUIRE_TEST", r).unwrap();
+    }
+    Request::new(selection, set)
+}
+
+/// Builds `spec`, probes it and diagnoses it; `None` (with a note) when device nodes could not
+/// be made, since every Linux scenario's node checks would then fail.
+fn run(spec: &FixtureSpec, requires: &[&str], selection: DeviceSelection) -> Option<Diagnosis> {
+    let dir = tempfile::tempdir().unwrap();
+    let host = spec.build(dir.path()).unwrap();
+    if !host.real_device_nodes() {
+        eprintln!("skipped: mknod is not permitted here, so device-node checks cannot pass");
+        return None;
+    }
+    Some(diagnose(&probe::probe(dir.path()), &request(requires, selection)))
+}
+
+fn codes(d: &Diagnosis) -> Vec<&'static str> {
+    d.findings.iter().map(|f| f.code).collect()
+}
+
+fn preset(p: Preset) {
+    let Some(d) = run(&p.spec(), p.requires(), DeviceSelection::All) else { return };
+    let expected = if p.allowed() { Verdict::Allow } else { Verdict::Block };
+    assert_eq!(d.verdict(), expected, "{}: {:#?}", p.name(), d.findings);
+    match p.expected_code() {
+        Some(code) => assert!(d.has(code), "{}: expected {code}, got {:?}", p.name(), codes(&d)),
+        None => assert!(
+            d.findings.iter().all(|f| f.severity == Severity::Info),
+            "{}: {:#?}",
+            p.name(),
+            d.findings
+        ),
+    }
+    if !p.allowed() {
+        // The expected code is the first error: the report leads with the cause.
+        let first = d.of(Severity::Error).next().unwrap();
+        assert_eq!(Some(first.code), p.expected_code(), "{}: {:?}", p.name(), codes(&d));
+    }
+    insta::assert_snapshot!(p.name(), d.render_human(false));
+}
+
+#[test]
+fn preset_healthy() {
+    preset(Preset::Healthy);
+}
+#[test]
+fn preset_driver_too_old() {
+    preset(Preset::DriverTooOld);
+}
+#[test]
+fn preset_nouveau() {
+    preset(Preset::Nouveau);
+}
+#[test]
+fn preset_uvm_missing() {
+    preset(Preset::UvmMissing);
+}
+#[test]
+fn preset_libcuda_missing() {
+    preset(Preset::LibcudaMissing);
+}
+#[test]
+fn preset_library_mismatch() {
+    preset(Preset::LibraryMismatch);
+}
+#[test]
+fn preset_secure_boot_unsigned() {
+    preset(Preset::SecureBootUnsigned);
+}
+#[test]
+fn preset_kernel_denied() {
+    preset(Preset::KernelDenied);
+}
+#[test]
+fn preset_arch_too_new() {
+    preset(Preset::ArchTooNew);
+}
+#[test]
+fn preset_model_unknown() {
+    preset(Preset::ModelUnknown);
+}
+#[test]
+fn preset_wsl2() {
+    preset(Preset::Wsl2);
+}
+#[test]
+fn preset_eight_gpus() {
+    preset(Preset::EightGpus);
+}
+#[test]
+fn preset_forward_compat_geforce() {
+    preset(Preset::ForwardCompatGeforce);
+}
+
+#[test]
+fn every_preset_has_a_test() {
+    // Keeps the list above in step with `Preset::ALL`.
+    assert_eq!(Preset::ALL.len(), 13);
+}
+
+#[test]
+fn forward_compat_on_a_data_center_gpu_is_allowed() {
+    let spec = FixtureSpec::healthy_h100().driver("470.256.02").gpus_of(1, 0x20b0, "NVIDIA A100-SXM4-40GB");
+    let Some(d) = run(&spec, &[crate::fixture::CUDA_12_1_REQUIRE], DeviceSelection::All) else { return };
+    assert_eq!(d.verdict(), Verdict::Allow, "{:#?}", d.findings);
+    assert!(d.has("L4-FORWARD-COMPAT"), "{:?}", codes(&d));
+}
+
+#[test]
+fn minor_version_compatibility_is_not_forward_compatibility() {
+    let req = "cuda>=12.1 brand=geforce,driver>=525,driver<526";
+    let spec = FixtureSpec::healthy_h100().driver("525.60.13").gpus_of(1, 0x2684, "NVIDIA GeForce RTX 4090");
+    let Some(d) = run(&spec, &[req], DeviceSelection::All) else { return };
+    assert_eq!(d.verdict(), Verdict::Allow, "{:#?}", d.findings);
+    assert!(d.has("L4-MINOR-VERSION-COMPAT"), "{:?}", codes(&d));
+}
+
+#[test]
+fn warnings_do_not_block() {
+    let spec = FixtureSpec::healthy_h100s(2).degraded_link(1).libcuda_stub().nouveau();
+    let Some(d) = run(&spec, &[], DeviceSelection::All) else { return };
+    assert_eq!(d.verdict(), Verdict::Allow, "{:#?}", d.findings);
+    assert_eq!(codes(&d), ["L1-NOUVEAU-LOADED", "L2-LIBCUDA-STUB", "L4-PCIE-LINK-DEGRADED"]);
+    assert!(d.findings.iter().all(|f| f.severity == Severity::Warning));
+}
+
+#[test]
+fn selection_and_gpu_state() {
+    let spec = FixtureSpec::healthy_h100s(2).excluded(1);
+    let sel = |s: &str| DeviceSelection::parse(Some(s));
+    let Some(d) = run(&spec, &[], sel("0")) else { return };
+    assert_eq!(d.verdict(), Verdict::Allow, "GPU 1 is excluded but not selected: {:?}", codes(&d));
+    let d = run(&spec, &[], sel("1")).unwrap();
+    assert_eq!(codes(&d), ["L3-GPU-EXCLUDED"]);
+    let d = run(&spec, &[], sel("GPU-deadbeef")).unwrap();
+    assert_eq!(codes(&d), ["L3-SELECTION-UNMATCHED"]);
+    let d = run(&spec, &["arch>=8.0"], sel("none")).unwrap();
+    assert_eq!((d.verdict(), codes(&d)), (Verdict::Allow, vec!["L3-NO-GPU-REQUESTED"]));
+}
+
+#[test]
+fn device_nodes_follow_the_selection() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = FixtureSpec::healthy_h100s(2).build(dir.path()).unwrap();
+    if !host.real_device_nodes() {
+        eprintln!("skipped: mknod is not permitted here");
+        return;
+    }
+    std::fs::remove_file(dir.path().join("dev/nvidia1")).unwrap();
+    std::fs::remove_file(dir.path().join("dev/nvidiactl")).unwrap();
+    std::fs::write(dir.path().join("dev/nvidiactl"), "").unwrap();
+    let p = probe::probe(dir.path());
+    let d = diagnose(&p, &request(&[], DeviceSelection::parse(Some("0"))));
+    assert_eq!(codes(&d), ["L2-NVIDIACTL-MISSING"]);
+    let d = diagnose(&p, &request(&[], DeviceSelection::All));
+    assert_eq!(codes(&d), ["L2-NVIDIACTL-MISSING", "L2-GPU-NODE-MISSING"]);
+    let f = &d.findings[1];
+    assert_eq!(f.remedy.as_deref(), Some("sudo nvidia-modprobe -c=1"));
+    assert_eq!(f.evidence[0], Evidence { path: "/dev/nvidia1".into(), value: "missing".into() });
+    assert_eq!(d.findings[0].evidence[0].value, "a regular file, not a character device");
+}
+
+#[test]
+fn uvm_node_with_the_wrong_major() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = FixtureSpec::healthy_h100().no_uvm_node().build(dir.path()).unwrap();
+    if !host.real_device_nodes() {
+        return;
+    }
+    let d = diagnose(&probe::probe(dir.path()), &request(&[], DeviceSelection::All));
+    assert_eq!(codes(&d), ["L2-UVM-NODE-MISSING"]);
+    assert_eq!(d.findings[0].evidence[1].value, "510 nvidia-uvm");
+}
+
+#[test]
+fn unsigned_module_loaded_under_secure_boot_warns() {
+    let spec = FixtureSpec::healthy_h100().secure_boot(false).module_taint("POE");
+    let Some(d) = run(&spec, &[], DeviceSelection::All) else { return };
+    assert_eq!((d.verdict(), codes(&d)), (Verdict::Allow, vec!["L1-SECURE-BOOT-UNSIGNED-MODULE"]));
+    let Some(d) =
+        run(&FixtureSpec::healthy_h100().secure_boot(false).module_taint("PO"), &[], DeviceSelection::All)
+    else {
+        return;
+    };
+    assert!(d.findings.is_empty(), "{:?}", codes(&d));
+}
+
+#[test]
+fn driver_missing_without_secure_boot_and_skips_the_rest() {
+    let Some(d) =
+        run(&FixtureSpec::healthy_h100().no_driver(), &["cuda>=12.1", "kernel>=6.1"], DeviceSelection::All)
+    else {
+        return;
+    };
+    assert_eq!(codes(&d), ["L1-NVIDIA-NOT-LOADED", "L1-KERNEL-REQUIREMENT", "L2-CHECKS-SKIPPED"]);
+}
+
+#[test]
+fn module_and_gpu_count_requirements_map_to_their_layers() {
+    let Some(d) = run(
+        &FixtureSpec::healthy_h100(),
+        &["module!=nvidia_drm", "gpus>=2", "machine=aarch64", "brand=tesla", "driver>=550"],
+        DeviceSelection::All,
+    ) else {
+        return;
+    };
+    assert_eq!(
+        codes(&d),
+        [
+            "L2-MODULE-REQUIREMENT",
+            "L3-GPU-COUNT-REQUIREMENT",
+            "L4-MACHINE-REQUIREMENT",
+            "L4-BRAND-REQUIREMENT",
+            "L4-DRIVER-REQUIREMENT"
+        ]
+    );
+    assert_eq!(d.findings[0].remedy.as_deref(), Some("sudo modprobe -r nvidia_drm"));
+    insta::assert_snapshot!(d.render_errors());
+}
+
+#[test]
+fn disabled_requirements_are_reported_not_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    FixtureSpec::healthy_h100().build(dir.path()).unwrap();
+    let mut r = request(&["cuda>=99.0"], DeviceSelection::All);
+    r.requirements_disabled = true;
+    let d = diagnose(&probe::probe(dir.path()), &r);
+    assert!(d.has("L4-REQUIREMENTS-DISABLED"));
+    assert!(!d.has("L4-CUDA-REQUIREMENT"));
+}
+
+#[test]
+fn doctor_exit_codes_json_and_colour() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Preset::LibraryMismatch.build(dir.path()).unwrap();
+    let root = dir.path();
+    let (text, code) = doctor(root, &["cuda>=12.1".to_owned()], "all", true, false);
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["verdict"], "block");
+    assert_eq!(code, 1);
+    if host.real_device_nodes() {
+        assert_eq!(json["findings"][0]["code"], "L2-DRIVER-LIBRARY-MISMATCH");
+        assert_eq!(json["findings"][0]["layer"], "L2");
+        assert_eq!(json["findings"][0]["severity"], "error");
+    }
+    let (text, _) = doctor(root, &[], "all", false, true);
+    assert!(text.contains("\x1b[1;31m"), "{text}");
+    let (text, code) = doctor(root, &["cuda>=12.x".to_owned()], "all", false, false);
+    assert_eq!(code, 2);
+    assert!(text.starts_with("stackhook doctor: invalid requirement"), "{text}");
+    let healthy = tempfile::tempdir().unwrap();
+    if Preset::Healthy.build(healthy.path()).unwrap().real_device_nodes() {
+        assert_eq!(doctor(healthy.path(), &["cuda>=12.1".to_owned()], "all", false, false).1, 0);
+    }
+}
+
+#[test]
+fn a_missing_host_root_blocks() {
+    let (text, code) = doctor(Path::new("/nonexistent/stackhook"), &[], "all", false, false);
+    assert_eq!(code, 1);
+    assert!(text.contains("L1-NVIDIA-NOT-LOADED"), "{text}");
+}

@@ -1,0 +1,214 @@
+//! One hook invocation: state on stdin -> bundle config -> request -> probe -> verdict.
+//!
+//! Works the same at `prestart`, `createRuntime` and `createContainer`: all three run before
+//! the container's process and receive the same state. A non-zero exit blocks the start; the
+//! first stderr line is the verdict, which runc prints inside its own error message.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::contract::image::{ContainerRequest, StackManifest, STACK_JSON_PATH};
+use crate::diagnose::{self, Diagnosis, Request, Verdict};
+use crate::oci::{Config, State};
+use crate::{probe, rootfs};
+
+/// Largest `/etc/stackbuild/stack.json` the hook reads from an image.
+pub const MAX_STACK_JSON: u64 = 1 << 20;
+
+/// What the hook does with a failed check. Comes from the hook entry's own environment
+/// (`STACKHOOK_POLICY`), never from the container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Block the container when a check fails.
+    #[default]
+    Enforce,
+    /// Print the diagnosis, let the container start.
+    Warn,
+    /// Only write the report (when a report directory is set).
+    Audit,
+}
+
+impl std::str::FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        <Self as clap::ValueEnum>::from_str(s.trim(), true)
+            .map_err(|_| format!("invalid STACKHOOK_POLICY {s:?}: expected enforce, warn or audit"))
+    }
+}
+
+/// The hook's own configuration.
+#[derive(Debug, Clone)]
+pub struct HookConfig {
+    /// The host root to probe (`/` in production).
+    pub host_root: PathBuf,
+    /// What to do when a check fails.
+    pub policy: Policy,
+    /// Where to write a JSON report per container, when set.
+    pub report_dir: Option<PathBuf>,
+}
+
+/// What the hook decided.
+#[derive(Debug)]
+pub struct HookOutcome {
+    /// The process exit code: 0 allows, 1 blocks.
+    pub code: i32,
+    /// What to print on stderr (first line: the verdict).
+    pub stderr: String,
+}
+
+/// The JSON report written per container.
+#[derive(Debug, serde::Serialize)]
+pub struct Report<'a> {
+    /// Container id.
+    pub id: &'a str,
+    /// `allowed`, `blocked`, `skipped`.
+    pub decision: &'static str,
+    /// Why, in one line.
+    pub reason: String,
+    /// The policy in force.
+    pub policy: Policy,
+    /// The image's stack, when it carries a readable `stack.json`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack: Option<StackManifest>,
+    /// The full diagnosis, when the host was probed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<&'a Diagnosis>,
+    /// Microseconds spent.
+    pub micros: u128,
+}
+
+/// Runs one hook invocation. Never panics on bad input: any error blocks (fail closed) under
+/// `enforce`, with a message saying what was wrong.
+pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
+    let started = Instant::now();
+    let state = match State::read(stdin) {
+        Ok(s) => s,
+        Err(e) => return fail_closed(config, "?", &e.to_string()),
+    };
+    let id = if state.id.is_empty() { "?" } else { state.id.as_str() };
+    let bundle = match state.bundle() {
+        Ok(b) => b.to_owned(),
+        Err(e) => return fail_closed(config, id, &e.to_string()),
+    };
+    let bundle_config = match Config::load(&bundle) {
+        Ok(c) => c,
+        Err(e) => return fail_closed(config, id, &e.to_string()),
+    };
+    // Annotations from the state (the runtime's view) and from config.json (the bundle's).
+    let mut annotations = bundle_config.annotations.clone();
+    annotations.extend(state.annotations.clone());
+    let request = match ContainerRequest::from_env(bundle_config.env(), &annotations) {
+        Ok(r) => r,
+        Err(e) => return fail_closed(config, id, &format!("the image's requirements do not parse: {e}")),
+    };
+
+    // Fast path: no GPU asked for means nothing to check (as NVIDIA's toolkit does), and the
+    // host is not even probed.
+    if !request.selection.any() {
+        write_report(config, id, "skipped", "no GPU requested", None, None, started);
+        return HookOutcome { code: 0, stderr: String::new() };
+    }
+
+    let stack = bundle_config.rootfs(&bundle).map(|root| read_stack(&root));
+    let host = probe::probe(&config.host_root);
+    let diagnosis = diagnose::diagnose(&host, &Request::from_container(&request));
+    let mut text = String::new();
+    let (stack, stack_note) = match stack {
+        Some(Ok(s)) => (s, None),
+        Some(Err(note)) => (None, Some(note)),
+        None => (None, None),
+    };
+    let blocked = diagnosis.verdict() == Verdict::Block;
+    let reason = diagnosis.summary();
+    let decision = match (blocked, config.policy) {
+        (true, Policy::Enforce) => "blocked",
+        (true, _) => "allowed-despite-failure",
+        (false, _) => "allowed",
+    };
+    if blocked || config.policy == Policy::Warn {
+        if blocked && config.policy == Policy::Enforce {
+            text.push_str(&format!("stackhook: blocked {id}: {reason}\n"));
+        } else if blocked {
+            text.push_str(&format!("stackhook: would block {id} (policy {:?}): {reason}\n", config.policy));
+        } else {
+            text.push_str(&format!("stackhook: allowed {id}: {reason}\n"));
+        }
+        if config.policy != Policy::Audit {
+            text.push_str(&diagnosis.render_human(false));
+        }
+    }
+    if let Some(note) = stack_note {
+        if config.policy != Policy::Audit && !text.is_empty() {
+            text.push_str(&format!("note: {note}\n"));
+        }
+    }
+    write_report(config, id, decision, &reason, stack, Some(&diagnosis), started);
+    let code = i32::from(blocked && config.policy == Policy::Enforce);
+    if config.policy == Policy::Audit {
+        text.clear();
+    }
+    HookOutcome { code, stderr: text }
+}
+
+/// Reads the image's `stack.json` through in-root resolution; a bad one is a note, never a
+/// reason to follow it or to fail.
+fn read_stack(root: &Path) -> Result<Option<StackManifest>, String> {
+    match rootfs::read_in_root(root, STACK_JSON_PATH, MAX_STACK_JSON) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("/{STACK_JSON_PATH} is not a stack description ({e}); ignored")),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(format!("{e}; ignored")),
+    }
+}
+
+fn fail_closed(config: &HookConfig, id: &str, why: &str) -> HookOutcome {
+    let blocked = config.policy == Policy::Enforce;
+    write_report(config, id, if blocked { "blocked" } else { "error" }, why, None, None, Instant::now());
+    let verdict = if blocked { "blocked" } else { "cannot check" };
+    HookOutcome { code: i32::from(blocked), stderr: format!("stackhook: {verdict} {id}: {why}\n") }
+}
+
+fn write_report(
+    config: &HookConfig,
+    id: &str,
+    decision: &'static str,
+    reason: &str,
+    stack: Option<StackManifest>,
+    diagnosis: Option<&Diagnosis>,
+    started: Instant,
+) {
+    let Some(dir) = &config.report_dir else { return };
+    // The id names a file: keep it to a safe alphabet so a crafted id cannot leave the dir.
+    let safe: String =
+        id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+    let report = Report {
+        id,
+        decision,
+        reason: reason.to_owned(),
+        policy: config.policy,
+        stack,
+        diagnosis,
+        micros: started.elapsed().as_micros(),
+    };
+    let Ok(json) = serde_json::to_vec_pretty(&report) else { return };
+    let _ = write_atomic(&dir.join(format!("{safe}.json")), &json);
+}
+
+/// Writes `bytes` to `path` through a temp file and a rename, so readers never see half a file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("report"),
+        std::process::id()
+    ));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}

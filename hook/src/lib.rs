@@ -1,0 +1,18 @@
+//! stackhook: checks, at container start, that a GPU host satisfies what an image needs.
+//!
+//! - [`contract`]: the image-host contract both programs share (versions, requirement
+//!   expressions, the knowledge base, what an image carries).
+//! - [`probe`]: what the host is, read from a host root (`/` or a fixture tree).
+//! - [`diagnose`]: findings, ordered by layer, each with a code, evidence and remedy.
+//! - [`fixture`]: fixture host trees for tests (this crate's and the end-to-end tests).
+//! - [`invoke`]: one hook invocation: state -> config -> request -> probe -> verdict.
+//! - [`rootfs`]: reads inside an untrusted container root without leaving it.
+//! - [`oci`]: the runtime's state on stdin and the bundle's `config.json`.
+
+pub mod contract;
+pub mod diagnose;
+pub mod fixture;
+pub mod invoke;
+pub mod oci;
+pub mod probe;
+pub mod rootfs;

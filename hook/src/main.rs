@@ -1,0 +1,17 @@
+//! `stackhook`: the OCI hook, and `stackhook doctor` for a host by hand.
+
+use clap::Parser;
+
+mod cmd;
+
+fn main() {
+    let cli = cmd::Cli::parse();
+    // The hook runs as root with whatever environment the runtime hands it; having read our own
+    // settings (clap's `env`), drop all of it and leave the container's directory (CVE-2025-23266).
+    for (key, _) in std::env::vars_os() {
+        // SAFETY-free in edition 2021; we are still single-threaded here.
+        std::env::remove_var(key);
+    }
+    let _ = std::env::set_current_dir("/");
+    std::process::exit(cli.run());
+}

@@ -1,0 +1,210 @@
+//! The runtime's state on stdin and the parts of the bundle's `config.json` the hook reads.
+//!
+//! The state is `{"ociVersion","id","status","pid","bundle","annotations"}` (runtime-spec
+//! `runtime.md`); very old runc wrote `bundlePath`. Both inputs are capped: a hook must not be
+//! made to allocate without bound by whoever writes them.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Most bytes read from stdin.
+pub const MAX_STATE_BYTES: u64 = 1 << 20;
+/// Most bytes read from `config.json`.
+pub const MAX_CONFIG_BYTES: u64 = 8 << 20;
+
+/// Why the hook's input could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    /// Reading stdin failed.
+    #[error("cannot read the container state from stdin: {0}")]
+    Stdin(#[source] std::io::Error),
+    /// Input longer than its cap.
+    #[error("{what} is larger than {cap} bytes")]
+    TooLarge {
+        /// Which input.
+        what: &'static str,
+        /// The cap.
+        cap: u64,
+    },
+    /// Not the JSON we expect.
+    #[error("{what} is not valid: {source}")]
+    Json {
+        /// Which input.
+        what: &'static str,
+        /// The parser's error.
+        source: serde_json::Error,
+    },
+    /// Neither `bundle` nor `bundlePath`.
+    #[error("the container state names no bundle (neither \"bundle\" nor \"bundlePath\")")]
+    NoBundle,
+    /// The bundle's config could not be opened.
+    #[error("cannot read {path}: {source}")]
+    Config {
+        /// The config path.
+        path: PathBuf,
+        /// The system error.
+        source: std::io::Error,
+    },
+}
+
+/// The container state a runtime writes to a hook's stdin.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct State {
+    /// Container id.
+    #[serde(default)]
+    pub id: String,
+    /// Status (`creating`, `created`).
+    #[serde(default)]
+    pub status: String,
+    /// The bundle directory.
+    #[serde(default)]
+    pub bundle: Option<PathBuf>,
+    /// The bundle directory, as runc before 1.0-rc5 named it.
+    #[serde(default, rename = "bundlePath")]
+    pub bundle_path: Option<PathBuf>,
+    /// Annotations.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl State {
+    /// Reads and parses the state from `input`, capped.
+    pub fn read(input: impl Read) -> Result<Self, OciError> {
+        let bytes = read_capped(input, MAX_STATE_BYTES, "the container state").map_err(|e| match e {
+            Capped::Io(e) => OciError::Stdin(e),
+            Capped::TooLarge => OciError::TooLarge { what: "the container state", cap: MAX_STATE_BYTES },
+        })?;
+        serde_json::from_slice(&bytes)
+            .map_err(|source| OciError::Json { what: "the container state on stdin", source })
+    }
+
+    /// The bundle directory.
+    pub fn bundle(&self) -> Result<&Path, OciError> {
+        self.bundle
+            .as_deref()
+            .or(self.bundle_path.as_deref())
+            .filter(|p| !p.as_os_str().is_empty())
+            .ok_or(OciError::NoBundle)
+    }
+}
+
+/// The parts of `config.json` the hook needs.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct Config {
+    /// The container's process.
+    #[serde(default)]
+    pub process: Option<Process>,
+    /// The root filesystem.
+    #[serde(default)]
+    pub root: Option<Root>,
+    /// Annotations.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// `process` of `config.json`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct Process {
+    /// `KEY=VALUE` entries.
+    #[serde(default)]
+    pub env: Vec<String>,
+}
+
+/// `root` of `config.json`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct Root {
+    /// Path of the rootfs, absolute or relative to the bundle.
+    pub path: PathBuf,
+}
+
+impl Config {
+    /// Loads `<bundle>/config.json`: not through a symlink, a regular file, capped.
+    pub fn load(bundle: &Path) -> Result<Self, OciError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = bundle.join("config.json");
+        let err = |source| OciError::Config { path: path.clone(), source };
+        let file =
+            std::fs::OpenOptions::new().read(true).custom_flags(libc_flags()).open(&path).map_err(err)?;
+        if !file.metadata().map_err(err)?.is_file() {
+            return Err(err(std::io::Error::other("not a regular file")));
+        }
+        let bytes = read_capped(file, MAX_CONFIG_BYTES, "config.json").map_err(|e| match e {
+            Capped::Io(e) => err(e),
+            Capped::TooLarge => OciError::TooLarge { what: "config.json", cap: MAX_CONFIG_BYTES },
+        })?;
+        serde_json::from_slice(&bytes).map_err(|source| OciError::Json { what: "config.json", source })
+    }
+
+    /// The process environment.
+    pub fn env(&self) -> impl Iterator<Item = &str> {
+        self.process.iter().flat_map(|p| p.env.iter().map(String::as_str))
+    }
+
+    /// The rootfs directory, resolved against the bundle.
+    pub fn rootfs(&self, bundle: &Path) -> Option<PathBuf> {
+        self.root.as_ref().map(|r| bundle.join(&r.path))
+    }
+}
+
+/// `O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC`, for std's `custom_flags`.
+fn libc_flags() -> i32 {
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC;
+    i32::try_from(flags.bits()).unwrap_or(0)
+}
+
+enum Capped {
+    Io(std::io::Error),
+    TooLarge,
+}
+
+fn read_capped(input: impl Read, cap: u64, _what: &str) -> Result<Vec<u8>, Capped> {
+    let mut buf = Vec::new();
+    input.take(cap + 1).read_to_end(&mut buf).map_err(Capped::Io)?;
+    if buf.len() as u64 > cap {
+        return Err(Capped::TooLarge);
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_with_bundle_or_legacy_bundle_path() {
+        let s = State::read(
+            &br#"{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":42,"bundle":"/b"}"#[..],
+        )
+        .unwrap();
+        assert_eq!(s.bundle().unwrap(), Path::new("/b"));
+        let s = State::read(&br#"{"id":"c1","bundlePath":"/old"}"#[..]).unwrap();
+        assert_eq!(s.bundle().unwrap(), Path::new("/old"));
+        assert!(matches!(State::read(&br#"{"id":"c1"}"#[..]).unwrap().bundle(), Err(OciError::NoBundle)));
+    }
+
+    #[test]
+    fn garbage_and_oversized_input_fail_cleanly() {
+        assert!(matches!(State::read(&b"\xff\x00garbage"[..]), Err(OciError::Json { .. })));
+        assert!(matches!(State::read(&b""[..]), Err(OciError::Json { .. })));
+        assert!(matches!(State::read(&br#"{"bundle": 5}"#[..]), Err(OciError::Json { .. })));
+        let huge = vec![b' '; usize::try_from(MAX_STATE_BYTES).unwrap() + 1];
+        assert!(matches!(State::read(&huge[..]), Err(OciError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn config_is_read_without_following_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"ociVersion":"1.0.2","process":{"env":["A=1","NVIDIA_VISIBLE_DEVICES=all"]},"root":{"path":"rootfs"},"annotations":{"k":"v"}}"#,
+        )
+        .unwrap();
+        let c = Config::load(dir.path()).unwrap();
+        assert_eq!(c.env().collect::<Vec<_>>(), ["A=1", "NVIDIA_VISIBLE_DEVICES=all"]);
+        assert_eq!(c.rootfs(dir.path()).unwrap(), dir.path().join("rootfs"));
+        let other = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(dir.path().join("config.json"), other.path().join("config.json")).unwrap();
+        assert!(matches!(Config::load(other.path()), Err(OciError::Config { .. })));
+    }
+}

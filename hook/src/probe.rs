@@ -1,0 +1,996 @@
+//! What the host is, read from a host root (`/` in production, a fixture tree in tests).
+//!
+//! [`probe`] reads a fixed list of files under `/proc`, `/sys`, `/dev` and the driver's library
+//! directories (see `shared/reference/nvidia-host.md` for where each fact comes from), records
+//! each fact with the file it came from, and never fails: what it cannot read is absent, and
+//! read problems other than "does not exist" are kept as [`ProbeNote`]s. Every read is capped
+//! and resolved inside the host root ([`hostfs`]); directory listings are capped too, so a
+//! probe costs a bounded number of system calls (about 15 per GPU).
+//!
+//! [`HostProbe::facts`] turns a probe into the [`HostFacts`] that requirement expressions are
+//! evaluated against, for the GPUs a container selects.
+
+mod hostfs;
+mod parse;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::FileType;
+use serde::Serialize;
+
+use hostfs::HostFs;
+pub use hostfs::ReadError;
+
+use crate::contract::image::DeviceSelection;
+use crate::contract::kb;
+use crate::contract::require::{GpuFacts, HostFacts};
+use crate::contract::version::{DriverVersion, KernelRelease};
+
+/// Cap for one file read (proc and sysfs files are a few hundred bytes).
+const FILE_CAP: usize = 64 * 1024;
+/// Cap for `proc/modules`, which lists every loaded module.
+const MODULES_CAP: usize = 256 * 1024;
+/// At most this many GPUs are read from `proc/driver/nvidia/gpus`.
+pub const MAX_GPUS: usize = 64;
+/// At most this many PCI devices are looked at for NVIDIA display controllers.
+const MAX_PCI_DEVICES: usize = 1024;
+
+/// The directories searched for the driver's user-space libraries.
+pub const LIBRARY_DIRS: [&str; 5] = [
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib64",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/lib/wsl/lib",
+    "usr/local/nvidia/lib64",
+];
+
+/// The libraries whose symlink chains are followed.
+pub const LIBRARIES: [&str; 2] = ["libcuda.so.1", "libnvidia-ml.so.1"];
+
+/// The modules whose `proc/modules` line and `sys/module/<name>/taint` are kept.
+const DRIVER_MODULES: [&str; 7] =
+    ["nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem", "nouveau", "nvgpu"];
+
+/// EFI variable GUID of the global variables (UEFI spec, `EFI_GLOBAL_VARIABLE`).
+const EFI_GLOBAL: &str = "8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
+/// The NVIDIA PCI vendor id.
+pub const NVIDIA_VENDOR: u32 = 0x10de;
+
+/// Where a fact was read and what the file said.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Evidence {
+    /// The path inside the host root, written absolute (`/proc/modules`).
+    pub path: String,
+    /// What was found there (one line, shortened), or why nothing was.
+    pub value: String,
+}
+
+impl Evidence {
+    /// Evidence from `path` (relative to the host root) with `value` shortened to one line.
+    pub fn new(path: &str, value: &str) -> Self {
+        let mut v = String::new();
+        hostfs::evidence_text(&mut v, value);
+        Self { path: abs(path), value: v }
+    }
+}
+
+/// A value and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Fact<T> {
+    /// The parsed value.
+    pub value: T,
+    /// The file and its text.
+    pub evidence: Evidence,
+}
+
+/// Which kind of host this is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Platform {
+    /// A Linux host with PCI GPUs.
+    Linux,
+    /// Windows Subsystem for Linux 2: GPUs through `/dev/dxg`, no `nvidia` module.
+    Wsl2 {
+        /// What showed it.
+        evidence: Evidence,
+    },
+    /// An NVIDIA Jetson (Tegra) board.
+    Jetson {
+        /// The L4T release (`R35 (release), REVISION: 4.1`), when known.
+        release: Option<String>,
+        /// What showed it.
+        evidence: Evidence,
+    },
+}
+
+/// Which kernel module flavour is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModuleFlavor {
+    /// The closed-source module (taints `P`).
+    Proprietary,
+    /// open-gpu-kernel-modules (MIT/GPL, Turing and newer).
+    Open,
+}
+
+/// A driver-related kernel module that is loaded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModuleProbe {
+    /// `Live`, `Loading` or `Unloading`.
+    pub state: String,
+    /// Taint letters from `proc/modules` (`POE`).
+    pub taint: String,
+    /// `sys/module/<name>/taint`, when readable.
+    pub sys_taint: Option<String>,
+    /// The `proc/modules` line.
+    pub evidence: Evidence,
+}
+
+/// What PCI sysfs says about one device.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PciProbe {
+    /// `sys/bus/pci/devices/<bdf>`.
+    pub path: String,
+    /// Vendor id (`0x10de`); not read for GPUs the driver lists (they are NVIDIA's).
+    #[serde(serialize_with = "hex_opt")]
+    pub vendor: Option<u32>,
+    /// Device id, which names the chip (`0x2330` = H100 SXM5 80GB).
+    #[serde(serialize_with = "hex_opt")]
+    pub device: Option<u32>,
+    /// Class code (`0x030200` = 3D controller); not read for GPUs the driver lists.
+    #[serde(serialize_with = "hex_opt")]
+    pub class: Option<u32>,
+    /// Basename of the `driver` link (`nvidia`, `nouveau`, `vfio-pci`), `None` when unbound.
+    pub driver: Option<String>,
+    /// `current_link_speed` (`16.0 GT/s PCIe`).
+    pub current_link_speed: Option<String>,
+    /// `max_link_speed`.
+    pub max_link_speed: Option<String>,
+    /// `current_link_width` (`16`).
+    pub current_link_width: Option<u32>,
+    /// `max_link_width`.
+    pub max_link_width: Option<u32>,
+}
+
+impl PciProbe {
+    /// The PCI device id as the knowledge base keys it.
+    pub fn device_id(&self) -> Option<u16> {
+        self.device.and_then(|d| u16::try_from(d).ok())
+    }
+}
+
+/// One GPU the `nvidia` driver knows (`proc/driver/nvidia/gpus/<bdf>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuProbe {
+    /// Index in PCI bus order, as `nvidia-smi` and `NVIDIA_VISIBLE_DEVICES` count.
+    pub index: usize,
+    /// PCI bus id (`0000:18:00.0`).
+    pub bus_id: String,
+    /// `Model:` (`NVIDIA H100 80GB HBM3`; `Unknown` on a broken board).
+    pub model: Option<String>,
+    /// `GPU UUID:` (`GPU-…`).
+    pub uuid: Option<String>,
+    /// `Device Minor:`, the N of `/dev/nvidiaN`.
+    pub minor: Option<u32>,
+    /// `GPU Excluded:` (`Yes`/`No`), absent on older drivers.
+    pub excluded: Option<bool>,
+    /// The `information` file.
+    pub evidence: Evidence,
+    /// The device's PCI sysfs attributes.
+    pub pci: PciProbe,
+}
+
+impl GpuProbe {
+    /// Whether the driver reports the board as `Model: Unknown`.
+    pub fn model_unknown(&self) -> bool {
+        self.model.as_deref().is_none_or(|m| m.is_empty() || m.eq_ignore_ascii_case("unknown"))
+    }
+
+    /// The knowledge base's entry: by PCI device id first, then by model name.
+    pub fn kb_model(&self) -> Option<&'static kb::GpuModel> {
+        self.pci.device_id().and_then(kb::gpu_by_pci_id).or_else(|| {
+            self.model.as_deref().filter(|_| !self.model_unknown()).and_then(kb::gpu_by_model_name)
+        })
+    }
+}
+
+/// An NVIDIA display controller on the PCI bus that the `nvidia` driver does not list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PciGpu {
+    /// PCI bus id.
+    pub bus_id: String,
+    /// Its sysfs attributes.
+    pub pci: PciProbe,
+}
+
+/// What a `/dev` entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum NodeState {
+    /// No such entry.
+    Missing,
+    /// A character device.
+    CharDevice {
+        /// Major number.
+        major: u32,
+        /// Minor number.
+        minor: u32,
+    },
+    /// Something else (a regular file, a symlink, a directory).
+    Other {
+        /// What it is.
+        what: &'static str,
+    },
+}
+
+/// How a library's symlink chain ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ChainEnd {
+    /// At a regular file.
+    File,
+    /// At a link whose target does not exist.
+    Dangling,
+    /// After more than 8 links.
+    TooManyLinks,
+    /// At something that is not a regular file, or a read error.
+    Unusable {
+        /// Why.
+        why: String,
+    },
+}
+
+/// A driver library found in one of [`LIBRARY_DIRS`], with its symlink chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LibraryProbe {
+    /// The name looked for (`libcuda.so.1`).
+    pub name: String,
+    /// Where it was found (`/usr/lib/x86_64-linux-gnu/libcuda.so.1`).
+    pub path: String,
+    /// Each link target in turn, re-rooted (`/usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05`).
+    pub chain: Vec<String>,
+    /// How the chain ended.
+    pub end: ChainEnd,
+    /// The version in the final file's name (`535.104.05`); none for a bare `.so.1` file.
+    pub version: Option<String>,
+}
+
+impl LibraryProbe {
+    /// The last path of the chain.
+    pub fn final_path(&self) -> &str {
+        self.chain.last().unwrap_or(&self.path)
+    }
+
+    /// The final file's name.
+    pub fn final_name(&self) -> &str {
+        self.final_path().rsplit('/').next().unwrap_or("")
+    }
+}
+
+/// A read that failed for a reason other than "does not exist".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProbeNote {
+    /// The path, absolute inside the host root.
+    pub path: String,
+    /// What went wrong.
+    pub problem: String,
+}
+
+/// Everything the probe learned about the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostProbe {
+    /// The host root that was probed.
+    #[serde(skip)]
+    pub root: PathBuf,
+    /// Linux, WSL2 or Jetson.
+    pub platform: Platform,
+    /// CPU architecture (`x86_64`), from `proc/sys/kernel/arch` or this program's own.
+    pub machine: Fact<String>,
+    /// Kernel release (`proc/sys/kernel/osrelease`).
+    pub kernel: Option<Fact<KernelRelease>>,
+    /// `proc/sys/kernel/tainted`.
+    pub tainted: Option<Fact<u64>>,
+    /// The loaded `nvidia` module's version.
+    pub driver: Option<Fact<DriverVersion>>,
+    /// Proprietary or open module.
+    pub module_flavor: Option<Fact<ModuleFlavor>>,
+    /// Jetson's L4T release where the proc file prints it in place of a driver version.
+    pub l4t_release: Option<Fact<String>>,
+    /// Driver-related loaded modules (`nvidia*`, `nouveau`, `nvgpu`).
+    pub modules: BTreeMap<String, ModuleProbe>,
+    /// Names of all loaded modules, for `module=` requirements.
+    #[serde(skip)]
+    pub loaded_modules: BTreeSet<String>,
+    /// Whether `proc/modules` could be read at all.
+    pub modules_readable: bool,
+    /// NVIDIA character-device majors from `proc/devices` (`nvidia-uvm` -> 510).
+    pub char_majors: BTreeMap<String, u32>,
+    /// The GPUs the driver lists, in PCI bus order.
+    pub gpus: Vec<GpuProbe>,
+    /// NVIDIA display controllers the `nvidia` driver does not list (unbound, `nouveau`,
+    /// `vfio-pci`).
+    pub other_pci_gpus: Vec<PciGpu>,
+    /// `/dev` entries, keyed by absolute path.
+    pub device_nodes: BTreeMap<String, NodeState>,
+    /// Driver libraries found, in [`LIBRARY_DIRS`] order.
+    pub libraries: Vec<LibraryProbe>,
+    /// `libcuda.so` files that are toolkit stubs rather than links into the driver.
+    pub libcuda_stubs: Vec<String>,
+    /// Secure Boot enabled (`SecureBoot-…` efivar, fifth byte).
+    pub secure_boot: Option<Fact<bool>>,
+    /// Setup mode (`SetupMode-…` efivar): Secure Boot is not enforced while it is on.
+    pub setup_mode: Option<Fact<bool>>,
+    /// Reads that failed other than by absence.
+    pub notes: Vec<ProbeNote>,
+}
+
+/// `NVIDIA_VISIBLE_DEVICES` names a GPU the host does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectionError {
+    /// An index beyond the GPU count.
+    #[error("NVIDIA_VISIBLE_DEVICES names GPU {index}, but the host has {count} GPU(s)")]
+    NoSuchIndex {
+        /// The index given.
+        index: usize,
+        /// How many GPUs the driver lists.
+        count: usize,
+    },
+    /// A UUID or bus id no GPU has.
+    #[error("NVIDIA_VISIBLE_DEVICES names {id:?}, which matches no GPU on this host")]
+    NoSuchGpu {
+        /// The identifier given.
+        id: String,
+    },
+    /// A MIG device or another form this probe cannot match.
+    #[error(
+        "NVIDIA_VISIBLE_DEVICES entry {id:?} is not supported (use GPU indexes, GPU UUIDs or PCI bus ids)"
+    )]
+    Unsupported {
+        /// The identifier given.
+        id: String,
+    },
+    /// `all` or a list on a host whose GPUs cannot be listed (WSL2, Jetson).
+    #[error("this host does not list its GPUs, so NVIDIA_VISIBLE_DEVICES={id:?} cannot be checked")]
+    Unlisted {
+        /// The identifier given.
+        id: String,
+    },
+}
+
+/// PCI ids as sysfs prints them (`0x10de`), not as decimal numbers.
+#[allow(clippy::ref_option, clippy::trivially_copy_pass_by_ref)] // serde's `serialize_with` passes `&T`.
+fn hex_opt<S: serde::Serializer>(v: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) if *v > 0xffff => s.serialize_str(&format!("0x{v:06x}")),
+        Some(v) => s.serialize_str(&format!("0x{v:04x}")),
+        None => s.serialize_none(),
+    }
+}
+
+fn abs(rel: &str) -> String {
+    format!("/{}", rel.trim_start_matches('/'))
+}
+
+/// Reads the host at `host_root`. Never panics; what cannot be read is absent.
+pub fn probe(host_root: &Path) -> HostProbe {
+    let mut p = HostProbe {
+        root: host_root.to_path_buf(),
+        platform: Platform::Linux,
+        machine: Fact {
+            value: std::env::consts::ARCH.to_owned(),
+            evidence: Evidence {
+                path: "(stackhook build)".to_owned(),
+                value: std::env::consts::ARCH.to_owned(),
+            },
+        },
+        kernel: None,
+        tainted: None,
+        driver: None,
+        module_flavor: None,
+        l4t_release: None,
+        modules: BTreeMap::new(),
+        loaded_modules: BTreeSet::new(),
+        modules_readable: false,
+        char_majors: BTreeMap::new(),
+        gpus: Vec::new(),
+        other_pci_gpus: Vec::new(),
+        device_nodes: BTreeMap::new(),
+        libraries: Vec::new(),
+        libcuda_stubs: Vec::new(),
+        secure_boot: None,
+        setup_mode: None,
+        notes: Vec::new(),
+    };
+    let fs = match HostFs::open(host_root) {
+        Ok(fs) => fs,
+        Err(e) => {
+            p.notes.push(ProbeNote { path: host_root.display().to_string(), problem: e.to_string() });
+            return p;
+        }
+    };
+    let mut r = Reader { fs, notes: Vec::new() };
+    r.kernel(&mut p);
+    r.platform(&mut p);
+    r.modules(&mut p);
+    r.driver(&mut p);
+    r.char_devices(&mut p);
+    r.gpus(&mut p);
+    r.other_pci(&mut p);
+    r.device_nodes(&mut p);
+    r.libraries(&mut p);
+    r.secure_boot(&mut p);
+    p.notes.append(&mut r.notes);
+    p
+}
+
+/// The file system plus the notes of failed reads.
+struct Reader {
+    fs: HostFs,
+    notes: Vec<ProbeNote>,
+}
+
+impl Reader {
+    /// Reads a text file; absence is `None`, other failures are noted.
+    fn text(&mut self, rel: &str, cap: usize) -> Option<String> {
+        match self.fs.read_text(rel, cap) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.note(rel, &e);
+                None
+            }
+        }
+    }
+
+    /// Reads a listing the kernel prints a record at a time, to its end.
+    fn text_all(&mut self, rel: &str, cap: usize) -> Option<String> {
+        match self.fs.read_all_text(rel, cap) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.note(rel, &e);
+                None
+            }
+        }
+    }
+
+    fn bytes(&mut self, rel: &str) -> Option<Vec<u8>> {
+        match self.fs.read(rel, FILE_CAP) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                self.note(rel, &e);
+                None
+            }
+        }
+    }
+
+    fn note(&mut self, rel: &str, e: &ReadError) {
+        if *e != ReadError::NotFound {
+            self.notes.push(ProbeNote { path: abs(rel), problem: e.to_string() });
+        }
+    }
+
+    fn list(&mut self, rel: &str, max: usize) -> Vec<String> {
+        match self.fs.list(rel, max) {
+            Ok((names, more)) => {
+                if more {
+                    self.notes.push(ProbeNote {
+                        path: abs(rel),
+                        problem: format!("more than {max} entries; the rest were not read"),
+                    });
+                }
+                names
+            }
+            Err(e) => {
+                self.note(rel, &e);
+                Vec::new()
+            }
+        }
+    }
+
+    fn kernel(&mut self, p: &mut HostProbe) {
+        const OSRELEASE: &str = "proc/sys/kernel/osrelease";
+        const TAINTED: &str = "proc/sys/kernel/tainted";
+        const ARCH: &str = "proc/sys/kernel/arch";
+        if let Some(t) = self.text(OSRELEASE, FILE_CAP) {
+            match t.trim().parse::<KernelRelease>() {
+                Ok(k) => p.kernel = Some(Fact { value: k, evidence: Evidence::new(OSRELEASE, &t) }),
+                Err(e) => self.notes.push(ProbeNote { path: abs(OSRELEASE), problem: e.to_string() }),
+            }
+        }
+        if let Some(t) = self.text(TAINTED, FILE_CAP) {
+            if let Ok(v) = t.trim().parse::<u64>() {
+                p.tainted = Some(Fact { value: v, evidence: Evidence::new(TAINTED, &t) });
+            }
+        }
+        if let Some(t) = self.text(ARCH, FILE_CAP) {
+            let v = t.trim();
+            if !v.is_empty() {
+                p.machine = Fact { value: v.to_owned(), evidence: Evidence::new(ARCH, v) };
+            }
+        }
+    }
+
+    fn exists(&self, rel: &str) -> Option<rustix::fs::Stat> {
+        self.fs.lstat(rel).ok()
+    }
+
+    fn platform(&mut self, p: &mut HostProbe) {
+        // WSL2: the paravirtual GPU device and the libraries Windows mounts in.
+        if self.exists("dev/dxg").is_some() {
+            p.platform = Platform::Wsl2 { evidence: Evidence::new("dev/dxg", "exists") };
+            return;
+        }
+        if self.exists("usr/lib/wsl/lib").is_some() {
+            p.platform = Platform::Wsl2 { evidence: Evidence::new("usr/lib/wsl/lib", "exists") };
+            return;
+        }
+        // Jetson: the L4T release file, the SoC family, or the device tree.
+        if let Some(t) = self.text("etc/nv_tegra_release", FILE_CAP) {
+            let release = t.lines().next().map(|l| l.trim_start_matches('#').trim().to_owned());
+            p.platform = Platform::Jetson { release, evidence: Evidence::new("etc/nv_tegra_release", &t) };
+            return;
+        }
+        if let Some(t) = self.text("sys/devices/soc0/family", FILE_CAP) {
+            if t.trim().to_ascii_lowercase().starts_with("tegra") {
+                p.platform = Platform::Jetson {
+                    release: None,
+                    evidence: Evidence::new("sys/devices/soc0/family", &t),
+                };
+                return;
+            }
+        }
+        if let Some(t) = self.text("proc/device-tree/compatible", FILE_CAP) {
+            if let Some(c) = t.split('\0').find(|c| c.starts_with("nvidia,tegra")) {
+                p.platform = Platform::Jetson {
+                    release: None,
+                    evidence: Evidence::new("proc/device-tree/compatible", c),
+                };
+            }
+        }
+    }
+
+    fn modules(&mut self, p: &mut HostProbe) {
+        const MODULES: &str = "proc/modules";
+        let Some(text) = self.text_all(MODULES, MODULES_CAP) else { return };
+        p.modules_readable = true;
+        for m in parse::modules(&text) {
+            if DRIVER_MODULES.contains(&m.name.as_str()) {
+                // `proc/modules` already prints the letters; sysfs is read for `nvidia` only,
+                // whose taint decides the Secure Boot finding.
+                let sys_taint = if m.name == "nvidia" {
+                    self.text("sys/module/nvidia/taint", FILE_CAP).map(|t| t.trim().to_owned())
+                } else {
+                    None
+                };
+                p.modules.insert(
+                    m.name.clone(),
+                    ModuleProbe {
+                        state: m.state,
+                        taint: m.taint,
+                        sys_taint,
+                        evidence: Evidence::new(MODULES, &m.line),
+                    },
+                );
+            }
+            p.loaded_modules.insert(m.name);
+        }
+    }
+
+    fn driver(&mut self, p: &mut HostProbe) {
+        const SYS_VERSION: &str = "sys/module/nvidia/version";
+        const PROC_VERSION: &str = "proc/driver/nvidia/version";
+        let nvrm = self.text(PROC_VERSION, FILE_CAP).and_then(|t| parse::nvrm_version(&t));
+        let jetson = matches!(p.platform, Platform::Jetson { .. });
+        if let Some(t) = self.text(SYS_VERSION, FILE_CAP) {
+            if let Ok(v) = t.trim().parse::<DriverVersion>() {
+                p.driver = Some(Fact { value: v, evidence: Evidence::new(SYS_VERSION, &t) });
+            }
+        }
+        if let Some(n) = &nvrm {
+            p.module_flavor = Some(Fact {
+                value: if n.open { ModuleFlavor::Open } else { ModuleFlavor::Proprietary },
+                evidence: Evidence::new(PROC_VERSION, &n.line),
+            });
+            if let Some(num) = &n.number {
+                // Jetson's nvgpu prints its L4T release (35.3.1) here. Desktop and data-center
+                // driver branches have had three digits for fifteen years, so a two-digit major
+                // on a Jetson (or on aarch64) is the L4T number, never a driver version.
+                let major: u64 = num.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
+                let aarch64 = n.line.contains("aarch64");
+                if major < 100 && (jetson || aarch64) {
+                    p.l4t_release =
+                        Some(Fact { value: num.clone(), evidence: Evidence::new(PROC_VERSION, &n.line) });
+                } else if p.driver.is_none() {
+                    if let Ok(v) = num.parse::<DriverVersion>() {
+                        p.driver = Some(Fact { value: v, evidence: Evidence::new(PROC_VERSION, &n.line) });
+                    }
+                }
+            }
+        }
+        if p.module_flavor.is_none() {
+            // Without the proc file, the taint letters tell: only the proprietary module sets P.
+            if let Some(m) = p.modules.get("nvidia") {
+                let letters = m.sys_taint.as_deref().unwrap_or(&m.taint);
+                let value =
+                    if letters.contains('P') { ModuleFlavor::Proprietary } else { ModuleFlavor::Open };
+                p.module_flavor = Some(Fact { value, evidence: m.evidence.clone() });
+            }
+        }
+    }
+
+    fn char_devices(&mut self, p: &mut HostProbe) {
+        if let Some(t) = self.text_all("proc/devices", FILE_CAP) {
+            for (major, name) in parse::char_devices(&t) {
+                if name.starts_with("nvidia") {
+                    p.char_majors.insert(name, major);
+                }
+            }
+        }
+    }
+
+    /// Reads a device's PCI sysfs attributes through one opened directory.
+    fn pci(&mut self, bus_id: &str, listed: bool) -> PciProbe {
+        let base = format!("sys/bus/pci/devices/{bus_id}");
+        let mut pci = PciProbe { path: abs(&base), ..PciProbe::default() };
+        let dir = match self.fs.open_dir(&base) {
+            Ok(d) => d,
+            Err(e) => {
+                self.note(&base, &e);
+                return pci;
+            }
+        };
+        let mut read = |attr: &str| match self.fs.attr(&dir, attr, FILE_CAP) {
+            Ok(b) => Some(String::from_utf8_lossy(&b).trim().to_owned()),
+            Err(e) => {
+                self.note(&format!("{base}/{attr}"), &e);
+                None
+            }
+        };
+        // The driver lists only its own (NVIDIA display) devices: vendor and class are known.
+        if !listed {
+            pci.vendor = read("vendor").as_deref().and_then(parse::hex_u32);
+            pci.class = read("class").as_deref().and_then(parse::hex_u32);
+        }
+        pci.device = read("device").as_deref().and_then(parse::hex_u32);
+        pci.current_link_speed = read("current_link_speed");
+        pci.max_link_speed = read("max_link_speed");
+        pci.current_link_width = read("current_link_width").and_then(|w| w.parse().ok());
+        pci.max_link_width = read("max_link_width").and_then(|w| w.parse().ok());
+        pci.driver = match HostFs::readlink_in(&dir, "driver") {
+            Ok(target) => target.trim_end_matches('/').rsplit('/').next().map(str::to_owned),
+            Err(e) => {
+                self.note(&format!("{base}/driver"), &e);
+                None
+            }
+        };
+        pci
+    }
+
+    fn gpus(&mut self, p: &mut HostProbe) {
+        const GPUS: &str = "proc/driver/nvidia/gpus";
+        let mut gpus = Vec::new();
+        for name in self.list(GPUS, MAX_GPUS) {
+            let info_path = format!("{GPUS}/{name}/information");
+            let Some(text) = self.text(&info_path, FILE_CAP) else { continue };
+            let kv = parse::key_values(&text);
+            let get = |key: &str| kv.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+            let bus_id = get("Bus Location")
+                .as_deref()
+                .and_then(parse::bus_id)
+                .or_else(|| parse::bus_id(&name))
+                .unwrap_or_else(|| name.clone());
+            let pci = self.pci(&bus_id, true);
+            let model = get("Model");
+            gpus.push(GpuProbe {
+                index: 0,
+                evidence: Evidence::new(
+                    &info_path,
+                    &format!("Model: {}", model.as_deref().unwrap_or("(none)")),
+                ),
+                bus_id,
+                model,
+                uuid: get("GPU UUID"),
+                minor: get("Device Minor").and_then(|m| m.parse().ok()),
+                excluded: get("GPU Excluded").map(|v| v.eq_ignore_ascii_case("yes")),
+                pci,
+            });
+        }
+        gpus.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
+        for (i, g) in gpus.iter_mut().enumerate() {
+            g.index = i;
+        }
+        p.gpus = gpus;
+    }
+
+    fn other_pci(&mut self, p: &mut HostProbe) {
+        const DEVICES: &str = "sys/bus/pci/devices";
+        let known: BTreeSet<&str> = p.gpus.iter().map(|g| g.bus_id.as_str()).collect();
+        let mut others = Vec::new();
+        for name in self.list(DEVICES, MAX_PCI_DEVICES) {
+            if known.contains(name.as_str()) {
+                continue;
+            }
+            let vendor = self.text(&format!("{DEVICES}/{name}/vendor"), FILE_CAP);
+            if vendor.as_deref().and_then(parse::hex_u32) != Some(NVIDIA_VENDOR) {
+                continue;
+            }
+            let class = self.text(&format!("{DEVICES}/{name}/class"), FILE_CAP);
+            // Class 0x03xxxx: display controllers (VGA 0x0300, 3D 0x0302); NVSwitches and audio
+            // functions of the same boards are other classes.
+            if class.as_deref().and_then(parse::hex_u32).is_none_or(|c| c >> 16 != 0x03) {
+                continue;
+            }
+            let pci = self.pci(&name, false);
+            others.push(PciGpu { bus_id: name, pci });
+        }
+        p.other_pci_gpus = others;
+    }
+
+    fn device_nodes(&mut self, p: &mut HostProbe) {
+        let mut names: Vec<String> = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "dxg"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        names.extend(p.gpus.iter().filter_map(|g| g.minor).map(|m| format!("nvidia{m}")));
+        let dev = match self.fs.open_dir("dev") {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                self.note("dev", &e);
+                None
+            }
+        };
+        for name in names {
+            let state = match dev.as_ref().map(|d| HostFs::lstat_in(d, &name)) {
+                None | Some(Err(ReadError::NotFound)) => NodeState::Missing,
+                Some(Err(e)) => {
+                    self.note(&format!("dev/{name}"), &e);
+                    NodeState::Missing
+                }
+                Some(Ok(st)) => match FileType::from_raw_mode(st.st_mode) {
+                    FileType::CharacterDevice => NodeState::CharDevice {
+                        major: rustix::fs::major(st.st_rdev),
+                        minor: rustix::fs::minor(st.st_rdev),
+                    },
+                    other => NodeState::Other { what: hostfs::type_name(other) },
+                },
+            };
+            p.device_nodes.insert(format!("/dev/{name}"), state);
+        }
+    }
+
+    /// Follows `dir/name`'s symlink chain inside the host root, at most 8 links. `dir_fd` is
+    /// `dir` opened; a link within the same directory reuses it.
+    fn chain(&mut self, dir: &str, dir_fd: &OwnedFd, name: &str, stem: &str) -> Option<LibraryProbe> {
+        const MAX_HOPS: usize = 8;
+        let start = format!("{dir}/{name}");
+        let mut path = start.clone();
+        let mut chain = Vec::new();
+        let mut end = ChainEnd::TooManyLinks;
+        let mut other_dir: Option<(String, OwnedFd)> = None;
+        for hop in 0..=MAX_HOPS {
+            let (d, n) = path.rsplit_once('/').unwrap_or(("", path.as_str()));
+            let fd = if d == dir {
+                Ok(dir_fd)
+            } else {
+                if other_dir.as_ref().is_none_or(|(od, _)| od != d) {
+                    other_dir = self.fs.open_dir(d).ok().map(|fd| (d.to_owned(), fd));
+                }
+                other_dir.as_ref().map(|(_, fd)| fd).ok_or(ReadError::NotFound)
+            };
+            match fd.and_then(|fd| HostFs::lstat_in(fd, n).map(|st| (fd, st))) {
+                Err(ReadError::NotFound) if hop == 0 => return None,
+                Err(ReadError::NotFound) => {
+                    end = ChainEnd::Dangling;
+                    break;
+                }
+                Err(e) => {
+                    end = ChainEnd::Unusable { why: e.to_string() };
+                    break;
+                }
+                Ok((fd, st)) => match FileType::from_raw_mode(st.st_mode) {
+                    FileType::Symlink if hop < MAX_HOPS => match HostFs::readlink_in(fd, n) {
+                        Ok(target) => {
+                            path = rejoin(&path, &target);
+                            chain.push(abs(&path));
+                        }
+                        Err(e) => {
+                            end = ChainEnd::Unusable { why: e.to_string() };
+                            break;
+                        }
+                    },
+                    FileType::Symlink => break,
+                    FileType::RegularFile => {
+                        end = ChainEnd::File;
+                        break;
+                    }
+                    other => {
+                        end = ChainEnd::Unusable { why: format!("ends at a {}", hostfs::type_name(other)) };
+                        break;
+                    }
+                },
+            }
+        }
+        let final_name = path.rsplit('/').next().unwrap_or("");
+        let version = match end {
+            ChainEnd::File => {
+                parse::so_version(final_name, stem).filter(|v| v.contains('.')).map(str::to_owned)
+            }
+            _ => None,
+        };
+        Some(LibraryProbe { name: name.to_owned(), path: abs(&start), chain, end, version })
+    }
+
+    fn libraries(&mut self, p: &mut HostProbe) {
+        for dir in LIBRARY_DIRS {
+            let fd = match self.fs.open_dir(dir) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    self.note(dir, &e);
+                    continue;
+                }
+            };
+            for name in LIBRARIES {
+                let stem = name.trim_end_matches(".1");
+                if let Some(lib) = self.chain(dir, &fd, name, stem) {
+                    p.libraries.push(lib);
+                }
+            }
+            // A toolkit stub named libcuda.so: a regular file, or a link into a stubs directory.
+            // WSL2's directory holds regular files by design (Windows mounts cannot hold links).
+            if dir == "usr/lib/wsl/lib" {
+                continue;
+            }
+            if let Some(lib) = self.chain(dir, &fd, "libcuda.so", "libcuda.so") {
+                let stub = lib.end == ChainEnd::File
+                    && (lib.final_name() == "libcuda.so" || lib.final_path().contains("/stubs/"));
+                if stub {
+                    p.libcuda_stubs.push(lib.final_path().to_owned());
+                }
+            }
+        }
+    }
+
+    fn secure_boot(&mut self, p: &mut HostProbe) {
+        let var = |name: &str| format!("sys/firmware/efi/efivars/{name}-{EFI_GLOBAL}");
+        // efivarfs: 4 bytes of attributes, then the value; one byte for these two variables.
+        let mut flag = |rel: String| {
+            self.bytes(&rel).and_then(|b| {
+                b.get(4)
+                    .map(|&v| Fact { value: v == 1, evidence: Evidence::new(&rel, &format!("byte 5 = {v}")) })
+            })
+        };
+        p.secure_boot = flag(var("SecureBoot"));
+        p.setup_mode = flag(var("SetupMode"));
+    }
+}
+
+/// The path a link at `link` (relative to the root) with `target` points to, relative to the
+/// root: absolute targets are re-rooted, `..` never climbs above the root.
+fn rejoin(link: &str, target: &str) -> String {
+    let mut parts: Vec<&str> = if target.starts_with('/') {
+        Vec::new()
+    } else {
+        let mut v: Vec<&str> = link.split('/').filter(|c| !c.is_empty()).collect();
+        v.pop();
+        v
+    };
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    parts.join("/")
+}
+
+impl HostProbe {
+    /// Whether module `name` is listed in `proc/modules`.
+    pub fn module_loaded(&self, name: &str) -> bool {
+        self.loaded_modules.contains(name)
+    }
+
+    /// Whether this is a WSL2 host.
+    pub fn is_wsl2(&self) -> bool {
+        matches!(self.platform, Platform::Wsl2 { .. })
+    }
+
+    /// Whether this is a Jetson board.
+    pub fn is_jetson(&self) -> bool {
+        matches!(self.platform, Platform::Jetson { .. })
+    }
+
+    /// Secure Boot is enabled and not in setup mode.
+    pub fn secure_boot_enforced(&self) -> bool {
+        self.secure_boot.as_ref().is_some_and(|f| f.value)
+            && !self.setup_mode.as_ref().is_some_and(|f| f.value)
+    }
+
+    /// The state of `/dev/<name>`, `Missing` when it was not looked at.
+    pub fn node(&self, name: &str) -> NodeState {
+        self.device_nodes.get(&format!("/dev/{name}")).copied().unwrap_or(NodeState::Missing)
+    }
+
+    /// The major of character device `name` in `proc/devices` (whole-name match).
+    pub fn char_major(&self, name: &str) -> Option<u32> {
+        self.char_majors.get(name).copied()
+    }
+
+    /// The GPUs a selection names, in the order it names them.
+    pub fn select(&self, selection: &DeviceSelection) -> Result<Vec<&GpuProbe>, SelectionError> {
+        match selection {
+            DeviceSelection::None => Ok(Vec::new()),
+            DeviceSelection::All => Ok(self.gpus.iter().collect()),
+            DeviceSelection::List(ids) => {
+                let mut out: Vec<&GpuProbe> = Vec::new();
+                for id in ids {
+                    let g = self.find_gpu(id)?;
+                    if !out.iter().any(|o| o.index == g.index) {
+                        out.push(g);
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    fn find_gpu(&self, id: &str) -> Result<&GpuProbe, SelectionError> {
+        let id = id.trim();
+        if id.starts_with("MIG-") || id.contains(':') && !id.contains('.') {
+            return Err(SelectionError::Unsupported { id: id.to_owned() });
+        }
+        if self.gpus.is_empty() && (self.is_wsl2() || self.is_jetson()) {
+            return Err(SelectionError::Unlisted { id: id.to_owned() });
+        }
+        if let Ok(index) = id.parse::<usize>() {
+            return self.gpus.get(index).ok_or(SelectionError::NoSuchIndex { index, count: self.gpus.len() });
+        }
+        if id.len() > 4 && id[..4].eq_ignore_ascii_case("GPU-") {
+            return self
+                .gpus
+                .iter()
+                .find(|g| g.uuid.as_deref().is_some_and(|u| u.eq_ignore_ascii_case(id)))
+                .ok_or_else(|| SelectionError::NoSuchGpu { id: id.to_owned() });
+        }
+        if let Some(bus) = parse::bus_id(id) {
+            return self
+                .gpus
+                .iter()
+                .find(|g| g.bus_id == bus)
+                .ok_or_else(|| SelectionError::NoSuchGpu { id: id.to_owned() });
+        }
+        Err(SelectionError::Unsupported { id: id.to_owned() })
+    }
+
+    /// The facts requirement expressions are evaluated against, for the selected GPUs.
+    ///
+    /// A GPU's compute capability comes from its PCI device id through the knowledge base, or
+    /// else from its model name; its brand from the knowledge base's model; `cuda` is the
+    /// highest CUDA the loaded driver supports, from the knowledge base.
+    pub fn facts(&self, selection: &DeviceSelection) -> Result<HostFacts, SelectionError> {
+        let gpus = self
+            .select(selection)?
+            .into_iter()
+            .map(|g| {
+                let model = g.kb_model();
+                GpuFacts { arch: model.map(|m| m.compute_capability), brand: model.map(|m| m.brand.clone()) }
+            })
+            .collect();
+        let driver = self.driver.as_ref().map(|d| d.value.clone());
+        Ok(HostFacts {
+            cuda: driver.as_ref().and_then(kb::driver_max_cuda),
+            driver,
+            kernel: self.kernel.as_ref().map(|k| k.value.clone()),
+            machine: Some(self.machine.value.clone()),
+            modules: self.loaded_modules.clone(),
+            gpus,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

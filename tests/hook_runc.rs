@@ -1,0 +1,138 @@
+//! stackhook installed in real runtimes (runc, crun): a healthy fixture host lets the container
+//! start, a broken one stops it before its process runs, with our verdict in the runtime's
+//! error output.
+
+use e2e::{binary, have, is_root, Bundle};
+use stackhook::fixture::Preset;
+
+/// Runs a busybox container whose image needs `requires`, with stackhook at `stage` probing
+/// the fixture `preset`. Returns (exit ok, stdout, stderr).
+fn run(runtime: &str, stage: &str, preset: Preset, env: &[&str]) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let host = preset.build(&dir.path().join("host")).unwrap();
+    let hook = binary("stackhook");
+    let host_env = format!("STACKHOOK_HOST_ROOT={}", host.root().display());
+    let mut bundle = Bundle::busybox(&dir.path().join("bundle"), &["echo", "container-ran"]).hook(
+        stage,
+        &hook,
+        &["stackhook", "hook"],
+        &[&host_env, "STACKHOOK_POLICY=enforce"],
+    );
+    for (i, r) in preset.requires().iter().enumerate() {
+        bundle = bundle.env(&format!("STACKBUILD_REQUIRE_T{i}={r}"));
+    }
+    for e in env {
+        bundle = bundle.env(e);
+    }
+    let bundle = bundle.write();
+    let id = format!(
+        "sh-{}-{}-{}",
+        preset.name().replace('_', "-"),
+        stage.to_ascii_lowercase(),
+        std::process::id()
+    );
+    let out = bundle.run(runtime, &id);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn runnable() -> bool {
+    if !is_root() || !have("runc") {
+        eprintln!("skipped: needs root and runc");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn healthy_host_starts_the_container() {
+    if !runnable() {
+        return;
+    }
+    for stage in ["createRuntime", "prestart", "createContainer"] {
+        let (ok, stdout, stderr) = run("runc", stage, Preset::Healthy, &["NVIDIA_VISIBLE_DEVICES=all"]);
+        assert!(ok, "{stage}: {stderr}");
+        assert_eq!(stdout.trim(), "container-ran", "{stage}");
+    }
+}
+
+#[test]
+fn broken_hosts_are_blocked_with_the_verdict() {
+    if !runnable() {
+        return;
+    }
+    for preset in Preset::ALL.into_iter().filter(|p| !p.allowed()) {
+        let (ok, stdout, stderr) = run("runc", "createRuntime", preset, &["NVIDIA_VISIBLE_DEVICES=all"]);
+        assert!(!ok, "{}: the container started", preset.name());
+        assert!(!stdout.contains("container-ran"), "{}: the process ran", preset.name());
+        assert!(stderr.contains("stackhook: blocked"), "{}: {stderr}", preset.name());
+        let code = preset.expected_code().unwrap();
+        assert!(stderr.contains(code), "{}: {code} missing from runc's error: {stderr}", preset.name());
+    }
+}
+
+#[test]
+fn no_gpu_requested_starts_untouched_even_on_a_broken_host() {
+    if !runnable() {
+        return;
+    }
+    for devices in [None, Some("NVIDIA_VISIBLE_DEVICES=void"), Some("NVIDIA_VISIBLE_DEVICES=")] {
+        let env: Vec<&str> = devices.into_iter().collect();
+        let (ok, stdout, stderr) = run("runc", "createRuntime", Preset::Nouveau, &env);
+        assert!(ok, "{devices:?}: {stderr}");
+        assert_eq!(stdout.trim(), "container-ran");
+    }
+}
+
+#[test]
+fn the_image_environment_cannot_steer_the_hook() {
+    if !runnable() {
+        return;
+    }
+    // CVE-2025-23266: an image's LD_PRELOAD and our own settings in the image env must not
+    // reach the hook's execution or change its policy.
+    let env = [
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "LD_PRELOAD=/nonexistent/evil.so",
+        "STACKHOOK_POLICY=audit",
+        "STACKHOOK_HOST_ROOT=/",
+    ];
+    let (ok, stdout, stderr) = run("runc", "createRuntime", Preset::UvmMissing, &env);
+    assert!(!ok && !stdout.contains("container-ran"), "{stderr}");
+    assert!(stderr.contains("L2-UVM-NOT-LOADED"), "{stderr}");
+}
+
+#[test]
+fn crun_runs_the_same_hook() {
+    if !runnable() || !have("crun") {
+        eprintln!("skipped: needs crun");
+        return;
+    }
+    let (ok, stdout, stderr) = run("crun", "createRuntime", Preset::Healthy, &["NVIDIA_VISIBLE_DEVICES=all"]);
+    if !ok && stderr.contains("cgroups in hybrid mode not supported") {
+        // crun 1.8 refuses hybrid cgroup hierarchies before it looks at the bundle (see
+        // shared/reference/real-runtimes-here.md); nothing of ours runs, so there is nothing to test.
+        eprintln!("skipped: crun cannot run containers on this machine's hybrid cgroups: {stderr}");
+        return;
+    }
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout.trim(), "container-ran");
+    let (ok, stdout, stderr) =
+        run("crun", "createRuntime", Preset::LibcudaMissing, &["NVIDIA_VISIBLE_DEVICES=all"]);
+    assert!(!ok && !stdout.contains("container-ran"));
+    assert!(stderr.contains("L2-LIBCUDA-MISSING"), "{stderr}");
+}
+
+#[test]
+fn the_hook_binary_is_static() {
+    let out = std::process::Command::new("file").arg(binary("stackhook")).output();
+    let Ok(out) = out else {
+        eprintln!("skipped: no `file`");
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("statically linked") || text.contains("static-pie"), "{text}");
+}
