@@ -21,10 +21,15 @@
 //! Findings ([`FindingKind`]): unresolved libraries; libraries that the host's NVIDIA driver
 //! provides (`libcuda.so.1`, `libnvidia-ml.so.1`, ...), which become [`AuditReport::host_provided`]
 //! requirements instead; `LD_LIBRARY_PATH` entries that shadow the copy an object's `RUNPATH`
-//! pins (a system cuDNN 8.9.7 loaded instead of the wheel's 8.9.2, see
-//! `/work/shared/reference/compatibility.md`); `libcuda.so` stubs or copies on the search path
-//! (they make CUDA report "CUDA driver version is insufficient" on a good host); objects of
-//! another machine than the image's platform.
+//! pins (a system cuDNN 8.9.7 loaded before the 8.9.2 of the `nvidia-cudnn-cu12` wheel that
+//! torch 2.1 pins gives NaNs or undefined symbols, not a clean error); `libcuda.so` stubs or
+//! copies on the search path (they make CUDA report "CUDA driver version is insufficient" on a
+//! good host); objects of another machine than the image's platform.
+//!
+//! A library that nothing in the image links to (a plugin, a Python extension module) is
+//! checked on its own; a dependency it cannot find on its own search path but that the image
+//! has elsewhere is only a warning, since the process that `dlopen`s it may have loaded that
+//! copy already (the loader then matches it by name without searching).
 //!
 //! [`audit_dir`] reads an unpacked root filesystem; [`audit_layout`] streams the layers of an
 //! OCI layout without extracting them.
@@ -32,7 +37,7 @@
 mod elf;
 mod fs;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -254,6 +259,15 @@ fn parse_platform(platform: &str) -> Option<Arch> {
 }
 
 impl Arch {
+    /// `64-bit x86_64 and 32-bit i386 objects`, for messages.
+    fn describe(&self) -> String {
+        let one = |a: Abi| format!("{}-bit {}", if a.class64 { 64 } else { 32 }, machine_name(a.machine));
+        match self.compat {
+            Some(c) => format!("{} and {} objects", one(self.native), one(c)),
+            None => format!("{} objects", one(self.native)),
+        }
+    }
+
     /// The ABI of `info` if the platform runs it; `None` for a foreign object.
     fn abi_of(&self, info: &ElfInfo) -> Option<Abi> {
         [Some(self.native), self.compat]
@@ -309,6 +323,22 @@ fn file_version(path: &str) -> Option<&str> {
     name.split_once(".so.").map(|(_, v)| v).filter(|v| !v.is_empty())
 }
 
+/// `path` with `.` and `..` removed lexically, for messages only (the loader takes `..` after
+/// symlinks, which [`RootFs::resolve`] does).
+fn lexical_clean(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for comp in path.split('/') {
+        match comp {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
 /// Where a search directory comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Via {
@@ -320,6 +350,10 @@ enum Via {
     Runpath,
     LdSoConf,
     Default,
+    /// A `DT_NEEDED` that is a path.
+    Path,
+    /// Already loaded, because this object needed it first.
+    Loaded(String),
 }
 
 /// One directory of a search, with the entry it was expanded from.
@@ -341,6 +375,8 @@ impl SearchDir {
             Via::Runpath => format!("RUNPATH{raw}"),
             Via::LdSoConf => "ld.so.conf".into(),
             Via::Default => "the default directories".into(),
+            Via::Path => "its path".into(),
+            Via::Loaded(by) => format!("{by}, which loaded it first"),
         }
     }
 }
@@ -366,6 +402,17 @@ struct Hit {
     elf: bool,
 }
 
+/// An object already loaded into the simulated process.
+#[derive(Clone, Debug)]
+struct Loaded {
+    /// Its real path.
+    real: String,
+    /// Where it was found.
+    found_at: String,
+    /// The object that needed it first.
+    by: String,
+}
+
 /// An object to resolve the dependencies of, in one loading context.
 struct Visit {
     /// Its real path.
@@ -374,12 +421,23 @@ struct Visit {
     origin: String,
     /// `DT_RPATH` directories of its loaders, nearest first.
     chain: Vec<ChainDir>,
+    /// Whether nothing in the image links to the root of this loading chain (a plugin or a
+    /// Python extension module, loaded with `dlopen` by a process that has already loaded
+    /// other libraries).
+    dlopened: bool,
 }
 
 /// Expands the dynamic string tokens of one `RPATH`/`RUNPATH` entry; `None` for entries that
 /// are relative after expansion (relative to the process's working directory, unknowable here)
 /// or empty.
 fn expand_tokens(entry: &str, origin: &str, abi: Abi) -> Option<String> {
+    let out = expand_string(entry, origin, abi);
+    out.starts_with('/').then_some(out)
+}
+
+/// Expands `$ORIGIN`, `$LIB` and `$PLATFORM` (braced or not) in `entry`, as glibc's
+/// `_dl_dst_substitute` does for `RPATH`, `RUNPATH` and `DT_NEEDED` (`elf/dl-load.c`).
+fn expand_string(entry: &str, origin: &str, abi: Abi) -> String {
     let mut out = String::with_capacity(entry.len() + origin.len());
     let mut rest = entry;
     while let Some(i) = rest.find('$') {
@@ -408,7 +466,7 @@ fn expand_tokens(entry: &str, origin: &str, abi: Abi) -> Option<String> {
         rest = tail;
     }
     out.push_str(rest);
-    out.starts_with('/').then_some(out)
+    out
 }
 
 /// Matches one path component against a shell glob (`*`, `?`, `[...]`), as `glob(3)` does for
@@ -460,10 +518,10 @@ struct Auditor<'a> {
     host_provided: BTreeMap<String, BTreeSet<String>>,
     /// Real paths of the in-image `libcuda` copies already reported.
     stubs: HashSet<String>,
-    /// Objects whose dependencies were resolved in some context.
+    /// Objects loaded by some executable or library.
     visited: HashSet<String>,
-    /// (object, origin, loader chain) already resolved.
-    seen: HashSet<(String, String, Vec<ChainDir>)>,
+    /// (`DT_SONAME` or file name, machine, class64) -> the loadable objects of that name.
+    by_name: HashMap<(String, u16, bool), Vec<String>>,
 }
 
 impl<'a> Auditor<'a> {
@@ -481,9 +539,9 @@ impl<'a> Auditor<'a> {
             host_provided: BTreeMap::new(),
             stubs: HashSet::new(),
             visited: HashSet::new(),
-            seen: HashSet::new(),
+            by_name: HashMap::new(),
         };
-        // The last definition wins, as with `execve` of a duplicated name in most runtimes.
+        // ld.so keeps the last definition (`process_envvars` in glibc's elf/rtld.c sees them all).
         if let Some(value) = env.iter().rev().find_map(|e| e.strip_prefix("LD_LIBRARY_PATH=")) {
             // glibc splits LD_LIBRARY_PATH at `:` and `;` (elf/dl-load.c, `_dl_init_paths`).
             for entry in value.split([':', ';']).filter(|e| !e.is_empty()) {
@@ -623,7 +681,7 @@ impl<'a> Auditor<'a> {
     /// Looks `name` up in one directory for an object of `abi`.
     fn lookup(&mut self, search: &SearchDir, name: &str, abi: Abi) -> Option<Hit> {
         let dir = self.canonical_dir(&search.dir)?;
-        let (real, kind) = self.fs.resolve(&join(&dir, name))?;
+        let (real, kind) = self.fs.resolve_in(&dir, name)?;
         let Kind::File(info) = kind else { return None };
         let elf = match &info.elf {
             ElfState::Elf(e) if e.machine == abi.machine && e.class64 == abi.class64 => true,
@@ -696,19 +754,44 @@ impl<'a> Auditor<'a> {
         }
     }
 
-    /// Resolves the dependencies of objects, starting from `start`, through everything they
-    /// load.
-    fn run(&mut self, start: Visit) {
-        let mut stack = vec![start];
-        while let Some(visit) = stack.pop() {
-            if !self.seen.insert((visit.object.clone(), visit.origin.clone(), visit.chain.clone())) {
-                continue;
+    /// Loads `root` the way `ld.so` would, breadth first: each `DT_NEEDED` is first matched
+    /// against the names (requested names and `DT_SONAME`s) of what is already loaded, and only
+    /// searched for when nothing matches (glibc `elf/dl-deps.c` and `_dl_map_object`). An object
+    /// found by a search gets its loader's `RPATH` chain.
+    fn load(&mut self, root: &str, dlopened: bool) {
+        let (origin, _) = split_parent(root);
+        let mut queue = VecDeque::from([Visit {
+            object: root.to_string(),
+            origin: origin.to_string(),
+            chain: Vec::new(),
+            dlopened,
+        }]);
+        let mut names: HashMap<String, Loaded> = HashMap::new();
+        let mut loaded: HashSet<String> = HashSet::from([root.to_string()]);
+        let remember =
+            |names: &mut HashMap<String, Loaded>, info: Option<&ElfInfo>, name: &str, l: &Loaded| {
+                for n in info.and_then(|i| i.soname.as_deref()).into_iter().chain([name]) {
+                    names.entry(n.to_string()).or_insert_with(|| l.clone());
+                }
+            };
+        if let Some(info) = self.elf_at(root) {
+            let me = Loaded { real: root.to_string(), found_at: root.to_string(), by: root.to_string() };
+            remember(&mut names, Some(info), root, &me);
+            // The dynamic loader itself is loaded, under its path and soname.
+            if let Some(interp) = &info.interp {
+                if let Some((real, _)) = self.fs.resolve(interp) {
+                    let l = Loaded { real: real.clone(), found_at: interp.clone(), by: root.to_string() };
+                    remember(&mut names, self.elf_at(&real), interp, &l);
+                    loaded.insert(real);
+                }
             }
+        }
+        while let Some(visit) = queue.pop_front() {
             self.visited.insert(visit.object.clone());
             let Some(info) = self.elf_at(&visit.object) else { continue };
             let Some(abi) = self.arch.abi_of(info) else { continue };
-            // The loader chain this object passes on: its own RPATH (ignored with a RUNPATH)
-            // in front of its loaders'.
+            // The RPATH chain this object passes on: its own (ignored next to a RUNPATH) in
+            // front of its loaders'.
             let mut chain = Vec::new();
             if info.runpath.is_none() {
                 for raw in info.rpath.as_deref().unwrap_or_default().split(':') {
@@ -717,26 +800,74 @@ impl<'a> Auditor<'a> {
                     }
                 }
             }
-            chain.extend(visit.chain.iter().cloned());
+            for inherited in &visit.chain {
+                if !chain.iter().any(|c| c.dir == inherited.dir) {
+                    chain.push(inherited.clone());
+                }
+            }
             let list = self.search_list(info, &visit.origin, abi, &visit.chain);
-            for name in &info.needed {
-                if let Some(hit) = self.resolve_needed(&visit.object, info, abi, name, &list) {
+            for needed in &info.needed {
+                // glibc expands dynamic string tokens in DT_NEEDED too
+                // (`$ORIGIN/../lib/libpython3.12.so.1.0`).
+                let name = if needed.contains('$') {
+                    expand_string(needed, &visit.origin, abi)
+                } else {
+                    needed.clone()
+                };
+                if let Some(earlier) = names.get(&name) {
+                    if info.runpath.is_some() && !is_driver_library(&name) {
+                        let earlier = earlier.clone();
+                        self.check_pinned(&visit.object, &name, abi, &list, &earlier);
+                    }
+                    continue;
+                }
+                let Some(hit) = self.resolve_needed(&visit, info, abi, &name, &list) else { continue };
+                let l = Loaded {
+                    real: hit.real.clone(),
+                    found_at: hit.found_at.clone(),
+                    by: visit.object.clone(),
+                };
+                remember(&mut names, self.elf_at(&hit.real), &name, &l);
+                if loaded.insert(hit.real.clone()) {
                     let (origin, _) = split_parent(&hit.found_at);
-                    stack.push(Visit { object: hit.real, origin: origin.to_string(), chain: chain.clone() });
+                    queue.push_back(Visit {
+                        object: hit.real,
+                        origin: origin.to_string(),
+                        chain: chain.clone(),
+                        dlopened: visit.dlopened,
+                    });
                 }
             }
         }
     }
 
+    /// An object with a RUNPATH gets `name` from what an earlier object loaded: reports it when
+    /// its RUNPATH pins another file.
+    fn check_pinned(&mut self, object: &str, name: &str, abi: Abi, list: &[SearchDir], earlier: &Loaded) {
+        if earlier.real == object {
+            return;
+        }
+        let runpath: Vec<SearchDir> = list.iter().filter(|s| s.via == Via::Runpath).cloned().collect();
+        let Some(pinned) = runpath.iter().find_map(|s| self.lookup(s, name, abi)) else { return };
+        if !pinned.elf || pinned.real == earlier.real {
+            return;
+        }
+        let (dir, _) = split_parent(&earlier.found_at);
+        let from = SearchDir { dir: dir.to_string(), via: Via::Loaded(earlier.by.clone()), raw: None };
+        let first = Hit { found_at: earlier.found_at.clone(), real: earlier.real.clone(), from, elf: true };
+        self.shadowed(object, name, &first, &pinned);
+    }
+
     /// Resolves one `DT_NEEDED` of `object`; returns the ELF file to descend into.
     fn resolve_needed(
         &mut self,
-        object: &str,
+        visit: &Visit,
         info: &ElfInfo,
         abi: Abi,
         name: &str,
         list: &[SearchDir],
     ) -> Option<Hit> {
+        let object = visit.object.as_str();
         let compat = abi.class64 != self.arch.native.class64;
         if name.contains('/') {
             // A path: used as is, relative to the working directory if relative.
@@ -750,12 +881,20 @@ impl<'a> Auditor<'a> {
                 return None;
             }
             let (dir, base) = split_parent(name);
-            let search = SearchDir { dir: dir.to_string(), via: Via::Default, raw: None };
-            let hit = self.lookup(&search, base, abi);
-            if hit.is_none() {
-                self.unresolved(object, name, compat, format!("{name} not found"));
-            }
-            return hit.filter(|h| h.elf);
+            let search = SearchDir { dir: dir.to_string(), via: Via::Path, raw: None };
+            return match self.lookup(&search, base, abi) {
+                None => {
+                    self.unresolved(object, name, compat, format!("{name} not found"));
+                    None
+                }
+                Some(hit) if !hit.elf => {
+                    let message =
+                        format!("{name} is not an ELF object (ld.so stops with \"invalid ELF header\")");
+                    self.unresolved(object, name, compat, message);
+                    None
+                }
+                hit => hit,
+            };
         }
         let mut hits: Vec<Hit> = Vec::new();
         for search in list {
@@ -780,7 +919,22 @@ impl<'a> Auditor<'a> {
         }
         let Some(first) = first else {
             let searched = Self::describe_search(list);
-            self.unresolved(object, name, compat, format!("{name} not found (searched {searched})"));
+            let elsewhere = self.by_name.get(&(name.to_string(), abi.machine, abi.class64));
+            match elsewhere.and_then(|paths| paths.first()).filter(|_| visit.dlopened) {
+                // Loaded by dlopen into a process that may have loaded that copy already: the
+                // loader then matches it by name without searching (`_dl_map_object`).
+                Some(path) => {
+                    let message = format!(
+                        "{name} is not on the search path (searched {searched}) but the image has \
+                         {path}; nothing in the image links to this object, so it loads only if \
+                         that copy is already loaded when it is dlopen'ed"
+                    );
+                    self.warn(FindingKind::Unresolved, object, Some(name), message);
+                }
+                None => {
+                    self.unresolved(object, name, compat, format!("{name} not found (searched {searched})"));
+                }
+            }
             return None;
         };
         if !first.elf {
@@ -813,8 +967,9 @@ impl<'a> Auditor<'a> {
 
     /// `path -> real (version V, via X)` for messages.
     fn describe_file(hit: &Hit) -> String {
-        let mut s = hit.found_at.clone();
-        if hit.real != hit.found_at {
+        let shown = lexical_clean(&hit.found_at);
+        let mut s = shown.clone();
+        if hit.real != shown {
             let _ = write!(s, " -> {}", hit.real);
         }
         let version = file_version(&hit.real).or_else(|| file_version(&hit.found_at));
@@ -953,6 +1108,10 @@ impl<'a> Auditor<'a> {
         let mut libraries = Vec::new();
         let fs = self.fs;
         for (path, file) in fs.files() {
+            if is_ignored(path) {
+                scanned += usize::from(!matches!(file.elf, ElfState::NotElf));
+                continue;
+            }
             let info = match &file.elf {
                 ElfState::NotElf => continue,
                 ElfState::Invalid(why) => {
@@ -963,7 +1122,7 @@ impl<'a> Auditor<'a> {
                 ElfState::Elf(info) => info,
             };
             scanned += 1;
-            if !info.is_loadable() || DEVICE_MACHINES.contains(&info.machine) || is_firmware(path) {
+            if !info.is_loadable() || DEVICE_MACHINES.contains(&info.machine) {
                 continue;
             }
             let Some(abi) = self.arch.abi_of(info) else {
@@ -973,10 +1132,10 @@ impl<'a> Auditor<'a> {
                     path,
                     None,
                     format!(
-                        "{bits}-bit {} object in a {} image (expects {})",
+                        "{bits}-bit {} object in a {} image (which runs {})",
                         machine_name(info.machine),
                         self.platform,
-                        machine_name(self.arch.native.machine)
+                        self.arch.describe()
                     ),
                 );
                 continue;
@@ -992,6 +1151,13 @@ impl<'a> Auditor<'a> {
                     ),
                 );
             }
+            let (_, base) = split_parent(path);
+            for name in info.soname.iter().map(String::as_str).chain([base]) {
+                let paths = self.by_name.entry((name.to_string(), abi.machine, abi.class64)).or_default();
+                if !paths.iter().any(|p| p == path) {
+                    paths.push(path.to_string());
+                }
+            }
             if let Some(interp) = &info.interp {
                 self.check_interp(path, interp, abi);
                 executables.push(path.to_string());
@@ -999,15 +1165,15 @@ impl<'a> Auditor<'a> {
                 libraries.push(path.to_string());
             }
         }
-        // Executables first, so that libraries are seen with their loaders' RPATH; then every
-        // library nothing loaded (plugins, Python extension modules), on its own.
-        for path in executables.into_iter().chain(libraries) {
-            if self.visited.contains(&path) {
-                continue;
+        // Every executable, as the process it starts; then every library that none of them
+        // loads (plugins, Python extension modules), as if dlopen'ed on its own.
+        for path in executables {
+            self.load(&path, false);
+        }
+        for path in libraries {
+            if !self.visited.contains(&path) {
+                self.load(&path, true);
             }
-            let (origin, _) = split_parent(&path);
-            let origin = origin.to_string();
-            self.run(Visit { object: path, origin, chain: Vec::new() });
         }
         scanned
     }
@@ -1027,10 +1193,11 @@ impl<'a> Auditor<'a> {
     }
 }
 
-/// Whether `path` is firmware for some other processor (`/lib/firmware`), never loaded by
-/// `ld.so`.
-fn is_firmware(path: &str) -> bool {
-    path.starts_with("/lib/firmware/") || path.starts_with("/usr/lib/firmware/")
+/// Whether `path` is an ELF file that `ld.so` never loads: firmware for other processors
+/// (`/lib/firmware`) and separate debug info (`/usr/lib/debug`, whose program headers point at
+/// sections stripped from the file).
+fn is_ignored(path: &str) -> bool {
+    ["/lib/firmware/", "/usr/lib/firmware/", "/usr/lib/debug/"].iter().any(|p| path.starts_with(p))
 }
 
 /// Audits the unpacked root filesystem `root` of an image whose environment is `env`
@@ -1065,7 +1232,11 @@ fn audit_layout_with(
 ) -> Result<AuditReport, AuditError> {
     let started = Instant::now();
     let image = oci::read_layout(layout_dir, tag)?;
-    let platform = format!("{}/{}", image.config.os, image.config.architecture);
+    let platform = if image.config.os.is_empty() {
+        image.config.architecture.clone()
+    } else {
+        format!("{}/{}", image.config.os, image.config.architecture)
+    };
     parse_platform(&platform).ok_or_else(|| AuditError::Platform(platform.clone()))?;
     let layers = &image.layers;
     let results: Vec<Mutex<Option<LayerResult>>> = layers.iter().map(|_| Mutex::new(None)).collect();

@@ -106,7 +106,7 @@ impl DebianBase {
             .str(&self.architecture)
             .str(sources)
             .number(epoch)
-            .str(compression.media_type());
+            .str(&compression.cache_id());
         for p in &self.packages {
             k = k.str(p);
         }

@@ -116,6 +116,9 @@ pub enum BuildError {
     /// Image output.
     #[error(transparent)]
     Oci(#[from] oci::OciError),
+    /// `--load`.
+    #[error(transparent)]
+    Load(#[from] crate::load::LoadError),
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BuildError + 'a {
@@ -129,6 +132,8 @@ pub struct BuildOptions {
     pub out: Option<PathBuf>,
     /// Also write a `docker load` / `skopeo` / `podman load` archive here.
     pub archive: Option<PathBuf>,
+    /// Load the image into the local Docker daemon.
+    pub load: bool,
     /// Fail instead of resolving when the lock is missing or stale.
     pub locked: bool,
     /// The cache directory (default: `$STACKBUILD_CACHE`, then the user cache dir).
@@ -144,6 +149,7 @@ impl Default for BuildOptions {
         Self {
             out: None,
             archive: None,
+            load: false,
             locked: false,
             cache_dir: None,
             compression: Compression::Gzip,
@@ -423,7 +429,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
                 .str(&scheme.purelib)
                 .str(&scheme.interpreter)
                 .number(epoch)
-                .str(compression.media_type());
+                .str(&compression.cache_id());
             for w in &members {
                 key = key.str(&w.filename).str(&w.sha256);
             }
@@ -465,7 +471,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     // Sources, with the patches that target them.
     if !recipe.sources.is_empty() {
         let stage = tempdir(&cache)?;
-        let mut key = LayerKey::builder("sources/v1").number(epoch).str(compression.media_type());
+        let mut key = LayerKey::builder("sources/v1").number(epoch).str(&compression.cache_id());
         let mut staged_all = true;
         for src in &recipe.sources {
             let dest = src.dest.clone();
@@ -562,7 +568,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     let package_patches: Vec<_> =
         recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Package(_))).collect();
     let mut key =
-        LayerKey::builder("config/v1").number(epoch).str(compression.media_type()).bytes(&stack_json);
+        LayerKey::builder("config/v1").number(epoch).str(&compression.cache_id()).bytes(&stack_json);
     for p in &package_patches {
         key = key.str(&p.name).str(&patch_identity(&p.change)?);
     }
@@ -699,6 +705,21 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         oci::write_archive(&tmp, &image, &reference)?;
         std::fs::rename(&tmp, archive).map_err(io("renaming", &tmp))?;
         tracing::info!("wrote {}", archive.display());
+    }
+    if opts.load {
+        // The archive the daemon reads: the one asked for, or a temporary one in the cache.
+        let tmp;
+        let archive = if let Some(a) = &opts.archive {
+            a.clone()
+        } else {
+            tmp = tempdir(&cache)?;
+            let path = tmp.path().join("image.tar");
+            oci::write_archive(&path, &image, &reference)?;
+            path
+        };
+        for line in crate::load::load_archive(&archive)? {
+            tracing::info!("docker: {line}");
+        }
     }
     Ok(BuildReport {
         manifest_digest: digest,

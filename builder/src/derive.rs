@@ -5,7 +5,7 @@
 
 use stackhook::contract::image::DerivedRequirement;
 use stackhook::contract::kb;
-use stackhook::contract::version::{ComputeCapability, CudaVersion, PackageVersion};
+use stackhook::contract::version::{ComputeCapability, CudaVersion, DriverVersion, PackageVersion};
 
 use crate::recipe::HostRules;
 
@@ -38,56 +38,99 @@ pub fn torch_variant(
     Some((release, variant))
 }
 
+/// The CUDA version of the stack: its runtime wheel's, else the torch build's.
+pub fn stack_cuda(packages: &[Package<'_>]) -> Option<CudaVersion> {
+    cuda_runtime(packages).or_else(|| torch_variant(packages).map(|(_, v)| v.cuda.clone()))
+}
+
+/// The oldest driver that runs the stack's CUDA libraries, as [`requirements`] demands it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverFloor {
+    /// The stack's CUDA version ([`stack_cuda`]).
+    pub cuda: CudaVersion,
+    /// The oldest driver.
+    pub driver: DriverVersion,
+    /// `true`: the minor-version compatibility minimum of the CUDA major; `false`: the
+    /// toolkit's own minimum, because the torch build carries PTX that the driver JIT-compiles.
+    pub minor_compat: bool,
+    /// Where the figure comes from.
+    pub source: String,
+}
+
+/// The oldest driver that runs the stack's CUDA libraries; `None` without CUDA or for a CUDA
+/// release the knowledge base does not know.
+pub fn driver_floor(packages: &[Package<'_>]) -> Option<DriverFloor> {
+    let cuda = stack_cuda(packages)?;
+    let row = kb::cuda_min_driver(&cuda)?;
+    let ptx = torch_variant(packages).is_some_and(|(_, v)| v.ptx);
+    // Minor-version compatibility (CUDA compatibility guide): an application built with 12.x
+    // runs on any driver >= the major's minimum, unless it JIT-compiles PTX newer than the driver.
+    let driver = if ptx { row.toolkit_driver } else { row.minor_compat_driver };
+    Some(DriverFloor { cuda, driver, minor_compat: !ptx, source: row.source })
+}
+
+/// The compute capabilities a torch build has code for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArchSpan {
+    /// The lowest architecture with a cubin.
+    pub low: ComputeCapability,
+    /// The highest architecture with a cubin (and with PTX, when `below` is `None`).
+    pub high: ComputeCapability,
+    /// The first architecture without code (exclusive bound), when the build has no PTX: a cubin
+    /// runs on GPUs of its major and a higher minor, never across majors.
+    pub below: Option<ComputeCapability>,
+}
+
+/// The architectures `variant` has code for; `None` for an empty arch list.
+pub fn arch_span(variant: &kb::TorchVariant) -> Option<ArchSpan> {
+    let (low, high) = (*variant.arch.first()?, *variant.arch.last()?);
+    let below = (!variant.ptx).then(|| ComputeCapability::new(high.major + 1, 0));
+    Some(ArchSpan { low, high, below })
+}
+
 /// Every requirement of the image, with reasons.
 pub fn requirements(packages: &[Package<'_>], host: &HostRules) -> Vec<DerivedRequirement> {
     let mut out = Vec::new();
     let torch = torch_variant(packages);
-    let cuda = cuda_runtime(packages).or_else(|| torch.map(|(_, v)| v.cuda.clone()));
+    let cuda = stack_cuda(packages);
     if let Some(cuda) = &cuda {
         let (major, minor) = cuda.major_minor();
-        let ptx = torch.is_some_and(|(_, v)| v.ptx);
-        let row = kb::cuda_min_driver(cuda);
+        let floor = driver_floor(packages);
         let mut reasons = vec![format!("CUDA {major}.{minor} libraries in the image")];
-        let expr = match row.as_ref().filter(|_| !ptx) {
-            // Minor-version compatibility (CUDA compatibility guide): an application built with
-            // 12.x runs on any 12.x driver >= the major's minimum, unless it JIT-compiles PTX.
-            Some(row) => {
-                reasons.push(format!(
-                    "driver>={}: CUDA {major}.{minor} libraries, minor-version compatibility ({})",
-                    row.minor_compat_driver, row.source
-                ));
-                format!("cuda>={major}.{minor} driver>={}", row.minor_compat_driver)
+        let expr = if let Some(floor) = floor.as_ref().filter(|f| f.minor_compat) {
+            reasons.push(format!(
+                "driver>={}: CUDA {major}.{minor} libraries, minor-version compatibility ({})",
+                floor.driver, floor.source
+            ));
+            format!("cuda>={major}.{minor} driver>={}", floor.driver)
+        } else {
+            if torch.is_some_and(|(_, v)| v.ptx) {
+                reasons
+                    .push("the torch wheels carry PTX, which needs a driver of the full CUDA version".into());
             }
-            None => {
-                if ptx {
-                    reasons.push(
-                        "the torch wheels carry PTX, which needs a driver of the full CUDA version".into(),
-                    );
-                }
-                format!("cuda>={major}.{minor}")
-            }
+            format!("cuda>={major}.{minor}")
         };
         out.push(DerivedRequirement { variable: "NVIDIA_REQUIRE_CUDA".into(), expr, reasons });
     }
     let mut arch_factors = Vec::new();
     let mut arch_reasons = Vec::new();
     if let Some((release, variant)) = torch {
-        if let (Some(low), Some(high)) = (variant.arch.first(), variant.arch.last()) {
+        if let Some(span) = arch_span(variant) {
+            let low = span.low;
             arch_factors.push(format!("arch>={low}"));
-            let list = variant.arch.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" ");
-            if variant.ptx {
-                arch_reasons.push(format!(
-                    "arch>={low}: torch {}+{} wheels carry cubins for {list} and PTX for {high}",
-                    release.version, variant.tag
-                ));
-            } else {
-                // A cubin runs on GPUs of the same major and a higher minor, never across majors.
-                let next = ComputeCapability::new(high.major + 1, 0);
-                arch_factors.push(format!("arch<{next}"));
-                arch_reasons.push(format!(
-                    "arch {low}-{}.x: torch {}+{} wheels carry cubins for {list} and no PTX",
-                    high.major, release.version, variant.tag
-                ));
+            let list = variant.arch.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
+            match span.below {
+                None => arch_reasons.push(format!(
+                    "arch>={low}: torch {}+{} wheels carry cubins for {list} and PTX for {}",
+                    release.version, variant.tag, span.high
+                )),
+                Some(next) => {
+                    arch_factors.push(format!("arch<{next}"));
+                    arch_reasons.push(format!(
+                        "arch {low}-{}.x: torch {}+{} wheels carry cubins for {list} and no PTX",
+                        span.high.major, release.version, variant.tag
+                    ));
+                }
             }
         }
     }
@@ -150,6 +193,27 @@ mod tests {
         for r in &reqs {
             stackhook::contract::require::Expr::parse(&r.expr).unwrap();
         }
+    }
+
+    /// torch 2.7.0+cu128 carries PTX: no upper arch bound, and the toolkit's own driver.
+    #[test]
+    fn ptx_build_needs_the_toolkit_driver() {
+        let t = v("2.7.0+cu128");
+        let packages = [Package { name: "torch", version: &t }];
+        let floor = driver_floor(&packages).unwrap();
+        assert_eq!(
+            (floor.cuda.as_str(), floor.driver.as_str(), floor.minor_compat),
+            ("12.8", "570.26", false)
+        );
+        let reqs = requirements(&packages, &HostRules::default());
+        let exprs: Vec<&str> = reqs.iter().map(|r| r.expr.as_str()).collect();
+        assert_eq!(exprs, ["cuda>=12.8", "arch>=7.5"]);
+        let (_, variant) = torch_variant(&packages).unwrap();
+        let span = arch_span(variant).unwrap();
+        assert_eq!(
+            (span.low.to_string(), span.high.to_string(), span.below),
+            ("7.5".into(), "12.0".into(), None)
+        );
     }
 
     #[test]

@@ -65,6 +65,16 @@ impl Compression {
         }
     }
 
+    /// What identifies this compression's output in cache keys: the media type plus the encoder
+    /// and its settings, so that a change of encoder never reuses blobs made by another.
+    pub fn cache_id(self) -> String {
+        match self {
+            Self::Gzip => format!("{};pgzip;chunk={};level={GZIP_LEVEL}", self.media_type(), pgzip::CHUNK),
+            Self::Zstd => format!("{};zstd;level={ZSTD_LEVEL}", self.media_type()),
+            Self::None => self.media_type().to_owned(),
+        }
+    }
+
     /// The compression a layer media type (OCI or Docker) stands for.
     pub fn from_media_type(media_type: &str) -> Option<Self> {
         match media_type {
@@ -931,7 +941,7 @@ impl<W: Write> Write for Hashing<W> {
 
 /// The compressor of a layer.
 enum Encoder<W: Write> {
-    Gzip(flate2::write::GzEncoder<W>),
+    Gzip(pgzip::ParallelGzip<W>),
     Zstd(zstd::stream::write::Encoder<'static, W>),
     Plain(W),
 }
@@ -939,14 +949,13 @@ enum Encoder<W: Write> {
 impl<W: Write> Encoder<W> {
     fn new(compression: Compression, out: W) -> io::Result<Self> {
         Ok(match compression {
-            // Fixed header: mtime 0, no file name, OS byte 255 ("unknown"), so that the blob does
-            // not depend on when or where it was built.
-            Compression::Gzip => Self::Gzip(
-                flate2::GzBuilder::new()
-                    .mtime(0)
-                    .operating_system(255)
-                    .write(out, flate2::Compression::new(GZIP_LEVEL)),
-            ),
+            // Multi-member gzip with fixed headers: the blob depends on the bytes alone, not on
+            // when, where or on how many cores it was built.
+            Compression::Gzip => Self::Gzip(pgzip::ParallelGzip::new(
+                out,
+                GZIP_LEVEL,
+                std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            )),
             Compression::Zstd => {
                 let mut encoder = zstd::stream::write::Encoder::new(out, ZSTD_LEVEL)?;
                 encoder.multithread(zstd_workers())?;
@@ -990,6 +999,8 @@ impl<W: Write> Write for Encoder<W> {
         }
     }
 }
+
+mod pgzip;
 
 #[cfg(test)]
 mod tests;

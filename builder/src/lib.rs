@@ -3,6 +3,7 @@
 //! - [`recipe`]: the recipe file, with errors that point at file, line and column.
 //! - [`lock`]: the lock file that pins every artifact by sha256.
 //! - [`solve`]: resolution of Python packages for the target interpreter and platform.
+//! - [`check`]: the solved stack, its host requirements and its conflicts, without building.
 //! - [`derive`]: what the host must provide, derived from the stack and the `[host]` rules.
 //! - [`fetch`]: verified downloads into the cache.
 //! - [`wheel`]: PEP 427 wheel installation into a staging tree, without running Python.
@@ -12,20 +13,27 @@
 //! - [`build`]: the build itself: recipe -> lock -> layers -> image layout.
 //! - [`cache`]: the content-addressed cache of artifacts and layer blobs.
 //! - [`layer`]: deterministic layer tars and their compression.
+//! - [`load`]: `--load`, streaming an image archive into the local Docker daemon.
 //! - [`oci`]: OCI image layouts and `docker load` archives.
 //! - [`audit`]: a static `ldd` over an image's root filesystem (unresolved, shadowed and stub libraries).
+//! - [`registry`]: an OCI distribution client: push a layout to a registry, pull an image from one.
+//! - [`affinity`]: Kubernetes node affinity from an image's requirements, over `stackhook labels`.
 
+pub mod affinity;
 pub mod audit;
 pub mod base;
 pub mod build;
 pub mod cache;
+pub mod check;
 pub mod derive;
 pub mod fetch;
 pub mod layer;
+pub mod load;
 pub mod lock;
 pub mod oci;
 pub mod patch;
 pub mod recipe;
+pub mod registry;
 pub mod solve;
 pub mod source;
 pub mod wheel;

@@ -793,7 +793,13 @@ impl Output<'_> {
         }
         match fs::symlink_metadata(&path) {
             Ok(m) if m.file_type().is_file() => {
-                tracing::warn!(path = %rel, "replacing a file installed by another wheel");
+                // The nvidia-*-cu12 wheels all ship the same empty `nvidia/__init__.py`: replacing
+                // an empty file loses nothing, so only a non-empty one is worth a warning.
+                if m.len() == 0 {
+                    tracing::debug!(path = %rel, "replacing an empty file installed by another wheel");
+                } else {
+                    tracing::warn!(path = %rel, "replacing a file installed by another wheel");
+                }
                 fs::remove_file(&path).map_err(|e| PlaceError::Io(path.clone(), e))?;
             }
             Ok(_) => return Err(conflict("exists and is not a regular file")),

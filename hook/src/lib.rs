@@ -8,11 +8,17 @@
 //! - [`invoke`]: one hook invocation: state -> config -> request -> probe -> verdict.
 //! - [`rootfs`]: reads inside an untrusted container root without leaving it.
 //! - [`oci`]: the runtime's state on stdin and the bundle's `config.json`.
+//! - [`runtime`]: the runc wrapper for Docker and containerd (adds the hook on `create`).
+//! - [`install`]: wiring the hook into Docker, Podman, CRI-O and containerd.
+//! - [`labels`]: Kubernetes node labels from a probe, for node affinity on image requirements.
 
 pub mod contract;
 pub mod diagnose;
 pub mod fixture;
+pub mod install;
 pub mod invoke;
+pub mod labels;
 pub mod oci;
 pub mod probe;
 pub mod rootfs;
+pub mod runtime;

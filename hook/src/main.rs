@@ -5,6 +5,11 @@ use clap::Parser;
 mod cmd;
 
 fn main() {
+    // The runc wrapper keeps runc's arguments and the engine's environment for runc: it runs
+    // before clap and before the clearing below.
+    if let Some(code) = cmd::runtime::dispatch() {
+        std::process::exit(code);
+    }
     let cli = cmd::Cli::parse();
     // The hook runs as root with whatever environment the runtime hands it; having read our own
     // settings (clap's `env`), drop all of it and leave the container's directory (CVE-2025-23266).

@@ -11,7 +11,7 @@
 //! evaluated against, for the GPUs a container selects.
 
 mod hostfs;
-mod parse;
+pub mod parse;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;

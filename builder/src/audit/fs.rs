@@ -223,8 +223,15 @@ impl RootFs {
         let mut kind: Option<&Kind> = None;
         let mut hops = 0;
         while let Some(comp) = pending.pop() {
+            if comp.is_empty() {
+                continue;
+            }
+            // Anything after a non-directory, even `.` or `..`, is ENOTDIR.
+            if matches!(kind, Some(Kind::File(_) | Kind::Other)) {
+                return None;
+            }
             match comp.as_str() {
-                "" | "." => continue,
+                "." => continue,
                 ".." => {
                     let cut = cur.rfind('/').unwrap_or(0);
                     cur.truncate(cut);
@@ -232,9 +239,6 @@ impl RootFs {
                     continue;
                 }
                 _ => {}
-            }
-            if matches!(kind, Some(Kind::File(_) | Kind::Other)) {
-                return None;
             }
             let next = format!("{cur}/{comp}");
             match &self.nodes.get(&next)?.kind {
@@ -264,6 +268,16 @@ impl RootFs {
             None => &self.nodes.get(&cur)?.kind,
         };
         Some((cur, kind))
+    }
+
+    /// Resolves `name` (one component) in the resolved directory `dir`: [`Self::resolve`] with
+    /// a fast path for the common cases of a missing name or a non-symlink.
+    pub fn resolve_in(&self, dir: &str, name: &str) -> Option<(String, &Kind)> {
+        let path = join(dir, name);
+        match &self.nodes.get(&path)?.kind {
+            Kind::Symlink(_) => self.resolve(&path),
+            kind => Some((path, kind)),
+        }
     }
 
     /// Builds the view of the directory `root`, never following its symlinks.

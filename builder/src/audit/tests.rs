@@ -1,5 +1,6 @@
 use std::os::unix::fs::symlink;
 use std::process::Command;
+use std::sync::Arc;
 
 use super::*;
 use crate::cache::Cache;
@@ -126,7 +127,7 @@ impl Spec {
             out.extend_from_slice(&u16::try_from(v).unwrap().to_le_bytes());
         }
         assert_eq!(out.len(), ehsize);
-        let mut phdr = |out: &mut Vec<u8>, ty: u32, off: usize, size: usize| {
+        let phdr = |out: &mut Vec<u8>, ty: u32, off: usize, size: usize| {
             let (off, size) = (off as u64, size as u64);
             if self.class64 {
                 out.extend_from_slice(&ty.to_le_bytes());
@@ -444,7 +445,10 @@ fn machine_mismatch() {
     // Every x86_64 object of the tree is wrong for arm64; none is resolved.
     assert_eq!(report.errors.len(), 3);
     assert!(report.errors.iter().all(|f| f.kind == FindingKind::Machine));
-    assert_eq!(report.errors[0].message, "64-bit x86_64 object in a linux/arm64 image (expects aarch64)");
+    assert_eq!(
+        report.errors[0].message,
+        "64-bit x86_64 object in a linux/arm64 image (which runs 64-bit aarch64 and 32-bit arm objects)"
+    );
 
     // 32-bit objects in a 64-bit image are warnings, and so are their missing libraries; device
     // code and relocatable objects are ignored.
@@ -489,7 +493,7 @@ fn candidates_of_another_class_are_skipped() {
 fn rpath_of_loaders_and_runpath_scope() {
     let t = Tree::debian();
     // app has RPATH $ORIGIN/../lib; libA (no RPATH/RUNPATH) needs libB, found through app's RPATH.
-    t.elf("/opt/p/bin/app", &exe().needs(&["libA.so", "libR.so"]).rpath("$ORIGIN/../lib"));
+    t.elf("/opt/p/bin/app", &exe().needs(&["libR.so", "libA.so"]).rpath("$ORIGIN/../lib"));
     t.elf("/opt/p/lib/libA.so", &lib("libA.so").needs(&["libB.so"]));
     t.elf("/opt/p/lib/libB.so", &lib("libB.so"));
     // libR has a RUNPATH: its loaders' RPATHs do not apply to it.
@@ -498,15 +502,26 @@ fn rpath_of_loaders_and_runpath_scope() {
     assert_eq!(kinds(&report.errors), [(FindingKind::Unresolved, "/opt/p/lib/libR.so", Some("libB.so"))]);
     assert!(report.errors[0].message.contains("/nowhere (RUNPATH)"), "{}", report.errors[0].message);
 
-    // A library nothing loads is checked on its own, where the executable's RPATH is unknown.
-    t.elf("/opt/p/lib/libplugin.so", &lib("libplugin.so").needs(&["libB.so"]));
+    // A library nothing links to is checked on its own, where the executable's RPATH is
+    // unknown: a dependency off its path that the image has elsewhere is a warning (the process
+    // that dlopens it may have loaded that copy already), one the image lacks is an error.
+    t.elf("/opt/p/lib/libplugin.so", &lib("libplugin.so").needs(&["libB.so", "libnowhere.so"]));
     let report = t.audit(&[]);
     assert_eq!(
         kinds(&report.errors),
         [
             (FindingKind::Unresolved, "/opt/p/lib/libR.so", Some("libB.so")),
-            (FindingKind::Unresolved, "/opt/p/lib/libplugin.so", Some("libB.so")),
+            (FindingKind::Unresolved, "/opt/p/lib/libplugin.so", Some("libnowhere.so")),
         ]
+    );
+    assert_eq!(
+        kinds(&report.warnings),
+        [(FindingKind::Unresolved, "/opt/p/lib/libplugin.so", Some("libB.so"))]
+    );
+    assert!(
+        report.warnings[0].message.contains("the image has /opt/p/lib/libB.so"),
+        "{}",
+        report.warnings[0].message
     );
 
     // An object's own RPATH is ignored when it also has a RUNPATH.
@@ -515,6 +530,70 @@ fn rpath_of_loaders_and_runpath_scope() {
     t.elf("/opt/q/bin/app", &exe().needs(&["libC.so"]).rpath("/opt/q/lib").runpath("/elsewhere"));
     let report = t.audit(&[]);
     assert_eq!(kinds(&report.errors), [(FindingKind::Unresolved, "/opt/q/bin/app", Some("libC.so"))]);
+}
+
+#[test]
+fn needed_with_origin_and_ignored_files() {
+    let t = Tree::debian();
+    t.elf("/opt/py/bin/python3", &exe().needs(&["$ORIGIN/../lib/libpython3.so.1.0", "${ORIGIN}/libnope.so"]));
+    t.elf("/opt/py/lib/libpython3.so.1.0", &lib("libpython3.so.1.0"));
+    // Separate debug info keeps program headers that point at stripped sections.
+    t.file("/usr/lib/debug/.build-id/00/abc.debug", &exe().needs(&["libgone.so"]).build()[..200]);
+    t.elf("/usr/lib/firmware/fw.elf", &exe().machine(false, EM_ARM));
+    let report = t.audit(&[]);
+    assert_eq!(
+        kinds(&report.errors),
+        [(FindingKind::Unresolved, "/opt/py/bin/python3", Some("/opt/py/bin/libnope.so"))]
+    );
+    assert!(report.warnings.is_empty(), "{}", report.render_human());
+    assert_eq!(report.objects_scanned, 6);
+}
+
+#[test]
+fn already_loaded_libraries_match_by_name() {
+    // systemd's layout: the executable's RUNPATH finds both libraries; the first needs the
+    // second, which it could not find itself, but ld.so has loaded it by then (breadth first).
+    let t = Tree::debian();
+    let dir = "/usr/lib/x86_64-linux-gnu/systemd";
+    t.elf("/usr/lib/systemd/systemd", &exe().needs(&["libcore.so", "libshared.so"]).runpath(dir));
+    t.elf(&format!("{dir}/libcore.so"), &lib("libcore.so").needs(&["libshared.so"]));
+    t.elf(&format!("{dir}/libshared.so"), &lib("libshared.so"));
+    let report = t.audit(&[]);
+    assert!(!report.has_errors() && report.warnings.is_empty(), "{}", report.render_human());
+
+    // Needed the other way round, libcore's turn comes first and fails.
+    t.elf("/usr/lib/systemd/systemd", &exe().needs(&["libcore.so"]).runpath(dir));
+    let report = t.audit(&[]);
+    assert_eq!(
+        kinds(&report.errors),
+        [(FindingKind::Unresolved, "/usr/lib/x86_64-linux-gnu/systemd/libcore.so", Some("libshared.so"))]
+    );
+}
+
+#[test]
+fn earlier_load_shadows_the_pinned_copy() {
+    // A library without RUNPATH loads the system cuDNN first; torch then gets that copy by name
+    // although its RUNPATH pins the wheel's.
+    let t = torch_tree();
+    t.file("/etc/ld.so.conf.d/cuda.conf", b"/usr/local/cuda/lib64\n");
+    t.file("/etc/ld.so.conf", b"include /etc/ld.so.conf.d/*.conf\n");
+    let site = "/usr/local/lib/python3.11/site-packages";
+    t.elf(&format!("{site}/other/libother.so"), &lib("libother.so").needs(&["libcudnn.so.8"]));
+    t.elf(
+        &format!("{site}/torch/_C.so"),
+        &lib("_C.so").needs(&["libother.so", "libtorch_cuda.so"]).runpath("$ORIGIN/lib:$ORIGIN/../other"),
+    );
+    let report = t.audit(&[]);
+    assert_eq!(
+        kinds(&report.errors),
+        [(
+            FindingKind::Shadowed,
+            "/usr/local/lib/python3.11/site-packages/torch/lib/libtorch_cuda.so",
+            Some("libcudnn.so.8")
+        )]
+    );
+    let message = &report.errors[0].message;
+    assert!(message.contains("libother.so, which loaded it first"), "{message}");
 }
 
 #[test]
@@ -589,7 +668,7 @@ fn layout(work: &Path, cache: &Cache) -> PathBuf {
     base_tree.elf("/usr/local/cuda-12.1/lib64/stubs/libcuda.so", &lib("libcuda.so.1"));
     base_tree.symlink("/usr/local/cuda", "cuda-12.1");
     base_tree.file("/etc/ld.so.conf", b"include /etc/ld.so.conf.d/*.conf\n");
-    base_tree.file("/etc/ld.so.conf.d/app.conf", b"/opt/app/lib\n");
+    base_tree.file("/etc/ld.so.conf.d/app.conf", b"/opt/app/lib\n/opt/cleared\n");
     let mut w = LayerWriter::new(cache, 0);
     w.add_dir(base_tree.0.path(), "/").unwrap();
     let base = w.finish(Compression::Gzip).unwrap();
@@ -645,9 +724,9 @@ fn audits_a_layout_without_extracting_it() {
 
 #[test]
 fn whiteouts_and_replacements() {
-    let mut fs = RootFs::default();
+    let mut root = RootFs::default();
     let file = |text: &str| Kind::File(Arc::new(FileInfo { elf: ElfState::NotElf, text: Some(text.into()) }));
-    fs.apply(
+    root.apply(
         vec![
             fs::Op::Put("/a/b/c".into(), file("1")),
             fs::Op::Put("/a/d".into(), Kind::Symlink("b".into())),
@@ -657,10 +736,10 @@ fn whiteouts_and_replacements() {
         ],
         1,
     );
-    assert_eq!(fs.resolve("/a/d/c").map(|(p, _)| p).as_deref(), Some("/a/b/c"));
-    assert_eq!(fs.resolve("/lib/../lib/libz.so").map(|(p, _)| p).as_deref(), Some("/usr/lib/libz.so"));
-    assert_eq!(fs.resolve("/a/b/c/../c").map(|(p, _)| p), None);
-    fs.apply(
+    assert_eq!(root.resolve("/a/d/c").map(|(p, _)| p).as_deref(), Some("/a/b/c"));
+    assert_eq!(root.resolve("/lib/../lib/libz.so").map(|(p, _)| p).as_deref(), Some("/usr/lib/libz.so"));
+    assert_eq!(root.resolve("/a/b/c/../c").map(|(p, _)| p), None);
+    root.apply(
         vec![
             // Opaque: the lower /a content goes, this layer's stays whatever the order.
             fs::Op::Put("/a/new".into(), file("3")),
@@ -672,12 +751,12 @@ fn whiteouts_and_replacements() {
         ],
         2,
     );
-    assert!(fs.resolve("/a/b/c").is_none() && fs.resolve("/a/d").is_none());
-    assert!(fs.resolve("/a/new").is_some() && fs.resolve("/x/y").is_none());
-    assert!(matches!(fs.resolve("/x"), Some((_, Kind::File(_)))));
-    assert!(fs.resolve("/lib/libz.so").is_none() && fs.resolve("/usr/lib/libz.so").is_some());
-    assert!(matches!(fs.resolve("/a/link"), Some((_, Kind::File(f))) if f.text.as_deref() == Some("3")));
-    assert_eq!(fs.children("/a"), ["link", "new"]);
+    assert!(root.resolve("/a/b/c").is_none() && root.resolve("/a/d").is_none());
+    assert!(root.resolve("/a/new").is_some() && root.resolve("/x/y").is_none());
+    assert!(matches!(root.resolve("/x"), Some((_, Kind::File(_)))));
+    assert!(root.resolve("/lib/libz.so").is_none() && root.resolve("/usr/lib/libz.so").is_some());
+    assert!(matches!(root.resolve("/a/link"), Some((_, Kind::File(f))) if f.text.as_deref() == Some("3")));
+    assert_eq!(root.children("/a"), ["link", "new"]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -786,4 +865,20 @@ fn host_ls_with_its_libraries() {
         kinds(&report.errors),
         [(FindingKind::Unresolved, "/usr/lib/x86_64-linux-gnu/libselinux.so.1", Some("libpcre2-8.so.0"))]
     );
+}
+
+/// Audits a real tree or layout named by `STACKBUILD_AUDIT_DIR` / `STACKBUILD_AUDIT_LAYOUT`
+/// (`cargo test -p stackbuild --lib audit::tests::audit_from_env -- --ignored --nocapture`).
+#[test]
+#[ignore = "needs STACKBUILD_AUDIT_DIR or STACKBUILD_AUDIT_LAYOUT"]
+fn audit_from_env() {
+    if let Ok(dir) = std::env::var("STACKBUILD_AUDIT_DIR") {
+        let env: Vec<String> = std::env::var("STACKBUILD_AUDIT_ENV").map(|e| vec![e]).unwrap_or_default();
+        let report = audit_dir(Path::new(&dir), &env, "linux/amd64").unwrap();
+        println!("{}", report.render_human());
+    }
+    if let Ok(dir) = std::env::var("STACKBUILD_AUDIT_LAYOUT") {
+        let report = audit_layout(Path::new(&dir), None).unwrap();
+        println!("{}", report.render_human());
+    }
 }

@@ -18,6 +18,9 @@ pub struct Args {
     /// Also write an archive that `docker load`, `podman load` and skopeo accept.
     #[arg(long, value_name = "FILE")]
     archive: Option<PathBuf>,
+    /// Load the image into the local Docker daemon and tag it `name:tag`.
+    #[arg(long)]
+    load: bool,
     /// Fail when the lock file is missing or stale instead of resolving again.
     #[arg(long)]
     locked: bool,
@@ -50,6 +53,7 @@ impl Args {
         let opts = BuildOptions {
             out: self.out,
             archive: self.archive,
+            load: self.load,
             locked: self.locked,
             cache_dir: self.cache_dir,
             compression: self.compression,

@@ -2,7 +2,9 @@
 
 use clap::{Parser, Subcommand};
 
+mod affinity;
 mod build;
+mod check;
 mod lock;
 
 /// Builds reproducible, layered OCI images of GPU software stacks from a recipe, and refuses
@@ -25,6 +27,11 @@ enum Command {
     Build(build::Args),
     /// Resolve the recipe and write `<recipe>.lock` with every artifact's version and sha256.
     Lock(lock::Args),
+    /// Resolve without building: print the stack, the host requirements and every conflict.
+    Check(check::Args),
+    /// Print the Kubernetes node affinity that places an image's pods only on nodes whose
+    /// `stackhook` accepts its requirements (over `stackhook labels`).
+    Affinity(affinity::Args),
 }
 
 impl Cli {
@@ -33,6 +40,8 @@ impl Cli {
         match self.command {
             Some(Command::Build(args)) => args.run(),
             Some(Command::Lock(args)) => args.run(),
+            Some(Command::Check(args)) => args.run(),
+            Some(Command::Affinity(args)) => args.run(),
             None => self.build.run(),
         }
     }

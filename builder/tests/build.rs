@@ -1,0 +1,222 @@
+//! End-to-end builds of small real recipes: a Debian base by mmdebstrap, small wheels from the
+//! package index, a generated stand-in git repository and a patch; checked with umoci, skopeo,
+//! runc and (when dockerd runs) `docker load`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
+
+fn have(program: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success())
+}
+
+fn ready() -> bool {
+    let root = rustix::process::geteuid().is_root();
+    if !root || !have("mmdebstrap") || !have("uv") {
+        eprintln!("skipped: needs root, mmdebstrap and uv (run .ci/install)");
+        return false;
+    }
+    true
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A stand-in for a model's source repository: a git repo with one commit.
+fn stand_in_repo(dir: &Path) -> (String, String) {
+    std::fs::create_dir_all(dir.join("model")).unwrap();
+    std::fs::write(dir.join("model/__init__.py"), "NAME = 'stand-in'\n").unwrap();
+    std::fs::write(dir.join("train.py"), "print('training')\n").unwrap();
+    git(dir, &["init", "-q"]);
+    git(dir, &["add", "."]);
+    git(dir, &["commit", "-qm", "stand-in"]);
+    (format!("file://{}", dir.display()), git(dir, &["rev-parse", "HEAD"]))
+}
+
+fn recipe(dir: &Path, url: &str, commit: &str, tomli: &str, find: &str) -> PathBuf {
+    let path = dir.join("small.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"[image]
+name = "small"
+tag = "test"
+cmd = ["python3", "-c", "import six; print(six.__version__)"]
+
+[base]
+debian = "bookworm"
+packages = ["python3"]
+
+[python]
+version = "3.11"
+packages = ["six==1.16.0", "tomli=={tomli}"]
+
+[[source]]
+name = "model"
+git = "{url}"
+commit = "{commit}"
+dest = "/workspace/model"
+
+[[patch]]
+name = "six-version"
+package = "six"
+file = "six.py"
+find = '{find}'
+replace = '__version__ = "1.16.0+patched"'
+count = 1
+
+[host]
+modules = ["nvidia_uvm"]
+"#
+        ),
+    )
+    .unwrap();
+    path
+}
+
+struct Built {
+    digest: String,
+    report: serde_json::Value,
+    out: Output,
+}
+
+fn build(recipe: &Path, cache: &Path, out: &Path, extra: &[&str]) -> Built {
+    let report = out.with_extension("report.json");
+    let output = Command::new(STACKBUILD)
+        .arg(recipe)
+        .arg("--cache-dir")
+        .arg(cache)
+        .arg("--out")
+        .arg(out)
+        .arg("--report")
+        .arg(&report)
+        .args(extra)
+        .env("SOURCE_DATE_EPOCH", "0")
+        .output()
+        .unwrap();
+    let digest = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let report = std::fs::read(&report).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    Built { digest, report, out: output }
+}
+
+fn built_layers(b: &Built) -> Vec<(String, bool)> {
+    b.report["layers"]
+        .as_array()
+        .map(|ls| ls.iter().map(|l| (l["name"].as_str().unwrap().to_owned(), l["built"].as_bool().unwrap())).collect())
+        .unwrap_or_default()
+}
+
+fn ok(b: &Built) -> &Built {
+    assert!(b.out.status.success(), "build failed: {}", String::from_utf8_lossy(&b.out.stderr));
+    assert!(b.digest.starts_with("sha256:") && b.digest.len() == 71, "stdout is the digest alone: {:?}", b.digest);
+    b
+}
+
+#[test]
+fn small_recipe_end_to_end() {
+    if !ready() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (url, commit) = stand_in_repo(&tmp.path().join("repo"));
+    let find = r#"__version__ = "1.16.0""#;
+    let recipe = recipe(tmp.path(), &url, &commit, "2.0.1", find);
+    let cache = tmp.path().join("cache");
+    let layout = tmp.path().join("layout");
+    let archive = tmp.path().join("small.tar");
+
+    // Cold build, then the same build in a fresh cache: the same digest.
+    let first = build(&recipe, &cache, &layout, &["--archive", archive.to_str().unwrap()]);
+    ok(&first);
+    assert!(built_layers(&first).iter().all(|(_, built)| *built));
+    let names: Vec<String> = built_layers(&first).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["base", "python", "sources", "config"]);
+    let other = build(&recipe, &tmp.path().join("cache2"), &tmp.path().join("layout2"), &["--locked"]);
+    assert_eq!(ok(&other).digest, first.digest, "two caches, one recipe and lock: one digest");
+
+    // No change: every layer reused.
+    let again = build(&recipe, &cache, &layout, &["--locked"]);
+    assert_eq!(ok(&again).digest, first.digest);
+    assert!(built_layers(&again).iter().all(|(_, built)| !*built), "{:?}", built_layers(&again));
+
+    // The tools agree it is a valid image.
+    check_with_umoci_and_runc(tmp.path(), &layout);
+    let inspect = Command::new("skopeo").arg("inspect").arg(format!("oci:{}:test", layout.display())).output().unwrap();
+    assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
+    let inspect: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(inspect["Digest"], first.digest.as_str());
+    let env = inspect["Env"].to_string();
+    assert!(env.contains("STACKBUILD_REQUIRE_MODULES=module=nvidia_uvm"), "{env}");
+    docker_load(&archive);
+
+    // One package changed: only its layer and those above that depend on it are rebuilt.
+    let recipe = self::recipe(tmp.path(), &url, &commit, "2.0.0", find);
+    let changed = build(&recipe, &cache, &layout, &[]);
+    ok(&changed);
+    assert_ne!(changed.digest, first.digest);
+    assert_eq!(
+        built_layers(&changed),
+        [("base".into(), false), ("python".into(), true), ("sources".into(), false), ("config".into(), true)]
+    );
+
+    // A patch that no longer applies fails the build, naming the patch and the file.
+    let recipe = self::recipe(tmp.path(), &url, &commit, "2.0.0", r#"__version__ = "9.9.9""#);
+    let broken = build(&recipe, &cache, &tmp.path().join("layout3"), &[]);
+    assert!(!broken.out.status.success());
+    let err = String::from_utf8_lossy(&broken.out.stderr);
+    assert!(err.contains("six-version") && err.contains("six.py"), "{err}");
+    assert!(!tmp.path().join("layout3").exists(), "a failed build leaves no image");
+}
+
+fn check_with_umoci_and_runc(dir: &Path, layout: &Path) {
+    if !have("umoci") || !have("runc") {
+        eprintln!("skipped umoci/runc: not installed");
+        return;
+    }
+    let bundle = dir.join("bundle");
+    let out = Command::new("umoci")
+        .args(["unpack", "--image"])
+        .arg(format!("{}:test", layout.display()))
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "umoci unpack: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(bundle.join("rootfs/etc/stackbuild/stack.json").is_file());
+    assert!(bundle.join("rootfs/workspace/model/train.py").is_file());
+    let config_path = bundle.join("config.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    config["process"]["terminal"] = false.into();
+    config["process"]["args"] =
+        serde_json::json!(["python3", "-c", "import six, tomli; print(six.__version__, tomli.__name__)"]);
+    std::fs::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let id = format!("stackbuild-e2e-{}", std::process::id());
+    let out = Command::new("runc").arg("run").arg("--bundle").arg(&bundle).arg(&id).output().unwrap();
+    let _ = Command::new("runc").args(["delete", "--force", &id]).output();
+    assert!(out.status.success(), "runc run: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1.16.0+patched tomli");
+}
+
+fn docker_load(archive: &Path) {
+    let docker = Path::new("/usr/bin/docker");
+    if !docker.exists() || !Command::new(docker).arg("version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped docker load: no dockerd answering (.ci/services starts one)");
+        return;
+    }
+    let out = Command::new(docker).arg("load").arg("-i").arg(archive).output().unwrap();
+    assert!(out.status.success(), "docker load: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("small:test"), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = Command::new(docker).args(["run", "--rm", "--network", "none", "small:test"]).output().unwrap();
+    assert!(out.status.success(), "docker run: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1.16.0+patched");
+    let _ = Command::new(docker).args(["rmi", "-f", "small:test"]).output();
+}

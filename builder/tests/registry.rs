@@ -1,0 +1,346 @@
+//! Pushes and pulls through `stackbuild::registry` against a real registry: Debian's
+//! `docker-registry` (the CNCF distribution registry 2.8) on a free loopback port, with skopeo
+//! as the independent client that reads back what was pushed.
+//!
+//! Without `docker-registry` (or `/bin/busybox`) the tests print why and pass; without skopeo
+//! they skip only its checks.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::Digest as _;
+use stackbuild::cache::Cache;
+use stackbuild::layer::{Compression, LayerWriter};
+use stackbuild::oci::{self, Image, ImageConfig, RuntimeConfig};
+use stackbuild::registry::{self, Client, Credentials, PushOptions, Reference, RegistryError};
+
+const BUSYBOX: &str = "/bin/busybox";
+const MIB: u64 = 1024 * 1024;
+
+fn have(tool: &str) -> bool {
+    Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed with {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A `docker-registry serve` on a free loopback port with its storage in a temporary directory;
+/// killed when dropped.
+struct Registry {
+    child: Child,
+    addr: String,
+    dir: tempfile::TempDir,
+}
+
+impl Registry {
+    /// Starts a registry (with htpasswd Basic authentication when `htpasswd` is given), or
+    /// `None` with a note when `docker-registry` is not installed.
+    fn start(htpasswd: Option<&str>) -> Option<Self> {
+        if Command::new("docker-registry").arg("--version").output().is_err() {
+            eprintln!("note: docker-registry not installed (apt install docker-registry); skipping");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let addr = format!("127.0.0.1:{port}");
+            let mut config = format!(
+                "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  \
+                 filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
+                dir.path().join("storage").display()
+            );
+            if let Some(htpasswd) = htpasswd {
+                let path = dir.path().join("htpasswd");
+                fs::write(&path, htpasswd).unwrap();
+                let _ = write!(config, "auth:\n  htpasswd:\n    realm: test\n    path: {}\n", path.display());
+            }
+            let config_path = dir.path().join("config.yml");
+            fs::write(&config_path, config).unwrap();
+            let log = fs::File::create(dir.path().join("registry.log")).unwrap();
+            let mut child = Command::new("docker-registry")
+                .arg("serve")
+                .arg(&config_path)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                if TcpStream::connect(&addr).is_ok() {
+                    return Some(Self { child, addr, dir });
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            eprintln!("registry on {addr} did not start: {}", self::log(dir.path()));
+        }
+        panic!("docker-registry did not start");
+    }
+
+    fn reference(&self, rest: &str) -> Reference {
+        Reference::parse(&format!("{}/{rest}", self.addr)).unwrap()
+    }
+
+    /// The file in which the registry keeps a blob.
+    fn blob_data(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        self.dir.path().join("storage/docker/registry/v2/blobs/sha256").join(&hex[..2]).join(hex).join("data")
+    }
+}
+
+fn log(dir: &Path) -> String {
+    fs::read_to_string(dir.join("registry.log")).unwrap_or_default()
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// Deterministic bytes that do not compress.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()[0]
+        })
+        .collect()
+}
+
+/// An image layout at `dir` tagged `tag`: `/bin/busybox`, `/bin/sh` and, when `extra` is not
+/// zero, `/data` of `extra` incompressible bytes. Returns the manifest digest.
+fn busybox_layout(cache: &Cache, dir: &Path, tag: &str, extra: usize) -> String {
+    let stage = tempfile::tempdir().unwrap();
+    fs::create_dir(stage.path().join("bin")).unwrap();
+    fs::copy(BUSYBOX, stage.path().join("bin/busybox")).unwrap();
+    fs::hard_link(stage.path().join("bin/busybox"), stage.path().join("bin/sh")).unwrap();
+    if extra > 0 {
+        fs::write(stage.path().join("data"), noise(extra, 42)).unwrap();
+    }
+    let mut writer = LayerWriter::new(cache, 0);
+    writer.add_dir(stage.path(), "/").unwrap();
+    let layer = writer.finish(Compression::Gzip).unwrap();
+    let config = ImageConfig {
+        created: Some(oci::rfc3339(0)),
+        architecture: go_arch().into(),
+        os: "linux".into(),
+        config: RuntimeConfig {
+            env: vec!["PATH=/bin".into()],
+            cmd: Some(vec![BUSYBOX.into(), "echo".into(), "hello".into()]),
+            ..RuntimeConfig::default()
+        },
+        ..ImageConfig::default()
+    };
+    let image = Image::new(config, vec![layer], BTreeMap::new()).unwrap();
+    oci::write_layout(dir, &image, tag).unwrap()
+}
+
+fn client() -> Client {
+    Client::new(Vec::<String>::new()).anonymous().with_retries(3, Duration::from_millis(50))
+}
+
+/// The manifest digest skopeo sees at `reference` (`docker://` references over plain HTTP),
+/// checked against the raw manifest it reads.
+fn skopeo_digest(reference: &str) -> String {
+    let tls = reference.starts_with("docker://").then_some("--tls-verify=false");
+    let raw = run(Command::new("skopeo").args(["inspect", "--raw"]).args(tls).arg(reference)).stdout;
+    let out = run(Command::new("skopeo").arg("inspect").args(tls).arg(reference));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let digest = json["Digest"].as_str().unwrap_or_default().to_string();
+    assert_eq!(digest, format!("sha256:{}", hex::encode(sha2::Sha256::digest(&raw))), "{reference}");
+    digest
+}
+
+fn setup() -> Option<(Registry, tempfile::TempDir, Cache)> {
+    if !Path::new(BUSYBOX).is_file() {
+        eprintln!("note: {BUSYBOX} missing (install busybox-static); skipping");
+        return None;
+    }
+    let registry = Registry::start(None)?;
+    let work = tempfile::tempdir().unwrap();
+    let cache = Cache::open(work.path().join("cache")).unwrap();
+    Some((registry, work, cache))
+}
+
+#[test]
+fn push_is_read_back_by_skopeo_and_a_second_push_uploads_nothing() {
+    let Some((registry, work, cache)) = setup() else { return };
+    let layout = work.path().join("layout");
+    let digest = busybox_layout(&cache, &layout, "test", 0);
+    let dest = registry.reference("stackbuild/busybox:v1");
+    let client = client();
+
+    let report = registry::push_layout(&client, &layout, Some("test"), &dest).unwrap();
+    assert_eq!(report.manifest_digest, digest);
+    assert_eq!((report.blobs_uploaded, report.blobs_skipped, report.blobs_mounted), (2, 0, 0));
+    // busybox gzipped is under the default 16 MiB chunk: HEAD, POST and PUT per blob, then
+    // the manifest PUT.
+    assert_eq!(report.requests, 7);
+
+    if have("skopeo") {
+        let remote = format!("docker://{}/stackbuild/busybox:v1", registry.addr);
+        assert_eq!(skopeo_digest(&remote), digest);
+        let copy = work.path().join("copy");
+        run(Command::new("skopeo")
+            .args(["copy", "--insecure-policy", "--src-tls-verify=false", &remote])
+            .arg(format!("oci:{}:v1", copy.display())));
+        assert_eq!(skopeo_digest(&format!("oci:{}:v1", copy.display())), digest);
+    } else {
+        eprintln!("note: skopeo not installed; skipping skopeo checks");
+    }
+
+    let again = registry::push_layout(&client, &layout, Some("test"), &dest).unwrap();
+    assert_eq!(again.manifest_digest, digest);
+    assert_eq!((again.blobs_uploaded, again.blobs_skipped, again.bytes_uploaded), (0, 2, 0));
+    // One HEAD per blob and the manifest PUT.
+    assert_eq!(again.requests, 3);
+}
+
+#[test]
+fn chunked_push_and_pull_back() {
+    let Some((registry, work, cache)) = setup() else { return };
+    let layout = work.path().join("layout");
+    let digest = busybox_layout(&cache, &layout, "big", 3 * 1024 * 1024);
+    let image = oci::read_layout(&layout, Some("big")).unwrap();
+    let layer_size = image.layers[0].size;
+    assert!(layer_size > 3 * MIB, "{layer_size}");
+    let chunks = layer_size.div_ceil(MIB);
+    let client = client().with_chunk_size(MIB);
+    let dest = registry.reference("chunked:1");
+
+    let report = registry::push_layout(&client, &layout, None, &dest).unwrap();
+    assert_eq!(report.manifest_digest, digest);
+    assert_eq!(report.blobs_uploaded, 2);
+    // HEAD x2, POST x2, the config in one PUT, the layer in PATCHes and a closing PUT, the
+    // manifest PUT.
+    assert_eq!(report.requests, 2 + 2 + 1 + chunks + 1 + 1, "{report:?}");
+    assert_eq!(report.bytes_uploaded, layer_size + image.manifest.config.size);
+    if have("skopeo") {
+        assert_eq!(skopeo_digest(&format!("docker://{}/chunked:1", registry.addr)), digest);
+    }
+
+    // Pull it back into a new layout: the same manifest and the same blobs.
+    let out = work.path().join("pulled");
+    let pulled = registry::pull(&client, &dest, &out).unwrap();
+    assert_eq!(pulled.image.manifest_digest, digest);
+    assert_eq!(pulled.layout_tag, "1");
+    assert_eq!(pulled.blobs_downloaded, 2);
+    assert_eq!(pulled.image.config, image.config);
+    assert_eq!(pulled.image.layers[0].digest, image.layers[0].digest);
+    assert_eq!(fs::read(&pulled.image.layers[0].path).unwrap(), fs::read(&image.layers[0].path).unwrap());
+    oci::verify_layout_blob(&pulled.image.layers[0]).unwrap();
+    if have("skopeo") {
+        assert_eq!(skopeo_digest(&format!("oci:{}:1", out.display())), digest);
+    }
+
+    // By digest, into the same layout under another tag: nothing downloaded again.
+    let by_digest = Reference { tag: None, digest: Some(digest.clone()), ..dest.clone() };
+    let options = registry::PullOptions { layout_tag: Some("pinned"), ..registry::PullOptions::default() };
+    let again = registry::pull_with(&client, &by_digest, &out, &options).unwrap();
+    assert_eq!((again.blobs_downloaded, again.blobs_present), (0, 2));
+    assert_eq!(oci::read_layout(&out, Some("pinned")).unwrap().manifest_digest, digest);
+}
+
+#[test]
+fn cross_repository_mount() {
+    let Some((registry, work, cache)) = setup() else { return };
+    let layout = work.path().join("layout");
+    let digest = busybox_layout(&cache, &layout, "t", 0);
+    let client = client();
+    registry::push_layout(&client, &layout, None, &registry.reference("team/a:1")).unwrap();
+    let options = PushOptions { mount_from: Some("team/a") };
+    let report =
+        registry::push_layout_with(&client, &layout, None, &registry.reference("team/b:1"), &options)
+            .unwrap();
+    assert_eq!((report.blobs_mounted, report.blobs_uploaded, report.bytes_uploaded), (2, 0, 0), "{report:?}");
+    assert_eq!(report.manifest_digest, digest);
+    let pulled = registry::pull(&client, &registry.reference("team/b:1"), &work.path().join("out")).unwrap();
+    assert_eq!(pulled.image.manifest_digest, digest);
+}
+
+#[test]
+fn corrupted_blob_in_the_registry_fails_the_pull() {
+    let Some((registry, work, cache)) = setup() else { return };
+    let layout = work.path().join("layout");
+    busybox_layout(&cache, &layout, "t", 0);
+    let client = client();
+    let dest = registry.reference("corrupt:1");
+    registry::push_layout(&client, &layout, None, &dest).unwrap();
+
+    let layer = oci::read_layout(&layout, None).unwrap().layers[0].digest.clone();
+    let data = registry.blob_data(&layer);
+    let mut bytes = fs::read(&data).unwrap_or_else(|e| panic!("{}: {e}", data.display()));
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    fs::write(&data, bytes).unwrap();
+
+    let out = work.path().join("out");
+    let err = registry::pull(&client, &dest, &out).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(&err, RegistryError::DigestMismatch { what, .. } if what.contains(&layer)), "{text}");
+    assert!(!out.join("blobs/sha256").join(&layer[7..]).exists(), "a corrupt blob stays out of the layout");
+}
+
+#[test]
+fn basic_auth_with_htpasswd() {
+    // docker-registry's htpasswd file wants bcrypt; make one with `htpasswd` or Python's crypt.
+    let bcrypt = |cmd: &mut Command| cmd.output().ok().filter(|o| o.status.success()).map(|o| o.stdout);
+    let script = "import crypt; print('alice:' + crypt.crypt('s3cret', crypt.mksalt(crypt.METHOD_BLOWFISH)))";
+    let line = bcrypt(Command::new("htpasswd").args(["-nbB", "alice", "s3cret"]))
+        .or_else(|| bcrypt(Command::new("python3").args(["-W", "ignore", "-c", script])));
+    let Some(line) = line else {
+        eprintln!("note: neither htpasswd nor Python's crypt can make a bcrypt hash; skipping");
+        return;
+    };
+    if !Path::new(BUSYBOX).is_file() {
+        eprintln!("note: {BUSYBOX} missing; skipping");
+        return;
+    }
+    let Some(registry) = Registry::start(Some(&String::from_utf8_lossy(&line))) else { return };
+    let work = tempfile::tempdir().unwrap();
+    let cache = Cache::open(work.path().join("cache")).unwrap();
+    let layout = work.path().join("layout");
+    let digest = busybox_layout(&cache, &layout, "t", 0);
+    let dest = registry.reference("private:1");
+
+    let err = registry::push_layout(&client(), &layout, None, &dest).unwrap_err();
+    assert!(matches!(err, RegistryError::Unauthorized { .. }), "{err}");
+
+    let user = Credentials { username: "alice".into(), password: "s3cret".into() };
+    let client = client().with_credentials(&registry.addr, user);
+    let report = registry::push_layout(&client, &layout, None, &dest).unwrap();
+    assert_eq!(report.manifest_digest, digest);
+    let pulled = registry::pull(&client, &dest, &work.path().join("out")).unwrap();
+    assert_eq!(pulled.image.manifest_digest, digest);
+}

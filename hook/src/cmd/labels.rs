@@ -1,0 +1,76 @@
+//! `stackhook labels`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use stackhook::labels::{self, Format};
+
+/// How to print the labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OutputFormat {
+    /// `key=value` lines, sorted.
+    Labels,
+    /// A Node Feature Discovery feature file (local source, `features.d/`).
+    Nfd,
+    /// A JSON object.
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Host root to probe.
+    #[arg(long, env = "STACKHOOK_HOST_ROOT", default_value = "/")]
+    host_root: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "labels")]
+    format: OutputFormat,
+    /// Write to this file (through a dot file and a rename, as NFD asks) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// With `--format nfd`: add `# +expiry-time=` this many seconds from now, so NFD drops the
+    /// labels if they are not refreshed.
+    #[arg(long, value_name = "SECONDS")]
+    expires_in: Option<u64>,
+    /// Probe again and rewrite the output every this many seconds, until killed.
+    #[arg(long, value_name = "SECONDS", requires = "output", value_parser = clap::value_parser!(u64).range(1..))]
+    interval: Option<u64>,
+}
+
+impl Args {
+    pub fn run(self) -> i32 {
+        loop {
+            let code = self.once();
+            match self.interval {
+                Some(secs) => std::thread::sleep(Duration::from_secs(secs)),
+                None => return code,
+            }
+        }
+    }
+
+    fn once(&self) -> i32 {
+        let probe = stackhook::probe::probe(&self.host_root);
+        let node = labels::node_labels(&probe);
+        let format = match self.format {
+            OutputFormat::Labels => Format::Labels,
+            OutputFormat::Nfd => Format::Nfd,
+            OutputFormat::Json => Format::Json,
+        };
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let expires_at = self.expires_in.map(|s| now.saturating_add(s));
+        let text = labels::render(&node, format, expires_at);
+        match &self.output {
+            Some(path) => match labels::write_atomic(path, &text) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("stackhook labels: {e}");
+                    1
+                }
+            },
+            None => match std::io::stdout().lock().write_all(text.as_bytes()) {
+                Ok(()) => 0,
+                Err(_) => 1,
+            },
+        }
+    }
+}

@@ -1,0 +1,3 @@
+"""Stand-in for DreamZero's `groot` package (see ../README.md)."""
+
+STAND_IN = True

@@ -1,0 +1,384 @@
+//! stackhook installed into real engines by `stackhook install`: Docker through the runc
+//! wrapper (`stackhook-runtime`, named in daemon.json), runc and crun behind the wrapper
+//! directly, and Podman through the generated hooks.d file. A broken fixture host stops a
+//! GPU container with our verdict in the engine's error; a healthy one lets it run; a container
+//! that asks for no GPU runs untouched either way.
+//!
+//! Nothing of the machine's own engine configuration is touched: Docker runs as a private
+//! dockerd (own data root, exec root and socket, `--config-file` pointing at the daemon.json
+//! `install --prefix` wrote), Podman with its own storage and `--hooks-dir`. The wrapper finds
+//! its configuration through `STACKHOOK_CONFIG` in dockerd's environment, which reaches it
+//! through dockerd's containerd and the runc shim.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use e2e::{binary, busybox_rootfs_tar, have, is_root, Bundle, Dockerd};
+use stackhook::fixture::Preset;
+
+/// What both test images need from the host (the healthy fixture's driver 535 gives CUDA 12.2).
+const REQUIRE: &str = "STACKBUILD_REQUIRE_CUDA=cuda>=12.1";
+/// An image that asks for GPUs.
+const GPU_IMAGE: &str = "stackhook-e2e-gpu:test";
+/// The same image without `NVIDIA_VISIBLE_DEVICES`: no GPU asked for.
+const PLAIN_IMAGE: &str = "stackhook-e2e-plain:test";
+/// The broken host the blocking cases use, and the code its verdict names.
+const BROKEN: Preset = Preset::UvmMissing;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `stackhook` copied to `<dir>/bin`, where an installed binary sits: `install` puts the
+/// `stackhook-runtime` link next to it, and the engines run this copy.
+fn installed_copy(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let copy = bin.join("stackhook");
+    std::fs::copy(binary("stackhook"), &copy).unwrap();
+    copy
+}
+
+/// Writes the wrapper's (and hooks.d's) configuration: probe `host`, with `policy`, reports
+/// into `reports`.
+fn write_config(path: &Path, host: &Path, policy: &str, reports: &Path) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        path,
+        format!(
+            "policy = {policy:?}\nhost_root = {:?}\nreport_dir = {:?}\nhook_timeout = 20\n",
+            host.to_str().unwrap(),
+            reports.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+}
+
+/// The `decision` of the hook's report for container `id`.
+fn decision(reports: &Path, id: &str) -> String {
+    let path = reports.join(format!("{id}.json"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("no report {}: {e}", path.display()));
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    doc["decision"].as_str().unwrap_or_default().to_owned()
+}
+
+fn install(stackhook: &Path, verb: &str, engine: &str, prefix: &Path, config: Option<&Path>) -> String {
+    let mut cmd = Command::new(stackhook);
+    cmd.args([verb, engine, "--prefix"]).arg(prefix);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "stackhook {verb} {engine}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+fn docker_skip_reason() -> Option<String> {
+    if !is_root() {
+        return Some("needs root".into());
+    }
+    for path in [Dockerd::DOCKERD, Dockerd::DOCKER, "/bin/busybox"] {
+        if !Path::new(path).exists() {
+            return Some(format!("needs {path} (docker.io, busybox-static)"));
+        }
+    }
+    if !have("containerd") || !have("runc") {
+        return Some("needs containerd and runc".into());
+    }
+    if Path::new("/run/containerd/containerd.sock").exists() {
+        // dockerd would use that containerd, whose environment lacks STACKHOOK_CONFIG.
+        return Some("a system containerd runs at /run/containerd; the test dockerd would use it".into());
+    }
+    None
+}
+
+/// `docker run --rm --network none --cidfile ...` on the test daemon; returns the output and
+/// the container id.
+fn docker_run(dockerd: &Dockerd, dir: &Path, args: &[&str]) -> (Output, String) {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let cidfile = dir.join(format!("cid-{}", N.fetch_add(1, Ordering::Relaxed)));
+    let out = dockerd
+        .docker()
+        .args(["run", "--rm", "--network", "none", "--cidfile"])
+        .arg(&cidfile)
+        .args(args)
+        .output()
+        .unwrap();
+    let id = std::fs::read_to_string(&cidfile).unwrap_or_default().trim().to_owned();
+    (out, id)
+}
+
+#[test]
+fn docker_runs_the_hook_through_the_stackhook_runtime() {
+    if let Some(reason) = docker_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let stackhook = installed_copy(d);
+    let prefix = d.join("root");
+    let said = install(&stackhook, "install", "docker", &prefix, None);
+    assert!(said.contains("stackhook-runtime"), "{said}");
+    let daemon_json = prefix.join("etc/docker/daemon.json");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&daemon_json).unwrap()).unwrap();
+    let wrapper = d.join("bin/stackhook-runtime");
+    assert_eq!(doc["runtimes"]["stackhook"]["path"], wrapper.to_str().unwrap());
+
+    let config = prefix.join("etc/stackhook/config.toml");
+    let reports = d.join("reports");
+    let healthy = Preset::Healthy.build(&d.join("hosts/healthy")).unwrap();
+    let broken = BROKEN.build(&d.join("hosts/broken")).unwrap();
+    write_config(&config, healthy.root(), "enforce", &reports);
+
+    let dockerd = Dockerd::start(&d.join("docker"), &daemon_json, &[("STACKHOOK_CONFIG", &config)])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let tar = busybox_rootfs_tar(d);
+    for (image, gpu) in [(GPU_IMAGE, true), (PLAIN_IMAGE, false)] {
+        let mut cmd = dockerd.docker();
+        cmd.arg("import");
+        if gpu {
+            cmd.args(["--change", "ENV NVIDIA_VISIBLE_DEVICES=all"]);
+        }
+        let out = cmd.args(["--change", &format!("ENV {REQUIRE}")]).arg(&tar).arg(image).output().unwrap();
+        assert!(out.status.success(), "docker import: {}", text(&out.stderr));
+    }
+
+    // A healthy host: the GPU container runs, and the hook was there to say so.
+    let (out, id) = docker_run(&dockerd, d, &["--runtime", "stackhook", GPU_IMAGE, "echo", "hi"]);
+    assert!(out.status.success(), "{}\n{}", text(&out.stderr), dockerd.log_tail(20));
+    assert_eq!(text(&out.stdout).trim(), "hi");
+    assert_eq!(decision(&reports, &id), "allowed");
+
+    // A long-running container: exec, kill and delete pass through the wrapper.
+    let out = dockerd
+        .docker()
+        .args(["run", "-d", "--network", "none", "--runtime", "stackhook", GPU_IMAGE, "sleep", "60"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let long = text(&out.stdout).trim().to_owned();
+    let out = dockerd.docker().args(["exec", &long, "echo", "exec-ok"]).output().unwrap();
+    assert_eq!(text(&out.stdout).trim(), "exec-ok", "{}", text(&out.stderr));
+    let out = dockerd.docker().args(["rm", "--force", &long]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // A broken host: the GPU container is stopped before its process runs, with our verdict
+    // in Docker's error. The wrapper reads its configuration on every call.
+    write_config(&config, broken.root(), "enforce", &reports);
+    let (out, id) = docker_run(&dockerd, d, &["--runtime", "stackhook", GPU_IMAGE, "echo", "hi"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "the container started on a broken host");
+    assert!(!text(&out.stdout).contains("hi"), "the process ran");
+    assert!(stderr.contains("stackhook: blocked"), "{stderr}");
+    let code = BROKEN.expected_code().unwrap();
+    assert!(stderr.contains(code), "{code} missing from docker's error: {stderr}");
+    eprintln!("docker run exit status on a blocked start: {}", out.status);
+    assert_eq!(decision(&reports, &id), "blocked");
+
+    // No GPU asked for: runs untouched on the same broken host (the hook ran, and skipped).
+    let (out, id) = docker_run(&dockerd, d, &["--runtime", "stackhook", PLAIN_IMAGE, "echo", "hi"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "hi");
+    assert_eq!(decision(&reports, &id), "skipped");
+
+    // Without `--runtime stackhook` Docker's default runc runs, with no hook.
+    let (out, id) = docker_run(&dockerd, d, &[GPU_IMAGE, "echo", "hi"]);
+    assert_eq!(text(&out.stdout).trim(), "hi", "{}", text(&out.stderr));
+    assert!(!reports.join(format!("{id}.json")).exists());
+
+    // Policy warn: the verdict is reported, the container runs.
+    write_config(&config, broken.root(), "warn", &reports);
+    let (out, id) = docker_run(&dockerd, d, &["--runtime", "stackhook", GPU_IMAGE, "echo", "hi"]);
+    assert_eq!(text(&out.stdout).trim(), "hi", "{}", text(&out.stderr));
+    assert_eq!(decision(&reports, &id), "allowed-despite-failure");
+
+    drop(dockerd);
+    let said = install(&stackhook, "uninstall", "docker", &prefix, None);
+    assert!(said.contains("removed"), "{said}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&daemon_json).unwrap()).unwrap();
+    assert_eq!(doc, serde_json::json!({}));
+    assert!(wrapper.symlink_metadata().is_err(), "the wrapper link is still there");
+}
+
+/// Runs the wrapper (as `stackhook-runtime`) with `args`, configured by `config`.
+fn run_wrapper(link: &Path, config: &Path, runtime: Option<&str>, args: &[&str]) -> Output {
+    let mut cmd = Command::new(link);
+    cmd.env("STACKHOOK_CONFIG", config).args(args);
+    if let Some(runtime) = runtime {
+        cmd.env("STACKHOOK_RUNTIME", runtime);
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn the_wrapper_in_front_of_runc_and_crun() {
+    if !is_root() || !have("runc") || !Path::new("/bin/busybox").exists() {
+        eprintln!("skipped: needs root, runc and busybox-static");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let stackhook = installed_copy(d);
+    let link = d.join("bin/stackhook-runtime");
+    std::os::unix::fs::symlink("stackhook", &link).unwrap();
+    let config = d.join("config.toml");
+    let reports = d.join("reports");
+    let healthy = Preset::Healthy.build(&d.join("hosts/healthy")).unwrap();
+    let broken = BROKEN.build(&d.join("hosts/broken")).unwrap();
+    let pid = std::process::id();
+
+    // Commands other than create/run pass through: output and exit status are runc's own.
+    write_config(&config, broken.root(), "enforce", &reports);
+    let ours = run_wrapper(&link, &config, None, &["--version"]);
+    let runc_version = Command::new("runc").arg("--version").output().unwrap();
+    assert_eq!(
+        (ours.status.code(), text(&ours.stdout)),
+        (runc_version.status.code(), text(&runc_version.stdout))
+    );
+    let missing = format!("sh-absent-{pid}");
+    let ours = run_wrapper(&link, &config, None, &["state", &missing]);
+    let theirs = Command::new("runc").args(["state", &missing]).output().unwrap();
+    assert_eq!(ours.status.code(), theirs.status.code());
+    assert!(!ours.status.success() && text(&ours.stderr).contains(&missing), "{}", text(&ours.stderr));
+    // `stackhook runtime ...` is the same wrapper.
+    let sub = Command::new(&stackhook)
+        .args(["runtime", "--version"])
+        .env("STACKHOOK_CONFIG", &config)
+        .output()
+        .unwrap();
+    assert_eq!(text(&sub.stdout), text(&runc_version.stdout));
+
+    // create on a broken host: the hook is added to config.json and blocks.
+    let bundle = Bundle::busybox(&d.join("b1"), &["echo", "container-ran"])
+        .env("NVIDIA_VISIBLE_DEVICES=all")
+        .env(REQUIRE)
+        .write();
+    let id = format!("sh-wrap-broken-{pid}");
+    let out = run_wrapper(
+        &link,
+        &config,
+        None,
+        &["--log-format", "text", "run", "--bundle", bundle.dir.to_str().unwrap(), &id],
+    );
+    let _ = Command::new("runc").args(["delete", "--force", &id]).output();
+    assert!(!out.status.success() && !text(&out.stdout).contains("container-ran"));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("stackhook: blocked") && stderr.contains(BROKEN.expected_code().unwrap()),
+        "{stderr}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bundle.dir.join("config.json")).unwrap()).unwrap();
+    let entry = &doc["hooks"]["createRuntime"][0];
+    assert_eq!(entry["path"], std::fs::canonicalize(&stackhook).unwrap().to_str().unwrap());
+    assert_eq!(entry["args"], serde_json::json!(["stackhook", "hook"]));
+    assert_eq!(entry["env"][0], "PATH=/usr/sbin:/usr/bin:/sbin:/bin");
+    assert_eq!(doc["process"]["args"][1], "echo", "the rest of config.json is kept");
+
+    // A healthy host, with runc and, through STACKHOOK_RUNTIME, crun.
+    write_config(&config, healthy.root(), "enforce", &reports);
+    let mut runtimes = vec![("runc", vec![])];
+    if have("crun") {
+        // crun cannot manage cgroups in this machine's hybrid cgroup mode.
+        runtimes.push(("crun", vec!["--cgroup-manager=disabled"]));
+    }
+    for (runtime, globals) in runtimes {
+        let bundle = Bundle::busybox(&d.join(format!("ok-{runtime}")), &["echo", "container-ran"])
+            .env("NVIDIA_VISIBLE_DEVICES=all")
+            .env(REQUIRE)
+            .write();
+        let id = format!("sh-wrap-ok-{runtime}-{pid}");
+        let mut args = globals.clone();
+        args.extend(["run", "-b", bundle.dir.to_str().unwrap(), &id]);
+        let out = run_wrapper(&link, &config, Some(runtime), &args);
+        let _ = Command::new(runtime).args(globals).args(["delete", "--force", &id]).output();
+        assert!(out.status.success(), "{runtime}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout).trim(), "container-ran", "{runtime}");
+        assert_eq!(decision(&reports, &id), "allowed", "{runtime}");
+    }
+
+    // A runtime that is the wrapper itself is refused rather than exec'd in a loop.
+    let out = run_wrapper(&link, &config, Some(link.to_str().unwrap()), &["--version"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("stackhook itself"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn podman_runs_the_hooks_d_file() {
+    if !is_root() || !have("podman") || !have("runc") || !Path::new("/bin/busybox").exists() {
+        eprintln!("skipped: needs root, podman, runc and busybox-static");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let stackhook = installed_copy(d);
+    let prefix = d.join("root");
+    let config = d.join("config.toml");
+    let reports = d.join("reports");
+    let healthy = Preset::Healthy.build(&d.join("hosts/healthy")).unwrap();
+    let broken = BROKEN.build(&d.join("hosts/broken")).unwrap();
+    write_config(&config, broken.root(), "enforce", &reports);
+    install(&stackhook, "install", "podman", &prefix, Some(&config));
+    let hooks_dir = prefix.join("usr/share/containers/oci/hooks.d");
+    assert!(hooks_dir.join("stackhook.json").is_file());
+
+    // Podman 4.3 on this machine: runc (crun fails on cgroups in hybrid mode and on
+    // RLIMIT_NOFILE), cgroupfs, no journald for events.
+    let conf = d.join("containers.conf");
+    std::fs::write(
+        &conf,
+        "[containers]\ndefault_ulimits = []\n[engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\n\
+         events_logger = \"file\"\n",
+    )
+    .unwrap();
+    let podman = || {
+        let mut cmd = Command::new("podman");
+        cmd.env("CONTAINERS_CONF", &conf)
+            .arg("--root")
+            .arg(d.join("storage"))
+            .arg("--runroot")
+            .arg(d.join("run"))
+            .arg("--tmpdir")
+            .arg(d.join("tmp"))
+            .arg("--hooks-dir")
+            .arg(&hooks_dir);
+        cmd
+    };
+    let tar = busybox_rootfs_tar(d);
+    for (image, gpu) in [(GPU_IMAGE, true), (PLAIN_IMAGE, false)] {
+        let mut cmd = podman();
+        cmd.arg("import");
+        if gpu {
+            cmd.args(["--change", "ENV NVIDIA_VISIBLE_DEVICES=all"]);
+        }
+        let out = cmd.args(["--change", &format!("ENV {REQUIRE}")]).arg(&tar).arg(image).output().unwrap();
+        assert!(out.status.success(), "podman import: {}", text(&out.stderr));
+    }
+    let run = |image: &str| {
+        podman().args(["run", "--rm", "--network", "none", image, "echo", "hi"]).output().unwrap()
+    };
+
+    let out = run(GPU_IMAGE);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success() && !text(&out.stdout).contains("hi"), "started on a broken host");
+    assert!(
+        stderr.contains("stackhook: blocked") && stderr.contains(BROKEN.expected_code().unwrap()),
+        "{stderr}"
+    );
+    eprintln!("podman run exit status on a blocked start: {}", out.status);
+
+    let out = run(PLAIN_IMAGE);
+    assert_eq!(text(&out.stdout).trim(), "hi", "{}", text(&out.stderr));
+
+    // Reinstalled for a healthy host (the file is rewritten, podman reads it per container).
+    write_config(&config, healthy.root(), "enforce", &reports);
+    let said = install(&stackhook, "install", "podman", &prefix, Some(&config));
+    assert!(said.starts_with("modified"), "{said}");
+    let out = run(GPU_IMAGE);
+    assert_eq!(text(&out.stdout).trim(), "hi", "{}", text(&out.stderr));
+
+    let _ = podman().args(["rmi", "--all", "--force"]).output();
+    let said = install(&stackhook, "uninstall", "podman", &prefix, None);
+    assert!(said.starts_with("removed") && !hooks_dir.join("stackhook.json").exists(), "{said}");
+}
