@@ -4,7 +4,7 @@
 //! The selector is evaluated here by a small evaluator of its own over the printed JSON (not the
 //! library's `matches`), with Kubernetes' semantics: `In`, `NotIn` (also true when the label is
 //! absent), `Exists`, `DoesNotExist`, `Gt`/`Lt` (the label's value as an integer); expressions
-//! of a term ANDed, terms ORed.
+//! of a term AND-ed, terms OR-ed.
 
 use std::collections::BTreeMap;
 use std::path::Path;

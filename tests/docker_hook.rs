@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use e2e::{binary, busybox_rootfs_tar, have, is_root, Bundle, Dockerd};
 use stackhook::fixture::Preset;
 
-/// What both test images need from the host (the healthy fixture's driver 535 gives CUDA 12.2).
+/// What the imported test images need from the host (the healthy fixture's driver 535 gives
+/// CUDA 12.2).
 const REQUIRE: &str = "STACKBUILD_REQUIRE_CUDA=cuda>=12.1";
 /// An image that asks for GPUs.
 const GPU_IMAGE: &str = "stackhook-e2e-gpu:test";
@@ -55,12 +56,16 @@ fn write_config(path: &Path, host: &Path, policy: &str, reports: &Path) {
     .unwrap();
 }
 
-/// The `decision` of the hook's report for container `id`.
-fn decision(reports: &Path, id: &str) -> String {
+/// The hook's report for container `id`.
+fn report(reports: &Path, id: &str) -> serde_json::Value {
     let path = reports.join(format!("{id}.json"));
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("no report {}: {e}", path.display()));
-    let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    doc["decision"].as_str().unwrap_or_default().to_owned()
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// The `decision` of the hook's report for container `id`.
+fn decision(reports: &Path, id: &str) -> String {
+    report(reports, id)["decision"].as_str().unwrap_or_default().to_owned()
 }
 
 fn install(stackhook: &Path, verb: &str, engine: &str, prefix: &Path, config: Option<&Path>) -> String {
@@ -72,6 +77,71 @@ fn install(stackhook: &Path, verb: &str, engine: &str, prefix: &Path, config: Op
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "stackhook {verb} {engine}: {}", text(&out.stderr));
     text(&out.stdout)
+}
+
+/// The GPU image as `stackbuild` builds it: scratch, the busybox of [`busybox_rootfs_tar`] in
+/// `/bin`, and `[host] modules = ["nvidia_uvm"]`, which the builder turns into
+/// `NVIDIA_VISIBLE_DEVICES=all`, `STACKBUILD_REQUIRE_MODULES=module=nvidia_uvm` and
+/// `/etc/stackbuild/stack.json`. Returns its `docker load` archive, or `None` with the reason
+/// printed when the builder is not built or fails (the image is then made by `import`).
+fn stackbuild_archive(dir: &Path) -> Option<PathBuf> {
+    let builder = std::env::var_os("STACKBUILD_BIN")
+        .map_or_else(|| e2e::workspace().join("target/release/stackbuild"), PathBuf::from);
+    if !builder.is_file() {
+        eprintln!("note: {} is not built; the GPU image is made by `import`", builder.display());
+        return None;
+    }
+    let (name, tag) = GPU_IMAGE.split_once(':').unwrap();
+    std::fs::write(
+        dir.join("recipe.toml"),
+        format!(
+            "[image]\nname = \"{name}\"\ntag = \"{tag}\"\n\n[base]\nscratch = true\n\n[[source]]\n\
+             name = \"busybox\"\npath = \"rootfs/bin\"\ndest = \"/bin\"\n\n[host]\nmodules = [\"nvidia_uvm\"]\n"
+        ),
+    )
+    .unwrap();
+    let archive = dir.join("gpu-image.tar");
+    let out = Command::new(&builder)
+        .args(["build", "--quiet", "--out"])
+        .arg(dir.join("layout"))
+        .arg("--archive")
+        .arg(&archive)
+        .arg("--cache-dir")
+        .arg(dir.join("stackbuild-cache"))
+        .arg(dir.join("recipe.toml"))
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        eprintln!("note: stackbuild failed, the GPU image is made by `import`: {}", text(&out.stderr));
+        return None;
+    }
+    Some(archive)
+}
+
+/// Puts the two test images into an engine (`engine()` is a `docker` or `podman` command):
+/// [`GPU_IMAGE`] built by stackbuild and loaded (or imported with the same contract when the
+/// builder is not available), and [`PLAIN_IMAGE`], an imported busybox that asks for no GPU.
+/// Returns whether stackbuild made the GPU image.
+fn load_images(engine: &dyn Fn() -> Command, dir: &Path) -> bool {
+    let tar = busybox_rootfs_tar(dir);
+    let import = |image: &str, changes: &[&str]| {
+        let mut cmd = engine();
+        cmd.arg("import");
+        for change in changes {
+            cmd.args(["--change", change]);
+        }
+        let out = cmd.arg(&tar).arg(image).output().unwrap();
+        assert!(out.status.success(), "import {image}: {}", text(&out.stderr));
+    };
+    let built = stackbuild_archive(dir);
+    if let Some(archive) = &built {
+        let out = engine().args(["load", "--input"]).arg(archive).output().unwrap();
+        assert!(out.status.success(), "load {}: {}", archive.display(), text(&out.stderr));
+    } else {
+        import(GPU_IMAGE, &["ENV NVIDIA_VISIBLE_DEVICES=all", &format!("ENV {REQUIRE}")]);
+    }
+    import(PLAIN_IMAGE, &[&format!("ENV {REQUIRE}")]);
+    built.is_some()
 }
 
 fn docker_skip_reason() -> Option<String> {
@@ -134,22 +204,18 @@ fn docker_runs_the_hook_through_the_stackhook_runtime() {
 
     let dockerd = Dockerd::start(&d.join("docker"), &daemon_json, &[("STACKHOOK_CONFIG", &config)])
         .unwrap_or_else(|e| panic!("{e}"));
-    let tar = busybox_rootfs_tar(d);
-    for (image, gpu) in [(GPU_IMAGE, true), (PLAIN_IMAGE, false)] {
-        let mut cmd = dockerd.docker();
-        cmd.arg("import");
-        if gpu {
-            cmd.args(["--change", "ENV NVIDIA_VISIBLE_DEVICES=all"]);
-        }
-        let out = cmd.args(["--change", &format!("ENV {REQUIRE}")]).arg(&tar).arg(image).output().unwrap();
-        assert!(out.status.success(), "docker import: {}", text(&out.stderr));
-    }
+    let by_stackbuild = load_images(&|| dockerd.docker(), d);
 
     // A healthy host: the GPU container runs, and the hook was there to say so.
     let (out, id) = docker_run(&dockerd, d, &["--runtime", "stackhook", GPU_IMAGE, "echo", "hi"]);
     assert!(out.status.success(), "{}\n{}", text(&out.stderr), dockerd.log_tail(20));
     assert_eq!(text(&out.stdout).trim(), "hi");
-    assert_eq!(decision(&reports, &id), "allowed");
+    let done = report(&reports, &id);
+    assert_eq!(done["decision"], "allowed");
+    if by_stackbuild {
+        // The hook read the image's stack.json through Docker's overlay root.
+        assert!(done["stack"].is_object(), "no stack in the report: {done}");
+    }
 
     // A long-running container: exec, kill and delete pass through the wrapper.
     let out = dockerd
@@ -241,7 +307,11 @@ fn the_wrapper_in_front_of_runc_and_crun() {
     let ours = run_wrapper(&link, &config, None, &["state", &missing]);
     let theirs = Command::new("runc").args(["state", &missing]).output().unwrap();
     assert_eq!(ours.status.code(), theirs.status.code());
-    assert!(!ours.status.success() && text(&ours.stderr).contains(&missing), "{}", text(&ours.stderr));
+    assert!(
+        !ours.status.success() && text(&ours.stderr).contains("container does not exist"),
+        "{}",
+        text(&ours.stderr)
+    );
     // `stackhook runtime ...` is the same wrapper.
     let sub = Command::new(&stackhook)
         .args(["runtime", "--version"])
@@ -294,6 +364,15 @@ fn the_wrapper_in_front_of_runc_and_crun() {
         args.extend(["run", "-b", bundle.dir.to_str().unwrap(), &id]);
         let out = run_wrapper(&link, &config, Some(runtime), &args);
         let _ = Command::new(runtime).args(globals).args(["delete", "--force", &id]).output();
+        let hooked =
+            std::fs::read_to_string(bundle.dir.join("config.json")).unwrap().contains("createRuntime");
+        assert!(hooked, "{runtime}: the wrapper did not add the hook");
+        if runtime == "crun" && text(&out.stderr).contains("cgroups in hybrid mode not supported") {
+            // crun 1.8 refuses hybrid cgroup hierarchies before it runs any hook (see
+            // shared/reference/real-runtimes-here.md): the wrapper's part is checked above.
+            eprintln!("skipped running crun: {}", text(&out.stderr).trim());
+            continue;
+        }
         assert!(out.status.success(), "{runtime}: {}", text(&out.stderr));
         assert_eq!(text(&out.stdout).trim(), "container-ran", "{runtime}");
         assert_eq!(decision(&reports, &id), "allowed", "{runtime}");
@@ -345,16 +424,7 @@ fn podman_runs_the_hooks_d_file() {
             .arg(&hooks_dir);
         cmd
     };
-    let tar = busybox_rootfs_tar(d);
-    for (image, gpu) in [(GPU_IMAGE, true), (PLAIN_IMAGE, false)] {
-        let mut cmd = podman();
-        cmd.arg("import");
-        if gpu {
-            cmd.args(["--change", "ENV NVIDIA_VISIBLE_DEVICES=all"]);
-        }
-        let out = cmd.args(["--change", &format!("ENV {REQUIRE}")]).arg(&tar).arg(image).output().unwrap();
-        assert!(out.status.success(), "podman import: {}", text(&out.stderr));
-    }
+    load_images(&podman, d);
     let run = |image: &str| {
         podman().args(["run", "--rm", "--network", "none", image, "echo", "hi"]).output().unwrap()
     };

@@ -7,9 +7,9 @@
 //! `nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms` over the
 //! labels `stackhook labels` publishes ([`stackhook::labels`]).
 //!
-//! Semantics. The terms of one variable are ORed and `nodeSelectorTerms` are ORed too; separate
-//! variables are ANDed, so the variables' terms are multiplied out (AND distributed over OR)
-//! into terms whose `matchExpressions` are ANDed (Kubernetes API, `NodeSelector`). The result is
+//! Semantics. The terms of one variable are OR-ed and `nodeSelectorTerms` are OR-ed too; separate
+//! variables are AND-ed, so the variables' terms are multiplied out (AND distributed over OR)
+//! into terms whose `matchExpressions` are AND-ed (Kubernetes API, `NodeSelector`). The result is
 //! simplified (contradictions dropped, duplicates and implied terms removed, terms that differ
 //! in one `In` merged) and refused above [`MAX_TERMS`].
 //!
@@ -199,7 +199,7 @@ impl MatchExpression {
     }
 }
 
-/// One `NodeSelectorTerm`: its expressions are ANDed.
+/// One `NodeSelectorTerm`: its expressions are AND-ed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeSelectorTerm {
@@ -230,7 +230,7 @@ impl Default for Options {
 /// The node affinity of an image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeAffinity {
-    /// The terms, ORed.
+    /// The terms, OR-ed.
     pub terms: Vec<NodeSelectorTerm>,
     /// The requirements translated, as (variable, expression).
     pub requirements: Vec<(String, String)>,
@@ -363,17 +363,17 @@ pub fn for_request(request: &ContainerRequest, options: &Options) -> Result<Node
     node_affinity(&request.requirements, options)
 }
 
-/// Reads the config of an archive's image without extracting it: only JSON members (the first
-/// byte is `{`) of at most 16 MiB are kept, digests are checked.
-fn archive_config(path: &Path, tag: Option<&str>) -> Result<ImageConfig, AffinityError> {
+/// The JSON members of an archive (gzipped or not) that may be an index, a manifest or a config:
+/// `index.json`, `manifest.json`, top-level `*.json` and blobs, of at most 16 MiB each and whose
+/// first byte is `{` or `[` (layers are never read past their first byte).
+fn archive_json_members(path: &Path) -> Result<BTreeMap<String, Vec<u8>>, AffinityError> {
     let io_err = |source| AffinityError::Archive { path: path.to_owned(), source };
-    let format_err = |what: String| AffinityError::ArchiveFormat { path: path.to_owned(), what };
     let mut reader = BufReader::new(File::open(path).map_err(io_err)?);
     let gzip = reader.fill_buf().map_err(io_err)?.starts_with(&[0x1f, 0x8b]);
     let input: Box<dyn Read> =
         if gzip { Box::new(flate2::read::GzDecoder::new(reader)) } else { Box::new(reader) };
     let mut archive = tar::Archive::new(input);
-    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut files = BTreeMap::new();
     let mut total = 0u64;
     for entry in archive.entries().map_err(io_err)? {
         let mut entry = entry.map_err(io_err)?;
@@ -381,42 +381,63 @@ fn archive_config(path: &Path, tag: Option<&str>) -> Result<ImageConfig, Affinit
             continue;
         }
         let name = entry.path().map_err(io_err)?.to_string_lossy().trim_start_matches("./").to_owned();
-        let wanted = name == "index.json"
-            || name == "manifest.json"
-            || name.starts_with("blobs/sha256/")
-            || (name.ends_with(".json") && !name.contains('/'));
-        if !wanted {
+        let top_json = !name.contains('/')
+            && Path::new(&name).extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        if !(top_json || name.starts_with("blobs/sha256/")) {
             continue;
         }
         let mut first = [0u8; 1];
-        if entry.read(&mut first).map_err(io_err)? == 0 || first[0] != b'{' && first[0] != b'[' {
+        if entry.read(&mut first).map_err(io_err)? == 0 || !matches!(first[0], b'{' | b'[') {
             continue;
         }
         let mut bytes = first.to_vec();
         entry.by_ref().take(ARCHIVE_JSON_CAP).read_to_end(&mut bytes).map_err(io_err)?;
         total += bytes.len() as u64;
         if total > ARCHIVE_TOTAL_CAP {
-            return Err(format_err(format!("more than {ARCHIVE_TOTAL_CAP} bytes of JSON members")));
+            return Err(AffinityError::ArchiveFormat {
+                path: path.to_owned(),
+                what: format!("more than {ARCHIVE_TOTAL_CAP} bytes of JSON members"),
+            });
         }
         files.insert(name, bytes);
     }
-    let json = |name: &str, bytes: &[u8]| -> Result<serde_json::Value, AffinityError> {
-        serde_json::from_slice(bytes).map_err(|e| format_err(format!("{name}: {e}")))
-    };
-    let blob = |digest: &str| -> Result<&[u8], AffinityError> {
-        let hex = crate::cache::sha256_hex(digest).map_err(|e| format_err(e.to_string()))?;
-        let bytes = files
-            .get(&format!("blobs/sha256/{hex}"))
-            .ok_or_else(|| format_err(format!("blob {digest} is missing (or not JSON)")))?;
+    Ok(files)
+}
+
+/// `tag` quoted, or what is meant without one.
+fn tag_text(tag: Option<&str>) -> String {
+    tag.map_or_else(|| "(the only one)".to_owned(), |t| format!("{t:?}"))
+}
+
+/// Reads the config of an archive's image without extracting it: an OCI layout in a tar
+/// (`index.json`, tags from `org.opencontainers.image.ref.name` or `io.containerd.image.name`),
+/// or else `docker save`'s `manifest.json` (tags from `RepoTags`). Digests are checked.
+fn archive_config(path: &Path, tag: Option<&str>) -> Result<ImageConfig, AffinityError> {
+    /// One entry of `docker save`'s `manifest.json`.
+    #[derive(Deserialize)]
+    struct LegacyEntry {
+        #[serde(rename = "Config")]
+        config: String,
+        #[serde(rename = "RepoTags", default)]
+        repo_tags: Option<Vec<String>>,
+    }
+    let format_err = |what: String| AffinityError::ArchiveFormat { path: path.to_owned(), what };
+    let files = archive_json_members(path)?;
+    let checked = |name: &str, hex: &str| -> Result<&[u8], AffinityError> {
+        let bytes = files.get(name).ok_or_else(|| format_err(format!("{name} is missing (or not JSON)")))?;
         let actual = hex::encode(Sha256::digest(bytes));
         if actual != hex {
-            return Err(format_err(format!("blob {digest} has digest sha256:{actual}")));
+            return Err(format_err(format!("{name} has digest sha256:{actual}")));
         }
         Ok(bytes)
     };
+    let blob = |digest: &str| -> Result<&[u8], AffinityError> {
+        let hex = crate::cache::sha256_hex(digest).map_err(|e| format_err(e.to_string()))?;
+        checked(&format!("blobs/sha256/{hex}"), hex)
+    };
     let config_bytes: &[u8] = if let Some(index) = files.get("index.json") {
-        let index: oci::Index = serde_json::from_value(json("index.json", index)?)
-            .map_err(|e| format_err(format!("index.json: {e}")))?;
+        let index: oci::Index =
+            serde_json::from_slice(index).map_err(|e| format_err(format!("index.json: {e}")))?;
         let names = |d: &oci::Descriptor| {
             [oci::ANNOTATION_REF_NAME, oci::ANNOTATION_CONTAINERD_NAME]
                 .iter()
@@ -432,44 +453,28 @@ fn archive_config(path: &Path, tag: Option<&str>) -> Result<ImageConfig, Affinit
             let tags: Vec<String> = index.manifests.iter().flat_map(names).collect();
             return Err(format_err(format!(
                 "no image {} in index.json (names: {})",
-                tag.map_or_else(|| "(the only one)".to_owned(), |t| format!("{t:?}")),
+                tag_text(tag),
                 if tags.is_empty() { "none".to_owned() } else { tags.join(", ") }
             )));
         };
-        let manifest: oci::Manifest = serde_json::from_value(json(&desc.digest, blob(&desc.digest)?)?)
+        let manifest: oci::Manifest = serde_json::from_slice(blob(&desc.digest)?)
             .map_err(|e| format_err(format!("manifest {}: {e}", desc.digest)))?;
         blob(&manifest.config.digest)?
     } else if let Some(legacy) = files.get("manifest.json") {
-        /// One entry of `docker save`'s `manifest.json`.
-        #[derive(Deserialize)]
-        struct Entry {
-            #[serde(rename = "Config")]
-            config: String,
-            #[serde(rename = "RepoTags", default)]
-            repo_tags: Option<Vec<String>>,
-        }
-        let entries: Vec<Entry> = serde_json::from_value(json("manifest.json", legacy)?)
-            .map_err(|e| format_err(format!("manifest.json: {e}")))?;
+        let entries: Vec<LegacyEntry> =
+            serde_json::from_slice(legacy).map_err(|e| format_err(format!("manifest.json: {e}")))?;
         let entry = match tag {
             Some(t) => entries.iter().find(|e| e.repo_tags.iter().flatten().any(|r| r == t)),
             None if entries.len() == 1 => entries.first(),
             None => None,
         };
-        let entry = entry.ok_or_else(|| {
-            format_err(format!(
-                "no image {} in manifest.json",
-                tag.map_or_else(|| "(the only one)".to_owned(), |t| format!("{t:?}"))
-            ))
-        })?;
+        let entry =
+            entry.ok_or_else(|| format_err(format!("no image {} in manifest.json", tag_text(tag))))?;
         let name = entry.config.trim_start_matches("./");
-        let bytes = files.get(name).ok_or_else(|| format_err(format!("config {name} is missing")))?;
-        if let Some(hex) = name.strip_prefix("blobs/sha256/").or_else(|| name.strip_suffix(".json")) {
-            let actual = hex::encode(Sha256::digest(bytes));
-            if actual != hex {
-                return Err(format_err(format!("config {name} has digest sha256:{actual}")));
-            }
+        match name.strip_prefix("blobs/sha256/").or_else(|| name.strip_suffix(".json")) {
+            Some(hex) => checked(name, hex)?,
+            None => files.get(name).ok_or_else(|| format_err(format!("config {name} is missing")))?,
         }
-        bytes
     } else {
         return Err(format_err("neither index.json nor manifest.json".to_owned()));
     };
@@ -480,9 +485,9 @@ fn archive_config(path: &Path, tag: Option<&str>) -> Result<ImageConfig, Affinit
 // Translation
 // ---------------------------------------------------------------------------------------------
 
-/// Expressions ANDed (sorted, one block per key after [`normalize`]).
+/// Expressions AND-ed (sorted, one block per key after [`normalize`]).
 type Conj = Vec<MatchExpression>;
-/// Conjunctions ORed.
+/// Conjunctions OR-ed.
 type Dnf = Vec<Conj>;
 
 /// The DNF that always holds.
@@ -797,11 +802,11 @@ fn implies(b: &MatchExpression, a: &MatchExpression) -> bool {
         |e: &MatchExpression| e.values.iter().map(|v| v.parse::<i64>().ok()).collect::<Option<Vec<_>>>();
     let bound = |e: &MatchExpression| e.values.first().and_then(|v| v.parse::<i64>().ok());
     match (a.operator, b.operator) {
-        (Operator::Exists, Operator::In | Operator::Gt | Operator::Lt) => true,
+        (Operator::Exists, Operator::In | Operator::Gt | Operator::Lt)
+        | (Operator::NotIn, Operator::DoesNotExist) => true,
         (Operator::In, Operator::In) => b.values.iter().all(|v| a.values.contains(v)),
         (Operator::NotIn, Operator::NotIn) => a.values.iter().all(|v| b.values.contains(v)),
         (Operator::NotIn, Operator::In) => b.values.iter().all(|v| !a.values.contains(v)),
-        (Operator::NotIn, Operator::DoesNotExist) => true,
         (Operator::Gt, Operator::Gt) => matches!((bound(a), bound(b)), (Some(x), Some(y)) if y >= x),
         (Operator::Lt, Operator::Lt) => matches!((bound(a), bound(b)), (Some(x), Some(y)) if y <= x),
         (Operator::Gt, Operator::In) => {
@@ -860,19 +865,23 @@ fn simplify(dnf: Dnf) -> Dnf {
     }
 }
 
-fn merge_in(a: &Conj, b: &Conj) -> Option<Conj> {
-    if a.len() != b.len() {
+fn merge_in(first: &Conj, second: &Conj) -> Option<Conj> {
+    if first.len() != second.len() {
         return None;
     }
-    let mut diff = a.iter().zip(b).enumerate().filter(|(_, (x, y))| x != y);
-    let (i, (x, y)) = diff.next()?;
-    if diff.next().is_some() || x.key != y.key || x.operator != Operator::In || y.operator != Operator::In {
+    let mut diff = first.iter().zip(second).enumerate().filter(|(_, (x, y))| x != y);
+    let (at, (left, right)) = diff.next()?;
+    let both_in = left.operator == Operator::In && right.operator == Operator::In;
+    if diff.next().is_some() || left.key != right.key || !both_in {
         return None;
     }
-    let values: BTreeSet<String> = x.values.iter().chain(&y.values).cloned().collect();
-    let mut merged = a.clone();
-    merged[i] =
-        MatchExpression { key: x.key.clone(), operator: Operator::In, values: values.into_iter().collect() };
+    let values: BTreeSet<String> = left.values.iter().chain(&right.values).cloned().collect();
+    let mut merged = first.clone();
+    merged[at] = MatchExpression {
+        key: left.key.clone(),
+        operator: Operator::In,
+        values: values.into_iter().collect(),
+    };
     Some(merged)
 }
 
@@ -1155,7 +1164,7 @@ mod tests {
                 ])
                 .lines()
                 .filter(|l| l.contains("error") || l.contains("- matchExpressions"))
-                .map(|l| format!("{l}\n"))
+                .flat_map(|l| [l, "\n"])
                 .collect(),
                 yaml(&[
                     ("A", "arch=5.0 arch=6.0 arch=7.0 arch=8.0 arch=9.0 arch=10.0 arch=12.0 arch=12.1"),

@@ -26,10 +26,33 @@
 //! copies on the search path (they make CUDA report "CUDA driver version is insufficient" on a
 //! good host); objects of another machine than the image's platform.
 //!
-//! A library that nothing in the image links to (a plugin, a Python extension module) is
-//! checked on its own; a dependency it cannot find on its own search path but that the image
+//! Each executable is loaded as `ld.so` loads it, breadth first, and a `DT_NEEDED` that matches
+//! the name or `DT_SONAME` of an object loaded earlier is not searched for (`elf/dl-deps.c`):
+//! systemd's `libsystemd-core` finds `libsystemd-shared` only that way. An object with a
+//! `RUNPATH` that receives such an earlier copy while its `RUNPATH` pins another is reported as
+//! shadowed too. A library that nothing in the image links to (a plugin, a Python extension
+//! module) is loaded on its own; a dependency it cannot find on its own search path but that the image
 //! has elsewhere is only a warning, since the process that `dlopen`s it may have loaded that
 //! copy already (the loader then matches it by name without searching).
+//!
+//! Findings are recorded per root (an executable, or a `dlopen` root: a library that nothing
+//! else in the image loads), and the severity of an unresolved library is decided at the end,
+//! from the roots it was reached from. It is only a warning when every root that reaches it is
+//!
+//! - an *alternative build*: a `dlopen` root of a family of at least two in one directory whose
+//!   names differ only in digits (bitsandbytes' `libbitsandbytes_cuda110.so` ...
+//!   `libbitsandbytes_cuda122.so`, torchaudio's `_torchaudio_ffmpeg4.so` ... `_ffmpeg6.so`), at
+//!   least one of which has no unresolved library in its closure: the package loads the build
+//!   that matches what it finds (bitsandbytes' `cuda_setup`; torchaudio tries each major
+//!   version of `FFmpeg`);
+//! - a *plugin*: a `dlopen` root outside Python packages (`site-packages`, `dist-packages`,
+//!   `lib-dynload`, `*.cpython-*.so`), outside the directories every object searches
+//!   (`LD_LIBRARY_PATH`, `ld.so.conf`, the default directories) and in a directory that nothing
+//!   outside it links into, such as libcaca's `caca/libgl_plugin.so`, loaded only when
+//!   `CACA_DRIVER=gl`.
+//!
+//! Anything an executable loads keeps its errors, and so do Python extension modules and
+//! libraries on the search path; shadowed copies, stubs and foreign machines stay errors.
 //!
 //! [`audit_dir`] reads an unpacked root filesystem; [`audit_layout`] streams the layers of an
 //! OCI layout without extracting them.
@@ -37,6 +60,7 @@
 mod elf;
 mod fs;
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::io;
@@ -427,6 +451,54 @@ struct Visit {
     dlopened: bool,
 }
 
+/// How bad a finding is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Severity {
+    Warning,
+    Error,
+}
+
+/// A finding as recorded, before [`Auditor::report`] applies the policy of the roots it was
+/// reached from.
+#[derive(Clone, Debug)]
+struct Noted {
+    severity: Severity,
+    finding: Finding,
+}
+
+/// What loading one root (an executable, or a library that nothing else loads) found.
+#[derive(Debug)]
+struct Load {
+    /// The real path of the root.
+    root: String,
+    /// Whether the root is loaded with `dlopen` (else it is an executable).
+    dlopened: bool,
+    /// Real paths of the objects whose dependencies were resolved, the root included.
+    objects: HashSet<String>,
+    /// What resolving them found.
+    notes: Vec<Noted>,
+}
+
+/// Why the unresolved errors in the closure of a plugin root are only warnings.
+const PLUGIN_EXCUSE: &str = "a plugin nothing in the image links to; loaded only on demand";
+
+/// Whether `path` is a Python extension module: in a directory of Python packages or the
+/// standard library's `lib-dynload`, or named with a CPython/PyPy ABI tag (PEP 3149) or the
+/// stable ABI's `.abi3.so`.
+fn is_python_module(path: &str) -> bool {
+    let (_, name) = split_parent(path);
+    path.split('/').any(|c| matches!(c, "site-packages" | "dist-packages" | "lib-dynload"))
+        || name.contains(".cpython-")
+        || name.contains(".pypy")
+        || name.ends_with(".abi3.so")
+}
+
+/// The name of a file without its digits, which names a family of alternative builds
+/// (`libbitsandbytes_cuda.so` for `libbitsandbytes_cuda118.so` and `..._cuda121.so`).
+fn family_name(name: &str) -> String {
+    name.chars().filter(|c| !c.is_ascii_digit()).collect()
+}
+
 /// Expands the dynamic string tokens of one `RPATH`/`RUNPATH` entry; `None` for entries that
 /// are relative after expansion (relative to the process's working directory, unknowable here)
 /// or empty.
@@ -513,13 +585,13 @@ struct Auditor<'a> {
     conf_dirs: Vec<String>,
     /// Search directory -> its resolved path (`None`: not a directory).
     canonical: HashMap<String, Option<String>>,
-    errors: BTreeMap<(FindingKind, String, Option<String>), Finding>,
-    warnings: BTreeMap<(FindingKind, String, Option<String>), Finding>,
+    /// Findings recorded since the last [`Auditor::load`] (or the start) took them.
+    notes: Vec<Noted>,
+    /// Findings about the image as a whole or single files, not about one root's closure.
+    global: Vec<Noted>,
+    /// The roots loaded: executables, then `dlopen` roots, each in path order.
+    loads: Vec<Load>,
     host_provided: BTreeMap<String, BTreeSet<String>>,
-    /// Real paths of the in-image `libcuda` copies already reported.
-    stubs: HashSet<String>,
-    /// Objects loaded by some executable or library.
-    visited: HashSet<String>,
     /// (`DT_SONAME` or file name, machine, class64) -> the loadable objects of that name.
     by_name: HashMap<(String, u16, bool), Vec<String>>,
 }
@@ -534,11 +606,10 @@ impl<'a> Auditor<'a> {
             ld_library_path: Vec::new(),
             conf_dirs: Vec::new(),
             canonical: HashMap::new(),
-            errors: BTreeMap::new(),
-            warnings: BTreeMap::new(),
+            notes: Vec::new(),
+            global: Vec::new(),
+            loads: Vec::new(),
             host_provided: BTreeMap::new(),
-            stubs: HashSet::new(),
-            visited: HashSet::new(),
             by_name: HashMap::new(),
         };
         // ld.so keeps the last definition (`process_envvars` in glibc's elf/rtld.c sees them all).
@@ -570,14 +641,16 @@ impl<'a> Auditor<'a> {
         Finding { kind, path: path.to_string(), soname: soname.map(str::to_string), message }
     }
 
+    /// Records an error (which [`Auditor::report`] may turn into a warning, see
+    /// [`Auditor::excuses`]).
     fn error(&mut self, kind: FindingKind, path: &str, soname: Option<&str>, message: String) {
-        let key = (kind, path.to_string(), soname.map(str::to_string));
-        self.errors.entry(key).or_insert_with(|| Self::finding(kind, path, soname, message));
+        let finding = Self::finding(kind, path, soname, message);
+        self.notes.push(Noted { severity: Severity::Error, finding });
     }
 
     fn warn(&mut self, kind: FindingKind, path: &str, soname: Option<&str>, message: String) {
-        let key = (kind, path.to_string(), soname.map(str::to_string));
-        self.warnings.entry(key).or_insert_with(|| Self::finding(kind, path, soname, message));
+        let finding = Self::finding(kind, path, soname, message);
+        self.notes.push(Noted { severity: Severity::Warning, finding });
     }
 
     /// Reads an `ld.so.conf` file: one directory per line, `#` comments, `include <glob>...`
@@ -757,8 +830,9 @@ impl<'a> Auditor<'a> {
     /// Loads `root` the way `ld.so` would, breadth first: each `DT_NEEDED` is first matched
     /// against the names (requested names and `DT_SONAME`s) of what is already loaded, and only
     /// searched for when nothing matches (glibc `elf/dl-deps.c` and `_dl_map_object`). An object
-    /// found by a search gets its loader's `RPATH` chain.
-    fn load(&mut self, root: &str, dlopened: bool) {
+    /// found by a search gets its loader's `RPATH` chain. Returns what was loaded and the
+    /// findings recorded meanwhile.
+    fn load(&mut self, root: &str, dlopened: bool) -> Load {
         let (origin, _) = split_parent(root);
         let mut queue = VecDeque::from([Visit {
             object: root.to_string(),
@@ -786,8 +860,9 @@ impl<'a> Auditor<'a> {
                 }
             }
         }
+        let mut objects = HashSet::new();
         while let Some(visit) = queue.pop_front() {
-            self.visited.insert(visit.object.clone());
+            objects.insert(visit.object.clone());
             let Some(info) = self.elf_at(&visit.object) else { continue };
             let Some(abi) = self.arch.abi_of(info) else { continue };
             // The RPATH chain this object passes on: its own (ignored next to a RUNPATH) in
@@ -839,6 +914,7 @@ impl<'a> Auditor<'a> {
                 }
             }
         }
+        Load { root: root.to_string(), dlopened, objects, notes: std::mem::take(&mut self.notes) }
     }
 
     /// An object with a RUNPATH gets `name` from what an earlier object loaded: reports it when
@@ -1016,9 +1092,7 @@ impl<'a> Auditor<'a> {
         let (_, base) = split_parent(&hit.found_at);
         let by = needed_by.map(|o| format!(", needed by {o},")).unwrap_or_default();
         if is_libcuda(base) {
-            if !self.stubs.insert(hit.real.clone()) {
-                return;
-            }
+            // Each root that reaches it records it; the report keeps the first message.
             let what = if hit.found_at.split('/').any(|c| c == "stubs")
                 || hit.real.split('/').any(|c| c == "stubs")
             {
@@ -1165,25 +1239,148 @@ impl<'a> Auditor<'a> {
                 libraries.push(path.to_string());
             }
         }
-        // Every executable, as the process it starts; then every library that none of them
-        // loads (plugins, Python extension modules), as if dlopen'ed on its own.
+        self.global.append(&mut self.notes);
+        // Every executable, as the process it starts.
+        let mut by_executables = HashSet::new();
         for path in executables {
-            self.load(&path, false);
+            let load = self.load(&path, false);
+            by_executables.extend(load.objects.iter().cloned());
+            self.loads.push(load);
         }
-        for path in libraries {
-            if !self.visited.contains(&path) {
-                self.load(&path, true);
-            }
-        }
+        // Then every library that none of them loads, as if dlopen'ed on its own; the roots are
+        // those that no other of them loads either (plugins, Python extension modules).
+        let candidates: Vec<Load> =
+            libraries.iter().filter(|p| !by_executables.contains(*p)).map(|p| self.load(p, true)).collect();
+        let is_root = Self::dlopen_roots(&candidates);
+        self.loads
+            .extend(candidates.into_iter().zip(is_root).filter_map(|(load, root)| root.then_some(load)));
         scanned
     }
 
-    fn report(self, objects_scanned: usize, started: Instant) -> AuditReport {
+    /// Which of `candidates` (each loaded on its own) are roots: those no other one loads, then,
+    /// in order, the first of each group that only loads each other (a dependency cycle).
+    fn dlopen_roots(candidates: &[Load]) -> Vec<bool> {
+        let loaded: HashSet<&str> = candidates
+            .iter()
+            .flat_map(|l| l.objects.iter().filter(move |o| **o != l.root).map(String::as_str))
+            .collect();
+        let mut is_root: Vec<bool> = candidates.iter().map(|l| !loaded.contains(l.root.as_str())).collect();
+        let mut covered: HashSet<&str> = HashSet::new();
+        for (load, _) in candidates.iter().zip(&is_root).filter(|(_, root)| **root) {
+            covered.extend(load.objects.iter().map(String::as_str));
+        }
+        for (load, root) in candidates.iter().zip(&mut is_root) {
+            if !covered.contains(load.root.as_str()) {
+                *root = true;
+                covered.extend(load.objects.iter().map(String::as_str));
+            }
+        }
+        is_root
+    }
+
+    /// The directories every object searches (`LD_LIBRARY_PATH`, `ld.so.conf`, the default
+    /// directories), resolved.
+    fn search_path_dirs(&mut self) -> HashSet<String> {
+        let mut dirs: Vec<String> = self.ld_library_path.clone();
+        dirs.extend(self.conf_dirs.iter().cloned());
+        for abi in [Some(self.arch.native), self.arch.compat].into_iter().flatten() {
+            dirs.extend(Self::default_dirs(abi));
+        }
+        dirs.iter().filter_map(|d| self.canonical_dir(d)).collect()
+    }
+
+    /// For each of [`Auditor::loads`], why the unresolved libraries in its closure are only
+    /// warnings, if they are: the root is an alternative build of a library another build of
+    /// which resolves, or a plugin (see the module documentation).
+    fn excuses(&mut self) -> Vec<Option<String>> {
+        let search_path = self.search_path_dirs();
+        let loads = &self.loads;
+        let resolves = |l: &Load| {
+            !l.notes
+                .iter()
+                .any(|n| n.severity == Severity::Error && n.finding.kind == FindingKind::Unresolved)
+        };
+        let mut excuses: Vec<Option<String>> = vec![None; loads.len()];
+
+        // Alternative builds: dlopen roots by directory and name without digits.
+        let mut families: BTreeMap<(&str, String), Vec<usize>> = BTreeMap::new();
+        for (i, load) in loads.iter().enumerate().filter(|(_, l)| l.dlopened) {
+            let (dir, name) = split_parent(&load.root);
+            families.entry((dir, family_name(name))).or_default().push(i);
+        }
+        for members in families.values().filter(|m| m.len() >= 2) {
+            let Some(&good) = members.iter().find(|&&i| resolves(&loads[i])) else { continue };
+            let (_, good_name) = split_parent(&loads[good].root);
+            for &i in members.iter().filter(|&&i| !resolves(&loads[i])) {
+                excuses[i] = Some(format!("an alternative build; {good_name} in the same directory does"));
+            }
+        }
+
+        // Plugins: directories of dlopen roots that nothing links into, except from inside.
+        let mut linked_into: HashSet<&str> = HashSet::new();
+        for load in loads {
+            let (root_dir, _) = split_parent(&load.root);
+            for object in load.objects.iter().filter(|o| **o != load.root) {
+                let (dir, _) = split_parent(object);
+                if !load.dlopened || dir != root_dir {
+                    linked_into.insert(dir);
+                }
+            }
+        }
+        for (load, excuse) in loads.iter().zip(&mut excuses) {
+            let (dir, _) = split_parent(&load.root);
+            if excuse.is_none()
+                && load.dlopened
+                && !is_python_module(&load.root)
+                && !search_path.contains(dir)
+                && !linked_into.contains(dir)
+            {
+                *excuse = Some(PLUGIN_EXCUSE.to_string());
+            }
+        }
+        excuses
+    }
+
+    /// The report: the findings of every root, where an unresolved library is an error unless
+    /// every root that reaches it excuses it ([`Auditor::excuses`]), and each finding is kept
+    /// once, with the message of its first recording at its final severity.
+    fn report(mut self, objects_scanned: usize, started: Instant) -> AuditReport {
+        let excuses = self.excuses();
+        let recorded = std::mem::take(&mut self.loads).into_iter().zip(excuses).flat_map(|(load, excuse)| {
+            load.notes.into_iter().map(move |mut note| {
+                if let Some(excuse) = &excuse {
+                    if note.severity == Severity::Error && note.finding.kind == FindingKind::Unresolved {
+                        note.severity = Severity::Warning;
+                        let _ = write!(note.finding.message, " ({excuse})");
+                    }
+                }
+                note
+            })
+        });
+        let mut merged: BTreeMap<(FindingKind, String, Option<String>), Noted> = BTreeMap::new();
+        for note in std::mem::take(&mut self.global).into_iter().chain(recorded) {
+            let f = &note.finding;
+            // A stub is reported once, under the name that reached it first.
+            let soname = if f.kind == FindingKind::Stub { None } else { f.soname.clone() };
+            let key = (f.kind, f.path.clone(), soname);
+            match merged.entry(key) {
+                Entry::Vacant(e) => {
+                    e.insert(note);
+                }
+                Entry::Occupied(mut e) => {
+                    if note.severity > e.get().severity {
+                        e.insert(note);
+                    }
+                }
+            }
+        }
+        let (errors, warnings): (Vec<Noted>, Vec<Noted>) =
+            merged.into_values().partition(|n| n.severity == Severity::Error);
         AuditReport {
             objects_scanned,
             elapsed: started.elapsed(),
-            errors: self.errors.into_values().collect(),
-            warnings: self.warnings.into_values().collect(),
+            errors: errors.into_iter().map(|n| n.finding).collect(),
+            warnings: warnings.into_iter().map(|n| n.finding).collect(),
             host_provided: self
                 .host_provided
                 .into_iter()

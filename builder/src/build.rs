@@ -119,6 +119,15 @@ pub enum BuildError {
     /// `--load`.
     #[error(transparent)]
     Load(#[from] crate::load::LoadError),
+    /// The audit found errors.
+    #[error("the image's libraries do not resolve:\n{0}")]
+    Audit(String),
+    /// The audit could not run.
+    #[error(transparent)]
+    AuditFailed(#[from] crate::audit::AuditError),
+    /// `--push` or a registry base.
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BuildError + 'a {
@@ -134,6 +143,12 @@ pub struct BuildOptions {
     pub archive: Option<PathBuf>,
     /// Load the image into the local Docker daemon.
     pub load: bool,
+    /// Audit the image's libraries before it is written (on by default).
+    pub audit: bool,
+    /// Push the image to this registry reference (`127.0.0.1:5000/name:tag`).
+    pub push: Option<String>,
+    /// Registry hosts spoken to over plain HTTP (loopback always is).
+    pub insecure_registries: Vec<String>,
     /// Fail instead of resolving when the lock is missing or stale.
     pub locked: bool,
     /// The cache directory (default: `$STACKBUILD_CACHE`, then the user cache dir).
@@ -150,6 +165,9 @@ impl Default for BuildOptions {
             out: None,
             archive: None,
             load: false,
+            audit: true,
+            push: None,
+            insecure_registries: Vec::new(),
             locked: false,
             cache_dir: None,
             compression: Compression::Gzip,
@@ -184,6 +202,10 @@ pub struct BuildReport {
     pub layers: Vec<LayerReport>,
     /// The stack description written into the image.
     pub stack: StackManifest,
+    /// The library audit (static ldd) of the image.
+    pub audit: Option<crate::audit::AuditReport>,
+    /// The registry push, when asked for.
+    pub push: Option<crate::registry::PushReport>,
     /// Seconds taken.
     pub seconds: f64,
 }
@@ -296,6 +318,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     let epoch = layer::source_date_epoch()?;
     let compression = opts.compression;
     let lock = lock_recipe(recipe, opts.locked, false, &cache)?;
+    let out = opts.out.clone().unwrap_or_else(|| PathBuf::from("images").join(&recipe.image.name));
 
     let mut layers: Vec<(LayerReport, LayerBlob, String)> = Vec::new();
     let mut push = |name: &str, created_by: String, blob: LayerBlob, built: bool| {
@@ -337,7 +360,14 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
                 debian.suite,
                 debian.packages.len()
             );
-            let prepared = debian.prepare(&cache, epoch, compression)?;
+            let mut prepared = debian.prepare(&cache, epoch, compression)?;
+            if prepared.cached && must_verify(&prepared.layer, &out, opts) {
+                if let Err(e) = cache.verify_blob(&prepared.layer.digest) {
+                    tracing::warn!("{e}; building the base again");
+                    cache.remove_blob(&prepared.layer.digest)?;
+                    prepared = debian.prepare(&cache, epoch, compression)?;
+                }
+            }
             facts = prepared.facts;
             components.push(Component {
                 kind: "base".into(),
@@ -360,7 +390,13 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
                 !prepared.cached,
             );
         }
-        Base::Oci { path, tag } => {
+        Base::Oci { .. } | Base::Registry { .. } => {
+            let (path, tag) = match &recipe.base {
+                Base::Oci { path, tag } => (path.clone(), tag.clone()),
+                Base::Registry { reference } => (pull_base(reference, platform, &cache, opts)?, Some("base".to_owned())),
+                _ => unreachable!("matched above"),
+            };
+            let (path, tag) = (&path, &tag);
             let image = oci::read_layout(path, tag.as_deref())?;
             base_config = image.config.config.clone();
             components.push(Component {
@@ -372,13 +408,18 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             });
             let history: Vec<History> =
                 image.config.history.iter().filter(|h| !h.empty_layer).cloned().collect();
-            for (i, blob) in image.layers.into_iter().enumerate() {
+            for (i, mut blob) in image.layers.into_iter().enumerate() {
+                // Docker v2 layers are the same bytes under another name; an OCI manifest
+                // names them the OCI way.
+                if let Some(c) = Compression::from_media_type(&blob.media_type) {
+                    blob.media_type = c.media_type().to_owned();
+                }
                 let by =
                     history.get(i).and_then(|h| h.created_by.clone()).unwrap_or_else(|| "base layer".into());
                 push("base", by, blob, false);
             }
         }
-        Base::Archive { .. } | Base::Docker { .. } | Base::Registry { .. } => {
+        Base::Archive { .. } | Base::Docker { .. } => {
             return Err(BuildError::Unsupported(format!(
                 "{}: a base of kind {:?} is not supported yet; use debian, ubuntu, oci or scratch",
                 recipe.path.display(),
@@ -403,19 +444,14 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         .collect();
     let scheme = python.map(|py| Scheme::debian_local(&py.version));
     let target = python.map(|py| Target::new(py.version.clone(), platform));
-    let mut fetched: Option<BTreeMap<String, Artifact>> = None;
-    let mut fetch_all = |cache: &Cache| -> Result<BTreeMap<String, Artifact>, BuildError> {
-        if let Some(f) = &fetched {
-            return Ok(f.clone());
-        }
+    // Only the wheels of layers that must be built are fetched (and re-hashed): a change of one
+    // small package must not re-read torch's 2 GB wheel.
+    let fetch = |cache: &Cache, wanted: &[&Wheel]| -> Result<BTreeMap<String, Artifact>, BuildError> {
         let (Some(py), Some(target)) = (python, target.as_ref()) else { return Ok(BTreeMap::new()) };
-        let pins: Vec<Pinned> = wheels.iter().map(|w| w.pin.clone()).collect();
+        let pins: Vec<Pinned> = wanted.iter().map(|w| w.pin.clone()).collect();
         tracing::info!("fetching {} wheel(s)", pins.len());
         let artifacts = fetch::fetch_wheels(&pins, target, py.index.as_deref(), &artifact_dir(cache))?;
-        let map: BTreeMap<String, Artifact> =
-            artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect();
-        fetched = Some(map.clone());
-        Ok(map)
+        Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect())
     };
     if let Some(scheme) = &scheme {
         for group in Group::ALL {
@@ -436,11 +472,11 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             let key = key.finish();
             let names = members.iter().map(|w| w.pin.to_string()).collect::<Vec<_>>().join(" ");
             let created_by = format!("stackbuild: {}: {names}", group.describe());
-            if let Some(blob) = cache.get_layer(&key) {
+            if let Some(blob) = reuse(&cache, &key, &out, opts) {
                 push(group.name(), created_by, blob, false);
                 continue;
             }
-            let artifacts = fetch_all(&cache)?;
+            let artifacts = fetch(&cache, &members)?;
             let stage = tempdir(&cache)?;
             for w in &members {
                 let artifact = artifacts.get(w.pin.name.as_ref()).ok_or_else(|| {
@@ -503,7 +539,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             key = key.str(&p.name).str(&patch_identity(&p.change)?);
         }
         let key = key.finish();
-        if let Some(blob) = cache.get_layer(&key) {
+        if let Some(blob) = reuse(&cache, &key, &out, opts) {
             push("sources", "stackbuild: sources".into(), blob, false);
         } else {
             if !staged_all {
@@ -573,17 +609,24 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         key = key.str(&p.name).str(&patch_identity(&p.change)?);
     }
     let key = key.finish();
-    if let Some(blob) = cache.get_layer(&key) {
+    if let Some(blob) = reuse(&cache, &key, &out, opts) {
         push("config", "stackbuild: patches and configuration".into(), blob, false);
     } else {
         let mut writer = LayerWriter::new(&cache, epoch);
         writer.add_file(STACK_JSON_PATH, stack_json.clone(), 0o644)?;
+        // The writer reads file contents in `finish`: the stage must outlive it.
+        let stage = tempdir(&cache)?;
         if !package_patches.is_empty() {
             let Some(scheme) = &scheme else {
                 return Err(BuildError::Unsupported("package patches need a [python] section".into()));
             };
-            let artifacts = fetch_all(&cache)?;
-            let stage = tempdir(&cache)?;
+            let targets: Vec<&Wheel> = wheels
+                .iter()
+                .filter(|w| {
+                    package_patches.iter().any(|p| matches!(&p.target, PatchTarget::Package(n) if *n == w.pin.name))
+                })
+                .collect();
+            let artifacts = fetch(&cache, &targets)?;
             for p in package_patches {
                 let PatchTarget::Package(name) = &p.target else { continue };
                 let artifact = artifacts.get(name.as_ref()).ok_or_else(|| {
@@ -698,8 +741,28 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         layers.into_iter().map(|(r, b, _)| (r, b)).unzip();
     let image = Image::new(image_config, blobs, annotations)?;
 
-    let out = opts.out.clone().unwrap_or_else(|| PathBuf::from("images").join(&recipe.image.name));
-    let digest = write_layout_atomically(&out, &image, &recipe.image.tag)?;
+    let mut audit = None;
+    let digest = write_layout_atomically(&out, &image, &recipe.image.tag, |tmp, digest| {
+        if !opts.audit {
+            return Ok(());
+        }
+        let report = audit_cached(&cache, tmp, &recipe.image.tag, digest)?;
+        for w in &report.warnings {
+            tracing::warn!("audit: {}: {}", w.path, w.message);
+        }
+        tracing::info!(
+            "audit: {} ELF object(s), {} error(s), {} warning(s), {} host-provided librar(ies)",
+            report.objects_scanned,
+            report.errors.len(),
+            report.warnings.len(),
+            report.host_provided.len()
+        );
+        if report.has_errors() {
+            return Err(BuildError::Audit(report.render_human()));
+        }
+        audit = Some(report);
+        Ok(())
+    })?;
     if let Some(archive) = &opts.archive {
         let tmp = archive.with_extension("tmp");
         oci::write_archive(&tmp, &image, &reference)?;
@@ -721,25 +784,102 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             tracing::info!("docker: {line}");
         }
     }
+    let push = match &opts.push {
+        Some(dest) => {
+            let dest = crate::registry::Reference::parse(dest)?;
+            let report = crate::registry::push_layout(&registry_client(opts), &out, Some(&recipe.image.tag), &dest)?;
+            tracing::info!(
+                "pushed {dest}: {} blob(s) uploaded, {} already there, {} mounted ({} requests)",
+                report.blobs_uploaded,
+                report.blobs_skipped,
+                report.blobs_mounted,
+                report.requests
+            );
+            Some(report)
+        }
+        None => None,
+    };
     Ok(BuildReport {
         manifest_digest: digest,
         layout: out,
         reference,
         layers: reports,
         stack,
+        audit,
+        push,
         seconds: started.elapsed().as_secs_f64(),
     })
 }
 
-/// Writes the layout next to `out` and swaps it in, so that a build that fails or is killed
-/// leaves either the previous image or none, never half of one.
-fn write_layout_atomically(out: &Path, image: &Image, tag: &str) -> Result<String, BuildError> {
+fn registry_client(opts: &BuildOptions) -> crate::registry::Client {
+    crate::registry::Client::new(opts.insecure_registries.iter().cloned())
+}
+
+/// Pulls a `registry = "REF"` base into the cache (every blob verified by digest) and returns
+/// the layout it landed in.
+fn pull_base(reference: &str, platform: Platform, cache: &Cache, opts: &BuildOptions) -> Result<PathBuf, BuildError> {
+    let src = crate::registry::Reference::parse(reference)?;
+    let dir = cache.root().join("pulls").join(hex::encode(Sha256::digest(reference.as_bytes())));
+    let pulled = crate::registry::pull_with(
+        &registry_client(opts),
+        &src,
+        &dir,
+        &crate::registry::PullOptions {
+            platform: oci::Platform {
+                architecture: platform.architecture().to_owned(),
+                os: platform.os().to_owned(),
+                variant: None,
+            },
+            layout_tag: Some("base"),
+        },
+    )?;
+    tracing::info!("base {reference}: pulled {} ({} blob(s) downloaded)", pulled.pinned, pulled.blobs_downloaded);
+    Ok(dir)
+}
+
+/// The audit of a layout, reused from the cache when the same manifest was audited before (a
+/// no-change rebuild must not re-read gigabytes of layers).
+fn audit_cached(cache: &Cache, layout: &Path, tag: &str, digest: &str) -> Result<crate::audit::AuditReport, BuildError> {
+    let path = cache.root().join("audits").join(format!("{}.json", digest.trim_start_matches("sha256:")));
+    if let Some(report) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
+        return Ok(report);
+    }
+    let report = crate::audit::audit_layout(layout, Some(tag))?;
+    if let Ok(json) = serde_json::to_vec(&report) {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+        }
+        crate::cache::write_atomic(&path, &json).map_err(io("writing", &path))?;
+    }
+    Ok(report)
+}
+
+/// Writes the layout next to `out`, lets `check` look at it, and swaps it in, so that a build
+/// that fails or is killed leaves either the previous image or none, never half of one.
+fn write_layout_atomically(
+    out: &Path,
+    image: &Image,
+    tag: &str,
+    check: impl FnOnce(&Path, &str) -> Result<(), BuildError>,
+) -> Result<String, BuildError> {
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
     let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("image");
     let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    let digest = oci::write_layout(&tmp, image, tag)?;
+    remove_stale_siblings(parent, name);
+    let digest = match oci::write_layout(&tmp, image, tag) {
+        Ok(d) => d,
+        Err(e) => {
+            // A full disk, most often: leave no half layout to fill it further.
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e.into());
+        }
+    };
+    if let Err(e) = check(&tmp, &digest) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
     let old = parent.join(format!(".{name}.old-{}", std::process::id()));
     if out.exists() {
         std::fs::rename(out, &old).map_err(io("moving aside", out))?;
@@ -747,6 +887,58 @@ fn write_layout_atomically(out: &Path, image: &Image, tag: &str) -> Result<Strin
     std::fs::rename(&tmp, out).map_err(io("renaming", &tmp))?;
     let _ = std::fs::remove_dir_all(&old);
     Ok(digest)
+}
+
+/// Removes `.NAME.tmp-PID` and `.NAME.old-PID` directories next to the output that a killed build
+/// left, once they are an hour old (a live build writes its own for minutes at most).
+fn remove_stale_siblings(parent: &Path, name: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    let (tmp, old) = (format!(".{name}.tmp-"), format!(".{name}.old-"));
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let file_name = file_name.to_string_lossy();
+        let ours = file_name.starts_with(&tmp) || file_name.starts_with(&old);
+        let stale = entry
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age.as_secs() > 3600);
+        if ours && stale {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Looks `key` up in the cache. The cache trusts a blob of the right size, so a hit whose bytes
+/// are about to go somewhere new (the layout at `out` lacks the blob, or an archive or `--load`
+/// reads it) is hashed again first; a corrupted one is removed and counts as a miss, so the
+/// layer is built again instead of shipped. A no-change rebuild into the same layout hashes
+/// nothing, which keeps it within the 0.1 s of `shared/reference/benchmarks.md` where hashing a
+/// multi-GB stack would take seconds.
+fn reuse(cache: &Cache, key: &LayerKey, out: &Path, opts: &BuildOptions) -> Option<LayerBlob> {
+    let blob = cache.get_layer(key)?;
+    if !must_verify(&blob, out, opts) {
+        return Some(blob);
+    }
+    match cache.verify_blob(&blob.digest) {
+        Ok(()) => Some(blob),
+        Err(e) => {
+            tracing::warn!("{e}; building the layer again");
+            let _ = cache.remove_blob(&blob.digest);
+            None
+        }
+    }
+}
+
+/// Whether a cached blob must be hashed before use: see [`reuse`].
+fn must_verify(blob: &LayerBlob, out: &Path, opts: &BuildOptions) -> bool {
+    if opts.archive.is_some() || opts.load {
+        return true;
+    }
+    let Ok(hex) = crate::cache::sha256_hex(&blob.digest) else { return true };
+    let placed = out.join("blobs").join("sha256").join(hex);
+    !std::fs::symlink_metadata(placed).is_ok_and(|m| m.is_file() && m.len() == blob.size)
 }
 
 fn tempdir(cache: &Cache) -> Result<tempfile::TempDir, BuildError> {

@@ -324,10 +324,44 @@ impl Cache {
         Ok(CacheLock { _file: file })
     }
 
+    /// Takes the cache's lock only if no build holds it (released when the guard drops).
+    fn try_lock(&self) -> Option<CacheLock> {
+        let path = self.root.join("lock");
+        let file = OpenOptions::new().create(true).truncate(false).write(true).open(path).ok()?;
+        file.try_lock().ok()?;
+        Some(CacheLock { _file: file })
+    }
+
     /// Removes temporary files whose writer is gone; returns how many were removed.
+    ///
+    /// Scratch directories (build stages under `tmp/`, `mmdebstrap-*` rootfs tars, downloads in
+    /// `artifacts/.fetch-*`) carry no lock of their own: a stale one is removed only while no
+    /// build holds the cache, since a live build may read a stage for longer than
+    /// [`STALE_AFTER`] without touching it.
     pub fn clean_temps(&self) -> Result<usize, CacheError> {
         let dir = self.tmp_dir();
         let mut removed = 0;
+        let idle = self.try_lock();
+        let stale = |path: &Path| {
+            fs::symlink_metadata(path)
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|m| m.elapsed().ok())
+                .is_some_and(|age| age > STALE_AFTER)
+        };
+        if idle.is_some() {
+            let scratch = [(self.root.clone(), "mmdebstrap-"), (self.root.join("artifacts"), ".fetch-")];
+            for (parent, prefix) in scratch {
+                let Ok(entries) = fs::read_dir(&parent) else { continue };
+                for entry in entries.flatten() {
+                    let path = entry.path();
+                    let ours = entry.file_name().to_string_lossy().starts_with(prefix);
+                    if ours && entry.file_type().is_ok_and(|t| t.is_dir()) && stale(&path) {
+                        removed += usize::from(fs::remove_dir_all(&path).is_ok());
+                    }
+                }
+            }
+        }
         // Key records are written next to their final name (see `write_atomic`); a leftover of a
         // killed writer is only garbage, never read, and removed once old.
         let keys = self.root.join("keys");
@@ -349,9 +383,14 @@ impl Cache {
             if young {
                 continue;
             }
+            if meta.is_dir() {
+                if idle.is_some() {
+                    removed += usize::from(fs::remove_dir_all(&path).is_ok());
+                }
+                continue;
+            }
             if !meta.is_file() {
-                let _ = fs::remove_file(&path);
-                removed += 1;
+                removed += usize::from(fs::remove_file(&path).is_ok());
                 continue;
             }
             let Ok(file) = OpenOptions::new().read(true).open(&path) else { continue };
@@ -632,6 +671,33 @@ mod tests {
         let live_path = live.path().to_path_buf();
         drop(live);
         assert!(!live_path.exists(), "an uncommitted temp file is removed on drop");
+    }
+
+    #[test]
+    fn stale_scratch_dirs_are_removed_only_while_no_build_holds_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let old = SystemTime::now() - Duration::from_hours(1);
+        let stage = dir.path().join("tmp/stage-killed");
+        let fetch = dir.path().join("artifacts/.fetch-killed");
+        let rootfs = dir.path().join("mmdebstrap-killed");
+        let young = dir.path().join("tmp/stage-live");
+        for d in [&stage, &fetch, &rootfs, &young] {
+            fs::create_dir_all(d.join("sub")).unwrap();
+            fs::write(d.join("sub/f"), b"partial").unwrap();
+        }
+        let age = |d: &Path| File::open(d).unwrap().set_modified(old).unwrap();
+        for d in [&stage, &fetch, &rootfs] {
+            age(d);
+        }
+        // A build holds the cache: its stages may be old and still in use.
+        let guard = cache.lock().unwrap();
+        assert_eq!(cache.clean_temps().unwrap(), 0);
+        assert!(stage.exists() && fetch.exists() && rootfs.exists());
+        drop(guard);
+        assert_eq!(cache.clean_temps().unwrap(), 3);
+        assert!(!stage.exists() && !fetch.exists() && !rootfs.exists());
+        assert!(young.exists(), "a young stage may belong to a build that has not locked yet");
     }
 
     #[test]

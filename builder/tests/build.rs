@@ -158,6 +158,7 @@ fn small_recipe_end_to_end() {
     let env = inspect["Env"].to_string();
     assert!(env.contains("STACKBUILD_REQUIRE_MODULES=module=nvidia_uvm"), "{env}");
     docker_load(&archive);
+    push_to_registry(&recipe, &cache, &layout, &first.digest);
 
     // One package changed: only its layer and those above that depend on it are rebuilt.
     let recipe = self::recipe(tmp.path(), &url, &commit, "2.0.0", find);
@@ -219,4 +220,31 @@ fn docker_load(archive: &Path) {
     assert!(out.status.success(), "docker run: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1.16.0+patched");
     let _ = Command::new(docker).args(["rmi", "-f", "small:test"]).output();
+}
+
+/// Pushes with `--push` to the registry `.ci/services` runs on 127.0.0.1, twice: the second push
+/// uploads no blob, and skopeo reads back the same digest.
+fn push_to_registry(recipe: &Path, cache: &Path, layout: &Path, digest: &str) {
+    let port = std::env::var("STACKBUILD_TEST_REGISTRY_PORT").unwrap_or_else(|_| "5115".into());
+    if std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+        eprintln!("skipped --push: no registry on 127.0.0.1:{port} (.ci/services starts one)");
+        return;
+    }
+    let dest = format!("127.0.0.1:{port}/stackbuild-e2e/small:test");
+    for round in 0..2 {
+        let pushed = build(recipe, cache, layout, &["--locked", "--push", &dest]);
+        assert_eq!(ok(&pushed).digest, digest);
+        let uploaded = pushed.report["push"]["blobs_uploaded"].as_u64().unwrap();
+        if round == 1 {
+            assert_eq!(uploaded, 0, "second push uploads nothing: {}", pushed.report["push"]);
+        }
+    }
+    let inspect = Command::new("skopeo")
+        .args(["inspect", "--tls-verify=false"])
+        .arg(format!("docker://{dest}"))
+        .output()
+        .unwrap();
+    assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
+    let inspect: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(inspect["Digest"], digest);
 }

@@ -189,8 +189,8 @@ impl Installer {
                 self.link_wrapper(&mut report)?;
                 report.notes.push(format!(
                     "next: reload dockerd (`systemctl reload docker` or `kill -HUP $(pidof dockerd)`), then \
-                     `docker run --runtime {RUNTIME_NAME} ...`; the wrapper reads {} (runtime, policy, \
-                     host_root, report_dir)",
+                     `docker run --runtime {RUNTIME_NAME} ...`; the wrapper reads its settings (runtime, \
+                     policy, host_root, report_dir) from $STACKHOOK_CONFIG or {}",
                     runtime::DEFAULT_CONFIG
                 ));
             }

@@ -72,6 +72,10 @@ pub struct Report<'a> {
     /// The image's stack, when it carries a readable `stack.json`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stack: Option<StackManifest>,
+    /// Why the image's `stack.json` was not read (a symlink, a FIFO, too large, not JSON), so
+    /// that a crafted image shows in the report under every policy, `audit` included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// The full diagnosis, when the host was probed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<&'a Diagnosis>,
@@ -107,7 +111,7 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     // Fast path: no GPU asked for means nothing to check (as NVIDIA's toolkit does), and the
     // host is not even probed.
     if !request.selection.any() {
-        write_report(config, id, "skipped", "no GPU requested", None, None, started);
+        write_report(config, id, "skipped", "no GPU requested", None, None, None, started);
         return HookOutcome { code: 0, stderr: String::new() };
     }
 
@@ -139,12 +143,12 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
             text.push_str(&diagnosis.render_human(false));
         }
     }
-    if let Some(note) = stack_note {
+    if let Some(note) = &stack_note {
         if config.policy != Policy::Audit && !text.is_empty() {
             text.push_str(&format!("note: {note}\n"));
         }
     }
-    write_report(config, id, decision, &reason, stack, Some(&diagnosis), started);
+    write_report(config, id, decision, &reason, stack, stack_note.as_deref(), Some(&diagnosis), started);
     let code = i32::from(blocked && config.policy == Policy::Enforce);
     if config.policy == Policy::Audit {
         text.clear();
@@ -166,17 +170,29 @@ fn read_stack(root: &Path) -> Result<Option<StackManifest>, String> {
 
 fn fail_closed(config: &HookConfig, id: &str, why: &str) -> HookOutcome {
     let blocked = config.policy == Policy::Enforce;
-    write_report(config, id, if blocked { "blocked" } else { "error" }, why, None, None, Instant::now());
+    write_report(
+        config,
+        id,
+        if blocked { "blocked" } else { "error" },
+        why,
+        None,
+        None,
+        None,
+        Instant::now(),
+    );
     let verdict = if blocked { "blocked" } else { "cannot check" };
     HookOutcome { code: i32::from(blocked), stderr: format!("stackhook: {verdict} {id}: {why}\n") }
 }
 
+// The report's fields, one argument each: a struct built at three call sites would only move them.
+#[allow(clippy::too_many_arguments)]
 fn write_report(
     config: &HookConfig,
     id: &str,
     decision: &'static str,
     reason: &str,
     stack: Option<StackManifest>,
+    note: Option<&str>,
     diagnosis: Option<&Diagnosis>,
     started: Instant,
 ) {
@@ -190,6 +206,7 @@ fn write_report(
         reason: reason.to_owned(),
         policy: config.policy,
         stack,
+        note: note.map(str::to_owned),
         diagnosis,
         micros: started.elapsed().as_micros(),
     };

@@ -196,7 +196,7 @@ pub fn compute_code(cc: ComputeCapability) -> Option<u64> {
 }
 
 /// The leading dotted numbers of a kernel release (at most three, as written) and the rest:
-/// `5.15.0-105-generic` -> (`["5", "15", "0"]`, `-105-generic`), `5.15` -> (`["5", "15"]`, ``),
+/// `5.15.0-105-generic` -> (`["5", "15", "0"]`, `-105-generic`), `5.15` -> (`["5", "15"]`, `""`),
 /// `6.1.21-v8+` -> (`["6", "1", "21"]`, `-v8+`), `5.15.167.4-microsoft` -> three numbers and
 /// `.4-microsoft`.
 pub fn kernel_prefix(release: &str) -> (Vec<&str>, &str) {

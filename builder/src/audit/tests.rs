@@ -597,6 +597,202 @@ fn earlier_load_shadows_the_pinned_copy() {
 }
 
 #[test]
+fn alternative_builds_of_one_library() {
+    // bitsandbytes 0.41 ships one build per CUDA release and loads the one matching the CUDA
+    // it finds: the builds for CUDA 11 cannot resolve their libraries in a CUDA 12 image.
+    let t = Tree::debian();
+    let bnb = "/usr/local/lib/python3.11/dist-packages/bitsandbytes";
+    t.elf("/usr/lib/x86_64-linux-gnu/libcublas.so.12", &lib("libcublas.so.12"));
+    for (cuda, cublas) in [("110", "libcublas.so.11"), ("118", "libcublas.so.11"), ("121", "libcublas.so.12")]
+    {
+        let name = format!("libbitsandbytes_cuda{cuda}.so");
+        t.elf(&format!("{bnb}/{name}"), &lib(&name).needs(&[cublas, "libc.so.6"]));
+    }
+    t.elf(&format!("{bnb}/libbitsandbytes_cpu.so"), &lib("libbitsandbytes_cpu.so").needs(&["libc.so.6"]));
+    let report = t.audit(&[]);
+    assert!(!report.has_errors(), "{}", report.render_human());
+    assert_eq!(
+        kinds(&report.warnings),
+        [
+            (FindingKind::Unresolved, &*format!("{bnb}/libbitsandbytes_cuda110.so"), Some("libcublas.so.11")),
+            (FindingKind::Unresolved, &*format!("{bnb}/libbitsandbytes_cuda118.so"), Some("libcublas.so.11")),
+        ]
+    );
+    assert!(report.warnings.iter().all(|w| w
+        .message
+        .ends_with("(an alternative build; libbitsandbytes_cuda121.so in the same directory does)")));
+    insta::assert_snapshot!("alternative_builds", report.render_human());
+}
+
+#[test]
+fn alternative_builds_none_of_which_resolves() {
+    // torchaudio 2.1 tries `_torchaudio_ffmpeg6.so`, 5, then 4; each links its own
+    // `libtorchaudio_ffmpegN.so`, which needs the FFmpeg of that major version (libavutil 58,
+    // 57, 56). The errors are on those libraries, inside the closures of the roots.
+    let t = Tree::debian();
+    let ta = "/usr/local/lib/python3.11/site-packages/torchaudio/lib";
+    for (n, avutil) in [("4", "libavutil.so.56"), ("5", "libavutil.so.57"), ("6", "libavutil.so.58")] {
+        let ext = format!("_torchaudio_ffmpeg{n}.so");
+        let inner = format!("libtorchaudio_ffmpeg{n}.so");
+        t.elf(&format!("{ta}/{ext}"), &lib(&ext).needs(&[&inner]).runpath("$ORIGIN"));
+        t.elf(&format!("{ta}/{inner}"), &lib(&inner).needs(&[avutil, "libc.so.6"]));
+    }
+    // No FFmpeg at all: every build fails, and so do the errors.
+    let report = t.audit(&[]);
+    assert!(report.warnings.is_empty(), "{}", report.render_human());
+    assert_eq!(
+        kinds(&report.errors),
+        [
+            (FindingKind::Unresolved, &*format!("{ta}/libtorchaudio_ffmpeg4.so"), Some("libavutil.so.56")),
+            (FindingKind::Unresolved, &*format!("{ta}/libtorchaudio_ffmpeg5.so"), Some("libavutil.so.57")),
+            (FindingKind::Unresolved, &*format!("{ta}/libtorchaudio_ffmpeg6.so"), Some("libavutil.so.58")),
+        ]
+    );
+
+    // Debian bookworm's FFmpeg 5: the other two are alternatives.
+    t.elf("/usr/lib/x86_64-linux-gnu/libavutil.so.57", &lib("libavutil.so.57"));
+    let report = t.audit(&[]);
+    assert!(!report.has_errors(), "{}", report.render_human());
+    assert_eq!(report.warnings.len(), 2, "{}", report.render_human());
+    assert!(report.warnings.iter().all(|w| w
+        .message
+        .ends_with("(an alternative build; _torchaudio_ffmpeg5.so in the same directory does)")));
+}
+
+#[test]
+fn plugins_outside_python_packages() {
+    let t = Tree::debian();
+    let multiarch = "/usr/lib/x86_64-linux-gnu";
+    // libcaca's OpenGL driver, loaded only with CACA_DRIVER=gl; freeglut is not installed.
+    t.elf(&format!("{multiarch}/libcaca.so.0"), &lib("libcaca.so.0").needs(&["libc.so.6"]));
+    t.elf(
+        &format!("{multiarch}/caca/libgl_plugin.so.0.0.0"),
+        &lib("libgl_plugin.so.0").needs(&["libGLU.so.1", "libglut.so.3.12", "libcaca.so.0"]),
+    );
+    // A library on the search path that nothing links to keeps its errors.
+    t.elf(&format!("{multiarch}/libunused.so.1"), &lib("libunused.so.1").needs(&["libgone.so.1"]));
+    // A library only a plugin loads is in that plugin's closure, whatever the path order (here
+    // the library comes first, and could have been taken for a root of its own).
+    t.elf(&format!("{multiarch}/libvlccore.so.9"), &lib("libvlccore.so.9").needs(&["libidn.so.12"]));
+    t.elf(
+        &format!("{multiarch}/vlc/plugins/libidn_plugin.so"),
+        &lib("libidn_plugin.so").needs(&["libvlccore.so.9"]),
+    );
+    // Libraries that only load each other: the first is a root.
+    t.elf("/opt/plug/liba.so", &lib("liba.so").needs(&["libb.so", "libnone.so"]).runpath("$ORIGIN"));
+    t.elf("/opt/plug/libb.so", &lib("libb.so").needs(&["liba.so"]).runpath("$ORIGIN"));
+    let report = t.audit(&[]);
+    assert_eq!(
+        kinds(&report.errors),
+        [(FindingKind::Unresolved, "/usr/lib/x86_64-linux-gnu/libunused.so.1", Some("libgone.so.1"))]
+    );
+    assert_eq!(
+        kinds(&report.warnings),
+        [
+            (FindingKind::Unresolved, "/opt/plug/liba.so", Some("libnone.so")),
+            (
+                FindingKind::Unresolved,
+                "/usr/lib/x86_64-linux-gnu/caca/libgl_plugin.so.0.0.0",
+                Some("libGLU.so.1")
+            ),
+            (
+                FindingKind::Unresolved,
+                "/usr/lib/x86_64-linux-gnu/caca/libgl_plugin.so.0.0.0",
+                Some("libglut.so.3.12")
+            ),
+            (FindingKind::Unresolved, "/usr/lib/x86_64-linux-gnu/libvlccore.so.9", Some("libidn.so.12")),
+        ]
+    );
+    assert!(report
+        .warnings
+        .iter()
+        .all(|w| w.message.ends_with("(a plugin nothing in the image links to; loaded only on demand)")));
+    insta::assert_snapshot!("plugins", report.render_human());
+}
+
+#[test]
+fn python_extension_modules_keep_their_errors() {
+    // torch without the cuDNN wheel: `_C` (nothing links to it) reaches libtorch_cuda, whose
+    // libcudnn.so.8 is missing. Neither a plugin nor an alternative build.
+    let t = Tree::debian();
+    let site = "/usr/local/lib/python3.11/site-packages";
+    t.elf(
+        &format!("{site}/torch/_C.cpython-311-x86_64-linux-gnu.so"),
+        &lib("_C.so").needs(&["libtorch_cuda.so"]).runpath("$ORIGIN/lib"),
+    );
+    t.elf(
+        &format!("{site}/torch/lib/libtorch_cuda.so"),
+        &lib("libtorch_cuda.so")
+            .needs(&["libcudnn.so.8", "libc.so.6"])
+            .runpath("$ORIGIN/../../nvidia/cudnn/lib"),
+    );
+    // An extension module outside site-packages, and one in the standard library.
+    t.elf("/opt/app/fast.cpython-311-x86_64-linux-gnu.so", &lib("fast.so").needs(&["libfast.so.1"]));
+    t.elf("/usr/local/lib/python3.11/lib-dynload/_ssl.so", &lib("_ssl.so").needs(&["libssl.so.3"]));
+    let report = t.audit(&[]);
+    assert_eq!(
+        kinds(&report.errors),
+        [
+            (FindingKind::Unresolved, "/opt/app/fast.cpython-311-x86_64-linux-gnu.so", Some("libfast.so.1")),
+            (FindingKind::Unresolved, "/usr/local/lib/python3.11/lib-dynload/_ssl.so", Some("libssl.so.3")),
+            (FindingKind::Unresolved, &*format!("{site}/torch/lib/libtorch_cuda.so"), Some("libcudnn.so.8")),
+        ]
+    );
+    assert!(report.warnings.is_empty(), "{}", report.render_human());
+}
+
+#[test]
+fn executables_keep_errors_shared_with_plugins() {
+    // libshared is loaded by an executable and by a plugin: its missing library is an error
+    // (from the executable), reported once; the plugin's own missing library is a warning.
+    let t = Tree::debian();
+    let multiarch = "/usr/lib/x86_64-linux-gnu";
+    t.elf(&format!("{multiarch}/libshared.so.1"), &lib("libshared.so.1").needs(&["libmissing.so.1"]));
+    t.elf("/usr/bin/tool", &exe().needs(&["libshared.so.1", "libc.so.6"]));
+    t.elf(
+        &format!("{multiarch}/caca/libx_plugin.so.0.0.0"),
+        &lib("libx_plugin.so.0").needs(&["libshared.so.1", "libX11.so.6"]),
+    );
+    // Also a member of a family whose other member resolves.
+    t.elf(
+        &format!("{multiarch}/caca/libx_plugin2.so.0.0.0"),
+        &lib("libx_plugin2.so.0").needs(&["libc.so.6"]),
+    );
+    let report = t.audit(&[]);
+    assert_eq!(
+        kinds(&report.errors),
+        [(FindingKind::Unresolved, "/usr/lib/x86_64-linux-gnu/libshared.so.1", Some("libmissing.so.1"))]
+    );
+    assert_eq!(report.errors[0].message, "libmissing.so.1 not found (searched the default directories)");
+    assert_eq!(
+        kinds(&report.warnings),
+        [(
+            FindingKind::Unresolved,
+            "/usr/lib/x86_64-linux-gnu/caca/libx_plugin.so.0.0.0",
+            Some("libX11.so.6")
+        )]
+    );
+
+    // Without the executable, the plugin's whole closure is excused.
+    std::fs::remove_file(t.host("/usr/bin/tool")).unwrap();
+    let report = t.audit(&[]);
+    assert!(!report.has_errors(), "{}", report.render_human());
+    assert_eq!(report.warnings.len(), 2, "{}", report.render_human());
+}
+
+#[test]
+fn family_and_python_names() {
+    assert_eq!(family_name("libbitsandbytes_cuda118_nocublaslt.so"), "libbitsandbytes_cuda_nocublaslt.so");
+    assert_eq!(family_name("_torchaudio_ffmpeg6.so"), "_torchaudio_ffmpeg.so");
+    assert!(is_python_module("/usr/lib/python3/dist-packages/yaml/_yaml.so"));
+    assert!(
+        is_python_module("/opt/x/mod.abi3.so")
+            && is_python_module("/opt/x/m.cpython-311-x86_64-linux-gnu.so")
+    );
+    assert!(!is_python_module("/usr/lib/x86_64-linux-gnu/caca/libgl_plugin.so.0.0.0"));
+}
+
+#[test]
 fn nodeflib_skips_default_dirs() {
     let t = Tree::debian();
     t.elf("/usr/bin/app", &Spec { nodeflib: true, ..exe() }.needs(&["libc.so.6"]));
@@ -876,6 +1072,17 @@ fn audit_from_env() {
         let env: Vec<String> = std::env::var("STACKBUILD_AUDIT_ENV").map(|e| vec![e]).unwrap_or_default();
         let report = audit_dir(Path::new(&dir), &env, "linux/amd64").unwrap();
         println!("{}", report.render_human());
+        // The same in two steps, to tell reading from resolving.
+        let started = Instant::now();
+        let root = RootFs::from_dir(Path::new(&dir)).unwrap();
+        let read = started.elapsed();
+        let mut auditor = Auditor::new(&root, &env, "linux/amd64").unwrap();
+        auditor.audit();
+        println!(
+            "read {:.2}s, resolved {:.2}s",
+            read.as_secs_f64(),
+            started.elapsed().saturating_sub(read).as_secs_f64()
+        );
     }
     if let Ok(dir) = std::env::var("STACKBUILD_AUDIT_LAYOUT") {
         let report = audit_layout(Path::new(&dir), None).unwrap();

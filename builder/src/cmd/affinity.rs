@@ -10,7 +10,7 @@ pub struct Args {
     /// `FILE:TAG`, an OCI layout in a tar or `docker save` output, optionally gzipped).
     image: String,
     /// A further requirement, as a pod's `io.stackbuild.require.*` annotation would add it
-    /// (`gpus>=2`); repeat for several (ANDed).
+    /// (`gpus>=2`); repeat for several (all must hold).
     #[arg(long = "require", value_name = "EXPR")]
     requires: Vec<String>,
     /// Print JSON instead of YAML.

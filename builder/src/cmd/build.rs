@@ -21,6 +21,15 @@ pub struct Args {
     /// Load the image into the local Docker daemon and tag it `name:tag`.
     #[arg(long)]
     load: bool,
+    /// Skip the library audit (static ldd) that runs before the image is written.
+    #[arg(long)]
+    no_audit: bool,
+    /// Push the image to a registry: `--push 127.0.0.1:5000/dreamzero:tag`.
+    #[arg(long, value_name = "REF")]
+    push: Option<String>,
+    /// A registry host to reach over plain HTTP (loopback always is); repeatable.
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    insecure_registries: Vec<String>,
     /// Fail when the lock file is missing or stale instead of resolving again.
     #[arg(long)]
     locked: bool,
@@ -54,6 +63,9 @@ impl Args {
             out: self.out,
             archive: self.archive,
             load: self.load,
+            audit: !self.no_audit,
+            push: self.push,
+            insecure_registries: self.insecure_registries,
             locked: self.locked,
             cache_dir: self.cache_dir,
             compression: self.compression,

@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod affinity;
+mod audit;
 mod build;
 mod check;
 mod lock;
@@ -29,6 +30,9 @@ enum Command {
     Lock(lock::Args),
     /// Resolve without building: print the stack, the host requirements and every conflict.
     Check(check::Args),
+    /// Static `ldd` over an image: unresolved libraries, shadowed pins, reachable `libcuda`
+    /// stubs, foreign ELF machines. Exit 1 on errors.
+    Audit(audit::Args),
     /// Print the Kubernetes node affinity that places an image's pods only on nodes whose
     /// `stackhook` accepts its requirements (over `stackhook labels`).
     Affinity(affinity::Args),
@@ -42,6 +46,7 @@ impl Cli {
             Some(Command::Lock(args)) => args.run(),
             Some(Command::Check(args)) => args.run(),
             Some(Command::Affinity(args)) => args.run(),
+            Some(Command::Audit(args)) => args.run(),
             None => self.build.run(),
         }
     }

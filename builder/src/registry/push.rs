@@ -23,7 +23,7 @@ pub struct PushOptions<'a> {
 }
 
 /// What a push did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct PushReport {
     /// Where the image went: `registry/repository:tag@digest`.
     pub reference: String,
