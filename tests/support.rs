@@ -295,6 +295,7 @@ fn base64_urlsafe(bytes: &[u8]) -> String {
 /// `<name>/__init__.py` and `<name>/payload.bin` of `payload` pseudo-random (incompressible)
 /// bytes drawn from `seed`, with a correct `RECORD`. The same arguments give the same bytes.
 pub fn write_wheel(dir: &Path, name: &str, version: &str, payload: usize, seed: u64) -> PathBuf {
+    use std::fmt::Write as _;
     use std::io::Write as _;
     let dist_info = format!("{name}-{version}.dist-info");
     let mut members: Vec<(String, Vec<u8>)> = vec![
@@ -313,9 +314,9 @@ pub fn write_wheel(dir: &Path, name: &str, version: &str, payload: usize, seed: 
     for (member, bytes) in &members {
         use sha2::Digest as _;
         let hash = base64_urlsafe(&sha2::Sha256::digest(bytes));
-        record.push_str(&format!("{member},sha256={hash},{}\n", bytes.len()));
+        let _ = writeln!(record, "{member},sha256={hash},{}", bytes.len());
     }
-    record.push_str(&format!("{dist_info}/RECORD,,\n"));
+    let _ = writeln!(record, "{dist_info}/RECORD,,");
     members.push((format!("{dist_info}/RECORD"), record.into_bytes()));
 
     std::fs::create_dir_all(dir).unwrap();
@@ -337,8 +338,10 @@ pub fn write_wheel(dir: &Path, name: &str, version: &str, payload: usize, seed: 
 /// `<root>/simple/<project>/`), each link carrying its `#sha256=` as the spec recommends.
 /// Returns the copies' paths, in the order given.
 pub fn write_simple_index(root: &Path, wheels: &[PathBuf]) -> Vec<PathBuf> {
+    use std::fmt::Write as _;
     let simple = root.join("simple");
-    let mut projects: std::collections::BTreeMap<String, Vec<(String, String)>> = Default::default();
+    let mut projects: std::collections::BTreeMap<String, Vec<(String, String)>> =
+        std::collections::BTreeMap::new();
     let mut copies = Vec::new();
     for wheel in wheels {
         let file = wheel.file_name().unwrap().to_string_lossy().into_owned();
@@ -351,10 +354,10 @@ pub fn write_simple_index(root: &Path, wheels: &[PathBuf]) -> Vec<PathBuf> {
     }
     let mut top = String::from("<!DOCTYPE html>\n<html><body>\n");
     for (project, files) in &projects {
-        top.push_str(&format!("<a href=\"{project}/\">{project}</a>\n"));
+        let _ = writeln!(top, "<a href=\"{project}/\">{project}</a>");
         let mut page = String::from("<!DOCTYPE html>\n<html><body>\n");
         for (file, sha) in files {
-            page.push_str(&format!("<a href=\"{file}#sha256={sha}\">{file}</a>\n"));
+            let _ = writeln!(page, "<a href=\"{file}#sha256={sha}\">{file}</a>");
         }
         page.push_str("</body></html>\n");
         std::fs::write(simple.join(project).join("index.html"), page).unwrap();

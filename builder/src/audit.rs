@@ -183,10 +183,27 @@ mod secs {
     }
 }
 
+/// Changes whenever the rules that decide a finding's severity change, so that reports cached
+/// by a builder (keyed by image digest) are not reused across policies.
+pub const POLICY_VERSION: u32 = 2;
+
 /// Most findings of one kind listed by [`AuditReport::render_human`].
 const HUMAN_LIMIT: usize = 50;
 
 impl AuditReport {
+    /// Turns the errors of objects the recipe accepts (exact path, or a directory prefix ending
+    /// in `/`) into warnings that carry the recipe's reason.
+    pub fn accept(&mut self, path: &str, reason: &str) {
+        let (accepted, kept): (Vec<Finding>, Vec<Finding>) = std::mem::take(&mut self.errors)
+            .into_iter()
+            .partition(|f| f.path == path || (path.ends_with('/') && f.path.starts_with(path)));
+        self.errors = kept;
+        for mut f in accepted {
+            f.message = format!("{} (accepted by the recipe: {reason})", f.message);
+            self.warnings.push(f);
+        }
+    }
+
     /// Whether any error was found.
     pub fn has_errors(&self) -> bool {
         !self.errors.is_empty()

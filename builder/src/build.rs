@@ -746,12 +746,15 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         if !opts.audit {
             return Ok(());
         }
-        let report = audit_cached(&cache, tmp, &recipe.image.tag, digest)?;
+        let mut report = audit_cached(&cache, tmp, &recipe.image.tag, digest)?;
+        for ignore in &recipe.audit_ignore {
+            report.accept(&ignore.path, &ignore.reason);
+        }
         for w in &report.warnings {
-            tracing::warn!("audit: {}: {}", w.path, w.message);
+            tracing::debug!("audit: {}: {}", w.path, w.message);
         }
         tracing::info!(
-            "audit: {} ELF object(s), {} error(s), {} warning(s), {} host-provided librar(ies)",
+            "audit: {} ELF object(s), {} error(s), {} warning(s) (listed by `stackbuild audit`), {} host-provided librar(ies)",
             report.objects_scanned,
             report.errors.len(),
             report.warnings.len(),
@@ -840,7 +843,8 @@ fn pull_base(reference: &str, platform: Platform, cache: &Cache, opts: &BuildOpt
 /// The audit of a layout, reused from the cache when the same manifest was audited before (a
 /// no-change rebuild must not re-read gigabytes of layers).
 fn audit_cached(cache: &Cache, layout: &Path, tag: &str, digest: &str) -> Result<crate::audit::AuditReport, BuildError> {
-    let path = cache.root().join("audits").join(format!("{}.json", digest.trim_start_matches("sha256:")));
+    let name = format!("v{}-{}.json", crate::audit::POLICY_VERSION, digest.trim_start_matches("sha256:"));
+    let path = cache.root().join("audits").join(name);
     if let Some(report) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
         return Ok(report);
     }

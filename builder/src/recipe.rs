@@ -58,6 +58,18 @@ pub struct Recipe {
     pub patches: Vec<Patch>,
     /// `[host]`: the author's rules about the host; each becomes a `STACKBUILD_REQUIRE_*`.
     pub host: HostRules,
+    /// `[[audit.ignore]]`: objects whose unresolved libraries the author accepts, with why.
+    pub audit_ignore: Vec<AuditIgnore>,
+}
+
+/// `[[audit.ignore]]`: an object of the image the library audit reports as a warning instead
+/// of an error, because the author knows it is never loaded or degrades gracefully.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditIgnore {
+    /// Absolute path in the image.
+    pub path: String,
+    /// Why it is safe, shown with every finding it downgrades.
+    pub reason: String,
 }
 
 /// `[image]`.
@@ -772,6 +784,22 @@ struct RawRecipe {
     patch: Vec<Spanned<RawPatch>>,
     #[serde(default)]
     host: Option<RawHost>,
+    #[serde(default)]
+    audit: Option<RawAudit>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    #[serde(default)]
+    ignore: Vec<Spanned<RawAuditIgnore>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuditIgnore {
+    path: S,
+    reason: S,
 }
 
 #[derive(Deserialize)]
@@ -992,6 +1020,17 @@ impl Recipe {
         let sources = validate_sources(&mut ctx, &dir, raw.source);
         let patches = validate_patches(&mut ctx, &dir, raw.patch, &sources);
         let host = raw.host.map(|h| validate_host(&mut ctx, &h)).unwrap_or_default();
+        let mut audit_ignore = Vec::new();
+        for entry in raw.audit.map(|a| a.ignore).unwrap_or_default() {
+            let e = entry.get_ref();
+            if !e.path.get_ref().starts_with('/') || e.path.get_ref().split('/').any(|c| c == "..") {
+                ctx.error(e.path.span(), "expected an absolute path in the image, without `..`");
+            } else if e.reason.get_ref().trim().is_empty() {
+                ctx.error(e.reason.span(), "say why this object's unresolved libraries are acceptable");
+            } else {
+                audit_ignore.push(AuditIgnore { path: e.path.get_ref().clone(), reason: e.reason.get_ref().clone() });
+            }
+        }
         if !ctx.diags.is_empty() {
             let mut diags = ctx.diags;
             diags.sort_by_key(|d| (d.line, d.column));
@@ -1008,6 +1047,7 @@ impl Recipe {
                 sources: sources.into_iter().map(|(_, s)| s).collect(),
                 patches,
                 host,
+                audit_ignore,
             }),
             // Validation returns None only after recording a diagnostic.
             _ => Err(invalid(Vec::new())),

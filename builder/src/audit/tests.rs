@@ -1064,6 +1064,7 @@ fn host_ls_with_its_libraries() {
 }
 
 /// Audits a real tree or layout named by `STACKBUILD_AUDIT_DIR` / `STACKBUILD_AUDIT_LAYOUT`
+/// (the latter's whole report as JSON to `STACKBUILD_AUDIT_JSON` if set)
 /// (`cargo test -p stackbuild --lib audit::tests::audit_from_env -- --ignored --nocapture`).
 #[test]
 #[ignore = "needs STACKBUILD_AUDIT_DIR or STACKBUILD_AUDIT_LAYOUT"]
@@ -1087,5 +1088,9 @@ fn audit_from_env() {
     if let Ok(dir) = std::env::var("STACKBUILD_AUDIT_LAYOUT") {
         let report = audit_layout(Path::new(&dir), None).unwrap();
         println!("{}", report.render_human());
+        // The whole report (the human one lists 50 findings of a kind).
+        if let Ok(json) = std::env::var("STACKBUILD_AUDIT_JSON") {
+            std::fs::write(json, serde_json::to_vec_pretty(&report).unwrap()).unwrap();
+        }
     }
 }
