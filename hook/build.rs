@@ -43,7 +43,8 @@ fn run() -> Result<(), String> {
     for path in tables {
         println!("cargo:rerun-if-changed={}", path.display());
         let json = convert(&path)?;
-        let mut target = out.join(path.file_stem().ok_or_else(|| format!("{}: no file name", path.display()))?);
+        let mut target =
+            out.join(path.file_stem().ok_or_else(|| format!("{}: no file name", path.display()))?);
         target.set_extension("json");
         std::fs::write(&target, json).map_err(|e| format!("{}: {e}", target.display()))?;
     }

@@ -7,9 +7,9 @@
 //! stackhook: 32 concurrent invocations on one fixture host, and images crafted to attack it
 //! (`stack.json` as a symlink to host files, a FIFO, a huge file; `LD_PRELOAD` in the image).
 //!
-//! Fast by default. `STACKBUILD_LONG_FAULTS=1` adds ~20 kills of a build with a Debian base
-//! (about half an hour). Random kill points come from a seeded generator whose seed every run
-//! prints; `STACKBUILD_FAULT_SEED=N` replays a run.
+//! Fast by default (under a minute). `STACKBUILD_LONG_FAULTS=1` adds 20 kills of builds with a
+//! Debian base (about ten minutes). Random kill points come from a seeded generator whose seed
+//! every run prints; `STACKBUILD_FAULT_SEED=N` replays a run.
 
 use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
@@ -195,6 +195,20 @@ modules = ["nvidia_uvm"]
     }
 }
 
+/// Copies the fetched wheels (`artifacts/<sha256>/<file>`) of one cache into another.
+fn copy_artifacts(from: &Path, to: &Path) {
+    for dir in std::fs::read_dir(from.join("artifacts")).unwrap().flatten() {
+        if dir.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let dest = to.join("artifacts").join(dir.file_name());
+        std::fs::create_dir_all(&dest).unwrap();
+        for file in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            std::fs::copy(file.path(), dest.join(file.file_name())).unwrap();
+        }
+    }
+}
+
 /// Flips every bit of the byte in the middle of `path`, in place (its size is kept).
 fn flip_middle_byte(path: &Path) {
     use std::os::unix::fs::FileExt as _;
@@ -245,6 +259,30 @@ impl KillStats {
             leftover_bytes: 0,
         }
     }
+
+    /// Starts a build of `recipe` into round `round`'s cache and output, and `SIGKILL`s its whole
+    /// process group (pip, uv, mmdebstrap included) after `delay` ms; prints where it was.
+    fn kill_once(&mut self, p: &Project, recipe: &Path, round: usize, delay: u64) {
+        let cache = p.path(&format!("cache-kill-{round}"));
+        let out = p.path(&format!("images/out-{round}"));
+        let log = p.path(&format!("kill-{round}-{}.log", self.kills));
+        let (mut cmd, _) = p.build_command(recipe, &cache, &out, &["--locked"]);
+        let mut child: Child = cmd
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay));
+        let finished = child.try_wait().unwrap().is_some();
+        assert!(kill_group(&mut child), "round {round}: processes of the killed build are still running");
+        self.kills += 1;
+        self.finished_first += usize::from(finished);
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(nothing logged yet)");
+        let state = if finished { "it had finished" } else { "last log line" };
+        eprintln!("  round {round}: SIGKILL after {delay} ms ({state}: {})", last.trim());
+    }
 }
 
 /// One round: `kills` builds of `recipe` into a fresh cache, each `SIGKILL`ed (with its whole
@@ -263,18 +301,7 @@ fn kill_round(
     let out = p.path(&format!("images/out-{round}"));
     for _ in 0..kills {
         let delay = stats.rng.range(delay_ms.0, delay_ms.1);
-        let (mut cmd, _) = p.build_command(recipe, &cache, &out, &["--locked"]);
-        let mut child: Child =
-            cmd.stdout(Stdio::null()).stderr(Stdio::null()).process_group(0).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(delay));
-        let finished = child.try_wait().unwrap().is_some();
-        assert!(kill_group(&mut child), "round {round}: processes of the killed build are still running");
-        stats.kills += 1;
-        stats.finished_first += usize::from(finished);
-        eprintln!(
-            "  round {round}: SIGKILL after {delay} ms{}",
-            if finished { " (it had finished)" } else { "" }
-        );
+        stats.kill_once(p, recipe, round, delay);
         // A killed build leaves no image or a whole one, never a part.
         if out.exists() {
             assert_eq!(verify_layout(&out, "test").unwrap(), expected, "round {round}: image after a kill");
@@ -316,16 +343,34 @@ fn sigkill_at_random_points_then_rebuild() {
     let seed = XorShift::seed_from_env(SEED_VAR);
     eprintln!("sigkill: seed {seed} (replay with {SEED_VAR}={seed})");
     let started = Instant::now();
-    let p = Project::new(&[("1.0.0", 4 << 20)]);
+    let p = Project::new(&[("1.0.0", 8 << 20)]);
     let recipe = p.recipe("small.toml", "1.0.0", "scratch = true");
     let reference = p.build(&recipe, &p.path("cache-ref"), &p.path("images/ref"), &["--locked"]);
     let expected = reference.expect_ok("reference build");
-    eprintln!("  reference build: {expected} in {:.2} s", reference.seconds);
+    // pip takes most of a cold build; with the wheel already in the cache, the build is all
+    // installing, compressing and writing the layout.
+    copy_artifacts(&p.path("cache-ref"), &p.path("cache-warm"));
+    let warm = p.build(&recipe, &p.path("cache-warm"), &p.path("images/warm"), &["--locked"]);
+    assert_eq!(warm.expect_ok("build with the wheel cached"), expected);
+    eprintln!(
+        "  reference build: {expected} in {:.2} s cold, {:.2} s with the wheel cached",
+        reference.seconds, warm.seconds
+    );
+    // Kill points within 50..1500 ms, cut to how long a build takes here, so that most land.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let ms = |s: f64| (s * 1000.0) as u64;
+    let (cold_ms, warm_ms) = (ms(reference.seconds).clamp(300, 1500), ms(warm.seconds).clamp(100, 1500));
 
     let mut stats = KillStats::new(seed);
-    for round in 0..5 {
+    for round in 0..6 {
         let kills = 1 + usize::from(stats.rng.next_u64().is_multiple_of(2));
-        kill_round(&p, &recipe, round, kills, (50, 1500), &expected, &mut stats);
+        let delays = if round % 2 == 0 {
+            (50, cold_ms)
+        } else {
+            copy_artifacts(&p.path("cache-ref"), &p.path(&format!("cache-kill-{round}")));
+            (20, warm_ms)
+        };
+        kill_round(&p, &recipe, round, kills, delays, &expected, &mut stats);
     }
     eprintln!(
         "sigkill: {} kills ({} after the build had finished) in {} rounds, {} leftover(s) of {} bytes \
@@ -339,7 +384,11 @@ fn sigkill_at_random_points_then_rebuild() {
     );
 }
 
-/// ~20 kills of a build with a Debian base (mmdebstrap), behind `STACKBUILD_LONG_FAULTS=1`.
+/// 20 kills of a build with a Debian base (mmdebstrap), behind `STACKBUILD_LONG_FAULTS=1`.
+///
+/// mmdebstrap cannot resume, so a killed base starts over and random points of a cold build
+/// mostly land in it: two rounds kill cold builds, two kill builds whose base is already cached
+/// (pip, installing, the audit of the base's ELF files, compressing, writing the layout).
 #[test]
 fn sigkill_with_a_debian_base_long() {
     if std::env::var(LONG_VAR).map_or(true, |v| v != "1") {
@@ -357,33 +406,41 @@ fn sigkill_with_a_debian_base_long() {
     let recipe = p.recipe("debian.toml", "1.0.0", "debian = \"bookworm\"\npackages = [\"python3\"]");
     let reference = p.build(&recipe, &p.path("cache-ref"), &p.path("images/ref"), &["--locked"]);
     let expected = reference.expect_ok("reference build");
-    // Kill points over the whole cold build, mmdebstrap included.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let cold_ms = (reference.seconds * 1000.0) as u64;
-    eprintln!("  reference build: {expected} in {:.1} s", reference.seconds);
-    let mut stats = KillStats::new(seed);
-    // Five kills per fresh cache, at growing delays: each killed build resumes from what the
-    // ones before it left, so later kills land in later stages.
-    for round in 0..4 {
-        let mut delays: Vec<u64> = (0..5).map(|_| stats.rng.range(50, cold_ms.max(100))).collect();
-        delays.sort_unstable();
-        for delay in delays {
-            kill_continuing(&p, &recipe, round, delay, &mut stats);
-        }
-        let out = p.path(&format!("images/out-{round}"));
-        let cache = p.path(&format!("cache-kill-{round}"));
-        let rebuilt = p.build(&recipe, &cache, &out, &["--locked"]);
-        assert_eq!(rebuilt.expect_ok("rebuild after SIGKILLs"), expected, "round {round}");
-        assert_eq!(verify_layout(&out, "test").unwrap(), expected);
-        let check = verify_cache(&cache).unwrap_or_else(|e| panic!("round {round}: cache damaged: {e}"));
-        stats.rounds += 1;
-        stats.leftovers += check.leftovers.len();
-        stats.leftover_bytes += check.leftover_bytes;
-        let _ = std::fs::remove_dir_all(&cache);
-    }
+    let (base, _) = reference.layer("base");
+    seed_base(&p.path("cache-ref"), &p.path("cache-warm"), &base);
+    let warm = p.build(&recipe, &p.path("cache-warm"), &p.path("images/warm"), &["--locked"]);
+    assert_eq!(warm.expect_ok("build on a cached base"), expected);
+    assert!(!warm.layer("base").1, "the seeded base was built again");
     eprintln!(
-        "sigkill (Debian base): {} kills ({} after the build had finished) in {} rounds, {} leftover(s) of {} \
-         bytes, {:.0} s",
+        "  reference build: {expected} in {:.1} s cold, {:.1} s on a cached base",
+        reference.seconds, warm.seconds
+    );
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let ms = |s: f64| (s * 1000.0) as u64;
+    let (cold_ms, warm_ms) = (ms(reference.seconds).max(300), ms(warm.seconds).max(100));
+    let mut stats = KillStats::new(seed);
+    for round in 0..4 {
+        let delays = if round < 2 {
+            (50, cold_ms)
+        } else {
+            seed_base(&p.path("cache-ref"), &p.path(&format!("cache-kill-{round}")), &base);
+            (20, warm_ms)
+        };
+        kill_round(&p, &recipe, round, 5, delays, &expected, &mut stats);
+        let _ = std::fs::remove_dir_all(p.path(&format!("cache-kill-{round}")));
+    }
+
+    // A flipped byte in the cached base: built again, not shipped.
+    let cache = p.path("cache-ref");
+    flip_middle_byte(&cache.join("blobs/sha256").join(base.trim_start_matches("sha256:")));
+    let run = p.build(&recipe, &cache, &p.path("images/after-flip"), &["--locked"]);
+    assert_eq!(run.expect_ok("after a flipped byte in the base"), expected);
+    assert!(run.layer("base").1, "the corrupted base was reused: {:?}", run.built());
+    assert_eq!(verify_layout(&p.path("images/after-flip"), "test").unwrap(), expected);
+    verify_cache(&cache).unwrap();
+    eprintln!(
+        "sigkill (Debian base): {} kills ({} after the build had finished) in {} rounds, \
+         {} leftover(s) of {} bytes before cleanup, {:.0} s",
         stats.kills,
         stats.finished_first,
         stats.rounds,
@@ -393,23 +450,21 @@ fn sigkill_with_a_debian_base_long() {
     );
 }
 
-/// One kill of a build into round `round`'s cache after `delay` ms, without a rebuild.
-fn kill_continuing(p: &Project, recipe: &Path, round: usize, delay: u64, stats: &mut KillStats) {
-    let cache = p.path(&format!("cache-kill-{round}"));
-    let out = p.path(&format!("images/out-{round}"));
-    let (mut cmd, _) = p.build_command(recipe, &cache, &out, &["--locked"]);
-    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).process_group(0).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(delay));
-    let finished = child.try_wait().unwrap().is_some();
-    assert!(kill_group(&mut child), "processes of the killed build are still running");
-    stats.kills += 1;
-    stats.finished_first += usize::from(finished);
-    eprintln!(
-        "  round {round}: SIGKILL after {delay} ms{}",
-        if finished { " (it had finished)" } else { "" }
-    );
-    if out.exists() {
-        verify_layout(&out, "test").unwrap_or_else(|e| panic!("round {round}: image after a kill: {e}"));
+/// Copies into `to` only the base layer of the cache `from` (its blob, its key record and the
+/// facts learned from its rootfs): a cache where the base is built and nothing else.
+fn seed_base(from: &Path, to: &Path, digest: &str) {
+    let hex = digest.trim_start_matches("sha256:");
+    for dir in ["blobs/sha256", "keys", "facts"] {
+        std::fs::create_dir_all(to.join(dir)).unwrap();
+    }
+    std::fs::copy(from.join("blobs/sha256").join(hex), to.join("blobs/sha256").join(hex)).unwrap();
+    for entry in std::fs::read_dir(from.join("keys")).unwrap().flatten() {
+        if std::fs::read_to_string(entry.path()).is_ok_and(|t| t.contains(hex)) {
+            std::fs::copy(entry.path(), to.join("keys").join(entry.file_name())).unwrap();
+        }
+    }
+    for entry in std::fs::read_dir(from.join("facts")).unwrap().flatten() {
+        std::fs::copy(entry.path(), to.join("facts").join(entry.file_name())).unwrap();
     }
 }
 
@@ -932,7 +987,8 @@ fn malicious_image_through_runc() {
             &format!("STACKHOOK_REPORT_DIR={}", reports.display()),
         ],
     );
-    for e in hostile_env(Preset::Healthy, &dir.path().join("image-chosen-reports")) {
+    let image_reports = dir.path().join("image-chosen-reports");
+    for e in hostile_env(Preset::Healthy, &image_reports) {
         bundle = bundle.env(&e);
     }
     let bundle = bundle.write();
@@ -949,4 +1005,5 @@ fn malicious_image_through_runc() {
     let report: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert!(report.get("stack").is_none(), "{text}");
     assert!(report["note"].as_str().is_some_and(|n| n.contains("is a symlink; not followed")), "{text}");
+    assert!(!image_reports.exists(), "the image chose the report directory");
 }

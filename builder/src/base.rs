@@ -305,3 +305,156 @@ mod tests {
         assert_eq!(scan_rootfs_tar(&path).unwrap().python.as_deref(), Some("3.11"));
     }
 }
+
+/// A base taken from an image archive or the local Docker daemon: its layers (transcoded into
+/// our own deterministic layers) and its runtime configuration.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ImportedBase {
+    /// The layers, base first.
+    pub layers: Vec<LayerBlob>,
+    /// `Env`, `Cmd`, ... of the source image.
+    pub config: crate::oci::RuntimeConfig,
+}
+
+/// Names an image archive may hold that an import reads: `docker save` (legacy) and OCI layouts.
+fn archive_name_allowed(name: &str) -> bool {
+    let hex = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    matches!(name, "manifest.json" | "index.json" | "oci-layout" | "repositories")
+        || name.strip_prefix("blobs/sha256/").is_some_and(hex)
+        || name.strip_suffix(".json").is_some_and(hex)
+        || name.strip_suffix("/layer.tar").is_some_and(hex)
+}
+
+/// Copies the files an image archive's import needs into `dir`, by name only: nothing in the
+/// archive can name a path outside `dir` or plant a link (CVE-2021-29136 and kin).
+pub fn extract_image_archive(archive: &Path, dir: &Path) -> Result<(), BaseError> {
+    let err = |source| BaseError::Tar { path: archive.to_owned(), source };
+    let file = std::fs::File::open(archive).map_err(err)?;
+    let mut tar = tar::Archive::new(std::io::BufReader::new(file));
+    for entry in tar.entries().map_err(err)? {
+        let mut entry = entry.map_err(err)?;
+        let name = entry.path().map_err(err)?.to_string_lossy().trim_start_matches("./").to_owned();
+        let kind = entry.header().entry_type();
+        if kind.is_dir() || !archive_name_allowed(&name) {
+            continue;
+        }
+        if !kind.is_file() {
+            return Err(err(std::io::Error::other(format!("{name} in the archive is not a regular file"))));
+        }
+        let dest = dir.join(&name);
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent).map_err(err)?;
+        }
+        let mut out = std::fs::File::create_new(&dest).map_err(err)?;
+        std::io::copy(&mut entry, &mut out).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// The legacy `docker save` manifest.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct SavedImage {
+    config: String,
+    layers: Vec<String>,
+}
+
+/// The part of a Docker image config we take over.
+#[derive(serde::Deserialize)]
+struct SavedConfig {
+    #[serde(default)]
+    config: crate::oci::RuntimeConfig,
+}
+
+fn import_facts_path(key: &LayerKey, cache: &Cache) -> PathBuf {
+    cache.root().join("facts").join(format!("{}.json", key.as_hex()))
+}
+
+/// A previous import under `key`, when every one of its blobs is still in the cache.
+pub fn cached_import(key: &LayerKey, cache: &Cache) -> Option<ImportedBase> {
+    let bytes = std::fs::read(import_facts_path(key, cache)).ok()?;
+    let mut base: ImportedBase = serde_json::from_slice(&bytes).ok()?;
+    for l in &mut base.layers {
+        if !cache.has_blob(&l.digest) {
+            return None;
+        }
+        l.path = cache.blob_path(&l.digest).ok()?;
+    }
+    Some(base)
+}
+
+/// Imports an image archive (`docker save` of any Docker version, or an OCI layout archive):
+/// every layer is transcoded entry by entry into a deterministic layer of ours, so the result
+/// does not depend on how the archive was compressed or ordered. Cached under `key`.
+pub fn import_archive(
+    archive: &Path,
+    key: &LayerKey,
+    cache: &Cache,
+    epoch: u64,
+    compression: Compression,
+) -> Result<ImportedBase, BaseError> {
+    if let Some(base) = cached_import(key, cache) {
+        return Ok(base);
+    }
+    let facts_path = import_facts_path(key, cache);
+    let tmp = tempfile::Builder::new()
+        .prefix("import-")
+        .tempdir_in(cache.root())
+        .map_err(|source| BaseError::Tar { path: cache.root().to_owned(), source })?;
+    extract_image_archive(archive, tmp.path())?;
+    let bad = |why: String| BaseError::Tar { path: archive.to_owned(), source: std::io::Error::other(why) };
+    let (config, sources): (crate::oci::RuntimeConfig, Vec<(PathBuf, Option<Compression>)>) = if tmp
+        .path()
+        .join("index.json")
+        .is_file()
+    {
+        let image = crate::oci::read_layout(tmp.path(), None).map_err(|e| bad(e.to_string()))?;
+        let layers = image
+            .layers
+            .iter()
+            .map(|l| (l.path.clone(), Compression::from_media_type(&l.media_type)))
+            .collect();
+        (image.config.config, layers)
+    } else {
+        let text = std::fs::read(tmp.path().join("manifest.json"))
+            .map_err(|e| bad(format!("no manifest.json: {e}")))?;
+        let saved: Vec<SavedImage> = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+        let [saved] = &saved[..] else { return Err(bad("the archive must hold exactly one image".into())) };
+        for name in std::iter::once(&saved.config).chain(&saved.layers) {
+            if !archive_name_allowed(name) {
+                return Err(bad(format!(
+                    "manifest.json names {name:?}, which is not a file of an image archive"
+                )));
+            }
+        }
+        let config: SavedConfig = serde_json::from_slice(
+            &std::fs::read(tmp.path().join(&saved.config))
+                .map_err(|e| bad(format!("{}: {e}", saved.config)))?,
+        )
+        .map_err(|e| bad(e.to_string()))?;
+        (config.config, saved.layers.iter().map(|l| (tmp.path().join(l), Some(Compression::None))).collect())
+    };
+    let mut layers = Vec::new();
+    for (i, (path, compressed)) in sources.iter().enumerate() {
+        let file =
+            std::fs::File::open(path).map_err(|source| BaseError::Tar { path: path.clone(), source })?;
+        let reader = std::io::BufReader::with_capacity(1 << 20, file);
+        let mut writer = LayerWriter::new(cache, epoch);
+        let opts = TarImport { name: format!("{} layer {i}", archive.display()), ..TarImport::default() };
+        let decoded = compressed
+            .unwrap_or(Compression::None)
+            .decoder(reader)
+            .map_err(|source| BaseError::Tar { path: path.clone(), source })?;
+        writer.add_tar(decoded, &opts)?;
+        layers.push(writer.finish(compression)?);
+    }
+    let base = ImportedBase { layers, config };
+    if let Ok(json) = serde_json::to_vec(&base) {
+        if let Some(dir) = facts_path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| BaseError::Tar { path: dir.to_owned(), source })?;
+        }
+        crate::cache::write_atomic(&facts_path, &json)
+            .map_err(|source| BaseError::Tar { path: facts_path.clone(), source })?;
+    }
+    Ok(base)
+}

@@ -393,7 +393,9 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         Base::Oci { .. } | Base::Registry { .. } => {
             let (path, tag) = match &recipe.base {
                 Base::Oci { path, tag } => (path.clone(), tag.clone()),
-                Base::Registry { reference } => (pull_base(reference, platform, &cache, opts)?, Some("base".to_owned())),
+                Base::Registry { reference } => {
+                    (pull_base(reference, platform, &cache, opts)?, Some("base".to_owned()))
+                }
                 _ => unreachable!("matched above"),
             };
             let (path, tag) = (&path, &tag);
@@ -420,11 +422,45 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             }
         }
         Base::Archive { .. } | Base::Docker { .. } => {
-            return Err(BuildError::Unsupported(format!(
-                "{}: a base of kind {:?} is not supported yet; use debian, ubuntu, oci or scratch",
-                recipe.path.display(),
-                recipe.base.kind()
-            )));
+            let tmp = tempdir(&cache)?;
+            let (identity, name) = match &recipe.base {
+                Base::Archive { path } => {
+                    (fetch::sha256_file(path).map_err(io("reading", path))?, path.display().to_string())
+                }
+                Base::Docker { reference } => (crate::load::image_id(reference)?, reference.clone()),
+                _ => unreachable!("matched above"),
+            };
+            let key = LayerKey::builder("base-import/v1")
+                .str(&identity)
+                .number(epoch)
+                .str(&compression.cache_id())
+                .finish();
+            let imported = match crate::base::cached_import(&key, &cache) {
+                Some(imported) => imported,
+                None => {
+                    let archive = match &recipe.base {
+                        Base::Archive { path } => path.clone(),
+                        Base::Docker { reference } => {
+                            let file = tmp.path().join("image.tar");
+                            crate::load::export_image(reference, &file)?;
+                            file
+                        }
+                        _ => unreachable!("matched above"),
+                    };
+                    crate::base::import_archive(&archive, &key, &cache, epoch, compression)?
+                }
+            };
+            base_config = imported.config;
+            components.push(Component {
+                kind: "base".into(),
+                name: name.clone(),
+                version: String::new(),
+                source: recipe.base.kind().to_owned(),
+                sha256: identity.trim_start_matches("sha256:").to_owned(),
+            });
+            for blob in imported.layers {
+                push("base", format!("base layer of {name}"), blob, false);
+            }
         }
     }
 
@@ -623,7 +659,9 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             let targets: Vec<&Wheel> = wheels
                 .iter()
                 .filter(|w| {
-                    package_patches.iter().any(|p| matches!(&p.target, PatchTarget::Package(n) if *n == w.pin.name))
+                    package_patches
+                        .iter()
+                        .any(|p| matches!(&p.target, PatchTarget::Package(n) if *n == w.pin.name))
                 })
                 .collect();
             let artifacts = fetch(&cache, &targets)?;
@@ -790,7 +828,8 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     let push = match &opts.push {
         Some(dest) => {
             let dest = crate::registry::Reference::parse(dest)?;
-            let report = crate::registry::push_layout(&registry_client(opts), &out, Some(&recipe.image.tag), &dest)?;
+            let report =
+                crate::registry::push_layout(&registry_client(opts), &out, Some(&recipe.image.tag), &dest)?;
             tracing::info!(
                 "pushed {dest}: {} blob(s) uploaded, {} already there, {} mounted ({} requests)",
                 report.blobs_uploaded,
@@ -820,7 +859,12 @@ fn registry_client(opts: &BuildOptions) -> crate::registry::Client {
 
 /// Pulls a `registry = "REF"` base into the cache (every blob verified by digest) and returns
 /// the layout it landed in.
-fn pull_base(reference: &str, platform: Platform, cache: &Cache, opts: &BuildOptions) -> Result<PathBuf, BuildError> {
+fn pull_base(
+    reference: &str,
+    platform: Platform,
+    cache: &Cache,
+    opts: &BuildOptions,
+) -> Result<PathBuf, BuildError> {
     let src = crate::registry::Reference::parse(reference)?;
     let dir = cache.root().join("pulls").join(hex::encode(Sha256::digest(reference.as_bytes())));
     let pulled = crate::registry::pull_with(
@@ -836,13 +880,22 @@ fn pull_base(reference: &str, platform: Platform, cache: &Cache, opts: &BuildOpt
             layout_tag: Some("base"),
         },
     )?;
-    tracing::info!("base {reference}: pulled {} ({} blob(s) downloaded)", pulled.pinned, pulled.blobs_downloaded);
+    tracing::info!(
+        "base {reference}: pulled {} ({} blob(s) downloaded)",
+        pulled.pinned,
+        pulled.blobs_downloaded
+    );
     Ok(dir)
 }
 
 /// The audit of a layout, reused from the cache when the same manifest was audited before (a
 /// no-change rebuild must not re-read gigabytes of layers).
-fn audit_cached(cache: &Cache, layout: &Path, tag: &str, digest: &str) -> Result<crate::audit::AuditReport, BuildError> {
+fn audit_cached(
+    cache: &Cache,
+    layout: &Path,
+    tag: &str,
+    digest: &str,
+) -> Result<crate::audit::AuditReport, BuildError> {
     let name = format!("v{}-{}.json", crate::audit::POLICY_VERSION, digest.trim_start_matches("sha256:"));
     let path = cache.root().join("audits").join(name);
     if let Some(report) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()) {

@@ -1028,7 +1028,8 @@ impl Recipe {
             } else if e.reason.get_ref().trim().is_empty() {
                 ctx.error(e.reason.span(), "say why this object's unresolved libraries are acceptable");
             } else {
-                audit_ignore.push(AuditIgnore { path: e.path.get_ref().clone(), reason: e.reason.get_ref().clone() });
+                audit_ignore
+                    .push(AuditIgnore { path: e.path.get_ref().clone(), reason: e.reason.get_ref().clone() });
             }
         }
         if !ctx.diags.is_empty() {

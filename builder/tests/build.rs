@@ -8,7 +8,10 @@ use std::process::{Command, Output};
 const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 
 fn have(program: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success())
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 fn ready() -> bool {
@@ -105,20 +108,29 @@ fn build(recipe: &Path, cache: &Path, out: &Path, extra: &[&str]) -> Built {
         .output()
         .unwrap();
     let digest = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    let report = std::fs::read(&report).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    let report =
+        std::fs::read(&report).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
     Built { digest, report, out: output }
 }
 
 fn built_layers(b: &Built) -> Vec<(String, bool)> {
     b.report["layers"]
         .as_array()
-        .map(|ls| ls.iter().map(|l| (l["name"].as_str().unwrap().to_owned(), l["built"].as_bool().unwrap())).collect())
+        .map(|ls| {
+            ls.iter()
+                .map(|l| (l["name"].as_str().unwrap().to_owned(), l["built"].as_bool().unwrap()))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 fn ok(b: &Built) -> &Built {
     assert!(b.out.status.success(), "build failed: {}", String::from_utf8_lossy(&b.out.stderr));
-    assert!(b.digest.starts_with("sha256:") && b.digest.len() == 71, "stdout is the digest alone: {:?}", b.digest);
+    assert!(
+        b.digest.starts_with("sha256:") && b.digest.len() == 71,
+        "stdout is the digest alone: {:?}",
+        b.digest
+    );
     b
 }
 
@@ -151,7 +163,8 @@ fn small_recipe_end_to_end() {
 
     // The tools agree it is a valid image.
     check_with_umoci_and_runc(tmp.path(), &layout);
-    let inspect = Command::new("skopeo").arg("inspect").arg(format!("oci:{}:test", layout.display())).output().unwrap();
+    let inspect =
+        Command::new("skopeo").arg("inspect").arg(format!("oci:{}:test", layout.display())).output().unwrap();
     assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
     let inspect: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
     assert_eq!(inspect["Digest"], first.digest.as_str());
@@ -195,7 +208,8 @@ fn check_with_umoci_and_runc(dir: &Path, layout: &Path) {
     assert!(bundle.join("rootfs/etc/stackbuild/stack.json").is_file());
     assert!(bundle.join("rootfs/workspace/model/train.py").is_file());
     let config_path = bundle.join("config.json");
-    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
     config["process"]["terminal"] = false.into();
     config["process"]["args"] =
         serde_json::json!(["python3", "-c", "import six, tomli; print(six.__version__, tomli.__name__)"]);
@@ -215,7 +229,11 @@ fn docker_load(archive: &Path) {
     }
     let out = Command::new(docker).arg("load").arg("-i").arg(archive).output().unwrap();
     assert!(out.status.success(), "docker load: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("small:test"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("small:test"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let out = Command::new(docker).args(["run", "--rm", "--network", "none", "small:test"]).output().unwrap();
     assert!(out.status.success(), "docker run: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1.16.0+patched");
@@ -247,4 +265,77 @@ fn push_to_registry(recipe: &Path, cache: &Path, layout: &Path, digest: &str) {
     assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
     let inspect: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
     assert_eq!(inspect["Digest"], digest);
+}
+
+/// Bases from an image archive and from the local Docker daemon: both transcode the same layers
+/// into the same blobs, and the image built on them runs.
+#[test]
+fn bases_from_an_archive_and_the_docker_daemon() {
+    if !rustix::process::geteuid().is_root() || !Path::new("/bin/busybox").exists() {
+        eprintln!("skipped: needs root and busybox-static");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("busybox-tree");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy("/bin/busybox", bin.join("busybox")).unwrap();
+    std::os::unix::fs::symlink("busybox", bin.join("sh")).unwrap();
+    let write = |name: &str, base: &str| {
+        let path = tmp.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "[image]\nname = \"{}\"\ntag = \"test\"\ncmd = [\"/bin/busybox\", \"echo\", \"from-{}\"]\nenv = {{ FROM_BASE = \"{}\" }}\n{base}\n",
+                name.trim_end_matches(".toml"),
+                name.trim_end_matches(".toml"),
+                name.trim_end_matches(".toml"),
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let cache = tmp.path().join("cache");
+    let first = write(
+        "first.toml",
+        &format!(
+            "[base]\nscratch = true\n[[source]]\nname = \"bin\"\npath = \"{}\"\ndest = \"/bin\"\n",
+            bin.display()
+        ),
+    );
+    let archive = tmp.path().join("first.tar");
+    ok(&build(&first, &cache, &tmp.path().join("first"), &["--archive", archive.to_str().unwrap()]));
+
+    let second = write("second.toml", &format!("[base]\narchive = \"{}\"\n", archive.display()));
+    let from_archive = build(&second, &cache, &tmp.path().join("second"), &[]);
+    ok(&from_archive);
+    let diff_ids = |layout: &Path| -> Vec<String> {
+        let image = stackbuild::oci::read_layout(layout, Some("test")).unwrap();
+        image.config.rootfs.diff_ids
+    };
+    let archive_ids = diff_ids(&tmp.path().join("second"));
+    let first_ids = diff_ids(&tmp.path().join("first"));
+    assert_eq!(
+        archive_ids[..first_ids.len()],
+        first_ids[..],
+        "the base's layers, transcoded, are the same tars"
+    );
+    // The second build on the same archive reuses the import.
+    let again = build(&second, &cache, &tmp.path().join("second"), &[]);
+    assert_eq!(ok(&again).digest, from_archive.digest);
+
+    let docker = Path::new("/usr/bin/docker");
+    if !docker.exists() || !Command::new(docker).arg("version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped the docker base: no dockerd answering (.ci/services starts one)");
+        return;
+    }
+    let out = Command::new(docker).arg("load").arg("-i").arg(&archive).output().unwrap();
+    assert!(out.status.success(), "docker load: {}", String::from_utf8_lossy(&out.stderr));
+    let third = write("third.toml", "[base]\ndocker = \"first:test\"\n");
+    let from_docker = build(&third, &cache, &tmp.path().join("third"), &["--load"]);
+    ok(&from_docker);
+    assert_eq!(diff_ids(&tmp.path().join("third"))[..first_ids.len()], first_ids[..]);
+    let out = Command::new(docker).args(["run", "--rm", "--network", "none", "third:test"]).output().unwrap();
+    assert!(out.status.success(), "docker run: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "from-third");
+    let _ = Command::new(docker).args(["rmi", "-f", "first:test", "third:test"]).output();
 }

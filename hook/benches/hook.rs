@@ -53,9 +53,16 @@ fn main() {
     std::fs::create_dir_all(bundle.join("rootfs")).expect("bundle");
     let env: Vec<String> = ["NVIDIA_VISIBLE_DEVICES=all".to_owned()]
         .into_iter()
-        .chain(Preset::EightGpus.requires().iter().enumerate().map(|(i, r)| format!("STACKBUILD_REQUIRE_R{i}={r}")))
+        .chain(
+            Preset::EightGpus
+                .requires()
+                .iter()
+                .enumerate()
+                .map(|(i, r)| format!("STACKBUILD_REQUIRE_R{i}={r}")),
+        )
         .collect();
-    let config = serde_json::json!({"ociVersion": "1.0.2", "process": {"env": env}, "root": {"path": "rootfs"}});
+    let config =
+        serde_json::json!({"ociVersion": "1.0.2", "process": {"env": env}, "root": {"path": "rootfs"}});
     std::fs::write(bundle.join("config.json"), config.to_string()).expect("config");
     let state = serde_json::json!({"ociVersion": "1.0.2", "id": "bench", "status": "creating", "pid": 1, "bundle": bundle});
     let state = state.to_string().into_bytes();
@@ -70,5 +77,8 @@ fn main() {
     println!("hook invocation, 8-GPU fixture host, {RUNS} runs each");
     println!("  /bin/true        median {:.3} ms  p90 {:.3} ms", ms(n50), ms(n90));
     println!("  stackhook hook   median {:.3} ms  p90 {:.3} ms", ms(h50), ms(h90));
-    println!("  ratio (median)   {:.2}x /bin/true; target: < 2 ms and <= 3x", h50.as_secs_f64() / n50.as_secs_f64());
+    println!(
+        "  ratio (median)   {:.2}x /bin/true; target: < 2 ms and <= 3x",
+        h50.as_secs_f64() / n50.as_secs_f64()
+    );
 }

@@ -22,7 +22,8 @@ impl Args {
         let tmp;
         let layout = if path.is_file() {
             tmp = tempfile::tempdir()?;
-            extract_layout(&path, tmp.path()).with_context(|| format!("reading the archive {}", path.display()))?;
+            extract_layout(&path, tmp.path())
+                .with_context(|| format!("reading the archive {}", path.display()))?;
             tmp.path().to_owned()
         } else {
             path
@@ -33,7 +34,11 @@ impl Args {
         } else {
             print!("{}", report.render_human());
         }
-        Ok(if report.has_errors() { std::process::ExitCode::FAILURE } else { std::process::ExitCode::SUCCESS })
+        Ok(if report.has_errors() {
+            std::process::ExitCode::FAILURE
+        } else {
+            std::process::ExitCode::SUCCESS
+        })
     }
 }
 
@@ -43,7 +48,9 @@ fn split_tag(image: &str) -> (PathBuf, Option<String>) {
         return (PathBuf::from(image), None);
     }
     match image.rsplit_once(':') {
-        Some((dir, tag)) if !tag.contains('/') && Path::new(dir).exists() => (PathBuf::from(dir), Some(tag.to_owned())),
+        Some((dir, tag)) if !tag.contains('/') && Path::new(dir).exists() => {
+            (PathBuf::from(dir), Some(tag.to_owned()))
+        }
         _ => (PathBuf::from(image), None),
     }
 }
@@ -62,14 +69,17 @@ fn extract_layout(archive: &Path, dir: &Path) -> anyhow::Result<()> {
             continue;
         }
         let allowed = matches!(name.as_str(), "oci-layout" | "index.json" | "manifest.json")
-            || name.strip_prefix("blobs/sha256/").is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+            || name
+                .strip_prefix("blobs/sha256/")
+                .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
         if !allowed {
             continue;
         }
         if !kind.is_file() {
             bail!("{name} in the archive is not a regular file");
         }
-        let mut out = std::fs::File::create_new(dir.join(&name)).with_context(|| format!("writing {name}"))?;
+        let mut out =
+            std::fs::File::create_new(dir.join(&name)).with_context(|| format!("writing {name}"))?;
         std::io::copy(&mut (&mut entry).take(u64::MAX), &mut out)?;
     }
     Ok(())

@@ -2,16 +2,22 @@
 //! publish about which driver runs which CUDA, which GPU has which compute capability, and what
 //! a torch wheel was built for and pins.
 //!
-//! The facts live as data in `hook/kb/*.toml`, embedded into the binaries with `include_str!`
-//! and parsed once, on first use. Every row carries a `source` naming where it comes from
-//! (a release-notes table, a wheel's `Requires-Dist`, `pci.ids`); `shared/reference/
+//! The facts live as data in `hook/kb/*.toml`. Every row carries a `source` naming where it comes
+//! from (a release-notes table, a wheel's `Requires-Dist`, `pci.ids`); `shared/reference/
 //! compatibility.md` lists the figures and the errors of the project's origin documents that
 //! must not be encoded. Prefer the artifact over a table: torch rows were read from the wheels
 //! on the Python Package Index (metadata, and the `-gencode` flags compiled into
 //! `libtorch_cuda.so`).
 //!
-//! The tables are compile-time data: a malformed one is a build defect that the unit tests
-//! catch ([`validate`]); at run time the accessors `expect` a valid table.
+//! `build.rs` converts each TOML file to JSON, which is embedded with `include_str!` and read
+//! into the row types on the first lookup in that table; each table loads on its own. Why: the
+//! hook runs on every container start and must finish in about a millisecond; parsing all six
+//! TOML files took it some 3 ms, where reading the two tables it needs (GPUs, driver branches) as
+//! JSON takes tens of microseconds.
+//!
+//! The tables are compile-time data: a malformed one is a build defect that the build (TOML
+//! syntax) or the unit tests ([`validate`]: schema and row rules) catch; at run time the
+//! accessors `expect` a valid table.
 //!
 //! Lookups are total over their input: a version older or newer than the tables answers
 //! `None` (or, where documented, the nearest row below), never an invented value.
@@ -29,7 +35,19 @@ use super::version::{
 #[cfg(test)]
 mod tests;
 
-/// The embedded tables, by the name errors quote.
+/// The tables as `build.rs` wrote them: JSON of `hook/kb/<name>.toml`.
+mod json {
+    pub(super) const CUDA_DRIVER: &str = include_str!(concat!(env!("OUT_DIR"), "/cuda_driver.json"));
+    pub(super) const DRIVER_BRANCHES: &str = include_str!(concat!(env!("OUT_DIR"), "/driver_branches.json"));
+    pub(super) const TORCH: &str = include_str!(concat!(env!("OUT_DIR"), "/torch.json"));
+    pub(super) const CUDNN: &str = include_str!(concat!(env!("OUT_DIR"), "/cudnn.json"));
+    pub(super) const GPUS: &str = include_str!(concat!(env!("OUT_DIR"), "/gpus.json"));
+    pub(super) const CUDA_COMPONENTS: &str = include_str!(concat!(env!("OUT_DIR"), "/cuda_components.json"));
+}
+
+/// The TOML source of each table, by the name errors quote: the tests feed broken text to the same
+/// checks the embedded tables go through.
+#[cfg(test)]
 const TABLES: Tables = Tables {
     cuda_driver: include_str!("../../../kb/cuda_driver.toml"),
     driver_branches: include_str!("../../../kb/driver_branches.toml"),
@@ -39,7 +57,8 @@ const TABLES: Tables = Tables {
     cuda_components: include_str!("../../../kb/cuda_components.toml"),
 };
 
-/// The text of each table (kept apart so tests can feed broken text to the same parser).
+/// The TOML text of each table (kept apart so tests can feed broken text to the same checks).
+#[cfg(test)]
 #[derive(Clone, Copy)]
 struct Tables {
     cuda_driver: &'static str,
@@ -53,7 +72,8 @@ struct Tables {
 /// An embedded table that does not parse or breaks a rule of its schema.
 #[derive(Debug, thiserror::Error)]
 pub enum KbError {
-    /// The TOML does not parse into the table's schema.
+    /// The TOML does not parse into the table's schema (tables given as TOML text, in tests; the
+    /// build fails on TOML that does not parse at all).
     #[error("knowledge base table {table}: {source}")]
     Parse {
         /// File name under `hook/kb/`.
@@ -61,6 +81,16 @@ pub enum KbError {
         /// What the TOML parser said (it quotes line and column).
         #[source]
         source: Box<toml::de::Error>,
+    },
+    /// The embedded JSON form of the table (`build.rs` converts the TOML file) does not fit the
+    /// table's schema: an unknown or missing field, or a value of the wrong type.
+    #[error("knowledge base table {table}: {source}")]
+    Schema {
+        /// File name under `hook/kb/`.
+        table: &'static str,
+        /// What the JSON parser said (it names the field; its line and column are of the JSON).
+        #[source]
+        source: Box<serde_json::Error>,
     },
     /// A row parses but is not valid (bad version text, duplicate key, missing source...).
     #[error("knowledge base table {table}, row {row:?}: {why}")]
@@ -284,8 +314,8 @@ pub struct CudaComponents {
 
 /// The GPU with this PCI device id (vendor 0x10de), if the table knows it.
 pub fn gpu_by_pci_id(device_id: u16) -> Option<&'static GpuModel> {
-    let kb = kb();
-    kb.gpu_by_id.get(&device_id).map(|&i| &kb.gpus[i])
+    let table = loaded(&GPUS);
+    table.gpu_by_id.get(&device_id).map(|&i| &table.gpus[i])
 }
 
 /// The GPU a driver model name denotes (`Model:` of `/proc/driver/nvidia/gpus/*/information`,
@@ -311,7 +341,7 @@ pub fn gpu_by_model_name(model: &str) -> Option<&'static GpuModel> {
 
 /// Every GPU model in the table.
 pub fn all_gpus() -> &'static [GpuModel] {
-    &kb().gpus
+    &loaded(&GPUS).gpus
 }
 
 /// The highest CUDA version a driver supports, by its branch. For a branch between two rows,
@@ -323,12 +353,12 @@ pub fn driver_max_cuda(driver: &DriverVersion) -> Option<CudaVersion> {
 
 /// The branch row that applies to a driver: its own branch, or the nearest one below it.
 pub fn driver_branch(driver: &DriverVersion) -> Option<&'static DriverBranch> {
-    kb().branches.iter().rev().find(|row| row.branch <= driver.branch())
+    loaded(&BRANCHES).rows.iter().rev().find(|row| row.branch <= driver.branch())
 }
 
 /// Every driver branch row, ascending.
 pub fn driver_branches() -> &'static [DriverBranch] {
-    &kb().branches
+    &loaded(&BRANCHES).rows
 }
 
 /// The drivers a CUDA release needs: the toolkit's own minimum and the minor-version
@@ -338,8 +368,8 @@ pub fn driver_branches() -> &'static [DriverBranch] {
 /// below it, or the GA row (an update without a value in the table may need more than GA).
 /// `None` for a release the table does not know (there is no 12.7 toolkit).
 pub fn cuda_min_driver(cuda: &CudaVersion) -> Option<CudaDriverRow> {
-    let kb = kb();
-    let toolkit = kb.toolkits.iter().find(|row| row.cuda.major_minor() == cuda.major_minor())?;
+    let toolkit =
+        loaded(&CUDA_DRIVER).toolkits.iter().find(|row| row.cuda.major_minor() == cuda.major_minor())?;
     let minor = minor_compat(cuda.part(0))?;
     let (release, driver) = toolkit
         .updates
@@ -357,12 +387,12 @@ pub fn cuda_min_driver(cuda: &CudaVersion) -> Option<CudaDriverRow> {
 
 /// Every toolkit row, ascending.
 pub fn cuda_toolkits() -> &'static [CudaToolkit] {
-    &kb().toolkits
+    &loaded(&CUDA_DRIVER).toolkits
 }
 
 /// The minor-version compatibility row of a CUDA major version.
 pub fn minor_compat(cuda_major: u64) -> Option<&'static MinorCompat> {
-    kb().minor_compat.iter().find(|row| row.major == cuda_major)
+    loaded(&CUDA_DRIVER).minor_compat.iter().find(|row| row.major == cuda_major)
 }
 
 /// A torch release: the release with the same release numbers (local tags such as `+cu121`
@@ -383,7 +413,7 @@ pub fn torch_release(version: &PackageVersion) -> Option<&'static TorchRelease> 
 
 /// Every torch release row, ascending.
 pub fn torch_releases() -> &'static [TorchRelease] {
-    &kb().torch
+    &loaded(&TORCH).rows
 }
 
 impl TorchRelease {
@@ -434,7 +464,7 @@ pub fn cudnn_line(version: &str) -> Option<&'static CudnnRow> {
 
 /// Every cuDNN line row, ascending.
 pub fn cudnn_lines() -> &'static [CudnnRow] {
-    &kb().cudnn
+    &loaded(&CUDNN).rows
 }
 
 /// The component versions of a CUDA release. A full version (`12.4.1`) must match a row
@@ -452,37 +482,127 @@ pub fn cuda_components(cuda: &CudaVersion) -> Option<&'static CudaComponents> {
 
 /// Every component row, ascending.
 pub fn all_cuda_components() -> &'static [CudaComponents] {
-    &kb().components
+    &loaded(&COMPONENTS).rows
 }
 
 /// Checks that every embedded table parses and is valid. The accessors panic on an invalid
 /// table; tests (and `doctor`, to report a broken build) call this first.
 pub fn validate() -> Result<(), &'static KbError> {
-    KB.as_ref().map(|_| ())
+    CUDA_DRIVER.as_ref()?;
+    BRANCHES.as_ref()?;
+    TORCH.as_ref()?;
+    CUDNN.as_ref()?;
+    GPUS.as_ref()?;
+    COMPONENTS.as_ref()?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
 // Loading
 // ---------------------------------------------------------------------------------------------
 
-/// The parsed tables.
-#[derive(Debug)]
-struct Kb {
-    toolkits: Vec<CudaToolkit>,
-    minor_compat: Vec<MinorCompat>,
-    branches: Vec<DriverBranch>,
-    torch: Vec<TorchRelease>,
-    cudnn: Vec<CudnnRow>,
-    gpus: Vec<GpuModel>,
-    gpu_by_id: BTreeMap<u16, usize>,
-    components: Vec<CudaComponents>,
+// One lazy cell per table, so that a lookup pays only for the table it reads.
+static CUDA_DRIVER: LazyLock<Result<CudaDriverTable, KbError>> =
+    LazyLock::new(|| from_json(json::CUDA_DRIVER));
+static BRANCHES: LazyLock<Result<BranchTable, KbError>> = LazyLock::new(|| from_json(json::DRIVER_BRANCHES));
+static TORCH: LazyLock<Result<TorchTable, KbError>> = LazyLock::new(|| from_json(json::TORCH));
+static CUDNN: LazyLock<Result<CudnnTable, KbError>> = LazyLock::new(|| from_json(json::CUDNN));
+static GPUS: LazyLock<Result<GpuTable, KbError>> = LazyLock::new(|| from_json(json::GPUS));
+static COMPONENTS: LazyLock<Result<ComponentsTable, KbError>> =
+    LazyLock::new(|| from_json(json::CUDA_COMPONENTS));
+
+/// A loaded table.
+fn loaded<T>(cell: &'static LazyLock<Result<T, KbError>>) -> &'static T {
+    // The tables are compiled in; `validate` is tested, so this cannot fail in a released build.
+    cell.as_ref()
+        .expect("embedded compatibility knowledge base is invalid (a build defect; run the kb tests)")
 }
 
-static KB: LazyLock<Result<Kb, KbError>> = LazyLock::new(|| Kb::parse(TABLES));
+/// A table file under `hook/kb/`: its schema as serde reads it and the rules its rows keep.
+trait Table: Sized {
+    /// File name under `hook/kb/`, which errors quote.
+    const FILE: &'static str;
+    /// The file's schema.
+    type File: for<'de> Deserialize<'de>;
+    /// Checks the rows and builds the table.
+    fn check(file: Self::File) -> Result<Self, KbError>;
+}
 
-fn kb() -> &'static Kb {
-    // The tables are compiled in; `validate` is tested, so this cannot fail in a released build.
-    KB.as_ref().expect("embedded compatibility knowledge base is invalid (a build defect; run the kb tests)")
+/// A table from the JSON `build.rs` wrote of it.
+fn from_json<T: Table>(json: &str) -> Result<T, KbError> {
+    let file = serde_json::from_str(json)
+        .map_err(|source| KbError::Schema { table: T::FILE, source: Box::new(source) })?;
+    T::check(file)
+}
+
+/// A table from TOML text, as the build reads it: the tests feed broken tables through this.
+#[cfg(test)]
+fn from_toml<T: Table>(text: &str) -> Result<T, KbError> {
+    let file =
+        toml::from_str(text).map_err(|source| KbError::Parse { table: T::FILE, source: Box::new(source) })?;
+    T::check(file)
+}
+
+/// All six tables given as TOML text.
+#[cfg(test)]
+struct Kb;
+
+#[cfg(test)]
+impl Kb {
+    /// Loads and checks every table of `tables`, in the order the files are listed.
+    fn parse(tables: Tables) -> Result<(), KbError> {
+        from_toml::<CudaDriverTable>(tables.cuda_driver)?;
+        from_toml::<BranchTable>(tables.driver_branches)?;
+        from_toml::<TorchTable>(tables.torch)?;
+        from_toml::<CudnnTable>(tables.cudnn)?;
+        from_toml::<GpuTable>(tables.gpus)?;
+        from_toml::<ComponentsTable>(tables.cuda_components)?;
+        Ok(())
+    }
+}
+
+/// The parts of the embedded tables that the tests inspect beyond the public accessors.
+#[cfg(test)]
+struct KbView {
+    minor_compat: &'static [MinorCompat],
+    gpu_by_id: &'static BTreeMap<u16, usize>,
+}
+
+#[cfg(test)]
+fn kb() -> KbView {
+    KbView { minor_compat: &loaded(&CUDA_DRIVER).minor_compat, gpu_by_id: &loaded(&GPUS).gpu_by_id }
+}
+
+/// `cuda_driver.toml`: toolkits and minor-version compatibility.
+struct CudaDriverTable {
+    toolkits: Vec<CudaToolkit>,
+    minor_compat: Vec<MinorCompat>,
+}
+
+/// `driver_branches.toml`.
+struct BranchTable {
+    rows: Vec<DriverBranch>,
+}
+
+/// `torch.toml`.
+struct TorchTable {
+    rows: Vec<TorchRelease>,
+}
+
+/// `cudnn.toml`.
+struct CudnnTable {
+    rows: Vec<CudnnRow>,
+}
+
+/// `gpus.toml`, with an index by PCI device id.
+struct GpuTable {
+    gpus: Vec<GpuModel>,
+    gpu_by_id: BTreeMap<u16, usize>,
+}
+
+/// `cuda_components.toml`.
+struct ComponentsTable {
+    rows: Vec<CudaComponents>,
 }
 
 #[derive(Deserialize)]
@@ -553,10 +673,6 @@ struct ComponentsFile {
     release: Vec<CudaComponents>,
 }
 
-fn parse_table<T: for<'de> Deserialize<'de>>(table: &'static str, text: &str) -> Result<T, KbError> {
-    toml::from_str(text).map_err(|source| KbError::Parse { table, source: Box::new(source) })
-}
-
 fn invalid(table: &'static str, row: impl std::fmt::Display, why: impl std::fmt::Display) -> KbError {
     KbError::Invalid { table, row: row.to_string(), why: why.to_string() }
 }
@@ -573,72 +689,99 @@ fn is_dotted_number(text: &str) -> bool {
     !text.is_empty() && text.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
-impl Kb {
-    fn parse(tables: Tables) -> Result<Self, KbError> {
-        let cuda: CudaDriverFile = parse_table("cuda_driver.toml", tables.cuda_driver)?;
-        for row in &cuda.minor_compat {
-            require_source("cuda_driver.toml", &row.major.to_string(), &row.source)?;
+impl Table for CudaDriverTable {
+    const FILE: &'static str = "cuda_driver.toml";
+    type File = CudaDriverFile;
+
+    fn check(file: CudaDriverFile) -> Result<Self, KbError> {
+        for row in &file.minor_compat {
+            require_source(Self::FILE, &row.major.to_string(), &row.source)?;
         }
-        for row in &cuda.toolkit {
-            require_source("cuda_driver.toml", row.cuda.as_str(), &row.source)?;
+        for row in &file.toolkit {
+            require_source(Self::FILE, row.cuda.as_str(), &row.source)?;
             if row.cuda.parts().len() != 2 {
-                return Err(invalid("cuda_driver.toml", &row.cuda, "toolkit rows are major.minor"));
+                return Err(invalid(Self::FILE, &row.cuda, "toolkit rows are major.minor"));
             }
             for update in &row.updates {
                 if update.cuda.major_minor() != row.cuda.major_minor() || update.cuda <= row.cuda {
-                    return Err(invalid("cuda_driver.toml", &update.cuda, "update of another release"));
+                    return Err(invalid(Self::FILE, &update.cuda, "update of another release"));
                 }
             }
         }
+        Ok(Self { toolkits: file.toolkit, minor_compat: file.minor_compat })
+    }
+}
 
-        let branches: BranchFile = parse_table("driver_branches.toml", tables.driver_branches)?;
-        for row in &branches.branch {
-            require_source("driver_branches.toml", &row.branch.to_string(), &row.source)?;
+impl Table for BranchTable {
+    const FILE: &'static str = "driver_branches.toml";
+    type File = BranchFile;
+
+    fn check(file: BranchFile) -> Result<Self, KbError> {
+        for row in &file.branch {
+            require_source(Self::FILE, &row.branch.to_string(), &row.source)?;
         }
+        Ok(Self { rows: file.branch })
+    }
+}
 
-        let torch: TorchFile = parse_table("torch.toml", tables.torch)?;
-        let torch = torch.release.into_iter().map(TorchRelease::from_raw).collect::<Result<Vec<_>, _>>()?;
+impl Table for TorchTable {
+    const FILE: &'static str = "torch.toml";
+    type File = TorchFile;
 
-        let cudnn: CudnnFile = parse_table("cudnn.toml", tables.cudnn)?;
-        for row in &cudnn.line {
-            require_source("cudnn.toml", &row.line, &row.source)?;
+    fn check(file: TorchFile) -> Result<Self, KbError> {
+        let rows = file.release.into_iter().map(TorchRelease::from_raw).collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { rows })
+    }
+}
+
+impl Table for CudnnTable {
+    const FILE: &'static str = "cudnn.toml";
+    type File = CudnnFile;
+
+    fn check(file: CudnnFile) -> Result<Self, KbError> {
+        for row in &file.line {
+            require_source(Self::FILE, &row.line, &row.source)?;
             if row.builds.is_empty() {
-                return Err(invalid("cudnn.toml", &row.line, "no builds"));
+                return Err(invalid(Self::FILE, &row.line, "no builds"));
             }
         }
+        Ok(Self { rows: file.line })
+    }
+}
 
-        let gpus: GpuFile = parse_table("gpus.toml", tables.gpus)?;
-        let gpus = gpus.gpu.into_iter().map(GpuModel::from_raw).collect::<Result<Vec<_>, _>>()?;
+impl Table for GpuTable {
+    const FILE: &'static str = "gpus.toml";
+    type File = GpuFile;
+
+    fn check(file: GpuFile) -> Result<Self, KbError> {
+        let gpus = file.gpu.into_iter().map(GpuModel::from_raw).collect::<Result<Vec<_>, _>>()?;
         let mut gpu_by_id = BTreeMap::new();
         for (i, gpu) in gpus.iter().enumerate() {
             for &id in &gpu.pci_ids {
                 if let Some(other) = gpu_by_id.insert(id, i) {
                     let why = format!("PCI id {id:#06x} is also listed for {}", gpus[other].name);
-                    return Err(invalid("gpus.toml", &gpu.name, why));
+                    return Err(invalid(Self::FILE, &gpu.name, why));
                 }
             }
         }
+        Ok(Self { gpus, gpu_by_id })
+    }
+}
 
-        let components: ComponentsFile = parse_table("cuda_components.toml", tables.cuda_components)?;
-        for row in &components.release {
-            require_source("cuda_components.toml", row.cuda.as_str(), &row.source)?;
+impl Table for ComponentsTable {
+    const FILE: &'static str = "cuda_components.toml";
+    type File = ComponentsFile;
+
+    fn check(file: ComponentsFile) -> Result<Self, KbError> {
+        for row in &file.release {
+            require_source(Self::FILE, row.cuda.as_str(), &row.source)?;
             let versions =
                 [&row.cudart, &row.cublas, &row.cufft, &row.curand, &row.cusolver, &row.cusparse, &row.nvrtc];
             if let Some(bad) = versions.into_iter().chain(&row.nvjitlink).find(|v| !is_dotted_number(v)) {
-                return Err(invalid("cuda_components.toml", &row.cuda, format!("bad version {bad:?}")));
+                return Err(invalid(Self::FILE, &row.cuda, format!("bad version {bad:?}")));
             }
         }
-
-        Ok(Self {
-            toolkits: cuda.toolkit,
-            minor_compat: cuda.minor_compat,
-            branches: branches.branch,
-            torch,
-            cudnn: cudnn.line,
-            gpus,
-            gpu_by_id,
-            components: components.release,
-        })
+        Ok(Self { rows: file.release })
     }
 }
 
