@@ -118,23 +118,7 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Oci
     move |source| OciError::Io { op, path: path.to_path_buf(), source }
 }
 
-/// Formats seconds since the Unix epoch as RFC 3339 UTC (`1970-01-01T00:00:00Z`), for
-/// `created` fields derived from `SOURCE_DATE_EPOCH`.
-pub fn rfc3339(epoch: u64) -> String {
-    // Civil-from-days, after Howard Hinnant, <https://howardhinnant.github.io/date_algorithms.html>.
-    let days = epoch / 86_400;
-    let secs = epoch % 86_400;
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
-}
+pub use stackhook::time::rfc3339;
 
 /// `null` (as Docker writes for empty fields) reads as the default value.
 fn null_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>

@@ -125,7 +125,8 @@ fn tools_accept_layout_and_archive() {
         let out = run(Command::new("docker").args(["load", "-i"]).arg(&archive));
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("stackbuild-test:latest"), "{text}");
-        let out = run(Command::new("docker").args(["run", "--rm", "stackbuild-test:latest"]));
+        let out =
+            run(Command::new("docker").args(["run", "--rm", "--network", "none", "stackbuild-test:latest"]));
         assert_eq!(out.stdout, b"hello\n");
         let _ = Command::new("docker").args(["rmi", "stackbuild-test:latest"]).output();
     } else {

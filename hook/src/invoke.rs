@@ -211,21 +211,7 @@ fn write_report(
         micros: started.elapsed().as_micros(),
     };
     let Ok(json) = serde_json::to_vec_pretty(&report) else { return };
-    let _ = write_atomic(&dir.join(format!("{safe}.json")), &json);
-}
-
-/// Writes `bytes` to `path` through a temp file and a rename, so readers never see half a file.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("report"),
-        std::process::id()
-    ));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    if std::fs::create_dir_all(dir).is_ok() {
+        let _ = crate::atomic::write_atomic(&dir.join(format!("{safe}.json")), &json);
+    }
 }

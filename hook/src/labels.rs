@@ -393,7 +393,7 @@ pub fn render(labels: &BTreeMap<String, String>, format: Format, expires_at: Opt
                 "# Node labels from `stackhook labels --format nfd` (Node Feature Discovery local source).\n",
             );
             if let Some(t) = expires_at {
-                let _ = writeln!(out, "# +expiry-time={}", rfc3339(t));
+                let _ = writeln!(out, "# +expiry-time={}", crate::time::rfc3339(t));
             }
         }
         Format::Json => {
@@ -415,30 +415,7 @@ pub fn write_atomic(path: &Path, contents: &str) -> Result<(), LabelsError> {
         let p = p.to_path_buf();
         move |source| LabelsError::Write { path: p, source }
     };
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, contents).map_err(err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        err(path)(e)
-    })
-}
-
-/// Seconds since the epoch as RFC 3339 UTC (`2024-05-01T12:00:00Z`).
-fn rfc3339(epoch: u64) -> String {
-    // Civil-from-days, after Howard Hinnant, <https://howardhinnant.github.io/date_algorithms.html>.
-    let days = epoch / 86_400;
-    let secs = epoch % 86_400;
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
+    crate::atomic::write_atomic(path, contents.as_bytes()).map_err(err(path))
 }
 
 #[cfg(test)]
@@ -490,8 +467,8 @@ mod tests {
         assert_eq!(kubernetes_arch("x86_64"), Some("amd64"));
         assert_eq!(kubernetes_arch("AARCH64"), Some("arm64"));
         assert_eq!(kubernetes_arch("mips"), None);
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_714_564_800), "2024-05-01T12:00:00Z");
+        assert_eq!(crate::time::rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(crate::time::rfc3339(1_714_564_800), "2024-05-01T12:00:00Z");
     }
 
     /// The labels of a preset host; `host.*` is left out (it depends on whether this process

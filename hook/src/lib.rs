@@ -1,5 +1,6 @@
 //! stackhook: checks, at container start, that a GPU host satisfies what an image needs.
 //!
+//! - [`atomic`], [`time`]: whole-file writes and timestamps, shared with the builder.
 //! - [`contract`]: the image-host contract both programs share (versions, requirement
 //!   expressions, the knowledge base, what an image carries).
 //! - [`probe`]: what the host is, read from a host root (`/` or a fixture tree).
@@ -12,6 +13,7 @@
 //! - [`install`]: wiring the hook into Docker, Podman, CRI-O and containerd.
 //! - [`labels`]: Kubernetes node labels from a probe, for node affinity on image requirements.
 
+pub mod atomic;
 pub mod contract;
 pub mod diagnose;
 pub mod fixture;
@@ -22,3 +24,4 @@ pub mod oci;
 pub mod probe;
 pub mod rootfs;
 pub mod runtime;
+pub mod time;
