@@ -14,7 +14,7 @@ fn main() {
     // The hook runs as root with whatever environment the runtime hands it; having read our own
     // settings (clap's `env`), drop all of it and leave the container's directory (CVE-2025-23266).
     for (key, _) in std::env::vars_os() {
-        // SAFETY-free in edition 2021; we are still single-threaded here.
+        // No other thread exists yet that could read the environment concurrently.
         std::env::remove_var(key);
     }
     let _ = std::env::set_current_dir("/");
