@@ -955,12 +955,7 @@ fn remove_stale_siblings(parent: &Path, name: &str) {
         let file_name = entry.file_name();
         let file_name = file_name.to_string_lossy();
         let ours = file_name.starts_with(&tmp) || file_name.starts_with(&old);
-        let stale = entry
-            .metadata()
-            .ok()
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age.as_secs() > 3600);
+        let stale = crate::cache::modified_before(&entry, std::time::Duration::from_secs(3600));
         if ours && stale {
             let _ = std::fs::remove_dir_all(entry.path());
         }

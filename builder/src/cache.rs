@@ -240,6 +240,16 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Whether `entry` was last modified more than `age` ago (false when its time is unreadable).
+pub(crate) fn modified_before(entry: &fs::DirEntry, age: std::time::Duration) -> bool {
+    entry
+        .metadata()
+        .ok()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|a| a > age)
+}
+
 /// Writes `bytes` to `path` atomically: a temporary file next to it, `fsync`, rename, `fsync` of
 /// the directory.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {

@@ -472,12 +472,7 @@ fn clean_layout_temps(dir: &Path) {
         let Ok(entries) = fs::read_dir(&sub) else { continue };
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let stale = entry
-                .metadata()
-                .ok()
-                .and_then(|m| m.modified().ok())
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age.as_secs() > 3600);
+            let stale = cache::modified_before(&entry, std::time::Duration::from_secs(3600));
             if name.to_string_lossy().starts_with(".stackbuild-tmp-") && stale {
                 let _ = fs::remove_file(entry.path());
             }

@@ -258,20 +258,7 @@ impl Pusher<'_, '_> {
         let max = self.session.client.max_attempts();
         let mut attempt = 1;
         loop {
-            let body = Body::File { path: &blob.path, offset: 0, len: blob.size };
-            let mut put =
-                self.target.req(what, "PUT", with_query(&location, &format!("digest={}", blob.digest)), body);
-            put.headers.push(("Content-Type", "application/octet-stream".into()));
-            self.report.bytes_uploaded += blob.size;
-            let failure = match self.session.send(&put) {
-                Ok(resp) if (200..300).contains(&resp.status()) => {
-                    return check_digest_header(what, &resp, &blob.digest)
-                }
-                Ok(resp) if is_retryable_status(resp.status()) => http_error(&put, resp),
-                Ok(resp) => return Err(http_error(&put, resp)),
-                Err(e @ RegistryError::Transport { .. }) => e,
-                Err(e) => return Err(e),
-            };
+            let Some(failure) = self.close_upload(what, &location, blob, true)? else { return Ok(()) };
             if attempt >= max {
                 return Err(failure);
             }
@@ -282,6 +269,35 @@ impl Pusher<'_, '_> {
                 return Ok(());
             }
             location = self.start_upload(what)?;
+        }
+    }
+
+    /// Sends the closing `PUT <location>?digest=` once, with the whole blob as its body or none:
+    /// `Ok(None)` when the registry took the blob, `Ok(Some(e))` for a failure worth retrying,
+    /// `Err` for one that is not.
+    fn close_upload(
+        &mut self,
+        what: &str,
+        location: &str,
+        blob: &Blob,
+        with_data: bool,
+    ) -> Result<Option<RegistryError>, RegistryError> {
+        let body =
+            if with_data { Body::File { path: &blob.path, offset: 0, len: blob.size } } else { Body::Empty };
+        let mut put =
+            self.target.req(what, "PUT", with_query(location, &format!("digest={}", blob.digest)), body);
+        if with_data {
+            put.headers.push(("Content-Type", "application/octet-stream".into()));
+            self.report.bytes_uploaded += blob.size;
+        }
+        match self.session.send(&put) {
+            Ok(resp) if (200..300).contains(&resp.status()) => {
+                check_digest_header(what, &resp, &blob.digest).map(|()| None)
+            }
+            Ok(resp) if is_retryable_status(resp.status()) => Ok(Some(http_error(&put, resp))),
+            Ok(resp) => Err(http_error(&put, resp)),
+            Err(e @ RegistryError::Transport { .. }) => Ok(Some(e)),
+            Err(e) => Err(e),
         }
     }
 
@@ -368,21 +384,7 @@ impl Pusher<'_, '_> {
         // The closing PUT carries no data.
         let mut attempt = 1;
         loop {
-            let put = self.target.req(
-                what,
-                "PUT",
-                with_query(&location, &format!("digest={}", blob.digest)),
-                Body::Empty,
-            );
-            let failure = match self.session.send(&put) {
-                Ok(resp) if (200..300).contains(&resp.status()) => {
-                    return check_digest_header(what, &resp, &blob.digest)
-                }
-                Ok(resp) if is_retryable_status(resp.status()) => http_error(&put, resp),
-                Ok(resp) => return Err(http_error(&put, resp)),
-                Err(e @ RegistryError::Transport { .. }) => e,
-                Err(e) => return Err(e),
-            };
+            let Some(failure) = self.close_upload(what, &location, blob, false)? else { return Ok(()) };
             if attempt >= max {
                 return Err(failure);
             }
