@@ -194,6 +194,8 @@ fn selector_is_never_wider_than_the_hook() {
         &["gpus>=8"],
         &["machine=x86_64"],
         &["machine!=x86_64"],
+        &["platform=jetson"],
+        &["platform!=wsl2"],
         &[CUDA_12_1_REQUIRE],
         &["cuda>=12.1", "module=nvidia_uvm,module!=nouveau"],
         &["cuda>=12.1 driver>=470,driver<471", "arch>=8.0"],

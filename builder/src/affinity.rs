@@ -608,6 +608,16 @@ fn factor_dnf(f: &Factor, source: &str, notes: &mut Vec<String>) -> Result<Dnf, 
                 ]],
             }
         }
+        (Key::Platform, v) => {
+            let platform = name(v)?;
+            match f.op {
+                Op::Eq => one(MatchExpression::new(l::PLATFORM, Operator::In, &[&platform])),
+                _ => vec![vec![
+                    MatchExpression::new(l::PLATFORM, Operator::Exists, &[]),
+                    MatchExpression::new(l::PLATFORM, Operator::NotIn, &[&platform]),
+                ]],
+            }
+        }
         (Key::Kernel, Value::Kernel(k)) => kernel_dnf(f.op, k.as_str())?,
         (Key::Gpus, Value::Count(n)) => {
             let n = u64::from(*n);

@@ -1433,7 +1433,16 @@ pub fn audit_dir(root: &Path, env: &[String], platform: &str) -> Result<AuditRep
 /// ELF file above 64 MiB through an anonymous temporary file. Layer digests are not re-hashed
 /// ([`oci::verify_layout_blob`] does that).
 pub fn audit_layout(layout_dir: &Path, tag: Option<&str>) -> Result<AuditReport, AuditError> {
-    audit_layout_with(layout_dir, tag, fs::SPOOL_ABOVE)
+    audit_layout_with(layout_dir, tag, None, fs::SPOOL_ABOVE)
+}
+
+/// [`audit_layout`] of one platform's image of a multi-platform `tag`.
+pub fn audit_layout_for(
+    layout_dir: &Path,
+    tag: Option<&str>,
+    platform: &oci::Platform,
+) -> Result<AuditReport, AuditError> {
+    audit_layout_with(layout_dir, tag, Some(platform), fs::SPOOL_ABOVE)
 }
 
 /// The changes of one layer, as a worker thread read them.
@@ -1442,10 +1451,11 @@ type LayerResult = Result<Vec<fs::Op>, AuditError>;
 fn audit_layout_with(
     layout_dir: &Path,
     tag: Option<&str>,
+    platform: Option<&oci::Platform>,
     spool_above: u64,
 ) -> Result<AuditReport, AuditError> {
     let started = Instant::now();
-    let image = oci::read_layout(layout_dir, tag)?;
+    let image = oci::read_layout_for(layout_dir, tag, platform)?;
     let platform = if image.config.os.is_empty() {
         image.config.architecture.clone()
     } else {

@@ -208,6 +208,31 @@ pub struct BuildReport {
     pub push: Option<crate::registry::PushReport>,
     /// Seconds taken.
     pub seconds: f64,
+    /// Each platform's image, when the recipe lists several (`manifest_digest` is then the
+    /// image index's, and `layers`, `stack` and `audit` are the first platform's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub platforms: Vec<PlatformReport>,
+}
+
+/// One platform's image of a multi-platform build.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PlatformReport {
+    /// `linux/arm64`.
+    pub platform: String,
+    /// Its manifest digest.
+    pub manifest_digest: String,
+    /// Its layers, base first.
+    pub layers: Vec<LayerReport>,
+    /// Its library audit.
+    pub audit: Option<crate::audit::AuditReport>,
+}
+
+/// One platform's image, assembled but not written.
+struct PlatformBuild {
+    platform: Platform,
+    image: Image,
+    layers: Vec<LayerReport>,
+    stack: StackManifest,
 }
 
 /// A Python package layer group, in layer order.
@@ -287,6 +312,7 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
         for target in recipe.targets() {
             tracing::info!("resolving {} package(s) for {target}", python.packages.len());
             let pins = solve::resolve(python, &target)?;
+            fetch::import_local_wheels(&python.wheels, &pins, &target, &artifact_dir(cache))?;
             let artifacts =
                 fetch::fetch_wheels(&pins, &target, python.index.as_deref(), &artifact_dir(cache))?;
             lock.set_packages(target.platform, &artifacts);
@@ -301,24 +327,165 @@ fn artifact_dir(cache: &Cache) -> PathBuf {
     cache.root().join("artifacts")
 }
 
-/// Builds the image of `recipe`.
+#[allow(clippy::too_many_lines)] // the steps in order: platforms, layout and audit, archive, push
+/// Builds the image of `recipe`: one image, or an image index with one image per platform when
+/// the recipe lists several.
 pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
     let started = Instant::now();
-    let [platform] = recipe.image.platforms[..] else {
-        return Err(BuildError::Unsupported(format!(
-            "{}: building several platforms into one image index is not supported yet; list one platform",
-            recipe.path.display()
-        )));
-    };
     let cache = match &opts.cache_dir {
         Some(dir) => Cache::open(dir)?,
         None => Cache::open_default()?,
     };
     let _guard = cache.lock()?;
     let epoch = layer::source_date_epoch()?;
-    let compression = opts.compression;
     let lock = lock_recipe(recipe, opts.locked, false, &cache)?;
     let out = opts.out.clone().unwrap_or_else(|| PathBuf::from("images").join(&recipe.image.name));
+    let reference = format!("{}:{}", recipe.image.name, recipe.image.tag);
+    // `docker load` and `podman load` archives hold one platform's image: the host's, as
+    // `docker pull` would choose it.
+    let archived = if recipe.image.platforms.len() == 1 {
+        Some(0)
+    } else {
+        recipe.image.platforms.iter().position(|p| p.machine() == std::env::consts::ARCH)
+    };
+    if archived.is_none() && (opts.archive.is_some() || opts.load) {
+        return Err(BuildError::Unsupported(format!(
+            "--archive and --load take the image of this host's platform ({}), which {} does not list; \
+             push the image index to a registry instead",
+            std::env::consts::ARCH,
+            recipe.path.display()
+        )));
+    }
+    let mut builds = Vec::with_capacity(recipe.image.platforms.len());
+    for &platform in &recipe.image.platforms {
+        if recipe.image.platforms.len() > 1 {
+            tracing::info!("platform {platform}");
+        }
+        builds.push(build_platform(recipe, platform, &lock, &cache, &out, opts, epoch)?);
+    }
+    let images: Vec<Image> = builds.iter().map(|b| b.image.clone()).collect();
+    let multi = builds.len() > 1;
+
+    let mut audits: Vec<Option<crate::audit::AuditReport>> = vec![None; builds.len()];
+    let digest = write_layout_atomically(&out, &images, &recipe.image.tag, |tmp| {
+        if !opts.audit {
+            return Ok(());
+        }
+        for (i, b) in builds.iter().enumerate() {
+            let platform = multi.then(|| b.image.config().platform());
+            let mut report =
+                audit_cached(&cache, tmp, &recipe.image.tag, platform.as_ref(), &b.image.manifest_digest()?)?;
+            for ignore in &recipe.audit_ignore {
+                report.accept(&ignore.path, &ignore.reason);
+            }
+            for w in &report.warnings {
+                tracing::debug!("audit: {}: {}", w.path, w.message);
+            }
+            tracing::info!(
+                "audit{}: {} ELF object(s), {} error(s), {} warning(s) (listed by `stackbuild audit`), {} host-provided librar(ies)",
+                if multi { format!(" of {}", b.platform) } else { String::new() },
+                report.objects_scanned,
+                report.errors.len(),
+                report.warnings.len(),
+                report.host_provided.len()
+            );
+            if report.has_errors() {
+                return Err(BuildError::Audit(report.render_human()));
+            }
+            audits[i] = Some(report);
+        }
+        Ok(())
+    })?;
+    if let Some(image) = archived.and_then(|i| images.get(i)) {
+        write_archive_and_load(image, &reference, &cache, opts)?;
+    }
+    let push = match &opts.push {
+        Some(dest) => {
+            let dest = crate::registry::Reference::parse(dest)?;
+            let report =
+                crate::registry::push_layout(&registry_client(opts), &out, Some(&recipe.image.tag), &dest)?;
+            tracing::info!(
+                "pushed {dest}: {} blob(s) uploaded, {} already there, {} mounted ({} requests)",
+                report.blobs_uploaded,
+                report.blobs_skipped,
+                report.blobs_mounted,
+                report.requests
+            );
+            Some(report)
+        }
+        None => None,
+    };
+    let mut platforms = Vec::new();
+    if multi {
+        for (b, audit) in builds.iter().zip(&audits) {
+            platforms.push(PlatformReport {
+                platform: b.platform.to_string(),
+                manifest_digest: b.image.manifest_digest()?,
+                layers: b.layers.clone(),
+                audit: audit.clone(),
+            });
+        }
+    }
+    let first = builds.into_iter().next().ok_or_else(|| BuildError::Unsupported("no platform".into()))?;
+    Ok(BuildReport {
+        manifest_digest: digest,
+        layout: out,
+        reference,
+        layers: first.layers,
+        stack: first.stack,
+        audit: audits.into_iter().next().flatten(),
+        push,
+        seconds: started.elapsed().as_secs_f64(),
+        platforms,
+    })
+}
+
+/// `--archive` and `--load` of one image.
+fn write_archive_and_load(
+    image: &Image,
+    reference: &str,
+    cache: &Cache,
+    opts: &BuildOptions,
+) -> Result<(), BuildError> {
+    if let Some(archive) = &opts.archive {
+        let tmp = archive.with_extension("tmp");
+        oci::write_archive(&tmp, image, reference)?;
+        std::fs::rename(&tmp, archive).map_err(io("renaming", &tmp))?;
+        tracing::info!("wrote {}", archive.display());
+    }
+    if opts.load {
+        // The archive the daemon reads: the one asked for, or a temporary one in the cache.
+        let tmp;
+        let archive = if let Some(a) = &opts.archive {
+            a.clone()
+        } else {
+            tmp = tempdir(cache)?;
+            let path = tmp.path().join("image.tar");
+            oci::write_archive(&path, image, reference)?;
+            path
+        };
+        for line in crate::load::load_archive(&archive)? {
+            tracing::info!("docker: {line}");
+        }
+    }
+    Ok(())
+}
+
+/// Assembles the image of one platform: every layer built or found in the cache, the config,
+/// the stack description; nothing is written to `out`.
+#[allow(clippy::too_many_lines)] // the layers in order, each short
+fn build_platform(
+    recipe: &Recipe,
+    platform: Platform,
+    lock: &Lock,
+    cache: &Cache,
+    out: &Path,
+    opts: &BuildOptions,
+    epoch: u64,
+) -> Result<PlatformBuild, BuildError> {
+    let cache = cache.clone();
+    let out = out.to_path_buf();
+    let compression = opts.compression;
 
     let mut layers: Vec<(LayerReport, LayerBlob, String)> = Vec::new();
     let mut push = |name: &str, created_by: String, blob: LayerBlob, built: bool| {
@@ -486,6 +653,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         let (Some(py), Some(target)) = (python, target.as_ref()) else { return Ok(BTreeMap::new()) };
         let pins: Vec<Pinned> = wanted.iter().map(|w| w.pin.clone()).collect();
         tracing::info!("fetching {} wheel(s)", pins.len());
+        fetch::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;
         let artifacts = fetch::fetch_wheels(&pins, target, py.index.as_deref(), &artifact_dir(cache))?;
         Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect())
     };
@@ -528,16 +696,18 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             push(group.name(), created_by, blob, true);
         }
     }
-    components.extend(wheels.iter().map(|w| {
-        Component {
-            kind: "wheel".into(),
-            name: w.pin.name.to_string(),
-            version: w.pin.version.to_string(),
-            source: python
+    components.extend(wheels.iter().map(|w| Component {
+        kind: "wheel".into(),
+        name: w.pin.name.to_string(),
+        version: w.pin.version.to_string(),
+        source: if python.is_some_and(|p| p.wheels.iter().any(|l| l.name == w.pin.name)) {
+            "recipe wheel".into()
+        } else {
+            python
                 .and_then(|p| p.index.clone())
-                .map_or_else(|| "python package index".into(), |_| "recipe index".into()),
-            sha256: w.sha256.clone(),
-        }
+                .map_or_else(|| "python package index".into(), |_| "recipe index".into())
+        },
+        sha256: w.sha256.clone(),
     }));
 
     // Sources, with the patches that target them.
@@ -611,7 +781,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     // Requirements, stack description, package patches: the last layer.
     let packages: Vec<derive::Package<'_>> = wheels
         .iter()
-        .map(|w| derive::Package { name: w.pin.name.as_ref(), version: &w.pin.version })
+        .map(|w| derive::Package { name: w.pin.name.as_ref(), version: &w.pin.version, platform })
         .collect();
     let requirements = derive::requirements(&packages, &recipe.host);
     for p in &recipe.patches {
@@ -626,10 +796,9 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             sha256: patch_identity(&p.change)?,
         });
     }
-    let reference = format!("{}:{}", recipe.image.name, recipe.image.tag);
     let stack = StackManifest {
         schema: 1,
-        image: reference.clone(),
+        image: format!("{}:{}", recipe.image.name, recipe.image.tag),
         platform: platform.as_str().to_owned(),
         components,
         requirements: requirements.clone(),
@@ -778,79 +947,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     let (reports, blobs): (Vec<LayerReport>, Vec<LayerBlob>) =
         layers.into_iter().map(|(r, b, _)| (r, b)).unzip();
     let image = Image::new(image_config, blobs, annotations)?;
-
-    let mut audit = None;
-    let digest = write_layout_atomically(&out, &image, &recipe.image.tag, |tmp, digest| {
-        if !opts.audit {
-            return Ok(());
-        }
-        let mut report = audit_cached(&cache, tmp, &recipe.image.tag, digest)?;
-        for ignore in &recipe.audit_ignore {
-            report.accept(&ignore.path, &ignore.reason);
-        }
-        for w in &report.warnings {
-            tracing::debug!("audit: {}: {}", w.path, w.message);
-        }
-        tracing::info!(
-            "audit: {} ELF object(s), {} error(s), {} warning(s) (listed by `stackbuild audit`), {} host-provided librar(ies)",
-            report.objects_scanned,
-            report.errors.len(),
-            report.warnings.len(),
-            report.host_provided.len()
-        );
-        if report.has_errors() {
-            return Err(BuildError::Audit(report.render_human()));
-        }
-        audit = Some(report);
-        Ok(())
-    })?;
-    if let Some(archive) = &opts.archive {
-        let tmp = archive.with_extension("tmp");
-        oci::write_archive(&tmp, &image, &reference)?;
-        std::fs::rename(&tmp, archive).map_err(io("renaming", &tmp))?;
-        tracing::info!("wrote {}", archive.display());
-    }
-    if opts.load {
-        // The archive the daemon reads: the one asked for, or a temporary one in the cache.
-        let tmp;
-        let archive = if let Some(a) = &opts.archive {
-            a.clone()
-        } else {
-            tmp = tempdir(&cache)?;
-            let path = tmp.path().join("image.tar");
-            oci::write_archive(&path, &image, &reference)?;
-            path
-        };
-        for line in crate::load::load_archive(&archive)? {
-            tracing::info!("docker: {line}");
-        }
-    }
-    let push = match &opts.push {
-        Some(dest) => {
-            let dest = crate::registry::Reference::parse(dest)?;
-            let report =
-                crate::registry::push_layout(&registry_client(opts), &out, Some(&recipe.image.tag), &dest)?;
-            tracing::info!(
-                "pushed {dest}: {} blob(s) uploaded, {} already there, {} mounted ({} requests)",
-                report.blobs_uploaded,
-                report.blobs_skipped,
-                report.blobs_mounted,
-                report.requests
-            );
-            Some(report)
-        }
-        None => None,
-    };
-    Ok(BuildReport {
-        manifest_digest: digest,
-        layout: out,
-        reference,
-        layers: reports,
-        stack,
-        audit,
-        push,
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    Ok(PlatformBuild { platform, image, layers: reports, stack })
 }
 
 fn registry_client(opts: &BuildOptions) -> crate::registry::Client {
@@ -894,6 +991,7 @@ fn audit_cached(
     cache: &Cache,
     layout: &Path,
     tag: &str,
+    platform: Option<&oci::Platform>,
     digest: &str,
 ) -> Result<crate::audit::AuditReport, BuildError> {
     let name = format!("v{}-{}.json", crate::audit::POLICY_VERSION, digest.trim_start_matches("sha256:"));
@@ -901,7 +999,10 @@ fn audit_cached(
     if let Some(report) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
         return Ok(report);
     }
-    let report = crate::audit::audit_layout(layout, Some(tag))?;
+    let report = match platform {
+        Some(p) => crate::audit::audit_layout_for(layout, Some(tag), p)?,
+        None => crate::audit::audit_layout(layout, Some(tag))?,
+    };
     if let Ok(json) = serde_json::to_vec(&report) {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
@@ -915,9 +1016,9 @@ fn audit_cached(
 /// that fails or is killed leaves either the previous image or none, never half of one.
 fn write_layout_atomically(
     out: &Path,
-    image: &Image,
+    images: &[Image],
     tag: &str,
-    check: impl FnOnce(&Path, &str) -> Result<(), BuildError>,
+    check: impl FnOnce(&Path) -> Result<(), BuildError>,
 ) -> Result<String, BuildError> {
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
@@ -925,7 +1026,7 @@ fn write_layout_atomically(
     let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     remove_stale_siblings(parent, name);
-    let digest = match oci::write_layout(&tmp, image, tag) {
+    let digest = match oci::write_layout_images(&tmp, images, tag) {
         Ok(d) => d,
         Err(e) => {
             // A full disk, most often: leave no half layout to fill it further.
@@ -933,7 +1034,7 @@ fn write_layout_atomically(
             return Err(e.into());
         }
     };
-    if let Err(e) = check(&tmp, &digest) {
+    if let Err(e) = check(&tmp) {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }

@@ -7,7 +7,7 @@ use stackhook::contract::image::DerivedRequirement;
 use stackhook::contract::kb;
 use stackhook::contract::version::{ComputeCapability, CudaVersion, DriverVersion, PackageVersion};
 
-use crate::recipe::HostRules;
+use crate::recipe::{HostRules, Platform};
 
 /// A resolved package, as far as derivation needs it.
 #[derive(Debug, Clone, Copy)]
@@ -16,6 +16,8 @@ pub struct Package<'a> {
     pub name: &'a str,
     /// Version.
     pub version: &'a PackageVersion,
+    /// The image platform it was resolved for.
+    pub platform: Platform,
 }
 
 /// The CUDA runtime the stack ships, from its `nvidia-cuda-runtime-cu*` wheel
@@ -34,7 +36,14 @@ pub fn torch_variant(
     let torch = packages.iter().find(|p| p.name == "torch")?;
     let release = kb::torch_release(torch.version)?;
     let local = torch.version.local().iter().map(ToString::to_string).collect::<Vec<_>>().join(".");
-    let variant = if local.is_empty() { release.pypi_variant() } else { release.variant(&local) }?;
+    // The index's plain wheel is a CUDA build on x86_64 only; its aarch64 wheels of these
+    // releases are CPU builds, and aarch64 CUDA builds (JetPack) say what they are in their own
+    // version, which the knowledge base does not list.
+    let variant = match (local.is_empty(), torch.platform) {
+        (true, Platform::LinuxAmd64) => release.pypi_variant(),
+        (true, Platform::LinuxArm64) => None,
+        (false, _) => release.variant(&local),
+    }?;
     Some((release, variant))
 }
 
@@ -144,6 +153,7 @@ pub fn requirements(packages: &[Package<'_>], host: &HostRules) -> Vec<DerivedRe
             "kernel_deny" => "STACKBUILD_REQUIRE_KERNEL",
             "modules" | "modules_deny" => "STACKBUILD_REQUIRE_MODULES",
             "gpus" => "STACKBUILD_REQUIRE_GPUS",
+            "platform" => "STACKBUILD_REQUIRE_PLATFORM",
             _ => "STACKBUILD_REQUIRE_DRIVER",
         };
         let reason = format!("[host] {rule} rule of the recipe");
@@ -176,9 +186,9 @@ mod tests {
     fn torch_2_1_cu121_stack() {
         let (t, rt, np) = (v("2.1.0"), v("12.1.105"), v("1.26.4"));
         let packages = [
-            Package { name: "torch", version: &t },
-            Package { name: "nvidia-cuda-runtime-cu12", version: &rt },
-            Package { name: "numpy", version: &np },
+            Package { name: "torch", version: &t, platform: Platform::LinuxAmd64 },
+            Package { name: "nvidia-cuda-runtime-cu12", version: &rt, platform: Platform::LinuxAmd64 },
+            Package { name: "numpy", version: &np, platform: Platform::LinuxAmd64 },
         ];
         let recipe = crate::recipe::Recipe::parse(
             "r.toml",
@@ -199,7 +209,7 @@ mod tests {
     #[test]
     fn ptx_build_needs_the_toolkit_driver() {
         let t = v("2.7.0+cu128");
-        let packages = [Package { name: "torch", version: &t }];
+        let packages = [Package { name: "torch", version: &t, platform: Platform::LinuxAmd64 }];
         let floor = driver_floor(&packages).unwrap();
         assert_eq!(
             (floor.cuda.as_str(), floor.driver.as_str(), floor.minor_compat),
@@ -219,6 +229,10 @@ mod tests {
     #[test]
     fn no_cuda_no_requirement() {
         let np = v("1.26.4");
-        assert!(requirements(&[Package { name: "numpy", version: &np }], &HostRules::default()).is_empty());
+        assert!(requirements(
+            &[Package { name: "numpy", version: &np, platform: Platform::LinuxAmd64 }],
+            &HostRules::default()
+        )
+        .is_empty());
     }
 }

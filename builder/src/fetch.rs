@@ -82,6 +82,21 @@ pub enum FetchError {
         /// The digests the pin allows.
         expected: Vec<String>,
     },
+    /// A recipe's own wheel is not the file the lock pins.
+    #[error(
+        "{}: sha256 is {sha256}, but the lock pins {pin} to {}; run `stackbuild lock` if the file was replaced on purpose",
+        path.display(), expected.join(", ")
+    )]
+    LocalChanged {
+        /// The recipe's file.
+        path: PathBuf,
+        /// Its digest now.
+        sha256: String,
+        /// The pin.
+        pin: String,
+        /// What the lock allows.
+        expected: Vec<String>,
+    },
     /// pip reported success but a pin got no file.
     #[error("downloading {pin} for {target}: pip wrote no file for it")]
     Missing {
@@ -244,6 +259,43 @@ pub fn fetch_wheels(
         }
     }
     Ok(found.into_values().collect())
+}
+
+/// Put the recipe's own wheels (`[[python.wheel]]`) among `pins` into `dest_dir`, checked
+/// against the pins' hashes, so that [`fetch_wheels`] finds them there and asks the index for
+/// none of them. A wheel already in place is left alone (`fetch_wheels` re-hashes it).
+pub fn import_local_wheels(
+    wheels: &[crate::recipe::LocalWheel],
+    pins: &[Pinned],
+    target: &Target,
+    dest_dir: &Path,
+) -> Result<(), FetchError> {
+    for pin in pins {
+        let Some(wheel) = wheels.iter().find(|w| w.name == pin.name && w.fits(target.platform)) else {
+            continue;
+        };
+        if pin.hashes.iter().any(|h| dest_dir.join(h).join(&wheel.filename).is_file()) {
+            continue;
+        }
+        std::fs::create_dir_all(dest_dir).map_err(io("creating", dest_dir))?;
+        let tmp = tempfile::Builder::new()
+            .prefix(".import-")
+            .tempdir_in(dest_dir)
+            .map_err(io("creating a temporary directory in", dest_dir))?;
+        let copy = tmp.path().join(&wheel.filename);
+        std::fs::copy(&wheel.path, &copy).map_err(io("copying", &wheel.path))?;
+        let sha256 = sha256_file(&copy).map_err(io("hashing", &copy))?;
+        if !pin.hashes.contains(&sha256) {
+            return Err(FetchError::LocalChanged {
+                path: wheel.path.clone(),
+                sha256,
+                pin: pin.to_string(),
+                expected: pin.hashes.clone(),
+            });
+        }
+        place(&copy, &wheel.filename, &sha256, tmp.path(), dest_dir)?;
+    }
+    Ok(())
 }
 
 /// Run pip for `pins` into a temporary directory inside `dest` (same file system, so the final

@@ -487,21 +487,54 @@ fn clean_layout_temps(dir: &Path) {
 /// valid at every moment. Other tags already in `index.json` are kept; an entry with the same
 /// tag is replaced.
 pub fn write_layout(dir: &Path, image: &Image, tag: &str) -> Result<String, OciError> {
+    write_layout_images(dir, std::slice::from_ref(image), tag)
+}
+
+/// Writes `images` (one per platform) into the OCI image layout `dir` under `tag`, as
+/// [`write_layout`] does one. Several images become one image index blob whose descriptors carry
+/// each image's platform, and `tag` names that index (what `docker pull`, `skopeo copy --all`
+/// and containerd expect of a multi-platform image); returns the digest `tag` names: the index's,
+/// or the only manifest's.
+pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<String, OciError> {
     check_tag(tag)?;
     let blobs = dir.join("blobs").join("sha256");
     fs::create_dir_all(&blobs).map_err(io_err("creating", &blobs))?;
     clean_layout_temps(dir);
-    let docs = image.documents()?;
-    for layer in &image.layers {
-        let dest = blobs.join(sha256_hex(&layer.digest)?);
-        place_blob(&layer.path, &dest, layer.size)?;
-    }
-    for (bytes, digest) in [(&docs.config, &docs.config_digest), (&docs.manifest, &docs.manifest_digest)] {
+    let write_small = |bytes: &[u8], digest: &str| -> Result<(), OciError> {
         let dest = blobs.join(sha256_hex(digest)?);
         if !fs::symlink_metadata(&dest).is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64) {
             write_atomic(&dest, bytes).map_err(io_err("writing", &dest))?;
         }
+        Ok(())
+    };
+    let mut descriptors = Vec::with_capacity(images.len());
+    for image in images {
+        let docs = image.documents()?;
+        for layer in &image.layers {
+            let dest = blobs.join(sha256_hex(&layer.digest)?);
+            place_blob(&layer.path, &dest, layer.size)?;
+        }
+        write_small(&docs.config, &docs.config_digest)?;
+        write_small(&docs.manifest, &docs.manifest_digest)?;
+        descriptors.push(image.index_descriptor(&docs, BTreeMap::new()));
     }
+    let mut top = match descriptors.as_slice() {
+        [] => return Err(OciError::BadReference(format!("{tag} (no image to write)"))),
+        [only] => only.clone(),
+        _ => {
+            let nested = Index {
+                schema_version: 2,
+                media_type: Some(MEDIA_TYPE_INDEX.to_string()),
+                manifests: descriptors,
+                annotations: BTreeMap::new(),
+            };
+            let bytes = serde_json::to_vec(&nested)
+                .map_err(|source| OciError::Json { path: "image index".into(), source })?;
+            let digest = sha256_bytes(&bytes);
+            write_small(&bytes, &digest)?;
+            Descriptor::new(MEDIA_TYPE_INDEX, digest, bytes.len() as u64)
+        }
+    };
     cache::sync_dir(&blobs).map_err(io_err("syncing", &blobs))?;
     let layout = dir.join("oci-layout");
     write_atomic(&layout, OCI_LAYOUT).map_err(io_err("writing", &layout))?;
@@ -513,8 +546,9 @@ pub fn write_layout(dir: &Path, image: &Image, tag: &str) -> Result<String, OciE
         Err(e) => return Err(e),
     };
     manifests.retain(|d| d.annotations.get(ANNOTATION_REF_NAME).map(String::as_str) != Some(tag));
-    let annotations = BTreeMap::from([(ANNOTATION_REF_NAME.to_string(), tag.to_string())]);
-    manifests.push(image.index_descriptor(&docs, annotations));
+    top.annotations.insert(ANNOTATION_REF_NAME.to_string(), tag.to_string());
+    let digest = top.digest.clone();
+    manifests.push(top);
     let index = Index {
         schema_version: 2,
         media_type: Some(MEDIA_TYPE_INDEX.to_string()),
@@ -524,7 +558,7 @@ pub fn write_layout(dir: &Path, image: &Image, tag: &str) -> Result<String, OciE
     let json =
         serde_json::to_vec(&index).map_err(|source| OciError::Json { path: index_path.clone(), source })?;
     write_atomic(&index_path, &json).map_err(io_err("writing", &index_path))?;
-    Ok(docs.manifest_digest)
+    Ok(digest)
 }
 
 /// Splits `name[:tag]` (the tag is after the last `:` that follows the last `/`); the tag
@@ -757,18 +791,30 @@ fn read_verified(dir: &Path, root: &Path, desc: &Descriptor) -> Result<Vec<u8>, 
 /// manifest and config are size-capped and the manifest and config digest-checked. Layer blobs
 /// are checked for size only (hash them with [`verify_layout_blob`] when it matters).
 pub fn read_layout(dir: &Path, tag: Option<&str>) -> Result<LayoutImage, OciError> {
+    read_layout_for(dir, tag, None)
+}
+
+/// A multi-platform image `tag` of the layout `dir`: the image index's exact bytes, its digest
+/// and the platforms it lists, in order; `None` for a single image.
+pub fn read_layout_index(dir: &Path, tag: Option<&str>) -> Result<Option<LayoutIndex>, OciError> {
     let root = fs::canonicalize(dir).map_err(io_err("resolving", dir))?;
     let index_path = dir.join("index.json");
     let index: Index = read_json(&index_path)?;
-    let tags = || {
-        let names: Vec<_> =
-            index.manifests.iter().filter_map(|d| d.annotations.get(ANNOTATION_REF_NAME).cloned()).collect();
-        if names.is_empty() {
-            "none".to_string()
-        } else {
-            names.join(", ")
-        }
-    };
+    let desc = pick_tag(dir, &index, tag)?;
+    if desc.media_type != MEDIA_TYPE_INDEX {
+        return Ok(None);
+    }
+    let bytes = read_verified(dir, &root, desc)?;
+    let nested: Index = serde_json::from_slice(&bytes)
+        .map_err(|source| OciError::Json { path: PathBuf::from(&desc.digest), source })?;
+    let platforms = nested.manifests.iter().filter_map(|d| d.platform.clone()).collect();
+    Ok(Some((bytes, desc.digest.clone(), platforms)))
+}
+
+/// A multi-platform image's index: its exact bytes, its digest and its platforms, in order.
+pub type LayoutIndex = (Vec<u8>, String, Vec<Platform>);
+
+fn pick_tag<'i>(dir: &Path, index: &'i Index, tag: Option<&str>) -> Result<&'i Descriptor, OciError> {
     let desc = match tag {
         Some(tag) => index
             .manifests
@@ -777,19 +823,64 @@ pub fn read_layout(dir: &Path, tag: Option<&str>) -> Result<LayoutImage, OciErro
         None if index.manifests.len() == 1 => index.manifests.first(),
         None => None,
     };
-    let Some(desc) = desc else {
-        return Err(OciError::TagNotFound {
+    desc.ok_or_else(|| {
+        let names: Vec<_> =
+            index.manifests.iter().filter_map(|d| d.annotations.get(ANNOTATION_REF_NAME).cloned()).collect();
+        OciError::TagNotFound {
             dir: dir.to_path_buf(),
             tag: tag.unwrap_or("<only image>").to_string(),
-            available: tags(),
-        });
-    };
+            available: if names.is_empty() { "none".to_string() } else { names.join(", ") },
+        }
+    })
+}
+
+/// [`read_layout`] for one `platform` of a multi-platform image (an image index, one level deep);
+/// a single image is returned whatever its platform. Without `platform`, an index with more than
+/// one image is an error naming its platforms.
+pub fn read_layout_for(
+    dir: &Path,
+    tag: Option<&str>,
+    platform: Option<&Platform>,
+) -> Result<LayoutImage, OciError> {
+    let root = fs::canonicalize(dir).map_err(io_err("resolving", dir))?;
+    let index_path = dir.join("index.json");
+    let index: Index = read_json(&index_path)?;
+    let mut desc = pick_tag(dir, &index, tag)?.clone();
     if desc.media_type == MEDIA_TYPE_INDEX || desc.media_type == MEDIA_TYPE_DOCKER_LIST {
-        return Err(OciError::Unsupported {
-            path: index_path,
-            what: format!("nested index {} (copy a single platform's image)", desc.digest),
-        });
+        let nested: Index = serde_json::from_slice(&read_verified(dir, &root, &desc)?)
+            .map_err(|source| OciError::Json { path: PathBuf::from(&desc.digest), source })?;
+        let same = |d: &&Descriptor| {
+            d.platform.as_ref().is_some_and(|p| {
+                platform.is_some_and(|want| p.os == want.os && p.architecture == want.architecture)
+            })
+        };
+        let chosen = match (platform, nested.manifests.as_slice()) {
+            (None, [only]) => Some(only),
+            (None, _) => None,
+            (Some(_), list) => list.iter().find(same),
+        };
+        let Some(chosen) = chosen else {
+            let listed: Vec<String> = nested
+                .manifests
+                .iter()
+                .filter_map(|d| d.platform.as_ref().map(|p| format!("{}/{}", p.os, p.architecture)))
+                .collect();
+            return Err(OciError::Unsupported {
+                path: index_path,
+                what: format!(
+                    "image index {} without {} (it holds {})",
+                    desc.digest,
+                    platform.map_or_else(
+                        || "a platform chosen".to_owned(),
+                        |p| format!("{}/{}", p.os, p.architecture)
+                    ),
+                    listed.join(", ")
+                ),
+            });
+        };
+        desc = chosen.clone();
     }
+    let desc = &desc;
     let manifest_bytes = read_verified(dir, &root, desc)?;
     let manifest: Manifest = serde_json::from_slice(&manifest_bytes)
         .map_err(|source| OciError::Json { path: PathBuf::from(&desc.digest), source })?;

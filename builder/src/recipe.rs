@@ -275,6 +275,38 @@ pub struct PythonSection {
     pub constraints: Vec<Requirement>,
     /// The index to use; `None` uses the machine's configuration.
     pub index: Option<String>,
+    /// `[[python.wheel]]`: wheel files the recipe supplies itself.
+    pub wheels: Vec<LocalWheel>,
+}
+
+/// `[[python.wheel]]`: a wheel file the recipe supplies itself, for builds no index this machine
+/// uses carries (NVIDIA's `JetPack` torch, `PyTorch`'s CUDA 11.8 builds). It takes part in resolution
+/// as a direct reference (`name @ file:///path`), its sha256 goes into the lock, and every build
+/// checks the file against the lock before installing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalWheel {
+    /// The file, resolved against the recipe's directory.
+    pub path: PathBuf,
+    /// The path as the recipe writes it (relative paths stay relative in the lock's hash).
+    pub written: String,
+    /// The wheel's file name.
+    pub filename: String,
+    /// The project name its file name gives (normalized).
+    pub name: PackageName,
+    /// The version its file name gives.
+    pub version: PackageVersion,
+    /// Its platform tags (`linux_aarch64`, `any`).
+    pub platform_tags: Vec<String>,
+    /// The sha256 the recipe expects, when it states one.
+    pub sha256: Option<String>,
+}
+
+impl LocalWheel {
+    /// Whether this wheel can be installed on `platform` (its platform tag is `any` or names the
+    /// platform's machine).
+    pub fn fits(&self, platform: Platform) -> bool {
+        self.platform_tags.iter().any(|t| t == "any" || t.ends_with(&format!("_{}", platform.machine())))
+    }
 }
 
 /// `[cuda]`: what the author expects; checked against the wheels later.
@@ -370,7 +402,12 @@ pub struct HostRules {
     pub gpus: Option<VersionRange<u32>>,
     /// The compute capabilities allowed.
     pub arch: Option<VersionRange<ComputeCapability>>,
+    /// The kinds of host allowed (`linux`, `wsl2`, `jetson`); empty: any.
+    pub platform: Vec<String>,
 }
+
+/// The host kinds `[host] platform` names, as the hook's probe tells them apart.
+pub const HOST_PLATFORMS: [&str; 3] = ["linux", "wsl2", "jetson"];
 
 impl HostRules {
     /// Whether the recipe states no host rule.
@@ -408,6 +445,11 @@ impl HostRules {
         }
         if let Some(r) = &self.arch {
             out.push(("arch", r.to_factors("arch")));
+        }
+        if !self.platform.is_empty() {
+            // Alternatives are separated by spaces in the NVIDIA_REQUIRE_* language.
+            let alternatives: Vec<String> = self.platform.iter().map(|p| format!("platform={p}")).collect();
+            out.push(("platform", alternatives.join(" ")));
         }
         out
     }
@@ -842,6 +884,15 @@ struct RawPython {
     #[serde(default)]
     constraints: Vec<S>,
     index: Option<S>,
+    #[serde(default)]
+    wheel: Vec<Spanned<RawWheel>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWheel {
+    path: S,
+    sha256: Option<S>,
 }
 
 #[derive(Deserialize)]
@@ -886,6 +937,8 @@ struct RawHost {
     modules_deny: Vec<S>,
     gpus: Option<S>,
     arch: Option<S>,
+    /// `"wsl2"` or `["linux", "jetson"]`.
+    platform: Option<Spanned<toml::Value>>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1015,7 +1068,7 @@ impl Recipe {
         let mut ctx = Ctx { file: path, text, diags: Vec::new() };
         let image = validate_image(&mut ctx, raw.image);
         let base = validate_base(&mut ctx, &dir, raw.base);
-        let python = raw.python.and_then(|p| validate_python(&mut ctx, p));
+        let python = raw.python.and_then(|p| validate_python(&mut ctx, &dir, p));
         let cuda = raw.cuda.and_then(|c| validate_cuda(&mut ctx, c));
         let sources = validate_sources(&mut ctx, &dir, raw.source);
         let patches = validate_patches(&mut ctx, &dir, raw.patch, &sources);
@@ -1091,6 +1144,8 @@ impl Recipe {
             packages: Vec<String>,
             constraints: Vec<String>,
             index: Option<&'a str>,
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            wheels: Vec<(&'a str, Option<&'a str>)>,
         }
         let rel = |p: &Path| p.strip_prefix(&self.dir).unwrap_or(p).to_string_lossy().into_owned();
         let mut base = BTreeMap::new();
@@ -1132,6 +1187,7 @@ impl Recipe {
                 packages: sorted(&py.packages),
                 constraints: sorted(&py.constraints),
                 index: py.index.as_deref(),
+                wheels: py.wheels.iter().map(|w| (w.written.as_str(), w.sha256.as_deref())).collect(),
             }),
         };
         // Serializing plain structs, strings and a BTreeMap cannot fail.
@@ -1463,7 +1519,7 @@ fn parse_apt_package(s: &str) -> Result<AptPackage, String> {
     Ok(AptPackage { name: name.to_owned(), version: version.map(str::to_owned) })
 }
 
-fn validate_python(ctx: &mut Ctx, raw: Spanned<RawPython>) -> Option<PythonSection> {
+fn validate_python(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawPython>) -> Option<PythonSection> {
     let raw = raw.into_inner();
     let before = ctx.diags.len();
     let version: Option<PythonVersion> = ctx.parse(&raw.version, "Python version");
@@ -1511,11 +1567,59 @@ fn validate_python(ctx: &mut Ctx, raw: Spanned<RawPython>) -> Option<PythonSecti
             );
         }
     }
+    let mut wheels: Vec<LocalWheel> = Vec::new();
+    for w in &raw.wheel {
+        let Some(wheel) = validate_wheel(ctx, dir, w.get_ref()) else { continue };
+        if let Some(line) = seen.get(&wheel.name) {
+            ctx.error_help(
+                w.get_ref().path.span(),
+                format!("`{}` is also listed in packages (line {line})", wheel.name),
+                "a package comes either from the index or from a [[python.wheel]]: remove one",
+            );
+        } else if wheels.iter().any(|o| o.name == wheel.name && o.platform_tags == wheel.platform_tags) {
+            ctx.error(
+                w.get_ref().path.span(),
+                format!("a second wheel of `{}` for the same platform", wheel.name),
+            );
+        }
+        wheels.push(wheel);
+    }
     (ctx.diags.len() == before).then_some(PythonSection {
         version: version?,
         packages,
         constraints,
         index: raw.index.map(Spanned::into_inner),
+        wheels,
+    })
+}
+
+fn validate_wheel(ctx: &mut Ctx, dir: &Path, raw: &RawWheel) -> Option<LocalWheel> {
+    let written = raw.path.get_ref();
+    let filename = Path::new(written).file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let Some(parsed) = crate::fetch::parse_wheel_name(filename) else {
+        ctx.error_help(
+            raw.path.span(),
+            format!("{written:?} is not a wheel file name"),
+            "expected NAME-VERSION-PYTHON-ABI-PLATFORM.whl (PEP 427), as the wheel was published",
+        );
+        return None;
+    };
+    let sha256 = match &raw.sha256 {
+        Some(h) if h.get_ref().len() != 64 || !h.get_ref().bytes().all(|b| b.is_ascii_hexdigit()) => {
+            ctx.error(h.span(), "expected 64 hex digits (the file's sha256)");
+            return None;
+        }
+        Some(h) => Some(h.get_ref().to_ascii_lowercase()),
+        None => None,
+    };
+    Some(LocalWheel {
+        path: dir.join(written),
+        written: written.clone(),
+        filename: filename.to_owned(),
+        name: parsed.name,
+        version: parsed.version,
+        platform_tags: parsed.platform,
+        sha256,
     })
 }
 
@@ -1822,7 +1926,34 @@ fn validate_host(ctx: &mut Ctx, raw: &RawHost) -> HostRules {
             ctx.error(m.span(), format!("module `{}` is both required and denied", m.get_ref()));
         }
     }
-    HostRules { driver, kernel_deny, modules, modules_deny, gpus, arch }
+    let mut platform: Vec<String> = Vec::new();
+    if let Some(value) = &raw.platform {
+        let listed: Option<Vec<&str>> = match value.get_ref() {
+            toml::Value::String(s) => Some(vec![s.as_str()]),
+            toml::Value::Array(items) => items.iter().map(toml::Value::as_str).collect(),
+            _ => None,
+        };
+        match listed {
+            None => ctx.error(
+                value.span(),
+                "expected a host platform or a list of them: \"linux\", \"wsl2\", \"jetson\"",
+            ),
+            Some(names) => {
+                for name in names {
+                    let lower = name.to_ascii_lowercase();
+                    if !HOST_PLATFORMS.contains(&lower.as_str()) {
+                        ctx.error(
+                            value.span(),
+                            format!("unknown host platform {name:?}: expected linux, wsl2 or jetson"),
+                        );
+                    } else if !platform.contains(&lower) {
+                        platform.push(lower);
+                    }
+                }
+            }
+        }
+    }
+    HostRules { driver, kernel_deny, modules, modules_deny, gpus, arch, platform }
 }
 
 #[cfg(test)]
@@ -1845,6 +1976,33 @@ mod tests {
             Ok(_) => panic!("{name} parsed"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn recipe_wheels_and_host_platforms() {
+        let r = Recipe::parse(
+            "dir/r.toml",
+            "[image]\nname = \"j\"\nplatforms = [\"linux/arm64\"]\n[base]\nscratch = true\n\
+             [python]\nversion = \"3.10\"\n[[python.wheel]]\n\
+             path = \"w/torch-2.3.0-cp310-cp310-linux_aarch64.whl\"\nsha256 = \"AB{}\"\n\
+             [host]\nplatform = \"Jetson\"\n"
+                .replace("{}", &"0".repeat(62))
+                .as_str(),
+        )
+        .unwrap();
+        let w = &r.python.as_ref().unwrap().wheels[0];
+        assert_eq!((w.name.as_ref(), w.version.to_string().as_str()), ("torch", "2.3.0"));
+        assert_eq!(w.path, Path::new("dir/w/torch-2.3.0-cp310-cp310-linux_aarch64.whl"));
+        assert_eq!(w.sha256.as_deref(), Some(format!("ab{}", "0".repeat(62)).as_str()));
+        assert!(w.fits(Platform::LinuxArm64) && !w.fits(Platform::LinuxAmd64));
+        assert_eq!(r.host.platform, ["jetson"]);
+        assert_eq!(r.host.expressions(), [("platform", "platform=jetson".to_owned())]);
+        let two = Recipe::parse(
+            "r.toml",
+            "[image]\nname = \"w\"\n[base]\nscratch = true\n[host]\nplatform = [\"linux\", \"wsl2\"]\n",
+        )
+        .unwrap();
+        assert_eq!(two.host.expressions(), [("platform", "platform=linux platform=wsl2".to_owned())]);
     }
 
     #[test]
@@ -2072,6 +2230,7 @@ mod tests {
         error_source_git_and_path => "bad-source-both.toml",
         error_two_bases => "bad-base.toml",
         error_host_rules => "bad-host.toml",
+        error_recipe_wheels => "bad-wheel.toml",
         error_many => "bad-many.toml",
     }
 }

@@ -75,6 +75,9 @@ impl Target {
                 tags.push(format!("{legacy}_{arch}"));
             }
         }
+        // Plain `linux_<arch>` last, as pip orders it: no index carries such wheels, but a
+        // recipe's own `[[python.wheel]]` (a JetPack torch build) does.
+        tags.push(format!("linux_{arch}"));
         tags
     }
 }
@@ -128,6 +131,24 @@ pub enum SolveError {
         target: Target,
         /// uv's message (its warnings removed).
         message: String,
+    },
+    /// A `[[python.wheel]]` file is not there.
+    #[error("{}: {source} (the recipe's [[python.wheel]]; its comment says where the file comes from)", path.display())]
+    LocalWheel {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A `[[python.wheel]]` file is not the one the recipe names.
+    #[error("{}: sha256 is {actual}, the recipe expects {expected}", path.display())]
+    LocalWheelHash {
+        /// The file.
+        path: PathBuf,
+        /// What the recipe states.
+        expected: String,
+        /// What the file has.
+        actual: String,
     },
     /// uv's output could not be understood.
     #[error("resolving python packages for {target}: unexpected uv output {line:?}: {why}")]
@@ -196,7 +217,13 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
     let dir = tempfile::Builder::new().prefix("stackbuild-solve-").tempdir().map_err(io)?;
     let requirements = dir.path().join("requirements.in");
     let constraints = dir.path().join("constraints.txt");
-    write_lines(&requirements, python.packages.iter().map(ToString::to_string)).map_err(io)?;
+    let mut lines: Vec<String> = python.packages.iter().map(ToString::to_string).collect();
+    for wheel in python.wheels.iter().filter(|w| w.fits(target.platform)) {
+        let path = std::fs::canonicalize(&wheel.path)
+            .map_err(|source| SolveError::LocalWheel { path: wheel.path.clone(), source })?;
+        lines.push(format!("{} @ file://{}", wheel.name, path.display()));
+    }
+    write_lines(&requirements, lines.into_iter()).map_err(io)?;
     write_lines(&constraints, python.constraints.iter().map(ToString::to_string)).map_err(io)?;
 
     let mut cmd = uv.command();
@@ -219,11 +246,21 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(SolveError::Uv { target: target.clone(), message: uv_error_message(&stderr) });
     }
-    parse_compile_output(&String::from_utf8_lossy(&output.stdout)).map_err(|(line, why)| SolveError::Output {
-        target: target.clone(),
-        line,
-        why,
-    })
+    let pins = parse_compile_output(&String::from_utf8_lossy(&output.stdout))
+        .map_err(|(line, why)| SolveError::Output { target: target.clone(), line, why })?;
+    for wheel in python.wheels.iter().filter(|w| w.fits(target.platform)) {
+        let Some(expected) = &wheel.sha256 else { continue };
+        if let Some(pin) = pins.iter().find(|p| p.name == wheel.name) {
+            if !pin.hashes.contains(expected) {
+                return Err(SolveError::LocalWheelHash {
+                    path: wheel.path.clone(),
+                    expected: expected.clone(),
+                    actual: pin.hashes.join(", "),
+                });
+            }
+        }
+    }
+    Ok(pins)
 }
 
 fn write_lines(path: &Path, lines: impl Iterator<Item = String>) -> std::io::Result<()> {
@@ -307,7 +344,19 @@ pub(crate) fn parse_compile_output(text: &str) -> Result<Vec<Pinned>, (String, S
         }
         let (spec, rest) = entry.split_once(char::is_whitespace).unwrap_or((entry.as_str(), ""));
         let spec = spec.split(';').next().unwrap_or(spec);
-        let (name, version) = spec.split_once("==").ok_or_else(|| fail("expected `name==version`"))?;
+        // A direct reference (`name @ file:///.../name-1.0-py3-none-any.whl`), as a recipe's
+        // own wheel comes back: the version is the wheel file name's.
+        let direct;
+        let (name, version) = if let Some(url) = rest.trim_start().strip_prefix("@ ") {
+            let url = url.split_whitespace().next().unwrap_or_default();
+            let file = percent_decode(url.rsplit('/').next().unwrap_or_default());
+            let wheel =
+                crate::fetch::parse_wheel_name(&file).ok_or_else(|| fail("expected a wheel file URL"))?;
+            direct = wheel.version.to_string();
+            (spec, direct.as_str())
+        } else {
+            spec.split_once("==").ok_or_else(|| fail("expected `name==version`"))?
+        };
         // `--no-strip-extras` is off, but tolerate `name[extra]`.
         let name = name.split('[').next().unwrap_or(name);
         let name = PackageName::from_str(name).map_err(|e| fail(&e.to_string()))?;
@@ -333,6 +382,27 @@ pub(crate) fn parse_compile_output(text: &str) -> Result<Vec<Pinned>, (String, S
     Ok(out)
 }
 
+/// `%2B` -> `+`: the escapes uv writes in file URLs (a local version's `+`, spaces).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,11 +420,12 @@ mod tests {
         let tags = t.platform_tags();
         assert_eq!(tags.first().map(String::as_str), Some("manylinux_2_28_x86_64"));
         assert!(tags.contains(&"manylinux2014_x86_64".to_owned()));
-        assert_eq!(tags.last().map(String::as_str), Some("manylinux1_x86_64"));
+        assert_eq!(tags.last().map(String::as_str), Some("linux_x86_64"));
+        assert_eq!(tags[tags.len() - 2], "manylinux1_x86_64");
         let arm = Target::new("3.11.2".parse().unwrap(), Platform::LinuxArm64);
         assert_eq!(arm.to_string(), "cp311/aarch64-manylinux_2_28");
         assert_eq!(arm.python_minor(), "3.11");
-        assert_eq!(arm.platform_tags().last().map(String::as_str), Some("manylinux2014_aarch64"));
+        assert_eq!(arm.platform_tags().last().map(String::as_str), Some("linux_aarch64"));
     }
 
     #[test]
@@ -378,6 +449,15 @@ typing_extensions==4.9.0 ; python_version >= '3.8' \\
             ]
         );
         assert_eq!(pins[1].name.as_ref(), "typing-extensions");
+        // A recipe's own wheel comes back as a direct reference; `+` is escaped in the URL.
+        let h = "a".repeat(64);
+        let direct = format!(
+            "torch @ file:///r/wheels/torch-2.1.2%2Bcu118-cp311-cp311-linux_x86_64.whl \\\n    --hash=sha256:{h}\n"
+        );
+        let pins = parse_compile_output(&direct).unwrap();
+        assert_eq!(pins[0].to_string(), "torch==2.1.2+cu118");
+        assert_eq!(pins[0].hashes, [h]);
+        assert!(parse_compile_output("torch @ file:///r/torch.zip --hash=sha256:00\n").is_err());
         assert!(parse_compile_output("six>=1\n").is_err());
         assert!(parse_compile_output("six==1.16.0\n").is_err());
         assert!(parse_compile_output("six==1.16.0 --hash=md5:abcd\n").is_err());

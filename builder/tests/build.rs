@@ -339,3 +339,153 @@ fn bases_from_an_archive_and_the_docker_daemon() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "from-third");
     let _ = Command::new(docker).args(["rmi", "-f", "first:test", "third:test"]).output();
 }
+
+/// A recipe listing two platforms, each with its own `[[python.wheel]]` (generated stand-ins of
+/// `linux_x86_64` and `linux_aarch64` builds) beside a wheel from the index: one image index whose
+/// two manifests carry their platform, each image holding its own platform's wheel and the
+/// host rules; skopeo reads the index, copies all of it, and picks each platform; a rebuild gives
+/// the same digest.
+#[test]
+#[allow(clippy::too_many_lines)] // one scenario, checked step by step
+fn multi_platform_index_with_recipe_wheels() {
+    if !have("uv") || !have("skopeo") {
+        eprintln!("skipped: needs uv and skopeo (run .ci/install)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let maker = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes/stand-in/make-wheel.py");
+    let wheels = tmp.path().join("wheels");
+    for (machine, marker) in [("x86_64", "amd"), ("aarch64", "arm")] {
+        let out = Command::new("python3")
+            .arg(&maker)
+            .args(["--name", "demo", "--version", &format!("1.0+{marker}")])
+            .args(["--tag", &format!("cp311-cp311-linux_{machine}"), "--requires", "six==1.16.0"])
+            .arg("--out")
+            .arg(&wheels)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let recipe = tmp.path().join("multi.toml");
+    std::fs::write(
+        &recipe,
+        r#"[image]
+name = "multi"
+tag = "test"
+platforms = ["linux/amd64", "linux/arm64"]
+
+[base]
+scratch = true
+
+[python]
+version = "3.11"
+packages = ["tomli==2.0.1"]
+
+[[python.wheel]]
+path = "wheels/demo-1.0+amd-cp311-cp311-linux_x86_64.whl"
+
+[[python.wheel]]
+path = "wheels/demo-1.0+arm-cp311-cp311-linux_aarch64.whl"
+
+[host]
+platform = "jetson"
+"#,
+    )
+    .unwrap();
+    let cache = tmp.path().join("cache");
+    let layout = tmp.path().join("out");
+    let first = build(&recipe, &cache, &layout, &[]);
+    ok(&first);
+    let platforms = first.report["platforms"].as_array().expect("a report per platform");
+    assert_eq!(platforms.len(), 2, "{}", first.report);
+
+    // The lock pins each platform's own file.
+    let lock = std::fs::read_to_string(tmp.path().join("multi.toml.lock")).unwrap();
+    for file in ["demo-1.0+amd-cp311-cp311-linux_x86_64.whl", "demo-1.0+arm-cp311-cp311-linux_aarch64.whl"] {
+        assert!(lock.contains(file), "{lock}");
+    }
+
+    let raw = Command::new("skopeo")
+        .args(["inspect", "--raw"])
+        .arg(format!("oci:{}:test", layout.display()))
+        .output()
+        .unwrap();
+    assert!(raw.status.success(), "{}", String::from_utf8_lossy(&raw.stderr));
+    let index: serde_json::Value = serde_json::from_slice(&raw.stdout).unwrap();
+    assert_eq!(index["mediaType"], "application/vnd.oci.image.index.v1+json", "{index}");
+    let archs: Vec<&str> = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["platform"]["architecture"].as_str().unwrap())
+        .collect();
+    assert_eq!(archs, ["amd64", "arm64"]);
+
+    for (arch, marker) in [("amd64", "amd"), ("arm64", "arm")] {
+        let image = stackbuild::oci::read_layout_for(
+            &layout,
+            Some("test"),
+            Some(&stackbuild::oci::Platform { architecture: arch.into(), os: "linux".into(), variant: None }),
+        )
+        .unwrap();
+        assert_eq!(image.config.architecture, arch);
+        let env = image.config.config.env.join("\n");
+        assert!(env.contains("STACKBUILD_REQUIRE_PLATFORM=platform=jetson"), "{env}");
+        let out = Command::new("skopeo")
+            .args(["inspect", "--override-arch", arch, "--config"])
+            .arg(format!("oci:{}:test", layout.display()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stack = image.layers.last().unwrap();
+        let listing = Command::new("tar").arg("-xzOf").arg(&stack.path).output().unwrap();
+        let text = String::from_utf8_lossy(&listing.stdout);
+        assert!(text.contains(&format!("\"1.0+{marker}\"")), "{arch}: {text}");
+        assert!(text.contains("recipe wheel"), "{text}");
+    }
+    let copy = tmp.path().join("copy");
+    let out = Command::new("skopeo")
+        .args(["copy", "--all"])
+        .arg(format!("oci:{}:test", layout.display()))
+        .arg(format!("oci:{}:test", copy.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "skopeo copy --all: {}", String::from_utf8_lossy(&out.stderr));
+
+    let again = build(&recipe, &cache, &layout, &["--locked"]);
+    assert_eq!(ok(&again).digest, first.digest);
+    // Pushed, the registry serves the index under the tag and each image by digest.
+    let port = std::env::var("STACKBUILD_TEST_REGISTRY_PORT").unwrap_or_else(|_| "5115".into());
+    if std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_ok() {
+        let dest = format!("127.0.0.1:{port}/stackbuild-e2e/multi:test");
+        let pushed = build(&recipe, &cache, &layout, &["--locked", "--push", &dest]);
+        assert_eq!(ok(&pushed).digest, first.digest);
+        let raw = Command::new("skopeo")
+            .args(["inspect", "--raw", "--tls-verify=false"])
+            .arg(format!("docker://{dest}"))
+            .output()
+            .unwrap();
+        assert!(raw.status.success(), "{}", String::from_utf8_lossy(&raw.stderr));
+        let served: serde_json::Value = serde_json::from_slice(&raw.stdout).unwrap();
+        assert_eq!(served, index, "the registry serves the layout's index");
+        let arm = Command::new("skopeo")
+            .args(["inspect", "--tls-verify=false", "--override-arch", "arm64"])
+            .arg(format!("docker://{dest}"))
+            .output()
+            .unwrap();
+        assert!(arm.status.success(), "{}", String::from_utf8_lossy(&arm.stderr));
+        let arm: serde_json::Value = serde_json::from_slice(&arm.stdout).unwrap();
+        assert_eq!(arm["Architecture"], "arm64");
+    } else {
+        eprintln!("skipped --push: no registry on 127.0.0.1:{port} (.ci/services starts one)");
+    }
+    // A changed recipe wheel is refused against the lock, naming the file.
+    std::fs::write(wheels.join("demo-1.0+arm-cp311-cp311-linux_aarch64.whl"), b"not the wheel").unwrap();
+    let changed = build(&recipe, &tmp.path().join("cache2"), &tmp.path().join("out2"), &["--locked"]);
+    assert!(!changed.out.status.success());
+    let stderr = String::from_utf8_lossy(&changed.out.stderr);
+    assert!(
+        stderr.contains("demo-1.0+arm-cp311-cp311-linux_aarch64.whl") && stderr.contains("sha256"),
+        "{stderr}"
+    );
+}

@@ -12,10 +12,12 @@
 //!    libraries Windows provides instead.
 //! 3. **L3 GPUs**: the GPUs `NVIDIA_VISIBLE_DEVICES` selects exist, have a known model and are not
 //!    excluded; `gpus` requirements.
-//! 4. **L4 versions**: `cuda`, `driver`, `arch`, `brand` and `machine` requirements; forward
-//!    compatibility, which works only on data-center GPUs and Jetson; PCI Express links running
-//!    below
-//!    their maximum.
+//! 4. **L4 versions**: `cuda`, `driver`, `arch`, `brand`, `machine` and `platform` requirements;
+//!    forward compatibility, which works only on data-center GPUs and Jetson; PCI Express links
+//!    running below their maximum.
+//!
+//! A Jetson's integrated GPU is checked as the one GPU of the host when the knowledge base knows
+//! its SOC (the probe lists it); it has no device node, UUID, minor or PCI link to check.
 //!
 //! When the driver is not loaded, the checks that need it (device nodes, GPUs, versions) are
 //! skipped with one note, so the report leads with the cause rather than its consequences.
@@ -359,11 +361,7 @@ impl<'a> Checks<'a> {
             .map_or_else(|_| Vec::new(), |gpus| gpus.iter().map(|g| g.index).collect());
         let driver = p.driver.as_ref().map(|d| d.value.clone());
         HostSummary {
-            platform: match p.platform {
-                Platform::Linux => "linux",
-                Platform::Wsl2 { .. } => "wsl2",
-                Platform::Jetson { .. } => "jetson",
-            },
+            platform: p.platform.name(),
             machine: p.machine.value.clone(),
             kernel: p.kernel.as_ref().map(|k| k.value.to_string()),
             cuda: driver.as_ref().and_then(kb::driver_max_cuda).map(|c| c.to_string()),
@@ -749,7 +747,12 @@ impl<'a> Checks<'a> {
                 "L3-GPUS-NOT-LISTED",
                 Layer::L3Gpus,
                 Severity::Info,
-                "this host does not list its GPUs in /proc/driver/nvidia/gpus: per-GPU checks cannot be made",
+                if p.is_jetson() {
+                    "this Jetson's SoC (/proc/device-tree/compatible) is not in the knowledge base and nvgpu \
+                     does not list the GPU in /proc/driver/nvidia/gpus: per-GPU checks cannot be made"
+                } else {
+                    "this host does not list its GPUs in /proc/driver/nvidia/gpus: per-GPU checks cannot be made"
+                },
             ));
             return Err(());
         }
@@ -989,6 +992,7 @@ impl<'a> Checks<'a> {
             Key::Arch => (Layer::L4Versions, "L4-ARCH-REQUIREMENT"),
             Key::Brand => (Layer::L4Versions, "L4-BRAND-REQUIREMENT"),
             Key::Machine => (Layer::L4Versions, "L4-MACHINE-REQUIREMENT"),
+            Key::Platform => (Layer::L4Versions, "L4-PLATFORM-REQUIREMENT"),
         };
         let primary = u.primary();
         let factor = primary.map_or("", |f| f.factor.as_str());
@@ -1055,6 +1059,16 @@ impl<'a> Checks<'a> {
                 }
             }
             Key::Machine => f = f.with_evidence(&p.machine.evidence),
+            Key::Platform => {
+                f = match p.platform.evidence() {
+                    Some(e) => f.with_evidence(e),
+                    None => f.with(
+                        "(platform)",
+                        "linux: no /dev/dxg, /usr/lib/wsl/lib, /etc/nv_tegra_release or Tegra SoC in \
+                         /sys/devices/soc0/family and /proc/device-tree/compatible",
+                    ),
+                };
+            }
             Key::Module => {
                 let name = wanted.to_ascii_lowercase();
                 f = match p.modules.get(&name) {
@@ -1066,6 +1080,22 @@ impl<'a> Checks<'a> {
             Key::Arch | Key::Brand => {
                 if let Some(g) = gpu {
                     let model = g.kb_model();
+                    if let Some(soc) = &g.soc {
+                        // An integrated GPU: the SoC string and what the knowledge base says of it.
+                        f = f.with_evidence(&g.evidence).with(
+                            "(knowledge base)",
+                            format!(
+                                "{soc} = {} ({})",
+                                model.map_or("unknown SoC", |m| m.name.as_str()),
+                                model.map_or("?".to_owned(), |m| if key == Key::Arch {
+                                    format!("compute capability {}", m.compute_capability)
+                                } else {
+                                    format!("brand {}", m.brand)
+                                })
+                            ),
+                        );
+                        return f;
+                    }
                     f = f.with(
                         &format!("{}/device", g.pci.path),
                         format!(
@@ -1129,6 +1159,17 @@ impl<'a> Checks<'a> {
             ),
             Key::Brand => None,
             Key::Machine => Some(format!("run on a host whose machine is {wanted}")),
+            Key::Platform if factor.contains("!=") => {
+                Some(format!("run on a host whose platform is not {}", wanted.to_ascii_lowercase()))
+            }
+            Key::Platform => Some(
+                match wanted.to_ascii_lowercase().as_str() {
+                    "wsl2" => "run under WSL2 on a Windows host with the NVIDIA driver",
+                    "jetson" => "run on a Jetson board",
+                    _ => "run on a Linux host with PCI GPUs and the nvidia driver (not WSL2 or Jetson)",
+                }
+                .to_owned(),
+            ),
         }
     }
 

@@ -82,9 +82,15 @@ pub struct FixtureSpec {
     kernel: String,
     machine: String,
     wsl2: bool,
+    jetson: Option<Vec<String>>,
     uvm_node: bool,
     device_nodes: bool,
 }
+
+/// The root `compatible` property of a Jetson AGX Orin developer kit: carrier board p3737-0000
+/// with module p3701-0005, then the SOC, most specific first as device trees list them.
+pub const JETSON_AGX_ORIN_COMPATIBLE: [&str; 3] =
+    ["nvidia,p3737-0000+p3701-0005", "nvidia,p3701-0005", "nvidia,tegra234"];
 
 /// The modules a healthy host with the proprietary driver has loaded.
 const DRIVER_MODULES: [&str; 4] = ["nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia"];
@@ -112,6 +118,7 @@ impl FixtureSpec {
             kernel: "5.15.0-105-generic".to_owned(),
             machine: "x86_64".to_owned(),
             wsl2: false,
+            jetson: None,
             uvm_node: true,
             device_nodes: true,
         }
@@ -275,6 +282,22 @@ impl FixtureSpec {
         self
     }
 
+    /// A Jetson board (L4T R35.4.1, kernel 5.10.120-tegra, aarch64) whose device tree's root
+    /// `compatible` property lists `compatible` (board, module, SOC; see
+    /// [`JETSON_AGX_ORIN_COMPATIBLE`]): `nvgpu` loaded, no `nvidia` module, no PCI GPUs, no
+    /// `/dev/nvidia*` nodes and no driver libraries in the probed directories (L4T keeps them in
+    /// `usr/lib/aarch64-linux-gnu/tegra`).
+    #[must_use]
+    pub fn jetson(mut self, compatible: &[&str]) -> Self {
+        self = self.no_driver().module("nvgpu");
+        self.gpus.clear();
+        self.libcuda = Libcuda::Missing;
+        self.jetson = Some(compatible.iter().map(|c| (*c).to_owned()).collect());
+        "5.10.120-tegra".clone_into(&mut self.kernel);
+        "aarch64".clone_into(&mut self.machine);
+        self
+    }
+
     /// `/dev/nvidia-uvm` and `/dev/nvidia-uvm-tools` are not created.
     #[must_use]
     pub fn no_uvm_node(mut self) -> Self {
@@ -343,6 +366,16 @@ impl FixtureSpec {
             for lib in ["libcuda.so", "libcuda.so.1", "libcuda.so.1.1", "libnvidia-ml.so.1"] {
                 w.file(&format!("usr/lib/wsl/lib/{lib}"), b"\x7fELF fixture: Windows-provided library\n")?;
             }
+        }
+        if let Some(compatible) = &self.jetson {
+            // As L4T writes it (the first line is what the probe reads).
+            w.file(
+                "etc/nv_tegra_release",
+                "# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64\n",
+            )?;
+            // A device-tree string property: each string NUL-terminated.
+            let property: String = compatible.iter().flat_map(|c| [c.as_str(), "\0"]).collect();
+            w.file("proc/device-tree/compatible", property)?;
         }
         w.mkdir("dev")?;
         Ok(FixtureHost { root: dir.to_path_buf(), real_device_nodes: w.real_nodes.unwrap_or(true) })
@@ -652,6 +685,9 @@ pub enum Preset {
     EightGpus,
     /// An RTX 4090 on driver 470 and an image that passes only through a brand term.
     ForwardCompatGeforce,
+    /// A Jetson AGX Orin (SOC tegra234, compute capability 8.7) and an image that needs
+    /// `arch>=8.7`.
+    JetsonOrin,
 }
 
 /// `NVIDIA_REQUIRE_CUDA` of the official CUDA 12.1.1 images, cut to the 470 branch's terms.
@@ -661,7 +697,7 @@ pub const CUDA_12_1_REQUIRE: &str = "cuda>=12.1 brand=tesla,driver>=470,driver<4
 
 impl Preset {
     /// Every preset.
-    pub const ALL: [Preset; 13] = [
+    pub const ALL: [Preset; 14] = [
         Preset::Healthy,
         Preset::DriverTooOld,
         Preset::Nouveau,
@@ -675,6 +711,7 @@ impl Preset {
         Preset::Wsl2,
         Preset::EightGpus,
         Preset::ForwardCompatGeforce,
+        Preset::JetsonOrin,
     ];
 
     /// A short name (for directories and snapshot names).
@@ -693,6 +730,7 @@ impl Preset {
             Preset::Wsl2 => "wsl2",
             Preset::EightGpus => "eight_gpus",
             Preset::ForwardCompatGeforce => "forward_compat_geforce",
+            Preset::JetsonOrin => "jetson_orin",
         }
     }
 
@@ -714,6 +752,7 @@ impl Preset {
             Preset::ForwardCompatGeforce => {
                 h100.driver("470.256.02").gpus_of(1, 0x2684, "NVIDIA GeForce RTX 4090")
             }
+            Preset::JetsonOrin => FixtureSpec::bare().jetson(&JETSON_AGX_ORIN_COMPATIBLE),
         }
     }
 
@@ -725,6 +764,7 @@ impl Preset {
             Preset::KernelDenied => &["kernel!=5.15.0-107-generic"],
             Preset::ArchTooNew => &["arch<=9.0"],
             Preset::ForwardCompatGeforce => &[CUDA_12_1_REQUIRE],
+            Preset::JetsonOrin => &["arch>=8.7"],
             _ => &["cuda>=12.1"],
         }
     }
@@ -733,7 +773,7 @@ impl Preset {
     /// above `Info`.
     pub fn expected_code(self) -> Option<&'static str> {
         match self {
-            Preset::Healthy | Preset::EightGpus => None,
+            Preset::Healthy | Preset::EightGpus | Preset::JetsonOrin => None,
             Preset::DriverTooOld => Some("L4-CUDA-REQUIREMENT"),
             Preset::Nouveau => Some("L1-NOUVEAU-LOADED"),
             Preset::UvmMissing => Some("L2-UVM-NOT-LOADED"),
@@ -750,7 +790,7 @@ impl Preset {
 
     /// Whether the doctor must allow the container (exit 0).
     pub fn allowed(self) -> bool {
-        matches!(self, Preset::Healthy | Preset::EightGpus | Preset::Wsl2)
+        matches!(self, Preset::Healthy | Preset::EightGpus | Preset::Wsl2 | Preset::JetsonOrin)
     }
 
     /// Builds the host into `dir`.

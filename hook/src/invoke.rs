@@ -4,6 +4,7 @@
 //! the container's process and receive the same state. A non-zero exit blocks the start; the
 //! first stderr line is the verdict, which runc prints inside its own error message.
 
+use std::fmt::Write as _;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -133,11 +134,11 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     };
     if blocked || config.policy == Policy::Warn {
         if blocked && config.policy == Policy::Enforce {
-            text.push_str(&format!("stackhook: blocked {id}: {reason}\n"));
+            let _ = writeln!(text, "stackhook: blocked {id}: {reason}");
         } else if blocked {
-            text.push_str(&format!("stackhook: would block {id} (policy {:?}): {reason}\n", config.policy));
+            let _ = writeln!(text, "stackhook: would block {id} (policy {:?}): {reason}", config.policy);
         } else {
-            text.push_str(&format!("stackhook: allowed {id}: {reason}\n"));
+            let _ = writeln!(text, "stackhook: allowed {id}: {reason}");
         }
         if config.policy != Policy::Audit {
             text.push_str(&diagnosis.render_human(false));
@@ -145,7 +146,7 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     }
     if let Some(note) = &stack_note {
         if config.policy != Policy::Audit && !text.is_empty() {
-            text.push_str(&format!("note: {note}\n"));
+            let _ = writeln!(text, "note: {note}");
         }
     }
     write_report(config, id, decision, &reason, stack, stack_note.as_deref(), Some(&diagnosis), started);
@@ -213,5 +214,64 @@ fn write_report(
     let Ok(json) = serde_json::to_vec_pretty(&report) else { return };
     if std::fs::create_dir_all(dir).is_ok() {
         let _ = crate::atomic::write_atomic(&dir.join(format!("{safe}.json")), &json);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::Preset;
+
+    /// Runs the hook on `preset`'s host for a container whose image carries `env`.
+    fn hook(preset: Preset, env: &[&str]) -> HookOutcome {
+        let dir = tempfile::tempdir().unwrap();
+        let host = preset.build(&dir.path().join("host")).unwrap();
+        let bundle = dir.path().join("bundle");
+        std::fs::create_dir_all(&bundle).unwrap();
+        let config = serde_json::json!({ "process": { "env": env } });
+        std::fs::write(bundle.join("config.json"), config.to_string()).unwrap();
+        let state =
+            serde_json::json!({ "ociVersion": "1.0.2", "id": "c1", "status": "creating", "bundle": bundle });
+        let config =
+            HookConfig { host_root: host.root().to_path_buf(), policy: Policy::Enforce, report_dir: None };
+        run(state.to_string().as_bytes(), &config)
+    }
+
+    #[test]
+    fn platform_requirement_from_the_image() {
+        let env = ["NVIDIA_VISIBLE_DEVICES=all", "STACKBUILD_REQUIRE_PLATFORM=platform=wsl2"];
+        let linux = hook(Preset::Healthy, &env);
+        assert_eq!(linux.code, 1, "{}", linux.stderr);
+        assert!(
+            linux.stderr.contains(
+                "L4-PLATFORM-REQUIREMENT: STACKBUILD_REQUIRE_PLATFORM: needs platform=wsl2; host has linux"
+            ),
+            "{}",
+            linux.stderr
+        );
+        let wsl2 = hook(Preset::Wsl2, &env);
+        assert_eq!(wsl2.code, 0, "{}", wsl2.stderr);
+        assert!(!wsl2.stderr.contains("PLATFORM"), "{}", wsl2.stderr);
+        // A misspelt platform is the image's error, and fails closed.
+        let typo =
+            hook(Preset::Wsl2, &["NVIDIA_VISIBLE_DEVICES=all", "STACKBUILD_REQUIRE_PLATFORM=platform=wls2"]);
+        assert_eq!(typo.code, 1);
+        assert!(typo.stderr.contains("unknown platform \"wls2\""), "{}", typo.stderr);
+    }
+
+    #[test]
+    fn arch_requirement_on_a_jetson_orin() {
+        let ok =
+            hook(Preset::JetsonOrin, &["NVIDIA_VISIBLE_DEVICES=all", "STACKBUILD_REQUIRE_ARCH=arch>=8.7"]);
+        assert_eq!((ok.code, ok.stderr.as_str()), (0, ""));
+        let blocked =
+            hook(Preset::JetsonOrin, &["NVIDIA_VISIBLE_DEVICES=0", "STACKBUILD_REQUIRE_ARCH=arch>=9.0"]);
+        assert_eq!(blocked.code, 1);
+        let first = blocked.stderr.lines().next().unwrap_or("");
+        assert_eq!(
+            first,
+            "stackhook: blocked c1: STACKBUILD_REQUIRE_ARCH: GPU 0 (Jetson Orin (tegra234)): needs arch>=9.0; \
+             host has 8.7 [L4-ARCH-REQUIREMENT]"
+        );
     }
 }

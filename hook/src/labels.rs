@@ -32,7 +32,7 @@ use crate::contract::kb;
 use crate::contract::require::RequirementSet;
 use crate::contract::version::ComputeCapability;
 use crate::diagnose::{self, Request, Severity, Verdict};
-use crate::probe::{HostProbe, ModuleFlavor, Platform};
+use crate::probe::{HostProbe, ModuleFlavor};
 
 /// The prefix of every label written here.
 pub const PREFIX: &str = "stackbuild.io/";
@@ -271,15 +271,7 @@ pub fn node_labels(probe: &HostProbe) -> BTreeMap<String, String> {
     if let Some(first) = ready.of(Severity::Error).next() {
         put(HOST_ERROR, sanitize_value(first.code));
     }
-    put(
-        PLATFORM,
-        match probe.platform {
-            Platform::Linux => "linux",
-            Platform::Wsl2 { .. } => "wsl2",
-            Platform::Jetson { .. } => "jetson",
-        }
-        .to_owned(),
-    );
+    put(PLATFORM, probe.platform.name().to_owned());
     if let Some(machine) = &facts.machine {
         put(MACHINE, machine.to_ascii_lowercase());
     }

@@ -106,6 +106,27 @@ pub enum Platform {
     },
 }
 
+impl Platform {
+    /// The platform's name as requirements (`platform=wsl2`), reports and node labels write it:
+    /// `linux`, `wsl2` or `jetson`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Platform::Linux => "linux",
+            Platform::Wsl2 { .. } => "wsl2",
+            Platform::Jetson { .. } => "jetson",
+        }
+    }
+
+    /// What showed the platform; `None` for Linux, which is what a host is without the markers
+    /// of the others.
+    pub fn evidence(&self) -> Option<&Evidence> {
+        match self {
+            Platform::Linux => None,
+            Platform::Wsl2 { evidence } | Platform::Jetson { evidence, .. } => Some(evidence),
+        }
+    }
+}
+
 /// Which kernel module flavour is loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -162,14 +183,16 @@ impl PciProbe {
     }
 }
 
-/// One GPU the `nvidia` driver knows (`proc/driver/nvidia/gpus/<bdf>`).
+/// One GPU the `nvidia` driver knows (`proc/driver/nvidia/gpus/<bdf>`), or a Jetson's
+/// integrated GPU, recognised from its SOC (see [`GpuProbe::soc`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuProbe {
     /// Index in PCI bus order, as `nvidia-smi` and `NVIDIA_VISIBLE_DEVICES` count.
     pub index: usize,
-    /// PCI bus id (`0000:18:00.0`).
+    /// PCI bus id (`0000:18:00.0`); [`INTEGRATED_BUS_ID`] for a Jetson's integrated GPU.
     pub bus_id: String,
-    /// `Model:` (`NVIDIA H100 80GB HBM3`; `Unknown` on a broken board).
+    /// `Model:` (`NVIDIA H100 80GB HBM3`; `Unknown` on a broken board); for a Jetson's
+    /// integrated GPU, the knowledge base's name and the SOC (`Jetson Orin (tegra234)`).
     pub model: Option<String>,
     /// `GPU UUID:` (`GPU-…`).
     pub uuid: Option<String>,
@@ -177,11 +200,19 @@ pub struct GpuProbe {
     pub minor: Option<u32>,
     /// `GPU Excluded:` (`Yes`/`No`), absent on older drivers.
     pub excluded: Option<bool>,
-    /// The `information` file.
+    /// The `information` file (for an integrated GPU, the device tree's SOC string).
     pub evidence: Evidence,
-    /// The device's PCI sysfs attributes.
+    /// The device's PCI sysfs attributes (all absent for an integrated GPU).
     pub pci: PciProbe,
+    /// For a Jetson's integrated GPU, which is not on PCI and which the driver does not list:
+    /// the SOC's device-tree `compatible` string (`nvidia,tegra234`) it was recognised from.
+    /// Such a GPU has no UUID, device minor, `/dev/nvidiaN` node or PCI link.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soc: Option<String>,
 }
+
+/// The [`GpuProbe::bus_id`] of a Jetson's integrated GPU, which is part of the SOC, not on PCI.
+pub const INTEGRATED_BUS_ID: &str = "soc";
 
 impl GpuProbe {
     /// Whether the driver reports the board as `Model: Unknown`.
@@ -189,8 +220,12 @@ impl GpuProbe {
         self.model.as_deref().is_none_or(|m| m.is_empty() || m.eq_ignore_ascii_case("unknown"))
     }
 
-    /// The knowledge base's entry: by PCI device id first, then by model name.
+    /// The knowledge base's entry: a Jetson's integrated GPU by its SOC; others by PCI device id
+    /// first, then by model name.
     pub fn kb_model(&self) -> Option<&'static kb::GpuModel> {
+        if let Some(compatible) = &self.soc {
+            return kb::jetson_soc(compatible).map(kb::JetsonSoc::gpu);
+        }
         self.pci.device_id().and_then(kb::gpu_by_pci_id).or_else(|| {
             self.model.as_deref().filter(|_| !self.model_unknown()).and_then(kb::gpu_by_model_name)
         })
@@ -308,7 +343,8 @@ pub struct HostProbe {
     pub modules_readable: bool,
     /// NVIDIA character-device majors from `proc/devices` (`nvidia-uvm` -> 510).
     pub char_majors: BTreeMap<String, u32>,
-    /// The GPUs the driver lists, in PCI bus order.
+    /// The GPUs the driver lists, in PCI bus order; on a Jetson whose SOC the knowledge base
+    /// knows, its one integrated GPU.
     pub gpus: Vec<GpuProbe>,
     /// NVIDIA display controllers the `nvidia` driver does not list (unbound, `nouveau`,
     /// `vfio-pci`).
@@ -418,6 +454,7 @@ pub fn probe(host_root: &Path) -> HostProbe {
     r.driver(&mut p);
     r.char_devices(&mut p);
     r.gpus(&mut p);
+    r.integrated_gpu(&mut p);
     r.other_pci(&mut p);
     r.device_nodes(&mut p);
     r.libraries(&mut p);
@@ -695,6 +732,7 @@ impl Reader {
                 minor: get("Device Minor").and_then(|m| m.parse().ok()),
                 excluded: get("GPU Excluded").map(|v| v.eq_ignore_ascii_case("yes")),
                 pci,
+                soc: None,
             });
         }
         gpus.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
@@ -702,6 +740,35 @@ impl Reader {
             g.index = i;
         }
         p.gpus = gpus;
+    }
+
+    /// A Jetson's GPU is part of its SOC: nvgpu does not list it in `proc/driver/nvidia/gpus`
+    /// and it has no PCI function. The device tree's root `compatible` property (NUL-separated,
+    /// most specific first, the SOC last: `nvidia,p3701-0005\0nvidia,tegra234\0`) names the SOC,
+    /// and the knowledge base its GPU's compute capability. An unknown SOC adds nothing, and a
+    /// Jetson whose driver does list GPUs (a discrete GPU on PCI) keeps those.
+    fn integrated_gpu(&mut self, p: &mut HostProbe) {
+        const COMPATIBLE: &str = "proc/device-tree/compatible";
+        if !p.is_jetson() || !p.gpus.is_empty() {
+            return;
+        }
+        let Some(text) = self.text(COMPATIBLE, FILE_CAP) else { return };
+        let Some((compatible, soc)) =
+            text.split('\0').find_map(|c| kb::jetson_soc(c).map(|soc| (c.trim().to_owned(), soc)))
+        else {
+            return;
+        };
+        p.gpus.push(GpuProbe {
+            index: 0,
+            bus_id: INTEGRATED_BUS_ID.to_owned(),
+            model: Some(soc.model_name()),
+            uuid: None,
+            minor: None,
+            excluded: None,
+            evidence: Evidence::new(COMPATIBLE, &compatible),
+            pci: PciProbe::default(),
+            soc: Some(compatible),
+        });
     }
 
     fn other_pci(&mut self, p: &mut HostProbe) {
@@ -986,6 +1053,7 @@ impl HostProbe {
             driver,
             kernel: self.kernel.as_ref().map(|k| k.value.clone()),
             machine: Some(self.machine.value.clone()),
+            platform: Some(self.platform.name().to_owned()),
             modules: self.loaded_modules.clone(),
             gpus,
         })

@@ -160,7 +160,7 @@ mod tests {
         symlink(outside.path(), root.path().join("escape")).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &root.path().join("etc/fifo"),
+            root.path().join("etc/fifo"),
             FileType::Fifo,
             Mode::from_raw_mode(0o644),
             0,

@@ -911,7 +911,7 @@ fn audits_a_layout_without_extracting_it() {
     insta::assert_snapshot!("layout", report.render_human());
 
     // Spooling every ELF file through a temporary file gives the same result.
-    let mut spooled = audit_layout_with(&dir, None, 0).unwrap();
+    let mut spooled = audit_layout_with(&dir, None, None, 0).unwrap();
     spooled.elapsed = Duration::ZERO;
     assert_eq!(spooled, report);
 

@@ -300,7 +300,10 @@ impl<'r> Facts<'r> {
 
     /// The stack in [`derive`]'s terms.
     pub fn derive_packages(&self) -> Vec<derive::Package<'_>> {
-        self.packages.iter().map(|p| derive::Package { name: &p.name, version: &p.version }).collect()
+        self.packages
+            .iter()
+            .map(|p| derive::Package { name: &p.name, version: &p.version, platform: self.platform })
+            .collect()
     }
 
     /// How a message names a package of the stack: name, version and where it comes from

@@ -105,7 +105,11 @@ fn predicted_stack_follows_the_recipe_pins() {
     let packages: Vec<crate::derive::Package<'_>> = stack
         .packages
         .iter()
-        .map(|p| crate::derive::Package { name: &p.name, version: &p.version })
+        .map(|p| crate::derive::Package {
+            name: &p.name,
+            version: &p.version,
+            platform: Platform::LinuxAmd64,
+        })
         .collect();
     assert_eq!(stack.requirements, crate::derive::requirements(&packages, &fixture("ok").host));
 }
@@ -351,7 +355,11 @@ fn locked_stack_prefers_the_wheel_at_hand() {
     let locked: Vec<_> = lock.packages_for(Platform::LinuxAmd64).collect();
     let packages: Vec<crate::derive::Package<'_>> = locked
         .iter()
-        .map(|p| crate::derive::Package { name: p.name.as_ref(), version: &p.version })
+        .map(|p| crate::derive::Package {
+            name: p.name.as_ref(),
+            version: &p.version,
+            platform: Platform::LinuxAmd64,
+        })
         .collect();
     assert_eq!(stack.requirements, crate::derive::requirements(&packages, &recipe.host));
 }

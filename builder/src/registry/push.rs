@@ -9,7 +9,7 @@ use super::client::{http_error, is_retryable_status, resolve_location, with_quer
 use super::reference::check_repository;
 use super::{io_err, Client, Reference, RegistryError};
 use crate::cache::sha256_hex;
-use crate::oci::{self, MEDIA_TYPE_MANIFEST};
+use crate::oci::{self, MEDIA_TYPE_INDEX, MEDIA_TYPE_MANIFEST};
 
 /// Largest manifest pushed or pulled (distribution's default limit is 4 MiB).
 pub(super) const MAX_MANIFEST: u64 = 4 * 1024 * 1024;
@@ -71,17 +71,17 @@ pub fn push_layout_with(
     dest: &Reference,
     options: &PushOptions<'_>,
 ) -> Result<PushReport, RegistryError> {
-    let image = oci::read_layout(layout_dir, tag)?;
-    let blobs_dir = layout_dir.join("blobs").join("sha256");
-    let manifest_path = blobs_dir.join(sha256_hex(&image.manifest_digest)?);
-    let manifest = read_manifest_blob(&manifest_path, &image.manifest_digest)?;
-    let media_type = image.manifest.media_type.clone().unwrap_or_else(|| MEDIA_TYPE_MANIFEST.to_string());
+    let index = oci::read_layout_index(layout_dir, tag)?;
+    let top_digest = match &index {
+        Some((_, digest, _)) => digest.clone(),
+        None => oci::read_layout(layout_dir, tag)?.manifest_digest,
+    };
     if let Some(digest) = &dest.digest {
-        if *digest != image.manifest_digest {
+        if *digest != top_digest {
             return Err(RegistryError::DigestMismatch {
                 what: format!("push to {dest}"),
                 expected: digest.clone(),
-                actual: image.manifest_digest.clone(),
+                actual: top_digest,
             });
         }
     }
@@ -96,21 +96,6 @@ pub fn push_layout_with(
     if let Some(from) = mount_from {
         let _ = write!(scope, " repository:{from}:pull");
     }
-
-    // The config first, then the layers, each distinct blob once.
-    let mut blobs: Vec<Blob> = Vec::new();
-    let config_path = blobs_dir.join(sha256_hex(&image.manifest.config.digest)?);
-    blobs.push(Blob {
-        digest: image.manifest.config.digest.clone(),
-        size: image.manifest.config.size,
-        path: config_path,
-    });
-    for layer in &image.layers {
-        if !blobs.iter().any(|b| b.digest == layer.digest) {
-            blobs.push(Blob { digest: layer.digest.clone(), size: layer.size, path: layer.path.clone() });
-        }
-    }
-
     let mut pusher = Pusher {
         session: client.session(),
         target: Target { dest, scope: &scope },
@@ -118,7 +103,7 @@ pub fn push_layout_with(
         base: format!("{}/v2/{}", client.base_url(&dest.registry), dest.repository),
         report: PushReport {
             reference: String::new(),
-            manifest_digest: image.manifest_digest.clone(),
+            manifest_digest: top_digest.clone(),
             blobs_uploaded: 0,
             blobs_skipped: 0,
             blobs_mounted: 0,
@@ -126,24 +111,67 @@ pub fn push_layout_with(
             requests: 0,
         },
     };
-    for blob in &blobs {
-        let size = fs::metadata(&blob.path).map_err(io_err("reading", &blob.path))?.len();
-        if size != blob.size {
-            return Err(RegistryError::DigestMismatch {
-                what: format!("blob {} at {}", blob.digest, blob.path.display()),
-                expected: format!("{} bytes", blob.size),
-                actual: format!("{size} bytes"),
-            });
+    if let Some((bytes, digest, platforms)) = &index {
+        // A multi-platform image: each platform's image by digest, then the index under the tag
+        // (a registry refuses an index whose manifests it does not have).
+        for platform in platforms {
+            let image = oci::read_layout_for(layout_dir, tag, Some(platform))?;
+            let by_digest = image.manifest_digest.clone();
+            pusher.push_image(layout_dir, &image, &by_digest, mount_from)?;
         }
-        pusher.push_blob(blob, mount_from)?;
+        pusher.put_manifest(&target, bytes, MEDIA_TYPE_INDEX, digest)?;
+    } else {
+        let image = oci::read_layout(layout_dir, tag)?;
+        pusher.push_image(layout_dir, &image, &target, mount_from)?;
     }
-    pusher.put_manifest(&target, &manifest, &media_type, &image.manifest_digest)?;
     let mut report = pusher.report;
     report.requests = pusher.session.requests;
     let tag_part =
         if dest.tag.is_some() || dest.digest.is_none() { format!(":{target}") } else { String::new() };
-    report.reference = format!("{}/{}{tag_part}@{}", dest.registry, dest.repository, image.manifest_digest);
+    report.reference = format!("{}/{}{tag_part}@{top_digest}", dest.registry, dest.repository);
     Ok(report)
+}
+
+impl Pusher<'_, '_> {
+    /// Pushes one image's blobs (the config first, then the layers, each distinct blob once)
+    /// and puts its manifest under `target` (a tag or its digest), as the exact bytes of the
+    /// layout's manifest blob, so its digest is the layout's.
+    fn push_image(
+        &mut self,
+        layout_dir: &Path,
+        image: &oci::LayoutImage,
+        target: &str,
+        mount_from: Option<&str>,
+    ) -> Result<(), RegistryError> {
+        let blobs_dir = layout_dir.join("blobs").join("sha256");
+        let manifest_path = blobs_dir.join(sha256_hex(&image.manifest_digest)?);
+        let manifest = read_manifest_blob(&manifest_path, &image.manifest_digest)?;
+        let media_type = image.manifest.media_type.clone().unwrap_or_else(|| MEDIA_TYPE_MANIFEST.to_string());
+        let mut blobs: Vec<Blob> = Vec::new();
+        let config_path = blobs_dir.join(sha256_hex(&image.manifest.config.digest)?);
+        blobs.push(Blob {
+            digest: image.manifest.config.digest.clone(),
+            size: image.manifest.config.size,
+            path: config_path,
+        });
+        for layer in &image.layers {
+            if !blobs.iter().any(|b| b.digest == layer.digest) {
+                blobs.push(Blob { digest: layer.digest.clone(), size: layer.size, path: layer.path.clone() });
+            }
+        }
+        for blob in &blobs {
+            let size = fs::metadata(&blob.path).map_err(io_err("reading", &blob.path))?.len();
+            if size != blob.size {
+                return Err(RegistryError::DigestMismatch {
+                    what: format!("blob {} at {}", blob.digest, blob.path.display()),
+                    expected: format!("{} bytes", blob.size),
+                    actual: format!("{size} bytes"),
+                });
+            }
+            self.push_blob(blob, mount_from)?;
+        }
+        self.put_manifest(target, &manifest, &media_type, &image.manifest_digest)
+    }
 }
 
 /// Reads the raw manifest blob and checks it against its digest.

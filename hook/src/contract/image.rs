@@ -2,7 +2,8 @@
 //!
 //! - `NVIDIA_REQUIRE_CUDA` in the image env, so NVIDIA's own toolkit checks our images too.
 //! - `STACKBUILD_REQUIRE_<NAME>` env variables, same syntax, for everything else (driver range,
-//!   kernel deny list, modules, GPU count, arch range).
+//!   kernel deny list, modules, GPU count, arch range, platform:
+//!   `STACKBUILD_REQUIRE_PLATFORM=platform=wsl2`).
 //! - Labels under `io.stackbuild.` and annotations `io.stackbuild.require.<name>` (added per pod).
 //! - `/etc/stackbuild/stack.json`: the stack's components and the derived requirements with
 //!   their reasons ([`StackManifest`]).
@@ -217,6 +218,25 @@ mod tests {
         );
         assert_eq!(req.selection, DeviceSelection::All);
         assert!(!req.disabled);
+    }
+
+    #[test]
+    fn platform_requirement_is_read_like_any_other() {
+        use crate::contract::require::{GpuFacts, HostFacts};
+        let req = ContainerRequest::from_env(
+            ["NVIDIA_VISIBLE_DEVICES=0", "STACKBUILD_REQUIRE_PLATFORM=platform=wsl2"],
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        assert_eq!(req.requirements.entries[0].source, "STACKBUILD_REQUIRE_PLATFORM");
+        let on = |platform: &str| HostFacts {
+            platform: Some(platform.to_owned()),
+            gpus: vec![GpuFacts::default()],
+            ..HostFacts::default()
+        };
+        let failures = req.requirements.evaluate(&on("linux"));
+        assert_eq!(failures[0].to_string(), "needs platform=wsl2; host has linux");
+        assert!(req.requirements.evaluate(&on("wsl2")).is_empty());
     }
 
     #[test]

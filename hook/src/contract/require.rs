@@ -1,14 +1,16 @@
 //! Requirement expressions: the `NVIDIA_REQUIRE_*` language, extended with our keys.
 //!
 //! Syntax (libnvidia-container `src/cli/dsl.c`): a value is a list of *terms* separated by
-//! whitespace, ORed; a term is a list of *factors* separated by commas, ANDed; a factor is
-//! `key op value`. Separate variables are ANDed with each other ([`RequirementSet`]).
+//! whitespace, any of which may hold (OR); a term is a list of *factors* separated by commas, all
+//! of which must hold (AND); a factor is `key op value`. Separate variables must all hold
+//! ([`RequirementSet`]).
 //!
 //! NVIDIA's keys: `cuda` (the highest CUDA the host driver supports), `driver`, `arch` (compute
 //! capability) and `brand` (`=`/`!=` only). `arch` and `brand` are evaluated for each GPU the
 //! container gets. Ours: `kernel` (kernel release), `module` (`module=nvidia_uvm` must be loaded,
-//! `module!=nouveau` must not be), `gpus` (how many GPUs the container gets) and `machine`
-//! (`x86_64`, `aarch64`).
+//! `module!=nouveau` must not be), `gpus` (how many GPUs the container gets), `machine`
+//! (`x86_64`, `aarch64`) and `platform` (the kind of host: `linux`, `wsl2` or `jetson`, as the
+//! probe classifies it; `=`/`!=` only).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -50,10 +52,15 @@ pub enum Key {
     Gpus,
     /// Host machine architecture.
     Machine,
+    /// Kind of host: `linux`, `wsl2` or `jetson`.
+    Platform,
 }
 
+/// The values `platform` takes, as the probe names the kinds of host.
+pub const PLATFORMS: [&str; 3] = ["linux", "wsl2", "jetson"];
+
 impl Key {
-    const ALL: [(Key, &'static str); 8] = [
+    const ALL: [(Key, &'static str); 9] = [
         (Key::Cuda, "cuda"),
         (Key::Driver, "driver"),
         (Key::Arch, "arch"),
@@ -62,6 +69,7 @@ impl Key {
         (Key::Module, "module"),
         (Key::Gpus, "gpus"),
         (Key::Machine, "machine"),
+        (Key::Platform, "platform"),
     ];
 
     /// The key as written in expressions.
@@ -131,7 +139,7 @@ pub enum Value {
     Kernel(KernelRelease),
     /// A count.
     Count(u32),
-    /// A name compared case-insensitively (brand, module, machine); stored lowercase.
+    /// A name compared case-insensitively (brand, module, machine, platform); stored lowercase.
     Name(String),
 }
 
@@ -154,7 +162,7 @@ impl fmt::Display for Factor {
     }
 }
 
-/// Factors ANDed together.
+/// Factors that must all hold (AND).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Term(pub Vec<Factor>);
 
@@ -177,7 +185,7 @@ impl fmt::Display for Term {
     }
 }
 
-/// Terms ORed together: the parsed value of one variable.
+/// Terms of which one must hold (OR): the parsed value of one variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expr(pub Vec<Term>);
 
@@ -256,8 +264,10 @@ impl Parser<'_> {
         let key_len = rest.find(|c: char| !c.is_ascii_alphanumeric() && c != '_').unwrap_or(rest.len());
         let key_text = &rest[..key_len];
         if key_text.is_empty() {
-            return Err(self
-                .error(start, "expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine)"));
+            return Err(self.error(
+                start,
+                "expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine, platform)",
+            ));
         }
         let key = Key::ALL
             .iter()
@@ -267,7 +277,7 @@ impl Parser<'_> {
                 self.error(
                     start,
                     format!(
-                        "unknown key {key_text:?}; expected cuda, driver, arch, brand, kernel, module, gpus or machine"
+                        "unknown key {key_text:?}; expected cuda, driver, arch, brand, kernel, module, gpus, machine or platform"
                     ),
                 )
             })?;
@@ -307,14 +317,23 @@ impl Parser<'_> {
                 raw.parse()
                     .map_err(|_| self.error(value_at, format!("expected a GPU count, found {raw:?}")))?,
             ),
-            Key::Brand | Key::Module | Key::Machine => {
+            Key::Brand | Key::Module | Key::Machine | Key::Platform => {
                 if !matches!(op, Op::Eq | Op::Ne) {
                     return Err(self.error(op_at, format!("{} takes only = or !=", key.as_str())));
                 }
                 if !raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
                     return Err(self.error(value_at, format!("invalid name {raw:?}")));
                 }
-                Value::Name(raw.to_ascii_lowercase())
+                let name = raw.to_ascii_lowercase();
+                // A misspelt platform would never hold (or always, with `!=`): refuse it here,
+                // where the image is built, rather than on every host.
+                if key == Key::Platform && !PLATFORMS.contains(&name.as_str()) {
+                    return Err(self.error(
+                        value_at,
+                        format!("unknown platform {raw:?}; expected linux, wsl2 or jetson"),
+                    ));
+                }
+                Value::Name(name)
             }
         };
         self.pos += value_len;
@@ -333,6 +352,8 @@ pub struct HostFacts {
     pub kernel: Option<KernelRelease>,
     /// Machine architecture (`x86_64`, `aarch64`).
     pub machine: Option<String>,
+    /// Kind of host (`linux`, `wsl2`, `jetson`), lowercase.
+    pub platform: Option<String>,
     /// Loaded kernel modules.
     pub modules: BTreeSet<String>,
     /// The GPUs the container gets, in selection order.
@@ -367,14 +388,15 @@ impl Factor {
             } else {
                 std::cmp::Ordering::Less
             }),
-            (Value::Name(want), Key::Brand) => gpu
-                .and_then(|g| g.brand.as_deref())
-                .is_some_and(|h| self.op.holds(h.to_ascii_lowercase().as_str().cmp(want.as_str()).min_eq())),
-            (Value::Name(want), _) => host
-                .machine
-                .as_deref()
-                .is_some_and(|h| self.op.holds(h.to_ascii_lowercase().as_str().cmp(want.as_str()).min_eq())),
+            (Value::Name(want), Key::Brand) => self.name_holds(gpu.and_then(|g| g.brand.as_deref()), want),
+            (Value::Name(want), Key::Platform) => self.name_holds(host.platform.as_deref(), want),
+            (Value::Name(want), _) => self.name_holds(host.machine.as_deref(), want),
         }
+    }
+
+    /// `=`/`!=` of a name, case-insensitively; an unknown host value never holds.
+    fn name_holds(&self, host: Option<&str>, want: &str) -> bool {
+        host.is_some_and(|h| self.op.holds(h.to_ascii_lowercase().as_str().cmp(want).min_eq()))
     }
 
     /// The host's value for this factor's key, as a message shows it.
@@ -387,6 +409,7 @@ impl Factor {
             Key::Driver => or_unknown(host.driver.as_ref(), "driver loaded"),
             Key::Kernel => or_unknown(host.kernel.as_ref(), "kernel release"),
             Key::Machine => or_unknown(host.machine.as_ref(), "machine"),
+            Key::Platform => or_unknown(host.platform.as_ref(), "known platform"),
             Key::Arch => or_unknown(gpu.and_then(|g| g.arch.as_ref()), "known compute capability"),
             Key::Brand => or_unknown(gpu.and_then(|g| g.brand.as_ref()), "known brand"),
             Key::Gpus => format!("{} GPU(s) selected", host.gpus.len()),
@@ -456,7 +479,7 @@ pub struct Unsatisfied {
     pub expr: String,
     /// Index into the selected GPUs, for per-GPU requirements.
     pub gpu: Option<usize>,
-    /// For each ORed term, the first factor that failed, in order.
+    /// For each alternative (OR) term, the first factor that failed, in order.
     pub alternatives: Vec<FactorFailure>,
 }
 
@@ -690,6 +713,41 @@ mod tests {
     }
 
     #[test]
+    fn platform_key() {
+        let e = Expr::parse("platform=WSL2 platform==jetson,machine=aarch64 platform!=linux").unwrap();
+        let f = &e.0[0].0[0];
+        assert_eq!((f.key, f.op, &f.value), (Key::Platform, Op::Eq, &Value::Name("wsl2".into())));
+        assert_eq!(e.0[1].0[0].op, Op::Eq);
+        assert_eq!(e.0[2].0[0].op, Op::Ne);
+        assert!(!e.per_gpu());
+        assert_eq!(e.to_string(), "platform=WSL2 platform=jetson,machine=aarch64 platform!=linux");
+        assert_eq!(Expr::parse(&e.to_string()).unwrap(), e);
+        assert_eq!(serde_json::to_string(&Key::Platform).unwrap(), "\"platform\"");
+
+        let on = |platform: Option<&str>, v: &str| {
+            let h = HostFacts {
+                platform: platform.map(str::to_owned),
+                gpus: vec![GpuFacts::default()],
+                ..HostFacts::default()
+            };
+            set("STACKBUILD_REQUIRE_PLATFORM", v)
+                .evaluate(&h)
+                .into_iter()
+                .map(|u| u.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert!(on(Some("wsl2"), "platform=wsl2").is_empty());
+        assert!(on(Some("jetson"), "platform=JETSON").is_empty());
+        assert_eq!(on(Some("linux"), "platform=jetson"), ["needs platform=jetson; host has linux"]);
+        assert_eq!(on(Some("wsl2"), "platform!=wsl2"), ["needs platform!=wsl2; host has wsl2"]);
+        assert!(on(Some("linux"), "platform!=wsl2").is_empty());
+        assert!(on(Some("linux"), "platform=wsl2 platform=linux").is_empty());
+        // A host whose platform is unknown satisfies neither = nor !=.
+        assert_eq!(on(None, "platform=linux"), ["needs platform=linux; host has no known platform"]);
+        assert_eq!(on(None, "platform!=linux"), ["needs platform!=linux; host has no known platform"]);
+    }
+
+    #[test]
     fn unknown_host_values_fail_with_a_reason() {
         let req = set("NVIDIA_REQUIRE_CUDA", "cuda>=12.1");
         let h = HostFacts { gpus: vec![GpuFacts::default()], ..HostFacts::default() };
@@ -715,6 +773,8 @@ mod tests {
                 err("gpus>=many"),
                 err("arch>=8.0,arch<=9.0 ,cuda>=12"),
                 err("module=nvidia$uvm"),
+                err("platform=wls2"),
+                err("platform>=wsl2"),
             ]
             .join("\n"),
             @r#"
@@ -723,12 +783,14 @@ mod tests {
         invalid requirement "cuda" at column 5: expected an operator (= != < <= > >=) after "cuda"
         invalid requirement "cuda>=" at column 7: expected a value after "cuda>="
         invalid requirement "cuda>=12.x" at column 7: invalid CUDA version "12.x": expected numbers separated by dots
-        invalid requirement "flavour=vanilla" at column 1: unknown key "flavour"; expected cuda, driver, arch, brand, kernel, module, gpus or machine
-        invalid requirement "driver>=535," at column 13: expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine)
+        invalid requirement "flavour=vanilla" at column 1: unknown key "flavour"; expected cuda, driver, arch, brand, kernel, module, gpus, machine or platform
+        invalid requirement "driver>=535," at column 13: expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine, platform)
         invalid requirement "brand>=tesla" at column 6: brand takes only = or !=
         invalid requirement "gpus>=many" at column 7: expected a GPU count, found "many"
-        invalid requirement "arch>=8.0,arch<=9.0 ,cuda>=12" at column 21: expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine)
+        invalid requirement "arch>=8.0,arch<=9.0 ,cuda>=12" at column 21: expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine, platform)
         invalid requirement "module=nvidia$uvm" at column 8: invalid name "nvidia$uvm"
+        invalid requirement "platform=wls2" at column 10: unknown platform "wls2"; expected linux, wsl2 or jetson
+        invalid requirement "platform>=wsl2" at column 9: platform takes only = or !=
         "#
         );
     }

@@ -100,9 +100,14 @@ fn preset_forward_compat_geforce() {
 }
 
 #[test]
+fn preset_jetson_orin() {
+    preset(Preset::JetsonOrin);
+}
+
+#[test]
 fn every_preset_has_a_test() {
     // Keeps the list above in step with `Preset::ALL`.
-    assert_eq!(Preset::ALL.len(), 13);
+    assert_eq!(Preset::ALL.len(), 14);
 }
 
 #[test]
@@ -266,4 +271,95 @@ fn a_missing_host_root_blocks() {
     let (text, code) = doctor(Path::new("/nonexistent/stackhook"), &[], "all", false, false);
     assert_eq!(code, 1);
     assert!(text.contains("L1-NVIDIA-NOT-LOADED"), "{text}");
+}
+
+#[test]
+fn jetson_orin_arch_is_checked_on_its_integrated_gpu() {
+    let orin = Preset::JetsonOrin.spec();
+    let Some(d) = run(&orin, &["arch>=8.7"], DeviceSelection::All) else { return };
+    assert_eq!((d.verdict(), codes(&d)), (Verdict::Allow, vec!["L1-JETSON"]));
+    assert_eq!(d.host.gpus[0].compute_capability.as_deref(), Some("8.7"));
+
+    let d = run(&orin, &["arch>=9.0"], DeviceSelection::All).unwrap();
+    // Nothing that assumes a PCI GPU fires: no device node, link, binding, UUID or minor check.
+    assert_eq!((d.verdict(), codes(&d)), (Verdict::Block, vec!["L1-JETSON", "L4-ARCH-REQUIREMENT"]));
+    let f = &d.findings[1];
+    assert_eq!(
+        f.message,
+        "NVIDIA_REQUIRE_TEST: GPU 0 (Jetson Orin (tegra234)): needs arch>=9.0; host has 8.7"
+    );
+    assert_eq!(
+        f.evidence[1..],
+        [
+            Evidence { path: "/proc/device-tree/compatible".into(), value: "nvidia,tegra234".into() },
+            Evidence {
+                path: "(knowledge base)".into(),
+                value: "nvidia,tegra234 = Jetson Orin (compute capability 8.7)".into()
+            },
+        ]
+    );
+    insta::assert_snapshot!(d.render_errors(), @"stackhook: [L4-ARCH-REQUIREMENT] NVIDIA_REQUIRE_TEST: GPU 0 (Jetson Orin (tegra234)): needs arch>=9.0; host has 8.7 (fix: run on a GPU the image was built for, or rebuild the image with this GPU's architecture in its arch list)");
+
+    // `0` selects the GPU as `all` does; `1` names a GPU the board does not have.
+    let d = run(&orin, &["arch>=9.0"], DeviceSelection::parse(Some("0"))).unwrap();
+    assert!(d.has("L4-ARCH-REQUIREMENT"), "{:?}", codes(&d));
+    let d = run(&orin, &["arch>=8.7"], DeviceSelection::parse(Some("1"))).unwrap();
+    assert_eq!(codes(&d), ["L1-JETSON", "L3-SELECTION-UNMATCHED"]);
+    // Per-GPU keys and the GPU count now see the one GPU; cuda/driver still cannot be read.
+    let d = run(&orin, &["brand=unknown", "gpus>=1", "cuda>=12.2"], DeviceSelection::All).unwrap();
+    assert_eq!((d.verdict(), codes(&d)), (Verdict::Allow, vec!["L1-JETSON", "L4-REQUIREMENT-UNVERIFIABLE"]));
+}
+
+#[test]
+fn jetson_with_an_unknown_soc_keeps_per_gpu_checks_unverifiable() {
+    let spec = FixtureSpec::bare().jetson(&["nvidia,future-board", "nvidia,tegra999"]);
+    let Some(d) = run(&spec, &["arch>=9.0"], DeviceSelection::All) else { return };
+    assert_eq!(
+        (d.verdict(), codes(&d)),
+        (Verdict::Allow, vec!["L1-JETSON", "L3-GPUS-NOT-LISTED", "L4-REQUIREMENT-UNVERIFIABLE"])
+    );
+    assert!(d.findings[1].message.contains("SoC"), "{}", d.findings[1].message);
+}
+
+#[test]
+fn platform_requirements() {
+    let req = ["platform=wsl2"];
+    let Some(d) = run(&Preset::Healthy.spec(), &req, DeviceSelection::All) else { return };
+    assert_eq!((d.verdict(), codes(&d)), (Verdict::Block, vec!["L4-PLATFORM-REQUIREMENT"]));
+    insta::assert_snapshot!(d.render_errors(), @"stackhook: [L4-PLATFORM-REQUIREMENT] NVIDIA_REQUIRE_TEST: needs platform=wsl2; host has linux (fix: run under WSL2 on a Windows host with the NVIDIA driver)");
+    let d = run(&Preset::Wsl2.spec(), &req, DeviceSelection::All).unwrap();
+    assert!(!d.has("L4-PLATFORM-REQUIREMENT") && d.verdict() == Verdict::Allow, "{:?}", codes(&d));
+
+    let orin = Preset::JetsonOrin.spec();
+    let d = run(&orin, &["platform=jetson,arch>=8.7"], DeviceSelection::All).unwrap();
+    assert_eq!((d.verdict(), codes(&d)), (Verdict::Allow, vec!["L1-JETSON"]));
+    let d = run(&orin, &["platform!=jetson"], DeviceSelection::All).unwrap();
+    assert_eq!(codes(&d), ["L1-JETSON", "L4-PLATFORM-REQUIREMENT"]);
+    let f = &d.findings[1];
+    assert_eq!(f.message, "NVIDIA_REQUIRE_TEST: needs platform!=jetson; host has jetson");
+    assert_eq!(f.evidence[1].path, "/etc/nv_tegra_release");
+    assert_eq!(f.remedy.as_deref(), Some("run on a host whose platform is not jetson"));
+    // As with every requirement, nothing applies when no GPU is requested.
+    let d = run(&Preset::Healthy.spec(), &req, DeviceSelection::None).unwrap();
+    assert_eq!(d.verdict(), Verdict::Allow);
+}
+
+#[test]
+fn doctor_on_a_jetson_orin() {
+    let dir = tempfile::tempdir().unwrap();
+    Preset::JetsonOrin.build(dir.path()).unwrap();
+    let (text, code) = doctor(dir.path(), &["arch>=8.7".to_owned()], "all", false, false);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("GPU 0   Jetson Orin (tegra234) at soc, compute capability 8.7"), "{text}");
+    let (text, code) = doctor(dir.path(), &["arch>=9.0".to_owned()], "0", false, false);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains(
+            "L4-ARCH-REQUIREMENT: --require: GPU 0 (Jetson Orin (tegra234)): needs arch>=9.0; host has 8.7"
+        ),
+        "{text}"
+    );
+    let (text, code) = doctor(dir.path(), &["platform=wls2".to_owned()], "all", false, false);
+    assert_eq!(code, 2);
+    assert!(text.contains("unknown platform \"wls2\""), "{text}");
 }

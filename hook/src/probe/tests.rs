@@ -2,7 +2,7 @@ use std::os::unix::fs::symlink;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::fixture::{FixtureSpec, Preset};
+use crate::fixture::{fixture_uuid, FixtureSpec, Preset};
 
 fn probe_of(spec: &FixtureSpec) -> (tempfile::TempDir, HostProbe) {
     let dir = tempfile::tempdir().unwrap();
@@ -222,6 +222,99 @@ fn jetson_prints_l4t_not_a_driver() {
 }
 
 #[test]
+fn jetson_integrated_gpu_comes_from_the_soc() {
+    let (_d, p) = probe_of(&Preset::JetsonOrin.spec());
+    assert!(p.is_jetson());
+    assert_eq!(p.platform.name(), "jetson");
+    assert!(p.notes.is_empty(), "{:?}", p.notes);
+    assert_eq!(p.gpus.len(), 1);
+    let g = &p.gpus[0];
+    assert_eq!((g.index, g.bus_id.as_str(), g.model.as_deref()), (0, "soc", Some("Jetson Orin (tegra234)")));
+    assert_eq!(g.soc.as_deref(), Some("nvidia,tegra234"));
+    assert_eq!((g.uuid.as_deref(), g.minor, g.excluded), (None, None, None));
+    assert_eq!(g.pci, PciProbe::default());
+    assert_eq!(g.evidence, Evidence::new("proc/device-tree/compatible", "nvidia,tegra234"));
+    assert_eq!(g.kb_model().unwrap().compute_capability.to_string(), "8.7");
+    assert!(p.other_pci_gpus.is_empty());
+    // No /dev/nvidiaN is looked for: the GPU has no minor.
+    assert!(!p.device_nodes.contains_key("/dev/nvidia0"), "{:?}", p.device_nodes.keys());
+
+    let f = p.facts(&DeviceSelection::All).unwrap();
+    assert_eq!(f.platform.as_deref(), Some("jetson"));
+    assert_eq!(f.machine.as_deref(), Some("aarch64"));
+    assert_eq!((f.gpus.len(), f.gpus[0].arch.map(|a| a.to_string())), (1, Some("8.7".to_owned())));
+    assert_eq!(f.gpus[0].brand.as_deref(), Some("unknown"));
+    assert!(f.driver.is_none() && f.cuda.is_none());
+
+    // `all` and `0` select it; anything else names a GPU the board does not have.
+    let sel = |ids: &[&str]| DeviceSelection::List(ids.iter().map(|s| (*s).to_owned()).collect());
+    let idx = |s: &DeviceSelection| p.select(s).map(|v| v.iter().map(|g| g.index).collect::<Vec<_>>());
+    assert_eq!(idx(&DeviceSelection::All), Ok(vec![0]));
+    assert_eq!(idx(&sel(&["0"])), Ok(vec![0]));
+    assert_eq!(idx(&sel(&["1"])), Err(SelectionError::NoSuchIndex { index: 1, count: 1 }));
+    assert!(matches!(idx(&sel(&[&fixture_uuid(0)])), Err(SelectionError::NoSuchGpu { .. })));
+}
+
+#[test]
+fn jetson_soc_is_found_without_the_release_file_and_unknown_socs_add_nothing() {
+    // Only the device tree: the SoC is the last string, whatever precedes it.
+    let dir = tempfile::tempdir().unwrap();
+    FixtureSpec::bare()
+        .jetson(&["nvidia,p3768-0000+p3767-0005", "nvidia,p3767-0005", "nvidia,tegra234"])
+        .build(dir.path())
+        .unwrap();
+    std::fs::remove_file(dir.path().join("etc/nv_tegra_release")).unwrap();
+    let p = probe(dir.path());
+    assert!(p.is_jetson());
+    assert_eq!(p.gpus[0].model.as_deref(), Some("Jetson Orin (tegra234)"));
+
+    for (compatible, model) in [
+        (&["nvidia,p2972-0000", "nvidia,tegra194"][..], Some("Jetson Xavier (tegra194)")),
+        (&["nvidia,p3450-0000", "nvidia,tegra210"][..], Some("Jetson Nano / TX1 (tegra210)")),
+        // A SoC the knowledge base does not know: no GPU, as before (L3-GPUS-NOT-LISTED).
+        (&["nvidia,future-board", "nvidia,tegra999"][..], None),
+    ] {
+        let (_d, p) = probe_of(&FixtureSpec::bare().jetson(compatible));
+        assert!(p.is_jetson(), "{compatible:?}");
+        assert_eq!(p.gpus.first().and_then(|g| g.model.as_deref()), model, "{compatible:?}");
+        if model.is_none() {
+            let sel = DeviceSelection::List(vec!["0".into()]);
+            assert!(matches!(p.select(&sel), Err(SelectionError::Unlisted { .. })));
+            assert!(p.facts(&DeviceSelection::All).unwrap().gpus.is_empty());
+        }
+    }
+
+    // Without a readable device tree, a Jetson (known from its release file) lists no GPU.
+    let dir = tempfile::tempdir().unwrap();
+    Preset::JetsonOrin.build(dir.path()).unwrap();
+    std::fs::remove_file(dir.path().join("proc/device-tree/compatible")).unwrap();
+    let p = probe(dir.path());
+    assert!(p.is_jetson() && p.gpus.is_empty());
+
+    // A Tegra SoC string on a host that is not a Jetson is never read (WSL2 wins, as before).
+    let dir = tempfile::tempdir().unwrap();
+    Preset::Wsl2.build(dir.path()).unwrap();
+    std::fs::create_dir_all(dir.path().join("proc/device-tree")).unwrap();
+    std::fs::write(dir.path().join("proc/device-tree/compatible"), "nvidia,tegra234\0").unwrap();
+    let p = probe(dir.path());
+    assert!(p.is_wsl2() && p.gpus.is_empty());
+}
+
+#[test]
+fn facts_name_the_platform() {
+    let (_d, p) = probe_of(&Preset::Healthy.spec());
+    assert_eq!(p.facts(&DeviceSelection::All).unwrap().platform.as_deref(), Some("linux"));
+    assert_eq!(p.platform.evidence(), None);
+    let (_d, p) = probe_of(&Preset::Wsl2.spec());
+    assert_eq!(p.facts(&DeviceSelection::None).unwrap().platform.as_deref(), Some("wsl2"));
+    assert_eq!(p.platform.evidence().map(|e| e.path.as_str()), Some("/dev/dxg"));
+    // Every name the probe gives is one that `platform=` accepts.
+    for platform in [Platform::Linux, p.platform.clone(), probe_of(&Preset::JetsonOrin.spec()).1.platform] {
+        assert!(crate::contract::require::PLATFORMS.contains(&platform.name()), "{platform:?}");
+    }
+}
+
+#[test]
 fn selection_by_index_uuid_and_bus_id() {
     let (_d, p) = probe_of(&FixtureSpec::healthy_h100s(4));
     let sel = |ids: &[&str]| DeviceSelection::List(ids.iter().map(|s| (*s).to_owned()).collect());
@@ -229,7 +322,7 @@ fn selection_by_index_uuid_and_bus_id() {
     assert_eq!(idx(&DeviceSelection::All), Ok(vec![0, 1, 2, 3]));
     assert_eq!(idx(&DeviceSelection::None), Ok(vec![]));
     assert_eq!(idx(&sel(&["2", "0", "2"])), Ok(vec![2, 0]));
-    let uuid = crate::fixture::fixture_uuid(3).to_ascii_lowercase();
+    let uuid = fixture_uuid(3).to_ascii_lowercase();
     assert_eq!(idx(&sel(&[&uuid])), Ok(vec![3]));
     assert_eq!(idx(&sel(&["00000000:2A:00.0"])), Ok(vec![1]));
     assert_eq!(idx(&sel(&["4"])), Err(SelectionError::NoSuchIndex { index: 4, count: 4 }));

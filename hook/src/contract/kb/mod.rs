@@ -12,8 +12,8 @@
 //! `build.rs` converts each TOML file to JSON, which is embedded with `include_str!` and read
 //! into the row types on the first lookup in that table; each table loads on its own. Why: the
 //! hook runs on every container start and must finish in about a millisecond; parsing all six
-//! TOML files took it some 3 ms, where reading the two tables it needs (GPUs, driver branches) as
-//! JSON takes tens of microseconds.
+//! TOML files took it some 3 ms, where reading the two tables it needs (GPUs, driver branches; on a
+//! Jetson also the SOC table) as JSON takes tens of microseconds.
 //!
 //! The tables are compile-time data: a malformed one is a build defect that the build (TOML
 //! syntax) or the unit tests ([`validate`]: schema and row rules) catch; at run time the
@@ -43,6 +43,7 @@ mod json {
     pub(super) const CUDNN: &str = include_str!(concat!(env!("OUT_DIR"), "/cudnn.json"));
     pub(super) const GPUS: &str = include_str!(concat!(env!("OUT_DIR"), "/gpus.json"));
     pub(super) const CUDA_COMPONENTS: &str = include_str!(concat!(env!("OUT_DIR"), "/cuda_components.json"));
+    pub(super) const JETSON_SOCS: &str = include_str!(concat!(env!("OUT_DIR"), "/jetson_socs.json"));
 }
 
 /// The TOML source of each table, by the name errors quote: the tests feed broken text to the same
@@ -55,6 +56,7 @@ const TABLES: Tables = Tables {
     cudnn: include_str!("../../../kb/cudnn.toml"),
     gpus: include_str!("../../../kb/gpus.toml"),
     cuda_components: include_str!("../../../kb/cuda_components.toml"),
+    jetson_socs: include_str!("../../../kb/jetson_socs.toml"),
 };
 
 /// The TOML text of each table (kept apart so tests can feed broken text to the same checks).
@@ -67,6 +69,7 @@ struct Tables {
     cudnn: &'static str,
     gpus: &'static str,
     cuda_components: &'static str,
+    jetson_socs: &'static str,
 }
 
 /// An embedded table that does not parse or breaks a rule of its schema.
@@ -203,6 +206,47 @@ pub struct GpuModel {
     pub forward_compat: bool,
     /// Where the row comes from.
     pub source: String,
+}
+
+/// A Tegra SOC of the Jetson modules and its integrated GPU (`jetson_socs.toml`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JetsonSoc {
+    /// The SOC's device-tree `compatible` string (`nvidia,tegra234`), the last one of the root
+    /// node's `compatible` property.
+    pub compatible: String,
+    /// The module family (`Jetson Orin`).
+    pub name: String,
+    /// The Jetson modules built on it (`Jetson AGX Orin`, `Jetson Orin NX`, ...).
+    pub modules: Vec<String>,
+    /// The integrated GPU's compute capability.
+    pub compute_capability: ComputeCapability,
+    /// The GPU's architecture name (`Ampere`).
+    pub architecture: String,
+    /// NVML product brand, lowercase (`unknown`: none is documented for Jetson).
+    pub brand: String,
+    /// Where the row comes from.
+    pub source: String,
+    /// The integrated GPU as a knowledge-base model, for the code that reads GPU models.
+    gpu: GpuModel,
+}
+
+impl JetsonSoc {
+    /// The SOC's name: `compatible` without its vendor (`tegra234`).
+    pub fn soc(&self) -> &str {
+        self.compatible.split_once(',').map_or(self.compatible.as_str(), |(_, soc)| soc)
+    }
+
+    /// The name the probe gives the integrated GPU: `Jetson Orin (tegra234)`.
+    pub fn model_name(&self) -> String {
+        format!("{} ({})", self.name, self.soc())
+    }
+
+    /// The integrated GPU as a [`GpuModel`]: no PCI ids, not a data-center part, and
+    /// forward-compatible (NVIDIA's CUDA compatibility guide names Jetson among the platforms
+    /// that run `cuda-compat`).
+    pub fn gpu(&self) -> &GpuModel {
+        &self.gpu
+    }
 }
 
 /// A torch release: what it supports and which builds were published.
@@ -342,6 +386,18 @@ pub fn gpu_by_model_name(model: &str) -> Option<&'static GpuModel> {
 /// Every GPU model in the table.
 pub fn all_gpus() -> &'static [GpuModel] {
     &loaded(&GPUS).gpus
+}
+
+/// The Jetson SOC with this device-tree `compatible` string (`nvidia,tegra234`, compared exactly
+/// after trimming whitespace), if the table knows it.
+pub fn jetson_soc(compatible: &str) -> Option<&'static JetsonSoc> {
+    let compatible = compatible.trim();
+    jetson_socs().iter().find(|soc| soc.compatible == compatible)
+}
+
+/// Every Jetson SOC row.
+pub fn jetson_socs() -> &'static [JetsonSoc] {
+    &loaded(&JETSON_SOCS).rows
 }
 
 /// The highest CUDA version a driver supports, by its branch. For a branch between two rows,
@@ -494,6 +550,7 @@ pub fn validate() -> Result<(), &'static KbError> {
     CUDNN.as_ref()?;
     GPUS.as_ref()?;
     COMPONENTS.as_ref()?;
+    JETSON_SOCS.as_ref()?;
     Ok(())
 }
 
@@ -510,6 +567,8 @@ static CUDNN: LazyLock<Result<CudnnTable, KbError>> = LazyLock::new(|| from_json
 static GPUS: LazyLock<Result<GpuTable, KbError>> = LazyLock::new(|| from_json(json::GPUS));
 static COMPONENTS: LazyLock<Result<ComponentsTable, KbError>> =
     LazyLock::new(|| from_json(json::CUDA_COMPONENTS));
+static JETSON_SOCS: LazyLock<Result<JetsonSocTable, KbError>> =
+    LazyLock::new(|| from_json(json::JETSON_SOCS));
 
 /// A loaded table.
 fn loaded<T>(cell: &'static LazyLock<Result<T, KbError>>) -> &'static T {
@@ -543,7 +602,7 @@ fn from_toml<T: Table>(text: &str) -> Result<T, KbError> {
     T::check(file)
 }
 
-/// All six tables given as TOML text.
+/// All seven tables given as TOML text.
 #[cfg(test)]
 struct Kb;
 
@@ -557,6 +616,7 @@ impl Kb {
         from_toml::<CudnnTable>(tables.cudnn)?;
         from_toml::<GpuTable>(tables.gpus)?;
         from_toml::<ComponentsTable>(tables.cuda_components)?;
+        from_toml::<JetsonSocTable>(tables.jetson_socs)?;
         Ok(())
     }
 }
@@ -603,6 +663,11 @@ struct GpuTable {
 /// `cuda_components.toml`.
 struct ComponentsTable {
     rows: Vec<CudaComponents>,
+}
+
+/// `jetson_socs.toml`.
+struct JetsonSocTable {
+    rows: Vec<JetsonSoc>,
 }
 
 #[derive(Deserialize)]
@@ -671,6 +736,24 @@ struct RawGpu {
 #[serde(deny_unknown_fields)]
 struct ComponentsFile {
     release: Vec<CudaComponents>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JetsonSocFile {
+    soc: Vec<RawJetsonSoc>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJetsonSoc {
+    compatible: String,
+    name: String,
+    modules: Vec<String>,
+    compute_capability: ComputeCapability,
+    architecture: String,
+    brand: String,
+    source: String,
 }
 
 fn invalid(table: &'static str, row: impl std::fmt::Display, why: impl std::fmt::Display) -> KbError {
@@ -782,6 +865,62 @@ impl Table for ComponentsTable {
             }
         }
         Ok(Self { rows: file.release })
+    }
+}
+
+impl Table for JetsonSocTable {
+    const FILE: &'static str = "jetson_socs.toml";
+    type File = JetsonSocFile;
+
+    fn check(file: JetsonSocFile) -> Result<Self, KbError> {
+        let mut rows: Vec<JetsonSoc> = Vec::with_capacity(file.soc.len());
+        for raw in file.soc {
+            let row = raw.compatible.as_str();
+            require_source(Self::FILE, row, &raw.source)?;
+            // The probe matches the device tree's string exactly: it must be written as the
+            // kernel's device trees write it.
+            let soc = row.strip_prefix("nvidia,").unwrap_or("");
+            if !soc.starts_with("tegra") || !soc.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            {
+                return Err(invalid(Self::FILE, row, "compatible is not of the form nvidia,tegra<N>"));
+            }
+            if rows.iter().any(|r| r.compatible == raw.compatible) {
+                return Err(invalid(Self::FILE, row, "listed twice"));
+            }
+            if raw.name.trim().is_empty() || raw.modules.is_empty() {
+                return Err(invalid(Self::FILE, row, "empty name or module list"));
+            }
+            if raw.brand.is_empty() || raw.brand.bytes().any(|b| !b.is_ascii_lowercase()) {
+                return Err(invalid(
+                    Self::FILE,
+                    row,
+                    format!("brand {:?} is not lowercase letters", raw.brand),
+                ));
+            }
+            let gpu = GpuModel {
+                name: raw.name.clone(),
+                patterns: Vec::new(),
+                model_names: Vec::new(),
+                pci_ids: Vec::new(),
+                compute_capability: raw.compute_capability,
+                architecture: raw.architecture.clone(),
+                brand: raw.brand.clone(),
+                datacenter: false,
+                forward_compat: true,
+                source: raw.source.clone(),
+            };
+            rows.push(JetsonSoc {
+                compatible: raw.compatible,
+                name: raw.name,
+                modules: raw.modules,
+                compute_capability: raw.compute_capability,
+                architecture: raw.architecture,
+                brand: raw.brand,
+                source: raw.source,
+                gpu,
+            });
+        }
+        Ok(Self { rows })
     }
 }
 

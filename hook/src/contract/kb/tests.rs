@@ -32,6 +32,7 @@ fn embedded_tables_parse() {
     assert!(!torch_releases().is_empty());
     assert!(!cudnn_lines().is_empty());
     assert!(!all_cuda_components().is_empty());
+    assert!(!jetson_socs().is_empty());
 }
 
 #[test]
@@ -57,6 +58,21 @@ fn malformed_tables_are_errors_not_panics() {
     let err = Kb::parse(bad_version).unwrap_err();
     assert!(err.to_string().contains("12.x"), "{err}");
 
+    let bad_soc = Tables {
+        jetson_socs: "[[soc]]\ncompatible = \"tegra234\"\nname = \"Jetson Orin\"\nmodules = [\"Jetson AGX Orin\"]\n\
+                      compute_capability = \"8.7\"\narchitecture = \"Ampere\"\nbrand = \"unknown\"\nsource = \"s\"\n",
+        ..TABLES
+    };
+    let err = Kb::parse(bad_soc).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"knowledge base table jetson_socs.toml, row "tegra234": compatible is not of the form nvidia,tegra<N>"#
+    );
+    let twice = format!("{}\n{}", TABLES.jetson_socs, TABLES.jetson_socs);
+    let leaked: &'static str = Box::leak(twice.into_boxed_str());
+    let err = Kb::parse(Tables { jetson_socs: leaked, ..TABLES }).unwrap_err();
+    assert!(err.to_string().ends_with("listed twice"), "{err}");
+
     let duplicate_id = format!("{}\n{}", TABLES.gpus, TABLES.gpus);
     let leaked: &'static str = Box::leak(duplicate_id.into_boxed_str());
     let err = Kb::parse(Tables { gpus: leaked, ..TABLES }).unwrap_err();
@@ -72,6 +88,7 @@ fn every_row_names_its_source() {
     sources.extend(all_gpus().iter().map(|r| r.source.as_str()));
     sources.extend(cudnn_lines().iter().map(|r| r.source.as_str()));
     sources.extend(all_cuda_components().iter().map(|r| r.source.as_str()));
+    sources.extend(jetson_socs().iter().map(|r| r.source.as_str()));
     for release in torch_releases() {
         sources.push(&release.source);
         sources.extend(release.variants.iter().map(|v| v.source.as_str()));
@@ -417,4 +434,31 @@ fn cuda_components_spot_values() {
             assert_eq!(runtime.map(|(_, v)| v), Some(&components.cudart), "torch {}", release.version);
         }
     }
+}
+
+#[test]
+fn jetson_soc_spot_values() {
+    // developer.nvidia.com/cuda-gpus, Jetson products.
+    for (compatible, name, cap) in [
+        ("nvidia,tegra234", "Jetson Orin (tegra234)", "8.7"),
+        ("nvidia,tegra194", "Jetson Xavier (tegra194)", "7.2"),
+        ("nvidia,tegra186", "Jetson TX2 (tegra186)", "6.2"),
+        ("nvidia,tegra210", "Jetson Nano / TX1 (tegra210)", "5.3"),
+    ] {
+        let soc = jetson_soc(compatible).unwrap_or_else(|| panic!("{compatible}"));
+        assert_eq!((soc.model_name().as_str(), soc.compute_capability), (name, cc(cap)));
+        let gpu = soc.gpu();
+        assert_eq!((gpu.compute_capability, gpu.pci_ids.len()), (cc(cap), 0));
+        assert!(gpu.forward_compat && !gpu.datacenter);
+    }
+    assert_eq!(jetson_soc(" nvidia,tegra234\n").map(JetsonSoc::soc), Some("tegra234"));
+    // Board and module strings of the same property are not SoCs; a newer SoC is not guessed.
+    assert!(jetson_soc("nvidia,p3701-0005").is_none());
+    assert!(jetson_soc("nvidia,tegra264").is_none());
+    assert!(jetson_soc("NVIDIA,TEGRA234").is_none());
+    // The Orin row of gpus.toml (nvidia-smi's "Orin (nvgpu)") agrees with the SoC table.
+    let orin = gpu_by_model_name("Orin (nvgpu)").unwrap();
+    assert_eq!(orin.compute_capability, jetson_soc("nvidia,tegra234").unwrap().compute_capability);
+    // "RTX 4060 Ti is 8.7" is wrong: 8.7 belongs to Orin alone.
+    assert_eq!(jetson_socs().iter().filter(|s| s.compute_capability == cc("8.7")).count(), 1);
 }

@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""The parts of bench/run.sh that want a real language: reading the recipe and its lock (TOML),
+writing the Docker build context of "the usual way", and timing short process runs.
+
+    helper.py context --recipe R --lock L --base IMAGE --out DIR [--source NAME=DIR]... [--ca FILE]
+    helper.py change --recipe R --old PIN --new PIN --out PATH
+    helper.py base-only --recipe R --out PATH
+    helper.py spawn-times --runs N [--warmup N] [--stdin FILE] [--env K=V]... -- PROGRAM ARG...
+    helper.py layout LAYOUT
+    helper.py bundle --dir BUNDLE --args ARG... [--env K=V]... [--hook PATH [--hook-env K=V]...]
+
+Only the standard library (Python 3.11: tomllib), so it runs with Debian bookworm's python3.
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import time
+import tomllib
+
+# What the Dockerfile's patch step runs: the recipe's find/replace patches, each of which must
+# match exactly `count` times, as stackbuild requires (a patch that does not apply fails).
+PATCH_SCRIPT = """\
+import json, sys
+for p in json.load(open(sys.argv[1])):
+    text = open(p["path"], encoding="utf-8").read()
+    n = text.count(p["find"])
+    if n != p["count"]:
+        sys.exit(f"patch {p['name']}: {p['path']}: found {n} time(s), expected {p['count']}")
+    open(p["path"], "w", encoding="utf-8").write(text.replace(p["find"], p["replace"]))
+"""
+
+
+def die(msg):
+    print(f"helper.py: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load_toml(path):
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        die(f"reading {path}: {e}")
+
+
+def host_platform():
+    machine = os.uname().machine
+    return {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}.get(machine, f"linux/{machine}")
+
+
+def requirements(lock, platform):
+    """`name==version --hash=sha256:...` for every locked wheel of `platform`, sorted by name."""
+    lines = []
+    for p in lock.get("package", []):
+        if p.get("platform") == platform:
+            lines.append(f"{p['name']}=={p['version']} --hash=sha256:{p['sha256']}")
+    if not lines:
+        die(f"the lock has no package for {platform}")
+    return sorted(lines)
+
+
+def sources(recipe, recipe_dir, overrides):
+    """(name, host dir, image dest) of every [[source]]: --source first, then `path`."""
+    out = []
+    for s in recipe.get("source", []):
+        name = s["name"]
+        if name in overrides:
+            src = overrides[name]
+        elif "path" in s:
+            src = os.path.join(recipe_dir, s["path"])
+        else:
+            die(f"source {name} is a git source: give it as --source {name}=DIR")
+        if not os.path.isdir(src):
+            die(f"source {name}: {src} is not a directory")
+        out.append((name, src, s["dest"]))
+    return out
+
+
+def patches(recipe, site_packages, dests):
+    out = []
+    for p in recipe.get("patch", []):
+        if "diff" in p:
+            die(f"patch {p['name']}: diff patches are not reproduced by the bench's Dockerfile")
+        if "package" in p:
+            path = f"{site_packages}/{p['file']}"
+        else:
+            path = f"{dests[p['source']]}/{p['file']}"
+        out.append(
+            {"name": p["name"], "path": path, "find": p["find"], "replace": p["replace"],
+             "count": p.get("count", 1)}
+        )
+    return out
+
+
+def cmd_context(args):
+    recipe = load_toml(args.recipe)
+    lock = load_toml(args.lock)
+    overrides = dict(parse_pair(s, "--source") for s in args.source)
+    image = recipe.get("image", {})
+    python = recipe.get("python", {}).get("version")
+    if not python:
+        die("the recipe has no [python] version")
+    site = f"/usr/local/lib/python{python}/dist-packages"
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "requirements.txt"), "w") as f:
+        f.write("\n".join(requirements(lock, args.platform or host_platform())) + "\n")
+    srcs = sources(recipe, os.path.dirname(os.path.abspath(args.recipe)), overrides)
+    pats = patches(recipe, site, {name: dest for name, _, dest in srcs})
+
+    # The usual way: the same base, pip from apt, one pip layer of the locked wheels (hashes
+    # checked, no resolution, no cache), the sources, the patches, the image settings.
+    df = [f"FROM {args.base}",
+          "ARG PIP_INDEX_URL",
+          "ARG PIP_EXTRA_INDEX_URL",
+          "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+          "--no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*"]
+    cert = ""
+    if args.ca:
+        # The host reaches the index through a TLS-intercepting proxy whose CA only the host's
+        # bundle holds; the image's own bundle would refuse it.
+        shutil.copyfile(args.ca, os.path.join(args.out, "host-ca.crt"))
+        df.append("COPY host-ca.crt /tmp/host-ca.crt")
+        cert = " --cert /tmp/host-ca.crt"
+    df.append("COPY requirements.txt /tmp/requirements.txt")
+    df.append("RUN pip install --no-deps --require-hashes --break-system-packages --no-cache-dir"
+              f" --disable-pip-version-check{cert} -r /tmp/requirements.txt")
+    for name, src, dest in srcs:
+        shutil.copytree(src, os.path.join(args.out, f"src-{name}"), symlinks=True)
+        df.append(f"COPY src-{name}/ {dest}/")
+    if pats:
+        with open(os.path.join(args.out, "patches.json"), "w") as f:
+            json.dump(pats, f, indent=1)
+        with open(os.path.join(args.out, "patch.py"), "w") as f:
+            f.write(PATCH_SCRIPT)
+        df.append("COPY patch.py patches.json /tmp/bench-patch/")
+        df.append("RUN python3 /tmp/bench-patch/patch.py /tmp/bench-patch/patches.json"
+                  " && rm -rf /tmp/bench-patch")
+    for key, value in sorted(image.get("env", {}).items()):
+        df.append(f"ENV {key}={json.dumps(value)}")
+    if "workdir" in image:
+        df.append(f"WORKDIR {image['workdir']}")
+    if "user" in image:
+        df.append(f"USER {image['user']}")
+    if image.get("entrypoint"):
+        df.append(f"ENTRYPOINT {json.dumps(image['entrypoint'])}")
+    if "cmd" in image:
+        df.append(f"CMD {json.dumps(image['cmd'])}")
+    with open(os.path.join(args.out, "Dockerfile"), "w") as f:
+        f.write("\n".join(df) + "\n")
+
+
+def cmd_change(args):
+    """Copies the recipe with one pin replaced: `"OLD"` must occur exactly once, quoted."""
+    old, new = args.old, args.new
+    with open(args.recipe, encoding="utf-8") as f:
+        text = f.read()
+    needle = f'"{old}"'
+    n = text.count(needle)
+    if n != 1:
+        die(f'"{old}" occurs {n} time(s) in {args.recipe}, expected once (quoted, as a pin)')
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(text.replace(needle, f'"{new}"'))
+
+
+def cmd_base_only(args):
+    """Copies the recipe's [image] and [base] tables only (text kept as written): the recipe of
+    the base layer alone, whose layer key is the full recipe's, so that building it first in a
+    fresh cache leaves exactly the base cached."""
+    with open(args.recipe, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    kept, table = [], None
+    for line in lines:
+        m = re.match(r"^\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?\s*(#.*)?$", line)
+        if m:
+            table = m.group(1)
+        if table in ("image", "base"):
+            kept.append(line)
+    text = "\n".join(kept) + "\n"
+    # The text extraction must give exactly the two tables.
+    full = load_toml(args.recipe)
+    if tomllib.loads(text) != {"image": full.get("image"), "base": full.get("base")}:
+        die(f"could not cut [image] and [base] out of {args.recipe}")
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def percentile(sorted_times, q):
+    return sorted_times[max(0, min(len(sorted_times) - 1, math.ceil(q * len(sorted_times)) - 1))]
+
+
+def cmd_spawn_times(args):
+    """Runs PROGRAM --runs times back to back with posix_spawn (what Rust's Command does), the
+    state on stdin, stdout/stderr to /dev/null and an explicit environment; `{i}` in an argument
+    becomes the run number. Prints JSON: runs, median_ms, p95_ms, mean_ms, failures."""
+    state = b""
+    if args.stdin:
+        with open(args.stdin, "rb") as f:
+            state = f.read()
+    env = dict(parse_pair(e, "--env") for e in args.env)
+    argv = args.argv[1:] if args.argv and args.argv[0] == "--" else args.argv
+    if not argv:
+        die("spawn-times: no program")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+
+    def once(i):
+        r, w = os.pipe()
+        actions = [(os.POSIX_SPAWN_DUP2, r, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
+                   (os.POSIX_SPAWN_DUP2, devnull, 2), (os.POSIX_SPAWN_CLOSE, w)]
+        run_argv = [a.replace("{i}", str(i)) for a in argv]
+        start = time.perf_counter_ns()
+        pid = os.posix_spawn(run_argv[0], run_argv, env, file_actions=actions)
+        os.close(r)
+        try:
+            os.write(w, state)
+        except BrokenPipeError:
+            pass  # /bin/true may exit before reading
+        os.close(w)
+        _, status = os.waitpid(pid, 0)
+        elapsed = (time.perf_counter_ns() - start) / 1e6
+        return elapsed, os.waitstatus_to_exitcode(status)
+
+    for i in range(args.warmup):
+        once(f"w{i}")
+    times, failures = [], 0
+    for i in range(args.runs):
+        t, code = once(i)
+        times.append(t)
+        failures += code != 0
+    times.sort()
+    print(json.dumps({"runs": args.runs, "median_ms": times[len(times) // 2],
+                      "p95_ms": percentile(times, 0.95), "mean_ms": sum(times) / len(times),
+                      "failures": failures}))
+
+
+def cmd_layout(args):
+    """Facts of an OCI layout: total blob bytes, and the layers (digest, size) of its one image."""
+    blobs = os.path.join(args.layout, "blobs", "sha256")
+    total = sum(os.path.getsize(os.path.join(blobs, b)) for b in os.listdir(blobs))
+    with open(os.path.join(args.layout, "index.json")) as f:
+        index = json.load(f)
+    manifest_digest = index["manifests"][0]["digest"].split(":", 1)[1]
+    with open(os.path.join(blobs, manifest_digest)) as f:
+        manifest = json.load(f)
+    layers = [{"digest": layer["digest"], "size": layer["size"], "mediaType": layer["mediaType"],
+               "path": os.path.join(blobs, layer["digest"].split(":", 1)[1])}
+              for layer in manifest["layers"]]
+    print(json.dumps({"blob_bytes": total, "layers": layers}))
+
+
+def cmd_bundle(args):
+    """Edits the config.json `runc spec` wrote: no terminal, the given process args, extra env,
+    and optionally one hook at --hook-stage (its own explicit env, a timeout)."""
+    path = os.path.join(args.dir, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["process"]["terminal"] = False
+    config["process"]["args"] = args.args
+    config["process"]["env"] = config["process"].get("env", []) + args.env
+    if args.hook:
+        entry = {"path": args.hook, "args": [os.path.basename(args.hook), "hook"],
+                 "env": args.hook_env, "timeout": 10}
+        config.setdefault("hooks", {}).setdefault(args.hook_stage, []).append(entry)
+    with open(path, "w") as f:
+        json.dump(config, f, indent=1)
+
+
+def parse_pair(text, flag):
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        die(f"{flag} wants KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("context")
+    c.add_argument("--recipe", required=True)
+    c.add_argument("--lock", required=True)
+    c.add_argument("--base", required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--platform")
+    c.add_argument("--source", action="append", default=[])
+    c.add_argument("--ca")
+    c.set_defaults(func=cmd_context)
+    c = sub.add_parser("change")
+    c.add_argument("--recipe", required=True)
+    c.add_argument("--old", required=True)
+    c.add_argument("--new", required=True)
+    c.add_argument("--out", required=True)
+    c.set_defaults(func=cmd_change)
+    c = sub.add_parser("base-only")
+    c.add_argument("--recipe", required=True)
+    c.add_argument("--out", required=True)
+    c.set_defaults(func=cmd_base_only)
+    c = sub.add_parser("spawn-times")
+    c.add_argument("--runs", type=int, required=True)
+    c.add_argument("--warmup", type=int, default=3)
+    c.add_argument("--stdin")
+    c.add_argument("--env", action="append", default=[])
+    c.add_argument("argv", nargs=argparse.REMAINDER)
+    c.set_defaults(func=cmd_spawn_times)
+    c = sub.add_parser("layout")
+    c.add_argument("layout")
+    c.set_defaults(func=cmd_layout)
+    c = sub.add_parser("bundle")
+    c.add_argument("--dir", required=True)
+    c.add_argument("--args", nargs="+", required=True)
+    c.add_argument("--env", action="append", default=[])
+    c.add_argument("--hook")
+    c.add_argument("--hook-stage", default="createRuntime")
+    c.add_argument("--hook-env", action="append", default=[])
+    c.set_defaults(func=cmd_bundle)
+    args = ap.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,486 @@
+#!/usr/bin/env bash
+# Benchmarks stackbuild and stackhook against the usual way, side by side in one run, and prints
+# ratios (ours / baseline: below 1 is better). Targets: shared reference "benchmarks.md".
+#
+# Sections:
+#   build     cold (fresh cache, --locked; timed as the base alone, then the rest), no-change and
+#             one-pin-changed builds of the recipe against a Dockerfile that pip-installs the same
+#             locked wheels (hashes required) on the same base (our base layer, `docker import`ed)
+#             with `docker build` (classic builder); image sizes against `docker save | gzip -1`.
+#   compress  our layer writer (parallel multi-member gzip; zstd) against `tar | pigz -p<cores>`
+#             and `tar | zstd -T<cores>` on the unpacked image.
+#   hook      `stackhook hook` on an 8-GPU fixture host against /bin/true; `runc run` of a
+#             busybox bundle with and without the hook (createRuntime).
+#
+# Needs root, dockerd (started with .ci/services when not running), runc, pigz, zstd, uv,
+# python3 (3.11), busybox-static, and a network path to the package index and Debian mirror.
+# Everything it writes goes to one temp dir (removed at exit unless --keep), the --out file, a
+# recipe copy next to the recipe (`.stackbuild-bench-PID-*`, removed at exit) and, when the
+# binaries are missing, cargo's target dir.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: bench/run.sh [--recipe PATH] [--source NAME=DIR]... [--change OLD=NEW] [--quick]
+                    [--sections build,compress,hook] [--with-load] [--out FILE] [--keep]
+
+  --recipe PATH     recipe to build (default recipes/dreamzero.toml, with
+                    --source dreamzero=recipes/stand-in/dreamzero unless --source is given)
+  --source NAME=DIR a local tree for a recipe source (repeatable; git sources need one)
+  --change OLD=NEW  the pin changed for the one-package-changed builds
+                    (default safetensors==0.4.1=safetensors==0.4.2)
+  --quick           fewer timing runs (hook 50, runc 5), for a smoke test
+  --sections LIST   which sections to run (default build,compress,hook)
+  --with-load       also time a cold build with `--load --compression none` (a cache holding
+                    only the base) against the cold `docker build`
+  --out FILE        also write the results table to FILE
+  --keep            keep the temp dir (logs, layouts, Docker context) for inspection
+
+Small smoke test (a few minutes):
+  bench/run.sh --recipe bench/small.toml --source hello=bench/small-src/hello --quick
+EOF
+}
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+recipe=$repo/recipes/dreamzero.toml
+sources=()
+change="safetensors==0.4.1=safetensors==0.4.2"
+quick=0
+sections="build,compress,hook"
+with_load=0
+out_file=""
+keep=0
+
+abspath() { case $1 in /*) printf '%s\n' "$1" ;; *) printf '%s/%s\n' "$PWD" "$1" ;; esac; }
+
+while (($#)); do
+  case $1 in
+    --recipe) recipe=$(abspath "${2:?--recipe needs a path}"); shift 2 ;;
+    --source)
+      src=${2:?--source needs NAME=DIR}
+      [[ $src == *=* ]] || { echo "--source wants NAME=DIR, got $src" >&2; exit 2; }
+      sources+=("${src%%=*}=$(abspath "${src#*=}")"); shift 2 ;;
+    --change) change=${2:?--change needs OLD=NEW}; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --sections) sections=${2:?--sections needs a list}; shift 2 ;;
+    --with-load) with_load=1; shift ;;
+    --out) out_file=$(abspath "${2:?--out needs a file}"); shift 2 ;;
+    --keep) keep=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+if ((${#sources[@]} == 0)) && [[ $recipe == "$repo/recipes/dreamzero.toml" ]]; then
+  sources=("dreamzero=$repo/recipes/stand-in/dreamzero")
+fi
+[[ $change == *==*=*==* ]] || { echo "--change wants OLD=NEW pins, e.g. six==1.16.0=six==1.17.0" >&2; exit 2; }
+# OLD=NEW where both are `name==version`: split at the `=` that is not part of `==`.
+change_old=$(sed -E 's/^([^=]+==[^=]+)=(.+)$/\1/' <<<"$change")
+change_new=$(sed -E 's/^([^=]+==[^=]+)=(.+)$/\2/' <<<"$change")
+has_section() { [[ ,$sections, == *,$1,* ]]; }
+
+if ((quick)); then hook_runs=50 runc_runs=5; else hook_runs=300 runc_runs=30; fi
+
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# --- prerequisites ---------------------------------------------------------------------------
+[[ $(id -u) == 0 ]] || die "needs root (runc, mmdebstrap, docker)"
+[[ -f $recipe ]] || die "no recipe at $recipe"
+[[ -f $recipe.lock ]] || die "no lock at $recipe.lock: run \`stackbuild lock $recipe\` first"
+DOCKER=${DOCKER:-$(if [[ -x /usr/bin/docker ]]; then echo /usr/bin/docker; else command -v docker || true; fi)}
+for tool in python3 tar gzip pigz zstd runc uv busybox; do
+  command -v "$tool" >/dev/null || die "$tool is not installed (see .ci/install)"
+done
+[[ -n $DOCKER ]] || die "docker is not installed (see .ci/install)"
+runc_bin=$(command -v runc)
+helper=$repo/bench/helper.py
+stackbuild=$repo/target/release/stackbuild
+stackhook=$repo/target/static/stackhook
+pack_layer=$repo/target/release/examples/pack_layer
+if [[ ! -x $stackbuild ]]; then
+  log "building target/release/stackbuild"
+  (cd "$repo" && cargo build --release -p stackbuild --bin stackbuild) >&2
+fi
+if [[ ! -x $stackhook ]]; then
+  # As .ci/test does: the hook is linked statically, then kept apart from `cargo test`'s relinks.
+  log "building target/static/stackhook"
+  (cd "$repo" && cargo rustc --release -p stackhook --bin stackhook -- -C target-feature=+crt-static \
+    && install -D -m 0755 target/release/stackhook target/static/stackhook) >&2
+fi
+if [[ ! -x $pack_layer ]]; then
+  log "building target/release/examples/pack_layer"
+  (cd "$repo" && cargo build --release -p stackbuild --example pack_layer) >&2
+fi
+if has_section build && ! "$DOCKER" version >/dev/null 2>&1; then
+  log "dockerd is not running: starting it with .ci/services"
+  "$repo/.ci/services" >&2
+fi
+
+# --- temp state and cleanup ------------------------------------------------------------------
+work=$(mktemp -d "${TMPDIR:-/tmp}/stackbuild-bench.XXXXXX")
+mkdir -p "$work/logs"
+tag=stackbuild-bench-$$
+# Recipe variants sit next to the recipe, so that its relative paths (sources, diffs) resolve.
+recipe_copy=$(dirname "$recipe")/.$tag-$(basename "$recipe")
+base_recipe=$(dirname "$recipe")/.$tag-base-$(basename "$recipe")
+loaded_ref=""
+# Removes every image this run made: those built on our imported base (intermediate images of
+# an interrupted build too), leaves first since an image with children cannot go, then the tags.
+docker_cleanup() {
+  local base_id all id images
+  base_id=$("$DOCKER" image inspect -f '{{.Id}}' "$tag:base" 2>/dev/null || true)
+  if [[ -n $base_id ]]; then
+    mapfile -t all < <("$DOCKER" images -a -q --no-trunc 2>/dev/null || true)
+    if ((${#all[@]})); then
+      "$DOCKER" image inspect -f '{{.Id}} {{.Parent}}' "${all[@]}" 2>/dev/null |
+        awk -v base="$base_id" '
+          { parent[$1] = $2 }
+          END {
+            for (id in parent) {
+              depth = 0
+              for (p = id; p != "" && p != base; p = parent[p]) depth++
+              if (p == base && id != base) print depth, id
+            }
+          }' | sort -rn | while read -r _ id; do "$DOCKER" rmi -f "$id" >/dev/null 2>&1 || true; done
+    fi
+  fi
+  images=$("$DOCKER" images --format '{{.Repository}}:{{.Tag}}' "$tag" 2>/dev/null || true)
+  [[ -n $loaded_ref ]] && images+=$'\n'$loaded_ref
+  if [[ -n ${images//[[:space:]]/} ]]; then
+    # shellcheck disable=SC2086 # one reference per line, none with spaces
+    "$DOCKER" rmi -f $images >/dev/null 2>&1 || true
+  fi
+}
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  rm -f "$recipe_copy" "$recipe_copy.lock" "$base_recipe" "$base_recipe.lock"
+  if [[ -n $DOCKER ]] && "$DOCKER" version >/dev/null 2>&1; then
+    docker_cleanup
+  fi
+  local ids
+  ids=$("$runc_bin" list -q 2>/dev/null | grep "^$tag-" || true)
+  for id in $ids; do "$runc_bin" delete --force "$id" >/dev/null 2>&1 || true; done
+  if ((keep)); then log "kept $work"; else rm -rf "$work"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Fresh pip and uv caches for everything the bench runs: "cold" means cold, and nothing is
+# written to the user's caches.
+export PIP_CACHE_DIR=$work/pip-cache UV_CACHE_DIR=$work/uv-cache
+export DOCKER_BUILDKIT=0
+
+# --- measuring and formatting ----------------------------------------------------------------
+now_ns() { date +%s%N; }
+# timed VAR NAME CMD...: runs CMD with its output in logs/NAME.log, puts the wall seconds in VAR
+# (`-`: nowhere).
+timed() {
+  local __var=$1 name=$2 start end
+  shift 2
+  log "$name"
+  start=$(now_ns)
+  if ! "$@" >"$work/logs/$name.log" 2>&1; then
+    log "FAILED: $name; last lines of its log:"
+    tail -n 40 "$work/logs/$name.log" >&2
+    exit 1
+  fi
+  end=$(now_ns)
+  local secs
+  secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.4f", (b - a) / 1e9 }')
+  [[ $__var == - ]] || printf -v "$__var" '%s' "$secs"
+  log "  $secs s"
+}
+secs() { awk -v s="$1" 'BEGIN { if (s < 1) printf "%.3f s", s; else if (s < 100) printf "%.2f s", s; else printf "%.0f s", s }'; }
+ms() { awk -v s="$1" 'BEGIN { printf "%.2f ms", s }'; }
+bytes() { awk -v b="$1" 'BEGIN { if (b >= 1e9) printf "%.2f GB", b / 1e9; else if (b >= 1e6) printf "%.1f MB", b / 1e6; else printf "%.1f kB", b / 1e3 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
+add() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", a + b }'; }
+mbps() { awk -v n="$1" -v s="$2" 'BEGIN { if (s > 0) printf "%.0f MB/s", n / s / 1e6; else print "n/a" }'; }
+# The pipelines timed as one command (timed runs a command, not a pipeline).
+save_gzip() { "$DOCKER" save "$1" | gzip -1 >"$2"; }
+# tar_tree OUT [COMPRESSOR...]: `tar -c` of the unpacked image, through COMPRESSOR, into OUT.
+tar_tree() {
+  local out=$1
+  shift
+  if (($#)); then tar -cf - -C "$work/tree" . | "$@" >"$out"; else tar -cf - -C "$work/tree" . >"$out"; fi
+}
+json() { python3 -c 'import json,sys; v=json.load(sys.stdin); print(eval(sys.argv[1], {"v": v}))' "$1"; }
+file_size() { stat -c %s "$1"; }
+
+rows=()
+# row SECTION WHAT OURS BASELINE RATIO NOTE
+# Fields apart by the unit separator: a tab is IFS white space, and empty fields would merge.
+row() { rows+=("$1"$'\x1f'"$2"$'\x1f'"$3"$'\x1f'"$4"$'\x1f'"$5"$'\x1f'"$6"); }
+section_times=()
+
+source_args=()
+for s in "${sources[@]}"; do source_args+=(--source "$s"); done
+
+# --- build -----------------------------------------------------------------------------------
+layout=""
+docker_unpacked=""
+section_build() {
+  local t_base t_cold t_same t_chg t_dcold t_dsame t_dchg t_save t_import n_layers built_same built_chg
+  local cache=$work/cache base_note=""
+  python3 "$helper" change --recipe "$recipe" --old "$change_old" --new "$change_new" --out "$recipe_copy"
+  cp "$recipe.lock" "$recipe_copy.lock"
+  python3 "$helper" base-only --recipe "$recipe" --out "$base_recipe"
+
+  # Cold, in two steps in one fresh cache: the base alone (mmdebstrap), then the whole recipe,
+  # which finds the base cached and does the rest. The rest is what `docker build` does on a
+  # base it already has; the sum is a cold build from nothing (the same manifest digest).
+  timed t_base "build-ours-cold-base-only" "$stackbuild" "$base_recipe" --cache-dir "$cache" \
+    --out "$work/ours-base" --report "$work/base.json"
+  timed t_cold "build-ours-cold" "$stackbuild" "$recipe" --locked --cache-dir "$cache" \
+    --out "$work/ours" --report "$work/cold.json" "${source_args[@]}"
+  layout=$work/ours
+  if [[ $(json '[l["built"] for l in v["layers"] if l["name"] == "base"]' <"$work/cold.json") != "[False]" ]]; then
+    base_note="; the base was built again (its key differs from the base-only recipe's): ours includes it"
+  fi
+  timed t_same "build-ours-no-change" "$stackbuild" "$recipe" --locked --cache-dir "$cache" \
+    --out "$work/ours" --report "$work/same.json" "${source_args[@]}"
+  timed t_chg "build-ours-one-changed" "$stackbuild" "$recipe_copy" --cache-dir "$cache" \
+    --out "$work/ours-changed" --report "$work/changed.json" "${source_args[@]}"
+  n_layers=$(json 'len(v["layers"])' <"$work/cold.json")
+  built_same=$(json 'sum(l["built"] for l in v["layers"])' <"$work/same.json")
+  built_chg=$(json 'sum(l["built"] for l in v["layers"])' <"$work/changed.json")
+  python3 "$helper" layout "$layout" >"$work/layout.json"
+
+  # The usual way, on the same base: our base layer imported as a Docker image.
+  local base_blob ca=()
+  base_blob=$(json 'v["layers"][0]["path"]' <"$work/layout.json")
+  timed t_import "docker-import-base" "$DOCKER" import "$base_blob" "$tag:base"
+  # A host that reaches the index through a TLS-intercepting proxy trusts it through local CAs,
+  # which the image's bundle lacks: hand pip the host's bundle.
+  if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+    ca=(--ca /etc/ssl/certs/ca-certificates.crt)
+  fi
+  python3 "$helper" context --recipe "$recipe" --lock "$recipe.lock" --base "$tag:base" \
+    --out "$work/ctx-cold" "${source_args[@]}" "${ca[@]}"
+  python3 "$helper" context --recipe "$recipe_copy" --lock "$recipe_copy.lock" --base "$tag:base" \
+    --out "$work/ctx-changed" "${source_args[@]}" "${ca[@]}"
+  # uv resolves the whole copy again: unpinned dependencies may move too; say how many did.
+  local moved
+  moved=$(comm -13 <(sort "$work/ctx-cold/requirements.txt") <(sort "$work/ctx-changed/requirements.txt") | wc -l)
+  local build_args=()
+  [[ -n ${PIP_INDEX_URL:-} ]] && build_args+=(--build-arg "PIP_INDEX_URL=$PIP_INDEX_URL")
+  [[ -n ${PIP_EXTRA_INDEX_URL:-} ]] && build_args+=(--build-arg "PIP_EXTRA_INDEX_URL=$PIP_EXTRA_INDEX_URL")
+  timed t_dcold "docker-build-cold" "$DOCKER" build --network host --force-rm --no-cache "${build_args[@]}" \
+    -t "$tag:cold" "$work/ctx-cold"
+  timed t_dsame "docker-build-no-change" "$DOCKER" build --network host --force-rm "${build_args[@]}" \
+    -t "$tag:cold" "$work/ctx-cold"
+  timed t_dchg "docker-build-one-changed" "$DOCKER" build --network host --force-rm "${build_args[@]}" \
+    -t "$tag:changed" "$work/ctx-changed"
+  timed t_save "docker-save-gzip" save_gzip "$tag:cold" "$work/docker-image.tar.gz"
+  local ours_bytes docker_bytes
+  ours_bytes=$(json 'v["blob_bytes"]' <"$work/layout.json")
+  docker_bytes=$(file_size "$work/docker-image.tar.gz")
+  rm -f "$work/docker-image.tar.gz"
+  docker_unpacked=$("$DOCKER" image inspect -f '{{.Size}}' "$tag:cold")
+
+  local t_all
+  t_all=$(add "$t_base" "$t_cold")
+  row build "cold build, base cached" "$(secs "$t_cold")" "$(secs "$t_dcold")" \
+    "$(ratio "$t_cold" "$t_dcold")" "docker build --no-cache FROM the same base (pip download included)$base_note"
+  row build "cold build to a gzip image, base cached" "$(secs "$t_cold")" "$(secs "$(add "$t_dcold" "$t_save")")" \
+    "$(ratio "$t_cold" "$(add "$t_dcold" "$t_save")")" "+ docker save | gzip -1 ($(secs "$t_save")); target <= 0.4x"
+  row build "cold build, base included" "$(secs "$t_all")" "$(secs "$t_dcold")" \
+    "$(ratio "$t_all" "$t_dcold")" "ours builds the base ($(secs "$t_base")); docker imports it ($(secs "$t_import"), not counted)"
+  row build "no-change rebuild" "$(secs "$t_same")" "$(secs "$t_dsame")" "$(ratio "$t_same" "$t_dsame")" \
+    "$built_same of $n_layers layers rebuilt; target <= 0.1 s"
+  row build "one pin changed ($change_old -> ${change_new#*==})" "$(secs "$t_chg")" "$(secs "$t_dchg")" \
+    "$(ratio "$t_chg" "$t_dchg")" "$built_chg of $n_layers layers rebuilt, $moved wheel(s) changed, ours re-resolves with uv; target <= 0.1x"
+  row build "image, compressed" "$(bytes "$ours_bytes")" "$(bytes "$docker_bytes")" \
+    "$(ratio "$ours_bytes" "$docker_bytes")" "OCI layout blobs vs docker save | gzip -1"
+
+  if ((with_load)); then
+    local ref t_load
+    ref=$(python3 -c 'import sys,tomllib; i=tomllib.load(open(sys.argv[1],"rb"))["image"]; print(i["name"]+":"+i.get("tag","latest"))' "$recipe")
+    if "$DOCKER" image inspect "$ref" >/dev/null 2>&1; then
+      row build "cold build --load" "skipped" "" "" "$ref already exists in dockerd; not overwritten"
+    else
+      loaded_ref=$ref
+      # A cache holding the base only, as docker has its base (uncompressed layers have other
+      # keys: the base is built again for them, not timed).
+      timed - "build-ours-load-base-only" env PIP_CACHE_DIR="$work/pip-cache-load" \
+        UV_CACHE_DIR="$work/uv-cache-load" "$stackbuild" "$base_recipe" --cache-dir "$work/cache-load" \
+        --out "$work/ours-load-base" --compression none
+      timed t_load "build-ours-cold-load" env PIP_CACHE_DIR="$work/pip-cache-load" \
+        UV_CACHE_DIR="$work/uv-cache-load" "$stackbuild" "$recipe" --locked --cache-dir "$work/cache-load" \
+        --out "$work/ours-load" --load --compression none "${source_args[@]}"
+      row build "cold build --load, no compression, base cached" "$(secs "$t_load")" "$(secs "$t_dcold")" \
+        "$(ratio "$t_load" "$t_dcold")" "docker build --no-cache; target <= 0.8x"
+      rm -rf "$work/cache-load" "$work/ours-load" "$work/ours-load-base"
+    fi
+  fi
+  rm -rf "$work/ours-base" "$work/ours-changed" "$work/ctx-cold" "$work/ctx-changed"
+}
+
+# --- compress --------------------------------------------------------------------------------
+section_compress() {
+  local tree=$work/tree unpacked=0 total
+  if [[ -z $layout ]]; then
+    # No build section: build the image (not timed) with the user's cache.
+    timed - "build-for-compress" "$stackbuild" "$recipe" --locked --out "$work/ours" "${source_args[@]}"
+    layout=$work/ours
+    python3 "$helper" layout "$layout" >"$work/layout.json"
+  fi
+  mkdir -p "$tree"
+  log "unpacking the image into $tree"
+  local blob
+  while read -r blob; do
+    # GNU tar's --totals: the bytes of the uncompressed layer tar.
+    total=$(pigz -dc "$blob" | tar -x -C "$tree" --totals -f - 2>&1 | sed -n 's/^Total bytes read: \([0-9]*\).*/\1/p')
+    unpacked=$((unpacked + total))
+  done < <(json '"\n".join(l["path"] for l in v["layers"])' <"$work/layout.json")
+  local input
+  input=$(find "$tree" -type f -printf '%s\n' | awk '{ n += $1 } END { printf "%d", n }')
+  if [[ -n $docker_unpacked ]]; then
+    row build "image, unpacked" "$(bytes "$unpacked")" "$(bytes "$docker_unpacked")" \
+      "$(ratio "$unpacked" "$docker_unpacked")" "layer tars vs docker image inspect .Size"
+  fi
+
+  local cores t_pigz t_zstd j ours_s ours_b pigz_b zstd_b
+  cores=$(nproc)
+  # One untimed pass first, so that every timed pass reads the tree from the page cache.
+  timed - "compress-warm-page-cache" tar_tree /dev/null cat
+
+  timed - "compress-ours-gzip" "$pack_layer" pack "$tree" --cache "$work/pack-cache" --compression gzip
+  j=$(tail -n 1 "$work/logs/compress-ours-gzip.log")
+  ours_s=$(json 'v["seconds"]' <<<"$j")
+  ours_b=$(json 'v["blob_bytes"]' <<<"$j")
+  rm -rf "$work/pack-cache"
+  timed t_pigz "compress-pigz" tar_tree "$work/pigz.tar.gz" pigz -p "$cores" -6
+  pigz_b=$(file_size "$work/pigz.tar.gz")
+  rm -f "$work/pigz.tar.gz"
+  local what
+  what="gzip layer of a $(bytes "$input") tree"
+  row compress "$what, time" "$(secs "$ours_s") $(mbps "$input" "$ours_s")" \
+    "$(secs "$t_pigz") $(mbps "$input" "$t_pigz")" "$(ratio "$ours_s" "$t_pigz")" \
+    "tar | pigz -p$cores -6 on the unpacked image; ours also sorts, hashes diff_id and digest; target <= 0.3x"
+  row compress "gzip layer, size" "$(bytes "$ours_b")" "$(bytes "$pigz_b")" "$(ratio "$ours_b" "$pigz_b")" ""
+
+  timed - "compress-ours-zstd" "$pack_layer" pack "$tree" --cache "$work/pack-cache" --compression zstd
+  j=$(tail -n 1 "$work/logs/compress-ours-zstd.log")
+  ours_s=$(json 'v["seconds"]' <<<"$j")
+  ours_b=$(json 'v["blob_bytes"]' <<<"$j")
+  rm -rf "$work/pack-cache"
+  timed t_zstd "compress-zstd" tar_tree "$work/tree.tar.zst" zstd -3 -T"$cores" -q -c
+  zstd_b=$(file_size "$work/tree.tar.zst")
+  rm -f "$work/tree.tar.zst"
+  row compress "zstd layer of the same tree, time" "$(secs "$ours_s") $(mbps "$input" "$ours_s")" \
+    "$(secs "$t_zstd") $(mbps "$input" "$t_zstd")" "$(ratio "$ours_s" "$t_zstd")" "tar | zstd -3 -T$cores"
+  row compress "zstd layer, size" "$(bytes "$ours_b")" "$(bytes "$zstd_b")" "$(ratio "$ours_b" "$zstd_b")" ""
+  rm -rf "$tree"
+}
+
+# --- hook ------------------------------------------------------------------------------------
+section_hook() {
+  local host=$work/host requires=() env=() i=0 r
+  log "fixture host (8 GPUs)"
+  "$pack_layer" fixture-host "$host" >"$work/requires.txt" 2>"$work/logs/fixture.log" \
+    || { cat "$work/logs/fixture.log" >&2; die "fixture host failed"; }
+  mapfile -t requires <"$work/requires.txt"
+  env=(--env NVIDIA_VISIBLE_DEVICES=all)
+  for r in "${requires[@]}"; do env+=(--env "STACKBUILD_REQUIRE_BENCH$i=$r"); i=$((i + 1)); done
+  local hook_env=(--hook-env PATH=/usr/sbin:/usr/bin:/sbin:/bin --hook-env "STACKHOOK_HOST_ROOT=$host"
+    --hook-env STACKHOOK_POLICY=enforce)
+
+  # Bundles: busybox `true`, requesting all GPUs (the hook probes the fixture host), without and
+  # with the hook; and one requesting no GPU (the hook's early exit).
+  local b
+  for b in plain hooked nogpu; do
+    mkdir -p "$work/$b/rootfs/bin"
+    cp /bin/busybox "$work/$b/rootfs/bin/busybox"
+    "$runc_bin" spec --bundle "$work/$b"
+  done
+  python3 "$helper" bundle --dir "$work/plain" --args /bin/busybox true "${env[@]}"
+  python3 "$helper" bundle --dir "$work/hooked" --args /bin/busybox true "${env[@]}" \
+    --hook "$stackhook" "${hook_env[@]}"
+  python3 "$helper" bundle --dir "$work/nogpu" --args /bin/busybox true
+  printf '{"ociVersion":"1.0.2","id":"bench","status":"creating","pid":1,"bundle":"%s"}' \
+    "$work/hooked" >"$work/state.json"
+  printf '{"ociVersion":"1.0.2","id":"bench","status":"creating","pid":1,"bundle":"%s"}' \
+    "$work/nogpu" >"$work/state-nogpu.json"
+
+  # The hook must allow the container: timing a refusal would measure something else.
+  if ! env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "STACKHOOK_HOST_ROOT=$host" STACKHOOK_POLICY=enforce \
+    "$stackhook" hook <"$work/state.json" >"$work/logs/hook-check.log" 2>&1; then
+    cat "$work/logs/hook-check.log" >&2
+    die "stackhook blocked the fixture host's container"
+  fi
+
+  local spawn=(python3 "$helper" spawn-times --runs "$hook_runs" --warmup $((hook_runs / 10 + 1)))
+  local henv=(--env PATH=/usr/sbin:/usr/bin:/sbin:/bin --env "STACKHOOK_HOST_ROOT=$host"
+    --env STACKHOOK_POLICY=enforce)
+  local hook_j true_j nogpu_j
+  log "hook invocation, $hook_runs runs each"
+  true_j=$("${spawn[@]}" --stdin "$work/state.json" -- /bin/true)
+  hook_j=$("${spawn[@]}" --stdin "$work/state.json" "${henv[@]}" -- "$stackhook" hook)
+  nogpu_j=$("${spawn[@]}" --stdin "$work/state-nogpu.json" "${henv[@]}" -- "$stackhook" hook)
+  [[ $(json 'v["failures"]' <<<"$hook_j") == 0 ]] || die "stackhook hook failed during the timing runs"
+  [[ $(json 'v["failures"]' <<<"$nogpu_j") == 0 ]] || die "stackhook hook (no GPU) failed during the timing runs"
+  local t50 t95 h50 h95 n50
+  t50=$(json 'v["median_ms"]' <<<"$true_j")
+  t95=$(json 'v["p95_ms"]' <<<"$true_j")
+  h50=$(json 'v["median_ms"]' <<<"$hook_j")
+  h95=$(json 'v["p95_ms"]' <<<"$hook_j")
+  n50=$(json 'v["median_ms"]' <<<"$nogpu_j")
+  row hook "hook invocation, 8-GPU fixture, median" "$(ms "$h50")" "$(ms "$t50")" "$(ratio "$h50" "$t50")" \
+    "/bin/true, same stdin; $hook_runs runs; target < 2 ms and <= 3x"
+  row hook "hook invocation, 8-GPU fixture, p95" "$(ms "$h95")" "$(ms "$t95")" "$(ratio "$h95" "$t95")" ""
+  row hook "hook invocation, no GPU requested, median" "$(ms "$n50")" "$(ms "$t50")" "$(ratio "$n50" "$t50")" \
+    "exits before probing"
+
+  log "runc run, $runc_runs runs each"
+  local rspawn=(python3 "$helper" spawn-times --runs "$runc_runs" --warmup 2 --env PATH=/usr/sbin:/usr/bin:/sbin:/bin)
+  local plain_j hooked_j p50 k50 p95 k95
+  plain_j=$("${rspawn[@]}" -- "$runc_bin" run --bundle "$work/plain" "$tag-plain-{i}")
+  hooked_j=$("${rspawn[@]}" -- "$runc_bin" run --bundle "$work/hooked" "$tag-hooked-{i}")
+  [[ $(json 'v["failures"]' <<<"$plain_j") == 0 ]] || die "runc run (no hook) failed"
+  [[ $(json 'v["failures"]' <<<"$hooked_j") == 0 ]] || die "runc run (with the hook) failed"
+  p50=$(json 'v["median_ms"]' <<<"$plain_j")
+  k50=$(json 'v["median_ms"]' <<<"$hooked_j")
+  p95=$(json 'v["p95_ms"]' <<<"$plain_j")
+  k95=$(json 'v["p95_ms"]' <<<"$hooked_j")
+  row hook "runc run busybox, median" "$(ms "$k50")" "$(ms "$p50")" "$(ratio "$k50" "$p50")" \
+    "with the hook (createRuntime) vs without: $(awk -v a="$k50" -v b="$p50" 'BEGIN { printf "%+.1f%% (%+.2f ms)", (a / b - 1) * 100, a - b }')"
+  row hook "runc run busybox, p95" "$(ms "$k95")" "$(ms "$p95")" "$(ratio "$k95" "$p95")" ""
+}
+
+# --- run and report --------------------------------------------------------------------------
+started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+for s in build compress hook; do
+  has_section "$s" || continue
+  t0=$(now_ns)
+  "section_$s"
+  section_times+=("$s $(awk -v a="$t0" -v b="$(now_ns)" 'BEGIN { printf "%.0f s", (b - a) / 1e9 }')")
+done
+
+first_line() { "$@" 2>&1 | head -n 1 || true; }
+report() {
+  local mem
+  mem=$(awk '/^MemTotal:/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
+  echo "stackbuild bench, $started (ratios are ours / baseline: below 1 is better)"
+  echo "host:     $(nproc) cores, $mem, kernel $(uname -r), load average $load_start at start, $(cut -d' ' -f1-3 /proc/loadavg) at end"
+  echo "recipe:   ${recipe#"$repo"/} (change: $change_old -> $change_new), $( ((quick)) && echo quick || echo full) run"
+  echo "commit:   $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
+  echo "versions: $("$stackbuild" --version), $("$stackhook" --version | tr -d '\n') (static), docker $("$DOCKER" version -f '{{.Server.Version}}' 2>/dev/null || echo '?'), $(first_line "$runc_bin" --version), $(first_line pigz --version), $(first_line zstd --version | sed 's/^\*\*\* //; s/, by.*//'), $(first_line uv --version), $(first_line python3 --version), $(first_line tar --version)"
+  local joined="" s
+  for s in "${section_times[@]}"; do joined+=${joined:+, }$s; done
+  echo "sections: $joined"
+  echo
+  local current="" line sec what ours base rat note
+  printf '%-52s %-22s %-22s %-7s %s\n' "" "ours" "baseline" "ratio" "baseline is / notes"
+  for line in "${rows[@]}"; do
+    IFS=$'\x1f' read -r sec what ours base rat note <<<"$line"
+    if [[ $sec != "$current" ]]; then echo "$sec"; current=$sec; fi
+    printf '  %-50s %-22s %-22s %-7s %s\n' "$what" "$ours" "$base" "$rat" "$note"
+  done
+}
+report | tee "${out_file:-/dev/null}"
