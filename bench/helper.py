@@ -5,7 +5,8 @@ writing the Docker build context of "the usual way", and timing short process ru
     helper.py context --recipe R --lock L --base IMAGE --out DIR [--source NAME=DIR]... [--ca FILE]
     helper.py change --recipe R --old PIN --new PIN --out PATH
     helper.py base-only --recipe R --out PATH
-    helper.py spawn-times --runs N [--warmup N] [--stdin FILE] [--env K=V]... -- PROGRAM ARG...
+    helper.py case --name NAME [--stdin FILE] [--env K=V]... -- PROGRAM ARG...   (one JSON line)
+    helper.py spawn-times --runs N [--warmup N] --spec CASES.jsonl
     helper.py layout LAYOUT
     helper.py bundle --dir BUNDLE --args ARG... [--env K=V]... [--hook PATH [--hook-env K=V]...]
 
@@ -193,48 +194,62 @@ def percentile(sorted_times, q):
     return sorted_times[max(0, min(len(sorted_times) - 1, math.ceil(q * len(sorted_times)) - 1))]
 
 
-def cmd_spawn_times(args):
-    """Runs PROGRAM --runs times back to back with posix_spawn (what Rust's Command does), the
-    state on stdin, stdout/stderr to /dev/null and an explicit environment; `{i}` in an argument
-    becomes the run number. Prints JSON: runs, median_ms, p95_ms, mean_ms, failures."""
-    state = b""
-    if args.stdin:
-        with open(args.stdin, "rb") as f:
-            state = f.read()
-    env = dict(parse_pair(e, "--env") for e in args.env)
+def cmd_case(args):
+    """Prints one case of `spawn-times` as a JSON line: name, argv, env, stdin file."""
     argv = args.argv[1:] if args.argv and args.argv[0] == "--" else args.argv
-    if not argv:
-        die("spawn-times: no program")
+    if not argv or not os.path.isabs(argv[0]):
+        die("case: give the program as an absolute path")
+    print(json.dumps({"name": args.name, "argv": argv, "stdin": args.stdin,
+                      "env": dict(parse_pair(e, "--env") for e in args.env)}))
+
+
+def cmd_spawn_times(args):
+    """Runs the cases of SPEC (JSON lines from `case`) --runs times each, interleaved (one run of
+    each case in turn, so that a burst of load on a shared machine hits every case alike), with
+    posix_spawn (what Rust's Command does): the stdin file written to a pipe, stdout/stderr to
+    /dev/null, only the case's environment. `{i}` in an argument becomes the run number (unique
+    container ids). Prints JSON: {name: {runs, median_ms, p95_ms, mean_ms, failures}}."""
+    with open(args.spec) as f:
+        cases = [json.loads(line) for line in f if line.strip()]
+    for case in cases:
+        case["state"] = b""
+        if case.get("stdin"):
+            with open(case["stdin"], "rb") as f:
+                case["state"] = f.read()
+        case["times"], case["failures"] = [], 0
     devnull = os.open(os.devnull, os.O_WRONLY)
 
-    def once(i):
+    def once(case, i):
         r, w = os.pipe()
         actions = [(os.POSIX_SPAWN_DUP2, r, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
                    (os.POSIX_SPAWN_DUP2, devnull, 2), (os.POSIX_SPAWN_CLOSE, w)]
-        run_argv = [a.replace("{i}", str(i)) for a in argv]
+        argv = [a.replace("{i}", str(i)) for a in case["argv"]]
         start = time.perf_counter_ns()
-        pid = os.posix_spawn(run_argv[0], run_argv, env, file_actions=actions)
+        pid = os.posix_spawn(argv[0], argv, case["env"], file_actions=actions)
         os.close(r)
         try:
-            os.write(w, state)
+            os.write(w, case["state"])
         except BrokenPipeError:
             pass  # /bin/true may exit before reading
         os.close(w)
         _, status = os.waitpid(pid, 0)
-        elapsed = (time.perf_counter_ns() - start) / 1e6
-        return elapsed, os.waitstatus_to_exitcode(status)
+        return (time.perf_counter_ns() - start) / 1e6, os.waitstatus_to_exitcode(status)
 
     for i in range(args.warmup):
-        once(f"w{i}")
-    times, failures = [], 0
+        for case in cases:
+            once(case, f"w{i}")
     for i in range(args.runs):
-        t, code = once(i)
-        times.append(t)
-        failures += code != 0
-    times.sort()
-    print(json.dumps({"runs": args.runs, "median_ms": times[len(times) // 2],
-                      "p95_ms": percentile(times, 0.95), "mean_ms": sum(times) / len(times),
-                      "failures": failures}))
+        for case in cases:
+            t, code = once(case, i)
+            case["times"].append(t)
+            case["failures"] += code != 0
+    out = {}
+    for case in cases:
+        times = sorted(case["times"])
+        out[case["name"]] = {"runs": len(times), "median_ms": times[len(times) // 2],
+                             "p95_ms": percentile(times, 0.95), "mean_ms": sum(times) / len(times),
+                             "failures": case["failures"]}
+    print(json.dumps(out))
 
 
 def cmd_layout(args):
@@ -298,12 +313,16 @@ def main():
     c.add_argument("--recipe", required=True)
     c.add_argument("--out", required=True)
     c.set_defaults(func=cmd_base_only)
-    c = sub.add_parser("spawn-times")
-    c.add_argument("--runs", type=int, required=True)
-    c.add_argument("--warmup", type=int, default=3)
+    c = sub.add_parser("case")
+    c.add_argument("--name", required=True)
     c.add_argument("--stdin")
     c.add_argument("--env", action="append", default=[])
     c.add_argument("argv", nargs=argparse.REMAINDER)
+    c.set_defaults(func=cmd_case)
+    c = sub.add_parser("spawn-times")
+    c.add_argument("--runs", type=int, required=True)
+    c.add_argument("--warmup", type=int, default=3)
+    c.add_argument("--spec", required=True)
     c.set_defaults(func=cmd_spawn_times)
     c = sub.add_parser("layout")
     c.add_argument("layout")

@@ -29,8 +29,9 @@ usage: bench/run.sh [--recipe PATH] [--source NAME=DIR]... [--change OLD=NEW] [-
   --source NAME=DIR a local tree for a recipe source (repeatable; git sources need one)
   --change OLD=NEW  the pin changed for the one-package-changed builds
                     (default safetensors==0.4.1=safetensors==0.4.2)
-  --quick           fewer timing runs (hook 50, runc 5), for a smoke test
-  --sections LIST   which sections to run (default build,compress,hook)
+  --quick           fewer timing runs (hook 50 and runc 10 instead of 300 and 50), for a smoke test
+  --sections LIST   which sections to run (default build,compress,hook); compress without build
+                    builds the image first, untimed, in $STACKBUILD_CACHE if set, else a fresh cache
   --with-load       also time a cold build with `--load --compression none` (a cache holding
                     only the base) against the cold `docker build`
   --out FILE        also write the results table to FILE
@@ -79,7 +80,7 @@ change_old=$(sed -E 's/^([^=]+==[^=]+)=(.+)$/\1/' <<<"$change")
 change_new=$(sed -E 's/^([^=]+==[^=]+)=(.+)$/\2/' <<<"$change")
 has_section() { [[ ,$sections, == *,$1,* ]]; }
 
-if ((quick)); then hook_runs=50 runc_runs=5; else hook_runs=300 runc_runs=30; fi
+if ((quick)); then hook_runs=50 runc_runs=10; else hook_runs=300 runc_runs=50; fi
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -116,6 +117,8 @@ if has_section build && ! "$DOCKER" version >/dev/null 2>&1; then
   log "dockerd is not running: starting it with .ci/services"
   "$repo/.ci/services" >&2
 fi
+
+[[ -z $out_file ]] || : >"$out_file" || die "cannot write $out_file"
 
 # --- temp state and cleanup ------------------------------------------------------------------
 work=$(mktemp -d "${TMPDIR:-/tmp}/stackbuild-bench.XXXXXX")
@@ -252,7 +255,9 @@ section_build() {
 
   # The usual way, on the same base: our base layer imported as a Docker image.
   local base_blob ca=()
-  base_blob=$(json 'v["layers"][0]["path"]' <"$work/layout.json")
+  base_blob=$(json '"".join(l["digest"].split(":")[1] for l in v["layers"] if l["name"] == "base")' <"$work/cold.json")
+  [[ -n $base_blob ]] || die "the image has no base layer: the usual way needs one to build FROM"
+  base_blob=$layout/blobs/sha256/$base_blob
   timed t_import "docker-import-base" "$DOCKER" import "$base_blob" "$tag:base"
   # A host that reaches the index through a TLS-intercepting proxy trusts it through local CAs,
   # which the image's bundle lacks: hand pip the host's bundle.
@@ -266,8 +271,10 @@ section_build() {
   # uv resolves the whole copy again: unpinned dependencies may move too; say how many did.
   local moved
   moved=$(comm -13 <(sort "$work/ctx-cold/requirements.txt") <(sort "$work/ctx-changed/requirements.txt") | wc -l)
-  local build_args=()
-  [[ -n ${PIP_INDEX_URL:-} ]] && build_args+=(--build-arg "PIP_INDEX_URL=$PIP_INDEX_URL")
+  # pip in the image uses the index the host's pip is configured with (environment or pip.conf).
+  local build_args=() index=${PIP_INDEX_URL:-}
+  [[ -n $index ]] || index=$(python3 -m pip config get global.index-url 2>/dev/null || true)
+  [[ -n $index ]] && build_args+=(--build-arg "PIP_INDEX_URL=$index")
   [[ -n ${PIP_EXTRA_INDEX_URL:-} ]] && build_args+=(--build-arg "PIP_EXTRA_INDEX_URL=$PIP_EXTRA_INDEX_URL")
   timed t_dcold "docker-build-cold" "$DOCKER" build --network host --force-rm --no-cache "${build_args[@]}" \
     -t "$tag:cold" "$work/ctx-cold"
@@ -324,8 +331,10 @@ section_build() {
 section_compress() {
   local tree=$work/tree unpacked=0 total
   if [[ -z $layout ]]; then
-    # No build section: build the image (not timed) with the user's cache.
-    timed - "build-for-compress" "$stackbuild" "$recipe" --locked --out "$work/ours" "${source_args[@]}"
+    # No build section: build the image first, not timed, in $STACKBUILD_CACHE when the caller
+    # names one, else in a fresh cache.
+    timed - "build-for-compress" "$stackbuild" "$recipe" --locked --cache-dir "${STACKBUILD_CACHE:-$work/cache}" \
+      --out "$work/ours" "${source_args[@]}"
     layout=$work/ours
     python3 "$helper" layout "$layout" >"$work/layout.json"
   fi
@@ -335,7 +344,7 @@ section_compress() {
   while read -r blob; do
     # GNU tar's --totals: the bytes of the uncompressed layer tar.
     total=$(pigz -dc "$blob" | tar -x -C "$tree" --totals -f - 2>&1 | sed -n 's/^Total bytes read: \([0-9]*\).*/\1/p')
-    unpacked=$((unpacked + total))
+    unpacked=$((unpacked + ${total:-0}))
   done < <(json '"\n".join(l["path"] for l in v["layers"])' <"$work/layout.json")
   local input
   input=$(find "$tree" -type f -printf '%s\n' | awk '{ n += $1 } END { printf "%d", n }')
@@ -414,39 +423,44 @@ section_hook() {
     die "stackhook blocked the fixture host's container"
   fi
 
-  local spawn=(python3 "$helper" spawn-times --runs "$hook_runs" --warmup $((hook_runs / 10 + 1)))
-  local henv=(--env PATH=/usr/sbin:/usr/bin:/sbin:/bin --env "STACKHOOK_HOST_ROOT=$host"
-    --env STACKHOOK_POLICY=enforce)
-  local hook_j true_j nogpu_j
-  log "hook invocation, $hook_runs runs each"
-  true_j=$("${spawn[@]}" --stdin "$work/state.json" -- /bin/true)
-  hook_j=$("${spawn[@]}" --stdin "$work/state.json" "${henv[@]}" -- "$stackhook" hook)
-  nogpu_j=$("${spawn[@]}" --stdin "$work/state-nogpu.json" "${henv[@]}" -- "$stackhook" hook)
-  [[ $(json 'v["failures"]' <<<"$hook_j") == 0 ]] || die "stackhook hook failed during the timing runs"
-  [[ $(json 'v["failures"]' <<<"$nogpu_j") == 0 ]] || die "stackhook hook (no GPU) failed during the timing runs"
+  local path_env=PATH=/usr/sbin:/usr/bin:/sbin:/bin
+  local henv=(--env "$path_env" --env "STACKHOOK_HOST_ROOT=$host" --env STACKHOOK_POLICY=enforce)
+  {
+    python3 "$helper" case --name true --stdin "$work/state.json" -- /bin/true
+    python3 "$helper" case --name hook --stdin "$work/state.json" "${henv[@]}" -- "$stackhook" hook
+    python3 "$helper" case --name nogpu --stdin "$work/state-nogpu.json" "${henv[@]}" -- "$stackhook" hook
+  } >"$work/hook-cases.jsonl"
+  local times
+  log "hook invocation, $hook_runs runs each, interleaved"
+  times=$(python3 "$helper" spawn-times --runs "$hook_runs" --warmup $((hook_runs / 10 + 1)) \
+    --spec "$work/hook-cases.jsonl")
+  [[ $(json 'v["hook"]["failures"] + v["nogpu"]["failures"]' <<<"$times") == 0 ]] \
+    || die "stackhook hook failed during the timing runs"
   local t50 t95 h50 h95 n50
-  t50=$(json 'v["median_ms"]' <<<"$true_j")
-  t95=$(json 'v["p95_ms"]' <<<"$true_j")
-  h50=$(json 'v["median_ms"]' <<<"$hook_j")
-  h95=$(json 'v["p95_ms"]' <<<"$hook_j")
-  n50=$(json 'v["median_ms"]' <<<"$nogpu_j")
+  t50=$(json 'v["true"]["median_ms"]' <<<"$times")
+  t95=$(json 'v["true"]["p95_ms"]' <<<"$times")
+  h50=$(json 'v["hook"]["median_ms"]' <<<"$times")
+  h95=$(json 'v["hook"]["p95_ms"]' <<<"$times")
+  n50=$(json 'v["nogpu"]["median_ms"]' <<<"$times")
   row hook "hook invocation, 8-GPU fixture, median" "$(ms "$h50")" "$(ms "$t50")" "$(ratio "$h50" "$t50")" \
-    "/bin/true, same stdin; $hook_runs runs; target < 2 ms and <= 3x"
+    "/bin/true, same stdin; $hook_runs runs each, interleaved; target < 2 ms and <= 3x"
   row hook "hook invocation, 8-GPU fixture, p95" "$(ms "$h95")" "$(ms "$t95")" "$(ratio "$h95" "$t95")" ""
   row hook "hook invocation, no GPU requested, median" "$(ms "$n50")" "$(ms "$t50")" "$(ratio "$n50" "$t50")" \
     "exits before probing"
 
-  log "runc run, $runc_runs runs each"
-  local rspawn=(python3 "$helper" spawn-times --runs "$runc_runs" --warmup 2 --env PATH=/usr/sbin:/usr/bin:/sbin:/bin)
-  local plain_j hooked_j p50 k50 p95 k95
-  plain_j=$("${rspawn[@]}" -- "$runc_bin" run --bundle "$work/plain" "$tag-plain-{i}")
-  hooked_j=$("${rspawn[@]}" -- "$runc_bin" run --bundle "$work/hooked" "$tag-hooked-{i}")
-  [[ $(json 'v["failures"]' <<<"$plain_j") == 0 ]] || die "runc run (no hook) failed"
-  [[ $(json 'v["failures"]' <<<"$hooked_j") == 0 ]] || die "runc run (with the hook) failed"
-  p50=$(json 'v["median_ms"]' <<<"$plain_j")
-  k50=$(json 'v["median_ms"]' <<<"$hooked_j")
-  p95=$(json 'v["p95_ms"]' <<<"$plain_j")
-  k95=$(json 'v["p95_ms"]' <<<"$hooked_j")
+  log "runc run, $runc_runs runs each, interleaved"
+  {
+    python3 "$helper" case --name plain --env "$path_env" -- "$runc_bin" run --bundle "$work/plain" "$tag-plain-{i}"
+    python3 "$helper" case --name hooked --env "$path_env" -- "$runc_bin" run --bundle "$work/hooked" "$tag-hooked-{i}"
+  } >"$work/runc-cases.jsonl"
+  times=$(python3 "$helper" spawn-times --runs "$runc_runs" --warmup 2 --spec "$work/runc-cases.jsonl")
+  [[ $(json 'v["plain"]["failures"]' <<<"$times") == 0 ]] || die "runc run (no hook) failed"
+  [[ $(json 'v["hooked"]["failures"]' <<<"$times") == 0 ]] || die "runc run (with the hook) failed"
+  local p50 k50 p95 k95
+  p50=$(json 'v["plain"]["median_ms"]' <<<"$times")
+  k50=$(json 'v["hooked"]["median_ms"]' <<<"$times")
+  p95=$(json 'v["plain"]["p95_ms"]' <<<"$times")
+  k95=$(json 'v["hooked"]["p95_ms"]' <<<"$times")
   row hook "runc run busybox, median" "$(ms "$k50")" "$(ms "$p50")" "$(ratio "$k50" "$p50")" \
     "with the hook (createRuntime) vs without: $(awk -v a="$k50" -v b="$p50" 'BEGIN { printf "%+.1f%% (%+.2f ms)", (a / b - 1) * 100, a - b }')"
   row hook "runc run busybox, p95" "$(ms "$k95")" "$(ms "$p95")" "$(ratio "$k95" "$p95")" ""

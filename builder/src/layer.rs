@@ -69,7 +69,10 @@ impl Compression {
     /// and its settings, so that a change of encoder never reuses blobs made by another.
     pub fn cache_id(self) -> String {
         match self {
-            Self::Gzip => format!("{};pgzip;chunk={};level={GZIP_LEVEL}", self.media_type(), pgzip::CHUNK),
+            // The deflate implementation is part of the bytes: zlib-rs (flate2's `zlib-rs` backend).
+            Self::Gzip => {
+                format!("{};pgzip;chunk={};level={GZIP_LEVEL};zlib-rs", self.media_type(), pgzip::CHUNK)
+            }
             Self::Zstd => format!("{};zstd;level={ZSTD_LEVEL}", self.media_type()),
             Self::None => self.media_type().to_owned(),
         }

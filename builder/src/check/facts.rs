@@ -124,8 +124,12 @@ impl TorchFacts {
     fn new(version: PackageVersion, target: &Target) -> Self {
         let release = kb::torch_release(&version);
         let local = local_tag(&version);
-        let variant =
-            release.and_then(|r| if local.is_empty() { r.pypi_variant() } else { r.variant(&local) });
+        // As `derive::torch_variant`: the index's plain wheel is a CUDA build on x86_64 only.
+        let variant = release.and_then(|r| match (local.is_empty(), target.platform) {
+            (true, Platform::LinuxAmd64) => r.pypi_variant(),
+            (true, Platform::LinuxArm64) => None,
+            (false, _) => r.variant(&local),
+        });
         let (requires, requires_from) = match variant {
             Some(v) if !v.pins.is_empty() && target.platform == Platform::LinuxAmd64 => {
                 let pins = v
