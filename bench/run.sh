@@ -402,7 +402,7 @@ section_hook() {
   # Bundles: busybox `true`, requesting all GPUs (the hook probes the fixture host), without and
   # with the hook; and one requesting no GPU (the hook's early exit).
   local b
-  for b in plain hooked nogpu; do
+  for b in plain hooked truehook nogpu; do
     mkdir -p "$work/$b/rootfs/bin"
     cp /bin/busybox "$work/$b/rootfs/bin/busybox"
     "$runc_bin" spec --bundle "$work/$b"
@@ -410,6 +410,9 @@ section_hook() {
   python3 "$helper" bundle --dir "$work/plain" --args /bin/busybox true "${env[@]}"
   python3 "$helper" bundle --dir "$work/hooked" --args /bin/busybox true "${env[@]}" \
     --hook "$stackhook" "${hook_env[@]}"
+  # The same hook entry running /bin/true: what runc's hook mechanism costs by itself.
+  python3 "$helper" bundle --dir "$work/truehook" --args /bin/busybox true "${env[@]}" \
+    --hook /bin/true "${hook_env[@]}"
   python3 "$helper" bundle --dir "$work/nogpu" --args /bin/busybox true
   printf '{"ociVersion":"1.0.2","id":"bench","status":"creating","pid":1,"bundle":"%s"}' \
     "$work/hooked" >"$work/state.json"
@@ -452,11 +455,13 @@ section_hook() {
   {
     python3 "$helper" case --name plain --env "$path_env" -- "$runc_bin" run --bundle "$work/plain" "$tag-plain-{i}"
     python3 "$helper" case --name hooked --env "$path_env" -- "$runc_bin" run --bundle "$work/hooked" "$tag-hooked-{i}"
+    python3 "$helper" case --name truehook --env "$path_env" -- "$runc_bin" run --bundle "$work/truehook" "$tag-truehook-{i}"
   } >"$work/runc-cases.jsonl"
   times=$(python3 "$helper" spawn-times --runs "$runc_runs" --warmup 2 --spec "$work/runc-cases.jsonl")
   [[ $(json 'v["plain"]["failures"]' <<<"$times") == 0 ]] || die "runc run (no hook) failed"
   [[ $(json 'v["hooked"]["failures"]' <<<"$times") == 0 ]] || die "runc run (with the hook) failed"
-  local p50 k50 p95 k95
+  [[ $(json 'v["truehook"]["failures"]' <<<"$times") == 0 ]] || die "runc run (/bin/true as the hook) failed"
+  local p50 k50 p95 k95 t50h
   p50=$(json 'v["plain"]["median_ms"]' <<<"$times")
   k50=$(json 'v["hooked"]["median_ms"]' <<<"$times")
   p95=$(json 'v["plain"]["p95_ms"]' <<<"$times")
@@ -464,6 +469,9 @@ section_hook() {
   row hook "runc run busybox, median" "$(ms "$k50")" "$(ms "$p50")" "$(ratio "$k50" "$p50")" \
     "with the hook (createRuntime) vs without: $(awk -v a="$k50" -v b="$p50" 'BEGIN { printf "%+.1f%% (%+.2f ms)", (a / b - 1) * 100, a - b }')"
   row hook "runc run busybox, p95" "$(ms "$k95")" "$(ms "$p95")" "$(ratio "$k95" "$p95")" ""
+  t50h=$(json 'v["truehook"]["median_ms"]' <<<"$times")
+  row hook "runc run, stackhook vs /bin/true as hook" "$(ms "$k50")" "$(ms "$t50h")" "$(ratio "$k50" "$t50h")" \
+    "same hook entry; what the hook itself adds: $(awk -v a="$k50" -v b="$t50h" 'BEGIN { printf "%+.1f%% (%+.2f ms)", (a / b - 1) * 100, a - b }')"
 }
 
 # --- run and report --------------------------------------------------------------------------

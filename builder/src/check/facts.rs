@@ -367,6 +367,12 @@ fn recipe_reqs(recipe: &Recipe, target: &Target) -> Vec<RecipeReq> {
             out.push(RecipeReq { name: req.name.to_string(), specs, section });
         }
     }
+    // A recipe's own wheel pins its package to the version its file name gives.
+    for wheel in python.wheels.iter().filter(|w| w.fits(target.platform)) {
+        if let Ok(specs) = PackageSpecifiers::from_str(&format!("=={}", wheel.version)) {
+            out.push(RecipeReq { name: wheel.name.to_string(), specs, section: "wheel" });
+        }
+    }
     out
 }
 
