@@ -347,7 +347,7 @@ section_compress() {
     unpacked=$((unpacked + ${total:-0}))
   done < <(json '"\n".join(l["path"] for l in v["layers"])' <"$work/layout.json")
   local input
-  input=$(find "$tree" -type f -printf '%s\n' | awk '{ n += $1 } END { printf "%d", n }')
+  input=$(find "$tree" -type f -printf '%s\n' | awk '{ n += $1 } END { printf "%.0f", n }')
   if [[ -n $docker_unpacked ]]; then
     row build "image, unpacked" "$(bytes "$unpacked")" "$(bytes "$docker_unpacked")" \
       "$(ratio "$unpacked" "$docker_unpacked")" "layer tars vs docker image inspect .Size"

@@ -1433,16 +1433,55 @@ pub fn audit_dir(root: &Path, env: &[String], platform: &str) -> Result<AuditRep
 /// ELF file above 64 MiB through an anonymous temporary file. Layer digests are not re-hashed
 /// ([`oci::verify_layout_blob`] does that).
 pub fn audit_layout(layout_dir: &Path, tag: Option<&str>) -> Result<AuditReport, AuditError> {
-    audit_layout_with(layout_dir, tag, None, fs::SPOOL_ABOVE)
+    audit_layout_with(layout_dir, tag, None, fs::SPOOL_ABOVE, None)
 }
 
-/// [`audit_layout`] of one platform's image of a multi-platform `tag`.
-pub fn audit_layout_for(
+/// [`audit_layout`] of one platform's image of a multi-platform `tag` (`None`: the only image),
+/// keeping what it reads of each layer in `layer_cache` by layer digest, so that the audit of an
+/// image that shares layers with one audited before reads only its new layers (a changed pin
+/// rebuilds one layer of seven; reading the others again costs most of the audit).
+pub fn audit_layout_cached(
     layout_dir: &Path,
     tag: Option<&str>,
-    platform: &oci::Platform,
+    platform: Option<&oci::Platform>,
+    layer_cache: &Path,
 ) -> Result<AuditReport, AuditError> {
-    audit_layout_with(layout_dir, tag, Some(platform), fs::SPOOL_ABOVE)
+    audit_layout_with(layout_dir, tag, platform, fs::SPOOL_ABOVE, Some(layer_cache))
+}
+
+/// The version of the cached layer reading ([`fs::Op`] as JSON): bump it when `Op` or what
+/// `fs::read_layer` records changes.
+const LAYER_CACHE_FORMAT: u32 = 1;
+
+/// A layer's changes from `cache` (by digest), else read from its blob and stored there. The
+/// cache is only an accelerator: an entry that does not parse is read again and replaced.
+fn layer_ops(layer: &crate::layer::LayerBlob, spool_above: u64, cache: Option<&Path>) -> LayerResult {
+    let entry = cache.and_then(|dir| {
+        let hex = layer.digest.strip_prefix("sha256:")?;
+        Some(dir.join(format!("v{LAYER_CACHE_FORMAT}-{hex}.json")))
+    });
+    if let Some(ops) = entry
+        .as_ref()
+        .and_then(|path| std::fs::read(path).ok())
+        .and_then(|bytes| serde_json::from_slice::<Vec<fs::Op>>(&bytes).ok())
+    {
+        return Ok(ops);
+    }
+    let ops = fs::read_layer(&layer.path, &layer.media_type, spool_above).map_err(|source| AuditError::Io {
+        op: format!("reading layer {} at", layer.digest),
+        path: layer.path.clone(),
+        source,
+    })?;
+    if let (Some(path), Ok(json)) = (&entry, serde_json::to_vec(&ops)) {
+        let stored = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| crate::cache::write_atomic(path, &json));
+        if let Err(e) = stored {
+            tracing::debug!("not caching the audit of layer {}: {e}", layer.digest);
+        }
+    }
+    Ok(ops)
 }
 
 /// The changes of one layer, as a worker thread read them.
@@ -1453,6 +1492,7 @@ fn audit_layout_with(
     tag: Option<&str>,
     platform: Option<&oci::Platform>,
     spool_above: u64,
+    layer_cache: Option<&Path>,
 ) -> Result<AuditReport, AuditError> {
     let started = Instant::now();
     let image = oci::read_layout_for(layout_dir, tag, platform)?;
@@ -1471,13 +1511,7 @@ fn audit_layout_with(
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(layer) = layers.get(i) else { break };
-                let result = fs::read_layer(&layer.path, &layer.media_type, spool_above).map_err(|source| {
-                    AuditError::Io {
-                        op: format!("reading layer {} at", layer.digest),
-                        path: layer.path.clone(),
-                        source,
-                    }
-                });
+                let result = layer_ops(layer, spool_above, layer_cache);
                 *results[i].lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
             });
         }

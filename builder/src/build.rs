@@ -999,10 +999,8 @@ fn audit_cached(
     if let Some(report) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
         return Ok(report);
     }
-    let report = match platform {
-        Some(p) => crate::audit::audit_layout_for(layout, Some(tag), p)?,
-        None => crate::audit::audit_layout(layout, Some(tag))?,
-    };
+    let layers = cache.root().join("audits").join("layers");
+    let report = crate::audit::audit_layout_cached(layout, Some(tag), platform, &layers)?;
     if let Ok(json) = serde_json::to_vec(&report) {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io("creating", dir))?;

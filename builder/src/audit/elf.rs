@@ -29,7 +29,7 @@ const MAX_DYNAMIC: u64 = 1 << 20;
 const MAX_STRING: u64 = 4096;
 
 /// What the dynamic loader needs to know about one ELF file.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(super) struct ElfInfo {
     /// `ELFCLASS64` (true) or `ELFCLASS32`.
     pub class64: bool,

@@ -24,7 +24,7 @@ const MAX_TEXT: u64 = 64 << 10;
 const MAX_HOPS: usize = 40;
 
 /// What a regular file is, as far as the loader cares.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) enum ElfState {
     /// Not an ELF file (no magic, or shorter than 4 bytes).
     NotElf,
@@ -35,7 +35,7 @@ pub(super) enum ElfState {
 }
 
 /// A regular file.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct FileInfo {
     /// What the loader would make of it.
     pub elf: ElfState,
@@ -44,7 +44,7 @@ pub(super) struct FileInfo {
 }
 
 /// The kind of a path.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) enum Kind {
     /// A directory.
     Dir,
@@ -64,8 +64,9 @@ struct Node {
     layer: usize,
 }
 
-/// One change a layer makes, in tar order.
-#[derive(Debug)]
+/// One change a layer makes, in tar order. A layer's changes depend on its bytes alone, so the
+/// audit keeps them by layer digest and reads a layer again only when it is new.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(super) enum Op {
     /// Create or replace a path.
     Put(String, Kind),

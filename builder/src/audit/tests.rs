@@ -911,11 +911,37 @@ fn audits_a_layout_without_extracting_it() {
     insta::assert_snapshot!("layout", report.render_human());
 
     // Spooling every ELF file through a temporary file gives the same result.
-    let mut spooled = audit_layout_with(&dir, None, None, 0).unwrap();
+    let mut spooled = audit_layout_with(&dir, None, None, 0, None).unwrap();
     spooled.elapsed = Duration::ZERO;
     assert_eq!(spooled, report);
 
     assert!(matches!(audit_layout(&dir, Some("nope")), Err(AuditError::Oci(_))));
+
+    // With a layer cache: the same report, then the same again from the cache alone (the blobs
+    // emptied), and a corrupted entry read again from its blob.
+    let layers = work.path().join("layer-cache");
+    let mut first = audit_layout_cached(&dir, Some("test"), None, &layers).unwrap();
+    first.elapsed = Duration::ZERO;
+    assert_eq!(first, report);
+    let entries: Vec<_> = std::fs::read_dir(&layers).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(entries.len(), 2, "one entry per layer: {entries:?}");
+    let blobs = dir.join("blobs/sha256");
+    let image = oci::read_layout(&dir, Some("test")).unwrap();
+    let saved: Vec<Vec<u8>> = image.layers.iter().map(|l| std::fs::read(&l.path).unwrap()).collect();
+    for l in &image.layers {
+        std::fs::write(blobs.join(l.digest.trim_start_matches("sha256:")), vec![0u8; l.size as usize]).unwrap();
+    }
+    let mut cached = audit_layout_cached(&dir, Some("test"), None, &layers).unwrap();
+    cached.elapsed = Duration::ZERO;
+    assert_eq!(cached, report);
+    for (l, bytes) in image.layers.iter().zip(&saved) {
+        std::fs::write(&l.path, bytes).unwrap();
+    }
+    std::fs::write(&entries[0], b"{not json").unwrap();
+    let mut again = audit_layout_cached(&dir, Some("test"), None, &layers).unwrap();
+    again.elapsed = Duration::ZERO;
+    assert_eq!(again, report);
+    assert!(serde_json::from_slice::<serde_json::Value>(&std::fs::read(&entries[0]).unwrap()).is_ok());
 }
 
 #[test]
