@@ -571,13 +571,16 @@ fn factor_dnf(f: &Factor, source: &str, notes: &mut Vec<String>) -> Result<Dnf, 
                 }
             }
         }
-        (Key::Brand, v) => {
-            let brand = name(v)?;
+        // One label each, published on every node that has the fact: `=` is membership, `!=`
+        // needs the label present and different.
+        (key @ (Key::Brand | Key::Platform), v) => {
+            let value = name(v)?;
+            let label = if key == Key::Brand { l::GPU_BRAND } else { l::PLATFORM };
             match f.op {
-                Op::Eq => one(MatchExpression::new(l::GPU_BRAND, Operator::In, &[&brand])),
+                Op::Eq => one(MatchExpression::new(label, Operator::In, &[&value])),
                 _ => vec![vec![
-                    MatchExpression::new(l::GPU_BRAND, Operator::Exists, &[]),
-                    MatchExpression::new(l::GPU_BRAND, Operator::NotIn, &[&brand]),
+                    MatchExpression::new(label, Operator::Exists, &[]),
+                    MatchExpression::new(label, Operator::NotIn, &[&value]),
                 ]],
             }
         }
@@ -605,16 +608,6 @@ fn factor_dnf(f: &Factor, source: &str, notes: &mut Vec<String>) -> Result<Dnf, 
                 _ => vec![vec![
                     MatchExpression::new(l::MACHINE, Operator::Exists, &[]),
                     MatchExpression::new(l::MACHINE, Operator::NotIn, &[&machine]),
-                ]],
-            }
-        }
-        (Key::Platform, v) => {
-            let platform = name(v)?;
-            match f.op {
-                Op::Eq => one(MatchExpression::new(l::PLATFORM, Operator::In, &[&platform])),
-                _ => vec![vec![
-                    MatchExpression::new(l::PLATFORM, Operator::Exists, &[]),
-                    MatchExpression::new(l::PLATFORM, Operator::NotIn, &[&platform]),
                 ]],
             }
         }
