@@ -1467,10 +1467,8 @@ fn layer_ops(layer: &crate::layer::LayerBlob, spool_above: u64, cache: Option<&P
     {
         return Ok(ops);
     }
-    let ops = fs::read_layer(&layer.path, &layer.media_type, spool_above).map_err(|source| AuditError::Io {
-        op: format!("reading layer {} at", layer.digest),
-        path: layer.path.clone(),
-        source,
+    let ops = fs::read_layer(&layer.path, &layer.media_type, spool_above).map_err(|source| {
+        AuditError::Io { op: format!("reading layer {} at", layer.digest), path: layer.path.clone(), source }
     })?;
     if let (Some(path), Ok(json)) = (&entry, serde_json::to_vec(&ops)) {
         let stored = path
