@@ -483,8 +483,6 @@ fn build_platform(
     opts: &BuildOptions,
     epoch: u64,
 ) -> Result<PlatformBuild, BuildError> {
-    let cache = cache.clone();
-    let out = out.to_path_buf();
     let compression = opts.compression;
 
     let mut layers: Vec<(LayerReport, LayerBlob, String)> = Vec::new();
@@ -527,12 +525,12 @@ fn build_platform(
                 debian.suite,
                 debian.packages.len()
             );
-            let mut prepared = debian.prepare(&cache, epoch, compression)?;
-            if prepared.cached && must_verify(&prepared.layer, &out, opts) {
+            let mut prepared = debian.prepare(cache, epoch, compression)?;
+            if prepared.cached && must_verify(&prepared.layer, out, opts) {
                 if let Err(e) = cache.verify_blob(&prepared.layer.digest) {
                     tracing::warn!("{e}; building the base again");
                     cache.remove_blob(&prepared.layer.digest)?;
-                    prepared = debian.prepare(&cache, epoch, compression)?;
+                    prepared = debian.prepare(cache, epoch, compression)?;
                 }
             }
             facts = prepared.facts;
@@ -561,7 +559,7 @@ fn build_platform(
             let (path, tag) = match &recipe.base {
                 Base::Oci { path, tag } => (path.clone(), tag.clone()),
                 Base::Registry { reference } => {
-                    (pull_base(reference, platform, &cache, opts)?, Some("base".to_owned()))
+                    (pull_base(reference, platform, cache, opts)?, Some("base".to_owned()))
                 }
                 _ => unreachable!("matched above"),
             };
@@ -589,7 +587,7 @@ fn build_platform(
             }
         }
         Base::Archive { .. } | Base::Docker { .. } => {
-            let tmp = tempdir(&cache)?;
+            let tmp = tempdir(cache)?;
             let (identity, name) = match &recipe.base {
                 Base::Archive { path } => {
                     (fetch::sha256_file(path).map_err(io("reading", path))?, path.display().to_string())
@@ -602,7 +600,7 @@ fn build_platform(
                 .number(epoch)
                 .str(&compression.cache_id())
                 .finish();
-            let imported = match crate::base::cached_import(&key, &cache) {
+            let imported = match crate::base::cached_import(&key, cache) {
                 Some(imported) => imported,
                 None => {
                     let archive = match &recipe.base {
@@ -614,7 +612,7 @@ fn build_platform(
                         }
                         _ => unreachable!("matched above"),
                     };
-                    crate::base::import_archive(&archive, &key, &cache, epoch, compression)?
+                    crate::base::import_archive(&archive, &key, cache, epoch, compression)?
                 }
             };
             base_config = imported.config;
@@ -676,12 +674,12 @@ fn build_platform(
             let key = key.finish();
             let names = members.iter().map(|w| w.pin.to_string()).collect::<Vec<_>>().join(" ");
             let created_by = format!("stackbuild: {}: {names}", group.describe());
-            if let Some(blob) = reuse(&cache, &key, &out, opts) {
+            if let Some(blob) = reuse(cache, &key, out, opts) {
                 push(group.name(), created_by, blob, false);
                 continue;
             }
-            let artifacts = fetch(&cache, &members)?;
-            let stage = tempdir(&cache)?;
+            let artifacts = fetch(cache, &members)?;
+            let stage = tempdir(cache)?;
             for w in &members {
                 let artifact = artifacts.get(w.pin.name.as_ref()).ok_or_else(|| {
                     BuildError::Unsupported(format!("wheel {} was not fetched", w.filename))
@@ -689,7 +687,7 @@ fn build_platform(
                 wheel::install_wheel(&artifact.path, scheme, stage.path())
                     .map_err(|source| BuildError::Wheel { wheel: w.filename.clone(), source })?;
             }
-            let mut writer = LayerWriter::new(&cache, epoch);
+            let mut writer = LayerWriter::new(cache, epoch);
             writer.add_dir(stage.path(), "")?;
             let blob = writer.finish(compression)?;
             cache.put_layer(&key, &blob)?;
@@ -712,7 +710,7 @@ fn build_platform(
 
     // Sources, with the patches that target them.
     if !recipe.sources.is_empty() {
-        let stage = tempdir(&cache)?;
+        let stage = tempdir(cache)?;
         let mut key = LayerKey::builder("sources/v1").number(epoch).str(&compression.cache_id());
         let mut staged_all = true;
         for src in &recipe.sources {
@@ -745,7 +743,7 @@ fn build_platform(
             key = key.str(&p.name).str(&patch_identity(&p.change)?);
         }
         let key = key.finish();
-        if let Some(blob) = reuse(&cache, &key, &out, opts) {
+        if let Some(blob) = reuse(cache, &key, out, opts) {
             push("sources", "stackbuild: sources".into(), blob, false);
         } else {
             if !staged_all {
@@ -770,7 +768,7 @@ fn build_platform(
                     report.files.join(", ")
                 );
             }
-            let mut writer = LayerWriter::new(&cache, epoch);
+            let mut writer = LayerWriter::new(cache, epoch);
             writer.add_dir(stage.path(), "")?;
             let blob = writer.finish(compression)?;
             cache.put_layer(&key, &blob)?;
@@ -814,13 +812,13 @@ fn build_platform(
         key = key.str(&p.name).str(&patch_identity(&p.change)?);
     }
     let key = key.finish();
-    if let Some(blob) = reuse(&cache, &key, &out, opts) {
+    if let Some(blob) = reuse(cache, &key, out, opts) {
         push("config", "stackbuild: patches and configuration".into(), blob, false);
     } else {
-        let mut writer = LayerWriter::new(&cache, epoch);
+        let mut writer = LayerWriter::new(cache, epoch);
         writer.add_file(STACK_JSON_PATH, stack_json.clone(), 0o644)?;
         // The writer reads file contents in `finish`: the stage must outlive it.
-        let stage = tempdir(&cache)?;
+        let stage = tempdir(cache)?;
         if !package_patches.is_empty() {
             let Some(scheme) = &scheme else {
                 return Err(BuildError::Unsupported("package patches need a [python] section".into()));
@@ -833,13 +831,13 @@ fn build_platform(
                         .any(|p| matches!(&p.target, PatchTarget::Package(n) if *n == w.pin.name))
                 })
                 .collect();
-            let artifacts = fetch(&cache, &targets)?;
+            let artifacts = fetch(cache, &targets)?;
             for p in package_patches {
                 let PatchTarget::Package(name) = &p.target else { continue };
                 let artifact = artifacts.get(name.as_ref()).ok_or_else(|| {
                     BuildError::PatchTargetMissing { patch: p.name.clone(), package: name.to_string() }
                 })?;
-                let pristine = tempdir(&cache)?;
+                let pristine = tempdir(cache)?;
                 wheel::install_wheel(&artifact.path, scheme, pristine.path())
                     .map_err(|source| BuildError::Wheel { wheel: artifact.filename.clone(), source })?;
                 let site_rel = scheme.purelib.trim_start_matches('/');

@@ -35,16 +35,25 @@ pub fn torch_variant(
 ) -> Option<(&'static kb::TorchRelease, &'static kb::TorchVariant)> {
     let torch = packages.iter().find(|p| p.name == "torch")?;
     let release = kb::torch_release(torch.version)?;
-    let local = torch.version.local().iter().map(ToString::to_string).collect::<Vec<_>>().join(".");
-    // The index's plain wheel is a CUDA build on x86_64 only; its aarch64 wheels of these
-    // releases are CPU builds, and aarch64 CUDA builds (JetPack) say what they are in their own
-    // version, which the knowledge base does not list.
-    let variant = match (local.is_empty(), torch.platform) {
+    Some((release, torch_build(release, torch.version, torch.platform)?))
+}
+
+/// Which published build of `release` the torch `version` for `platform` is: the one its local
+/// version names (`+cu118`), else the index's plain wheel. That plain wheel is a CUDA build on
+/// `x86_64` only; the index's aarch64 wheels of these releases are CPU builds, and aarch64 CUDA
+/// builds (`JetPack`) say what they are in their own version, which the knowledge base does not
+/// list.
+pub fn torch_build(
+    release: &'static kb::TorchRelease,
+    version: &PackageVersion,
+    platform: Platform,
+) -> Option<&'static kb::TorchVariant> {
+    let local = version.local().iter().map(ToString::to_string).collect::<Vec<_>>().join(".");
+    match (local.is_empty(), platform) {
         (true, Platform::LinuxAmd64) => release.pypi_variant(),
         (true, Platform::LinuxArm64) => None,
         (false, _) => release.variant(&local),
-    }?;
-    Some((release, variant))
+    }
 }
 
 /// The CUDA version of the stack: its runtime wheel's, else the torch build's.

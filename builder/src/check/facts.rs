@@ -123,13 +123,7 @@ impl TorchFacts {
     /// of the Linux `x86_64` wheel (their markers name `x86_64`), so other platforms get none.
     fn new(version: PackageVersion, target: &Target) -> Self {
         let release = kb::torch_release(&version);
-        let local = local_tag(&version);
-        // As `derive::torch_variant`: the index's plain wheel is a CUDA build on x86_64 only.
-        let variant = release.and_then(|r| match (local.is_empty(), target.platform) {
-            (true, Platform::LinuxAmd64) => r.pypi_variant(),
-            (true, Platform::LinuxArm64) => None,
-            (false, _) => r.variant(&local),
-        });
+        let variant = release.and_then(|r| derive::torch_build(r, &version, target.platform));
         let (requires, requires_from) = match variant {
             Some(v) if !v.pins.is_empty() && target.platform == Platform::LinuxAmd64 => {
                 let pins = v

@@ -218,15 +218,10 @@ pub struct JetsonSoc {
     pub name: String,
     /// The Jetson modules built on it (`Jetson AGX Orin`, `Jetson Orin NX`, ...).
     pub modules: Vec<String>,
-    /// The integrated GPU's compute capability.
-    pub compute_capability: ComputeCapability,
-    /// The GPU's architecture name (`Ampere`).
-    pub architecture: String,
-    /// NVML product brand, lowercase (`unknown`: none is documented for Jetson).
-    pub brand: String,
     /// Where the row comes from.
     pub source: String,
-    /// The integrated GPU as a knowledge-base model, for the code that reads GPU models.
+    /// The integrated GPU as a knowledge-base model (compute capability, architecture, brand),
+    /// for the code that reads GPU models.
     gpu: GpuModel,
 }
 
@@ -903,8 +898,8 @@ impl Table for JetsonSocTable {
                 model_names: Vec::new(),
                 pci_ids: Vec::new(),
                 compute_capability: raw.compute_capability,
-                architecture: raw.architecture.clone(),
-                brand: raw.brand.clone(),
+                architecture: raw.architecture,
+                brand: raw.brand,
                 datacenter: false,
                 forward_compat: true,
                 source: raw.source.clone(),
@@ -913,9 +908,6 @@ impl Table for JetsonSocTable {
                 compatible: raw.compatible,
                 name: raw.name,
                 modules: raw.modules,
-                compute_capability: raw.compute_capability,
-                architecture: raw.architecture,
-                brand: raw.brand,
                 source: raw.source,
                 gpu,
             });

@@ -446,7 +446,7 @@ fn jetson_soc_spot_values() {
         ("nvidia,tegra210", "Jetson Nano / TX1 (tegra210)", "5.3"),
     ] {
         let soc = jetson_soc(compatible).unwrap_or_else(|| panic!("{compatible}"));
-        assert_eq!((soc.model_name().as_str(), soc.compute_capability), (name, cc(cap)));
+        assert_eq!((soc.model_name().as_str(), soc.gpu().compute_capability), (name, cc(cap)));
         let gpu = soc.gpu();
         assert_eq!((gpu.compute_capability, gpu.pci_ids.len()), (cc(cap), 0));
         assert!(gpu.forward_compat && !gpu.datacenter);
@@ -458,7 +458,7 @@ fn jetson_soc_spot_values() {
     assert!(jetson_soc("NVIDIA,TEGRA234").is_none());
     // The Orin row of gpus.toml (nvidia-smi's "Orin (nvgpu)") agrees with the SoC table.
     let orin = gpu_by_model_name("Orin (nvgpu)").unwrap();
-    assert_eq!(orin.compute_capability, jetson_soc("nvidia,tegra234").unwrap().compute_capability);
+    assert_eq!(orin.compute_capability, jetson_soc("nvidia,tegra234").unwrap().gpu().compute_capability);
     // "RTX 4060 Ti is 8.7" is wrong: 8.7 belongs to Orin alone.
-    assert_eq!(jetson_socs().iter().filter(|s| s.compute_capability == cc("8.7")).count(), 1);
+    assert_eq!(jetson_socs().iter().filter(|s| s.gpu().compute_capability == cc("8.7")).count(), 1);
 }
