@@ -1,14 +1,23 @@
 //! `stackbuild`: builds a reproducible, layered OCI image from a recipe.
 
+use std::io::IsTerminal;
+
 use clap::Parser;
 
 mod cmd;
+
+/// Escape codes only for a person at a terminal: a log piped to a file or CI stays plain text,
+/// and `NO_COLOR` (any non-empty value, <https://no-color.org>) turns them off everywhere.
+fn stderr_wants_color() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stderr().is_terminal()
+}
 
 fn main() -> std::process::ExitCode {
     let cli = cmd::Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_ansi(stderr_wants_color())
         .without_time()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("STACKBUILD_LOG").unwrap_or_else(|_| {

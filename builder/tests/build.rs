@@ -150,6 +150,8 @@ fn small_recipe_end_to_end() {
     // Cold build, then the same build in a fresh cache: the same digest.
     let first = build(&recipe, &cache, &layout, &["--archive", archive.to_str().unwrap()]);
     ok(&first);
+    // stderr is a pipe here, as in CI or `2>log`: plain text, no escape codes.
+    assert!(!first.out.stderr.contains(&0x1b), "escape codes in a piped log");
     assert!(built_layers(&first).iter().all(|(_, built)| *built));
     let names: Vec<String> = built_layers(&first).into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["base", "python", "sources", "config"]);

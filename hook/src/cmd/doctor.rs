@@ -22,7 +22,9 @@ pub struct Args {
 
 impl Args {
     pub fn run(self) -> i32 {
-        let color = !self.json && std::io::stdout().is_terminal();
+        // Color for a person at a terminal only; `NO_COLOR` (<https://no-color.org>) turns it off.
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        let color = !self.json && !no_color && std::io::stdout().is_terminal();
         let (text, code) =
             stackhook::diagnose::doctor(&self.host_root, &self.requires, &self.gpus, self.json, color);
         let _ = std::io::stdout().lock().write_all(text.as_bytes());
