@@ -99,6 +99,7 @@ helper=$repo/bench/helper.py
 stackbuild=$repo/target/release/stackbuild
 stackhook=$repo/target/static/stackhook
 pack_layer=$repo/target/release/examples/pack_layer
+fixture_host=$repo/target/release/examples/fixture_host
 if [[ ! -x $stackbuild ]]; then
   log "building target/release/stackbuild"
   (cd "$repo" && cargo build --release -p stackbuild --bin stackbuild) >&2
@@ -112,6 +113,10 @@ fi
 if [[ ! -x $pack_layer ]]; then
   log "building target/release/examples/pack_layer"
   (cd "$repo" && cargo build --release -p stackbuild --example pack_layer) >&2
+fi
+if [[ ! -x $fixture_host ]]; then
+  log "building target/release/examples/fixture_host"
+  (cd "$repo" && cargo build --release -p stackhook --example fixture_host) >&2
 fi
 if has_section build && ! "$DOCKER" version >/dev/null 2>&1; then
   log "dockerd is not running: starting it with .ci/services"
@@ -391,7 +396,7 @@ section_compress() {
 section_hook() {
   local host=$work/host requires=() env=() i=0 r
   log "fixture host (8 GPUs)"
-  "$pack_layer" fixture-host "$host" >"$work/requires.txt" 2>"$work/logs/fixture.log" \
+  "$fixture_host" "$host" >"$work/requires.txt" 2>"$work/logs/fixture.log" \
     || { cat "$work/logs/fixture.log" >&2; die "fixture host failed"; }
   mapfile -t requires <"$work/requires.txt"
   env=(--env NVIDIA_VISIBLE_DEVICES=all)

@@ -1,20 +1,15 @@
-//! Benchmark helper for `bench/run.sh`: times the builder's layer writer on a directory tree,
-//! and writes the fixture GPU host the hook benchmark probes.
+//! Benchmark helper for `bench/run.sh`: times the builder's layer writer on a directory tree.
+//! (The fixture GPU host of the hook benchmark is the hook's example `fixture_host`.)
 //!
 //! ```sh
 //! cargo build --release -p stackbuild --example pack_layer
 //! target/release/examples/pack_layer pack TREE --cache DIR [--compression gzip|zstd|none]
-//! target/release/examples/pack_layer fixture-host DIR
 //! ```
 //!
 //! `pack` does what a build does for one layer, through the public API: [`LayerWriter::add_dir`]
 //! (walk the tree, sorted, owned by root), then [`LayerWriter::finish`] (deterministic tar, `diff_id`,
 //! parallel multi-member gzip or zstd, blob digest, rename into the cache). It prints one JSON
 //! object on stdout: `{"compression","entries","blob_bytes","seconds","digest","diff_id"}`.
-//!
-//! `fixture-host` builds the eight-GPU fixture host (`Preset::EightGpus`, the one the hook's own
-//! benchmark uses) into DIR and prints the requirement expressions its image carries, one per
-//! line, for the container's `STACKBUILD_REQUIRE_*` variables.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -23,10 +18,9 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use stackbuild::cache::Cache;
 use stackbuild::layer::{self, Compression, LayerWriter};
-use stackhook::fixture::Preset;
 
 #[derive(Debug, Parser)]
-#[command(about = "Benchmark helper: times the layer writer on a tree; writes a fixture GPU host")]
+#[command(about = "Benchmark helper: times the layer writer on a tree")]
 struct Args {
     #[command(subcommand)]
     command: Command,
@@ -44,11 +38,6 @@ enum Command {
         /// gzip, zstd or none.
         #[arg(long, default_value = "gzip")]
         compression: Compression,
-    },
-    /// Build the eight-GPU fixture host into DIR; print its image's requirement expressions.
-    FixtureHost {
-        /// Where to write the host tree (must not hold a previous fixture).
-        dir: PathBuf,
     },
 }
 
@@ -74,24 +63,8 @@ fn pack(tree: &Path, cache: PathBuf, compression: Compression) -> anyhow::Result
     Ok(())
 }
 
-fn fixture_host(dir: &Path) -> anyhow::Result<()> {
-    let preset = Preset::EightGpus;
-    let host =
-        preset.build(dir).with_context(|| format!("building the fixture host in {}", dir.display()))?;
-    if !host.real_device_nodes() {
-        // The probe then reports the /dev/nvidia* stand-ins as "not a character device", and the
-        // hook blocks: the timing would be of a refusal, not of a start.
-        eprintln!("pack_layer: warning: mknod not permitted, fixture device nodes are plain files");
-    }
-    for expr in preset.requires() {
-        println!("{expr}");
-    }
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     match Args::parse().command {
         Command::Pack { tree, cache, compression } => pack(&tree, cache, compression),
-        Command::FixtureHost { dir } => fixture_host(&dir),
     }
 }

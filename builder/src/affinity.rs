@@ -5,7 +5,7 @@
 //! ([`ContainerRequest::from_env`]: `NVIDIA_REQUIRE_*`, `STACKBUILD_REQUIRE_*`, the
 //! `CUDA_VERSION` fallback, `io.stackbuild.require.*` annotations) and translated into
 //! `nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms` over the
-//! labels `stackhook labels` publishes ([`stackhook::labels`]).
+//! labels `stackhook labels` publishes ([`stackcontract::labels`]).
 //!
 //! Semantics. The terms of one variable are OR-ed and `nodeSelectorTerms` are OR-ed too; separate
 //! variables are AND-ed, so the variables' terms are multiplied out (AND distributed over OR)
@@ -18,7 +18,7 @@
 //! (it may leave out a node the hook would accept), never more:
 //!
 //! - Versions become integer codes compared with `Gt`/`Lt` (`cuda>=12.1` -> `cuda.max.code Gt
-//!   12000999`; [`stackhook::labels::version_code`]).
+//!   12000999`; [`stackcontract::labels::version_code`]).
 //! - `arch` and `brand` hold for each GPU the container gets; the labels give bounds over all the
 //!   node's GPUs (`gpu.compute.min`/`max`) and a brand only when all GPUs share it, so a term
 //!   matches when all GPUs satisfy it.
@@ -41,9 +41,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
-use stackhook::contract::image::{ContainerRequest, ContractError, REQUIRE_ANNOTATION_PREFIX};
-use stackhook::contract::require::{Expr, Factor, Key, Op, RequirementSet, Term, Value};
-use stackhook::labels as l;
+use stackcontract::image::{ContainerRequest, ContractError, REQUIRE_ANNOTATION_PREFIX};
+use stackcontract::labels as l;
+use stackcontract::require::{Expr, Factor, Key, Op, RequirementSet, Term, Value};
 
 use crate::oci::{self, ImageConfig, OciError};
 
@@ -893,7 +893,7 @@ fn merge_in(first: &Conj, second: &Conj) -> Option<Conj> {
 fn required_cuda<'a>(
     set: &'a RequirementSet,
     source: &str,
-) -> Option<&'a stackhook::contract::version::CudaVersion> {
+) -> Option<&'a stackcontract::version::CudaVersion> {
     set.entries
         .iter()
         .filter(|r| r.source == source)
@@ -1139,10 +1139,10 @@ mod tests {
         ] {
             assert_eq!(matches(expr, release), want, "{expr} on {release}");
             if want {
-                let k: stackhook::contract::version::KernelRelease = release.parse().unwrap();
-                let host = stackhook::contract::require::HostFacts {
+                let k: stackcontract::version::KernelRelease = release.parse().unwrap();
+                let host = stackcontract::require::HostFacts {
                     kernel: Some(k),
-                    gpus: vec![stackhook::contract::require::GpuFacts::default()],
+                    gpus: vec![stackcontract::require::GpuFacts::default()],
                     ..Default::default()
                 };
                 assert!(

@@ -10,7 +10,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use stackhook::contract::version::PythonVersion;
+use stackcontract::version::PythonVersion;
 
 use crate::cache::{Cache, LayerKey};
 use crate::layer::{Compression, LayerBlob, LayerWriter, TarImport};

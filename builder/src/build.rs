@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
-use stackhook::contract::image::{Component, StackManifest, LABEL_PREFIX, STACK_JSON_PATH};
+use stackcontract::image::{Component, StackManifest, LABEL_PREFIX, STACK_JSON_PATH};
 
 use crate::base::{BaseFacts, DebianBase};
 use crate::cache::{Cache, LayerKey};

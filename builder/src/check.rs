@@ -4,7 +4,7 @@
 //! The stack comes from the lock when it is current; otherwise uv resolves it (the lock is not
 //! written and no wheel is downloaded: uv reads the index's metadata only). With `--offline`, or
 //! when uv finds no solution, the stack is *predicted* from the recipe's exact pins and the
-//! knowledge base (`stackhook::contract::kb`), so a recipe-level conflict such as torch 2.1.0
+//! knowledge base (`stackcontract::kb`), so a recipe-level conflict such as torch 2.1.0
 //! with `[cuda] version = "12.4"` is still reported, next to uv's own message.
 //!
 //! torch's requirements come from the artifact when it is at hand (a fetched wheel's `METADATA`
@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use stackhook::contract::image::DerivedRequirement;
+use stackcontract::image::DerivedRequirement;
 
 use crate::lock::{Lock, LockError};
 use crate::recipe::{Base, Platform, Recipe};

@@ -3,9 +3,9 @@
 //! The result becomes the image's `NVIDIA_REQUIRE_CUDA` and `STACKBUILD_REQUIRE_*` variables and
 //! the `requirements` of `/etc/stackbuild/stack.json`, each with the reasons it exists.
 
-use stackhook::contract::image::DerivedRequirement;
-use stackhook::contract::kb;
-use stackhook::contract::version::{ComputeCapability, CudaVersion, DriverVersion, PackageVersion};
+use stackcontract::image::DerivedRequirement;
+use stackcontract::kb;
+use stackcontract::version::{ComputeCapability, CudaVersion, DriverVersion, PackageVersion};
 
 use crate::recipe::{HostRules, Platform};
 
@@ -210,7 +210,7 @@ mod tests {
         insta::assert_snapshot!(text.join("\n"));
         // Everything we write parses in the contract's own language.
         for r in &reqs {
-            stackhook::contract::require::Expr::parse(&r.expr).unwrap();
+            stackcontract::require::Expr::parse(&r.expr).unwrap();
         }
     }
 

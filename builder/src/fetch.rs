@@ -17,7 +17,7 @@ use std::str::FromStr;
 
 use pep508_rs::PackageName;
 use sha2::{Digest, Sha256};
-use stackhook::contract::version::PackageVersion;
+use stackcontract::version::PackageVersion;
 
 use crate::solve::{Pinned, Target};
 

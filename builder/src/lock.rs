@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 
 use pep508_rs::PackageName;
 use serde::{Deserialize, Serialize};
-use stackhook::contract::version::{PackageVersion, PythonVersion};
+use stackcontract::version::{PackageVersion, PythonVersion};
 
 use crate::fetch::Artifact;
 use crate::recipe::{Diagnostic, Platform, Recipe, SourceOrigin};

@@ -118,7 +118,7 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Oci
     move |source| OciError::Io { op, path: path.to_path_buf(), source }
 }
 
-pub use stackhook::time::rfc3339;
+pub use stackcontract::time::rfc3339;
 
 /// `null` (as Docker writes for empty fields) reads as the default value.
 fn null_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>

@@ -18,7 +18,7 @@ use std::str::FromStr;
 use pep508_rs::{PackageName, Requirement, VersionOrUrl};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use stackhook::contract::version::{
+use stackcontract::version::{
     ComputeCapability, CudaVersion, DriverVersion, KernelRelease, PackageVersion, PythonVersion,
 };
 use toml::Spanned;
@@ -416,7 +416,7 @@ impl HostRules {
     }
 
     /// The rules as requirement expressions of the image-host contract
-    /// (`stackhook::contract::require`), one per rule, keyed by the rule's name in `[host]`:
+    /// (`stackcontract::require`), one per rule, keyed by the rule's name in `[host]`:
     /// `("driver", "driver>=525.60.13,driver<560")`, `("kernel_deny", "kernel!=5.15.0-107-generic")`,
     /// `("modules", "module=nvidia_uvm")`, `("modules_deny", "module!=nouveau")`, `("gpus",
     /// "gpus>=1")`, `("arch", "arch>=8.0,arch<=9.0")`. All factors of one expression must hold.
@@ -2093,7 +2093,7 @@ mod tests {
         );
         // The hook's parser reads every one of them.
         for (_, e) in &exprs {
-            stackhook::contract::require::Expr::parse(e).unwrap();
+            stackcontract::require::Expr::parse(e).unwrap();
         }
         assert_eq!(r.targets().len(), 1);
         assert_eq!(r.targets()[0].to_string(), "cp311/x86_64-manylinux_2_28");

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::str::FromStr;
 
 use pep508_rs::PackageName;
-use stackhook::contract::version::{PackageVersion, PythonVersion};
+use stackcontract::version::{PackageVersion, PythonVersion};
 
 use crate::recipe::{Platform, PythonSection};
 

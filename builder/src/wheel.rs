@@ -35,7 +35,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use stackhook::contract::version::PythonVersion;
+use stackcontract::version::PythonVersion;
 use zip::ZipArchive;
 
 /// Largest metadata member (`WHEEL`, `METADATA`, `RECORD`, `entry_points.txt`) read into memory.

@@ -1,8 +1,8 @@
 //! stackhook: checks, at container start, that a GPU host satisfies what an image needs.
 //!
-//! - [`atomic`], [`time`]: whole-file writes and timestamps, shared with the builder.
-//! - [`contract`]: the image-host contract both programs share (versions, requirement
-//!   expressions, the knowledge base, what an image carries).
+//! - [`atomic`]: whole-file writes.
+//! - [`contract`]: the image-host contract both programs share (the `stackcontract` crate:
+//!   versions, requirement expressions, the knowledge base, what an image carries).
 //! - [`probe`]: what the host is, read from a host root (`/` or a fixture tree).
 //! - [`diagnose`]: findings, ordered by layer, each with a code, evidence and remedy.
 //! - [`fixture`]: fixture host trees for tests (this crate's and the end-to-end tests).
@@ -14,7 +14,7 @@
 //! - [`labels`]: Kubernetes node labels from a probe, for node affinity on image requirements.
 
 pub mod atomic;
-pub mod contract;
+pub use stackcontract as contract;
 pub mod diagnose;
 pub mod fixture;
 pub mod install;
@@ -24,4 +24,4 @@ pub mod oci;
 pub mod probe;
 pub mod rootfs;
 pub mod runtime;
-pub mod time;
+pub use stackcontract::time;

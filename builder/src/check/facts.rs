@@ -9,8 +9,8 @@ use std::str::FromStr;
 use pep440_rs::Operator;
 use pep508_rs::{MarkerEnvironment, MarkerEnvironmentBuilder, Requirement, VersionOrUrl};
 use serde::Serialize;
-use stackhook::contract::kb;
-use stackhook::contract::version::{PackageSpecifiers, PackageVersion};
+use stackcontract::kb;
+use stackcontract::version::{PackageSpecifiers, PackageVersion};
 
 use super::TorchBuild;
 use crate::derive;

@@ -2,15 +2,15 @@
 //! work, naming both sides (the recipe's line or the resolved package, and the torch build or
 //! the knowledge-base fact it collides with) and a fix.
 //!
-//! Facts come from `hook/kb/*.toml` through [`kb`]; every row there names its source, and
+//! Facts come from `contract/kb/*.toml` through [`kb`]; every row there names its source, and
 //! `shared/reference/compatibility.md` lists the figures.
 
 use std::collections::BTreeSet;
 use std::str::FromStr;
 
 use pep440_rs::Operator;
-use stackhook::contract::kb;
-use stackhook::contract::version::{
+use stackcontract::kb;
+use stackcontract::version::{
     ComputeCapability, CudaVersion, PackageSpecifiers, PackageVersion, PythonVersion,
 };
 
@@ -478,7 +478,7 @@ fn companions(f: &Facts<'_>, out: &mut Findings) {
 fn host_driver(f: &Facts<'_>, out: &mut Findings) {
     let Some(range) = &f.recipe.host.driver else { return };
     let Some(floor) = derive::driver_floor(&f.derive_packages()) else { return };
-    let admits = |driver: &stackhook::contract::version::DriverVersion| {
+    let admits = |driver: &stackcontract::version::DriverVersion| {
         let mut comparisons = range.comparisons.clone();
         comparisons.push(Comparison { op: Op::Ge, value: driver.clone() });
         VersionRange { comparisons }.is_satisfiable()

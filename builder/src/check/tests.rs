@@ -6,8 +6,8 @@ use std::path::Path;
 use std::str::FromStr;
 
 use pep508_rs::PackageName;
-use stackhook::contract::kb;
-use stackhook::contract::version::PackageVersion;
+use stackcontract::kb;
+use stackcontract::version::PackageVersion;
 use zip::write::SimpleFileOptions;
 
 use super::facts::{library_cuda, wheel_requires};

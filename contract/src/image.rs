@@ -222,7 +222,7 @@ mod tests {
 
     #[test]
     fn platform_requirement_is_read_like_any_other() {
-        use crate::contract::require::{GpuFacts, HostFacts};
+        use crate::require::{GpuFacts, HostFacts};
         let req = ContainerRequest::from_env(
             ["NVIDIA_VISIBLE_DEVICES=0", "STACKBUILD_REQUIRE_PLATFORM=platform=wsl2"],
             &BTreeMap::new(),

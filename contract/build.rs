@@ -1,5 +1,5 @@
 //! Converts the compatibility knowledge base, `kb/*.toml`, to JSON in `$OUT_DIR/<name>.json`,
-//! which `src/contract/kb` embeds.
+//! which `src/kb` embeds.
 //!
 //! The TOML files stay the source of truth (each row names its source, and comments explain the
 //! figures). Parsing all of them with the `toml` crate on first use cost every `stackhook hook`

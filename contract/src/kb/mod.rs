@@ -2,7 +2,7 @@
 //! publish about which driver runs which CUDA, which GPU has which compute capability, and what
 //! a torch wheel was built for and pins.
 //!
-//! The facts live as data in `hook/kb/*.toml`. Every row carries a `source` naming where it comes
+//! The facts live as data in `contract/kb/*.toml`. Every row carries a `source` naming where it comes
 //! from (a release-notes table, a wheel's `Requires-Dist`, `pci.ids`); `shared/reference/
 //! compatibility.md` lists the figures and the errors of the project's origin documents that
 //! must not be encoded. Prefer the artifact over a table: torch rows were read from the wheels
@@ -35,7 +35,7 @@ use super::version::{
 #[cfg(test)]
 mod tests;
 
-/// The tables as `build.rs` wrote them: JSON of `hook/kb/<name>.toml`.
+/// The tables as `build.rs` wrote them: JSON of `contract/kb/<name>.toml`.
 mod json {
     pub(super) const CUDA_DRIVER: &str = include_str!(concat!(env!("OUT_DIR"), "/cuda_driver.json"));
     pub(super) const DRIVER_BRANCHES: &str = include_str!(concat!(env!("OUT_DIR"), "/driver_branches.json"));
@@ -50,13 +50,13 @@ mod json {
 /// checks the embedded tables go through.
 #[cfg(test)]
 const TABLES: Tables = Tables {
-    cuda_driver: include_str!("../../../kb/cuda_driver.toml"),
-    driver_branches: include_str!("../../../kb/driver_branches.toml"),
-    torch: include_str!("../../../kb/torch.toml"),
-    cudnn: include_str!("../../../kb/cudnn.toml"),
-    gpus: include_str!("../../../kb/gpus.toml"),
-    cuda_components: include_str!("../../../kb/cuda_components.toml"),
-    jetson_socs: include_str!("../../../kb/jetson_socs.toml"),
+    cuda_driver: include_str!("../../kb/cuda_driver.toml"),
+    driver_branches: include_str!("../../kb/driver_branches.toml"),
+    torch: include_str!("../../kb/torch.toml"),
+    cudnn: include_str!("../../kb/cudnn.toml"),
+    gpus: include_str!("../../kb/gpus.toml"),
+    cuda_components: include_str!("../../kb/cuda_components.toml"),
+    jetson_socs: include_str!("../../kb/jetson_socs.toml"),
 };
 
 /// The TOML text of each table (kept apart so tests can feed broken text to the same checks).
@@ -79,7 +79,7 @@ pub enum KbError {
     /// build fails on TOML that does not parse at all).
     #[error("knowledge base table {table}: {source}")]
     Parse {
-        /// File name under `hook/kb/`.
+        /// File name under `contract/kb/`.
         table: &'static str,
         /// What the TOML parser said (it quotes line and column).
         #[source]
@@ -89,7 +89,7 @@ pub enum KbError {
     /// table's schema: an unknown or missing field, or a value of the wrong type.
     #[error("knowledge base table {table}: {source}")]
     Schema {
-        /// File name under `hook/kb/`.
+        /// File name under `contract/kb/`.
         table: &'static str,
         /// What the JSON parser said (it names the field; its line and column are of the JSON).
         #[source]
@@ -98,7 +98,7 @@ pub enum KbError {
     /// A row parses but is not valid (bad version text, duplicate key, missing source...).
     #[error("knowledge base table {table}, row {row:?}: {why}")]
     Invalid {
-        /// File name under `hook/kb/`.
+        /// File name under `contract/kb/`.
         table: &'static str,
         /// The row's key (CUDA version, GPU name, torch version...).
         row: String,
@@ -572,9 +572,9 @@ fn loaded<T>(cell: &'static LazyLock<Result<T, KbError>>) -> &'static T {
         .expect("embedded compatibility knowledge base is invalid (a build defect; run the kb tests)")
 }
 
-/// A table file under `hook/kb/`: its schema as serde reads it and the rules its rows keep.
+/// A table file under `contract/kb/`: its schema as serde reads it and the rules its rows keep.
 trait Table: Sized {
-    /// File name under `hook/kb/`, which errors quote.
+    /// File name under `contract/kb/`, which errors quote.
     const FILE: &'static str;
     /// The file's schema.
     type File: for<'de> Deserialize<'de>;
