@@ -4,14 +4,19 @@
 //! `STACKBUILD_REGISTRY_PASSWORD`, then in the `auths` map of Docker's `config.json`
 //! (`$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`), whose entries hold
 //! `base64(user:password)` in `auth` or the two in `username`/`password`
-//! (<https://github.com/docker/cli/blob/master/cli/config/configfile/file.go>). Credential helpers
-//! (`credsStore`, `credHelpers`) are not run.
+//! (<https://github.com/docker/cli/blob/master/cli/config/configfile/file.go>), or from the
+//! credential helper the file names (`credHelpers` for the registry, else `credsStore`), as
+//! `docker login` stores them: the `docker_credential` crate reads the file's entries and runs
+//! `docker-credential-<name> get` with the registry on its standard input (Docker's credential
+//! helper protocol, <https://github.com/docker/docker-credential-helpers>). The helper's name
+//! comes from the user's own Docker configuration, never from a recipe or an image.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use base64::Engine as _;
+use docker_credential::{CredentialRetrievalError, DockerCredential};
 
 use super::RegistryError;
 
@@ -44,14 +49,8 @@ impl fmt::Debug for Credentials {
 impl Credentials {
     /// The value of an `Authorization: Basic` header.
     pub fn basic_header(&self) -> String {
-        format!("Basic {}", base64_encode(format!("{}:{}", self.username, self.password).as_bytes()))
-    }
-
-    /// Decodes the `auth` field of a Docker `config.json` entry (`base64(user:password)`).
-    pub fn from_docker_auth(auth: &str) -> Option<Self> {
-        let decoded = String::from_utf8(base64_decode(auth.trim())?).ok()?;
-        let (username, password) = decoded.split_once(':')?;
-        Some(Self { username: username.to_string(), password: password.to_string() })
+        let pair = format!("{}:{}", self.username, self.password);
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
     }
 }
 
@@ -111,34 +110,6 @@ fn default_docker_config() -> Option<PathBuf> {
         .map(|home| PathBuf::from(home).join(".docker/config.json"))
 }
 
-#[derive(Deserialize)]
-struct DockerConfig {
-    #[serde(default)]
-    auths: BTreeMap<String, DockerAuth>,
-    #[serde(default, rename = "credsStore")]
-    creds_store: Option<String>,
-    #[serde(default, rename = "credHelpers")]
-    cred_helpers: BTreeMap<String, String>,
-}
-
-#[derive(Deserialize)]
-struct DockerAuth {
-    #[serde(default)]
-    auth: Option<String>,
-    #[serde(default)]
-    username: Option<String>,
-    #[serde(default)]
-    password: Option<String>,
-    #[serde(default, rename = "identitytoken")]
-    identity_token: Option<String>,
-}
-
-/// `https://host:5000/v1/` -> `host:5000`, as docker's `ConvertToHostname` does.
-fn auth_key_host(key: &str) -> &str {
-    let key = key.strip_prefix("https://").or_else(|| key.strip_prefix("http://")).unwrap_or(key);
-    key.split('/').next().unwrap_or(key)
-}
-
 /// The credentials for `registry` in the Docker config at `path` (absent file: none).
 pub(super) fn docker_config_lookup(
     path: &Path,
@@ -158,29 +129,35 @@ pub(super) fn docker_config_lookup(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(bad(e.to_string())),
     };
-    let config: DockerConfig = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-    let Some(entry) = config.auths.iter().find(|(key, _)| auth_key_host(key) == registry).map(|(_, v)| v)
-    else {
-        if config.cred_helpers.contains_key(registry) || config.creds_store.is_some() {
+    match docker_credential::get_credential_from_reader(bytes.as_slice(), registry) {
+        Ok(DockerCredential::UsernamePassword(username, password)) => {
+            Ok(Some(Credentials { username, password }))
+        }
+        Ok(DockerCredential::IdentityToken(_)) => {
+            tracing::warn!("{}: identity tokens are not supported (entry for {registry})", path.display());
+            Ok(None)
+        }
+        Err(CredentialRetrievalError::NoCredentialConfigured) => Ok(None),
+        // A helper that knows nothing of this registry answers "credentials not found" and exits
+        // non-zero; Docker then goes on anonymously, and so do we.
+        Err(CredentialRetrievalError::HelperFailure { stdout, .. })
+            if stdout.to_ascii_lowercase().contains("credentials not found") =>
+        {
+            Ok(None)
+        }
+        Err(CredentialRetrievalError::HelperCommunicationError) => {
             tracing::warn!(
-                "{}: credential helpers are not supported; set {ENV_USER} and {ENV_PASSWORD} for {registry}",
+                "{}: the credential helper for {registry} could not be run; going on without credentials",
                 path.display()
             );
+            Ok(None)
         }
-        return Ok(None);
-    };
-    if let Some(auth) = entry.auth.as_deref().filter(|a| !a.is_empty()) {
-        return Credentials::from_docker_auth(auth)
-            .map(Some)
-            .ok_or_else(|| bad(format!("the `auth` of {registry} is not base64 of `user:password`")));
+        Err(CredentialRetrievalError::ConfigReadError) => Err(bad("not a Docker config.json".into())),
+        Err(CredentialRetrievalError::CredentialDecodingError) => {
+            Err(bad(format!("the `auth` of {registry} is not base64 of `user:password`")))
+        }
+        Err(e) => Err(bad(format!("{registry}: {e}"))),
     }
-    if let (Some(username), Some(password)) = (&entry.username, &entry.password) {
-        return Ok(Some(Credentials { username: username.clone(), password: password.clone() }));
-    }
-    if entry.identity_token.is_some() {
-        tracing::warn!("{}: identity tokens are not supported (entry for {registry})", path.display());
-    }
-    Ok(None)
 }
 
 /// One challenge of a `WWW-Authenticate` header.
@@ -255,70 +232,45 @@ pub fn parse_www_authenticate(header: &str) -> Vec<Challenge> {
     out
 }
 
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Standard base64 with padding (RFC 4648 section 4).
-pub(super) fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for (k, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
-            if k <= chunk.len() {
-                out.push(char::from(B64[(n >> shift & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-/// Decodes standard base64; padding is optional. `None` on any other character.
-pub(super) fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let text = text.trim_end_matches('=');
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let mut acc = 0u32;
-    let mut bits = 0;
-    for c in text.bytes() {
-        let v = u32::try_from(B64.iter().position(|&b| b == c)?).ok()?;
-        acc = acc << 6 | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push(u8::try_from(acc >> bits & 0xff).ok()?);
-        }
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn base64_round_trips() {
-        for (plain, encoded) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("user:pa:ss", "dXNlcjpwYTpzcw=="),
-        ] {
-            assert_eq!(base64_encode(plain.as_bytes()), encoded);
-            assert_eq!(base64_decode(encoded).unwrap(), plain.as_bytes());
-        }
-        assert_eq!(base64_decode("Zm9vYg").unwrap(), b"foob");
-        assert_eq!(base64_decode("Zm9v!"), None);
+    fn credential_helpers_are_asked() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        // A helper as `docker login` uses them: the registry on stdin, JSON on stdout; it knows
+        // one registry and answers "credentials not found" for the others.
+        let helper = dir.path().join("docker-credential-stackbuildtest");
+        std::fs::write(
+            &helper,
+            "#!/bin/sh\nread -r server\ncase \"$server\" in\n  h:1) echo '{\"Username\":\"hu\",\"Secret\":\"hs\"}' ;;\n  *) echo 'credentials not found in native keychain'; exit 1 ;;\nesac\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, r#"{"credHelpers":{"h:1":"stackbuildtest","h:2":"stackbuildtest"}}"#).unwrap();
+        // The helper is found on PATH, as Docker finds it; the rest of PATH stays for other tests.
+        let old = std::env::var_os("PATH").unwrap_or_default();
+        let mut paths = vec![dir.path().to_path_buf()];
+        paths.extend(std::env::split_paths(&old));
+        std::env::set_var("PATH", std::env::join_paths(paths).unwrap());
+        let found = docker_config_lookup(&path, "h:1");
+        let absent = docker_config_lookup(&path, "h:2");
+        std::fs::write(&path, r#"{"credsStore":"stackbuildtest"}"#).unwrap();
+        let stored = docker_config_lookup(&path, "h:1");
+        std::env::set_var("PATH", old);
+        let found = found.unwrap().unwrap();
+        assert_eq!((found.username.as_str(), found.password.as_str()), ("hu", "hs"));
+        assert_eq!(absent.unwrap(), None);
+        assert_eq!(stored.unwrap().unwrap().username, "hu");
     }
 
     #[test]
-    fn basic_header_and_docker_auth() {
+    fn basic_header_keeps_the_password_out_of_debug() {
         let c = Credentials { username: "user".into(), password: "pa:ss".into() };
         assert_eq!(c.basic_header(), "Basic dXNlcjpwYTpzcw==");
-        assert_eq!(Credentials::from_docker_auth("dXNlcjpwYTpzcw=="), Some(c.clone()));
-        assert_eq!(Credentials::from_docker_auth("bm9jb2xvbg=="), None); // "nocolon"
         assert!(!format!("{c:?}").contains("pa:ss"));
     }
 
