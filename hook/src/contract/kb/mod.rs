@@ -288,6 +288,11 @@ pub struct TorchVariant {
     /// the Python Package Index; empty where the pins were not read from the artifact.
     #[serde(default)]
     pub pins: BTreeMap<String, String>,
+    /// Compute capabilities with cubins in the Linux aarch64 wheel of this build, where the
+    /// index publishes one (the PyPI wheels from torch 2.11, whose CUDA pins hold on aarch64
+    /// too; PTX as `ptx` says); empty: no aarch64 CUDA wheel of this build.
+    #[serde(default)]
+    pub aarch64_arch: Vec<ComputeCapability>,
     /// Where the row comes from.
     pub source: String,
 }
@@ -941,6 +946,9 @@ impl TorchRelease {
             }
             if variant.arch.is_empty() || !is_dotted_number(&variant.cudnn) {
                 return Err(invalid(TABLE, at, "empty arch list or bad cuDNN version"));
+            }
+            if !variant.aarch64_arch.is_empty() && !variant.pypi {
+                return Err(invalid(TABLE, at, "aarch64_arch is for the PyPI build"));
             }
             for (name, version) in &variant.pins {
                 PackageVersion::from_str(version).map_err(|e| invalid(TABLE, format!("{at} {name}"), e))?;
