@@ -475,7 +475,7 @@ fn companions(f: &Facts<'_>, out: &mut Findings) {
             Some(tp) => f.named(tp),
             None => t.display(),
         };
-        let matching = t.release.map(|r| field(r).to_owned());
+        let matching = t.release.map(|r| field(r).to_owned()).filter(|m| !m.is_empty());
         let fix = match &matching {
             Some(m) => format!("pin {name}=={m} (the release for torch {base}), or torch=={}", wants.version),
             None => format!("pin torch=={}, or the {name} release of torch {base}", wants.version),

@@ -253,9 +253,10 @@ pub struct TorchRelease {
     pub python: (PythonVersion, PythonVersion),
     /// The CUDA builds published for Linux `x86_64`.
     pub variants: Vec<TorchVariant>,
-    /// The torchvision release that pins this torch (`0.16.0`).
+    /// The torchvision release that pins this torch (`0.16.0`); empty when none pins it
+    /// exactly.
     pub torchvision: String,
-    /// The torchaudio release that pins this torch.
+    /// The torchaudio release that pins this torch; empty when none does (after 2.10).
     pub torchaudio: String,
     /// PEP 440 specifier of the `numpy` versions the wheels work with (`<2`); empty: no bound.
     pub numpy: String,
@@ -931,7 +932,8 @@ impl TorchRelease {
             return Err(invalid(TABLE, row, "python range is reversed"));
         }
         PackageSpecifiers::from_str(&raw.numpy).map_err(|e| invalid(TABLE, row, e))?;
-        for version in [&raw.torchvision, &raw.torchaudio] {
+        // Empty: no release of the companion pins this torch exactly.
+        for version in [&raw.torchvision, &raw.torchaudio].into_iter().filter(|v| !v.is_empty()) {
             PackageVersion::from_str(version).map_err(|e| invalid(TABLE, row, e))?;
         }
         if raw.variants.is_empty() {
