@@ -781,7 +781,13 @@ fn build_platform(
         .iter()
         .map(|w| derive::Package { name: w.pin.name.as_ref(), version: &w.pin.version, platform })
         .collect();
-    let requirements = derive::requirements(&packages, &recipe.host);
+    // The torch build's architectures from its own fat binaries, else the knowledge base's row.
+    let torch_code = wheels
+        .iter()
+        .find(|w| w.pin.name.as_ref() == "torch")
+        .and_then(|w| crate::fatbin::torch_code_for_build(cache.root(), &w.filename, &w.sha256))
+        .or_else(|| derive::torch_code(&packages));
+    let requirements = derive::requirements_with(&packages, &recipe.host, torch_code.as_ref());
     for p in &recipe.patches {
         components.push(Component {
             kind: "patch".into(),

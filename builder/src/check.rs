@@ -114,6 +114,8 @@ pub enum FindingKind {
     ResolutionFailed,
     /// The torch version is not in the knowledge base.
     UnknownTorch,
+    /// The stack's CUDA is newer than the knowledge base's driver table.
+    UnknownCuda,
     /// torch is not pinned exactly, so the torch rules need a resolution.
     TorchUnpinned,
 }
@@ -134,6 +136,7 @@ impl FindingKind {
             Self::HostArch => "host-arch",
             Self::ResolutionFailed => "resolution-failed",
             Self::UnknownTorch => "unknown-torch",
+            Self::UnknownCuda => "unknown-cuda",
             Self::TorchUnpinned => "torch-unpinned",
         }
     }
@@ -203,6 +206,10 @@ pub struct TorchBuild {
     pub arch: Vec<String>,
     /// Whether PTX of the highest architecture is included.
     pub ptx: bool,
+    /// The compute capabilities the build runs on, in words (cubins and PTX JIT); `None` when
+    /// the build is unknown (its fat binaries are read at build time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_on: Option<String>,
     /// Where its exact requirements come from: a wheel's `METADATA`, or a knowledge-base row.
     pub requires_from: Option<String>,
 }
@@ -353,7 +360,7 @@ fn finish(facts: &Facts<'_>, resolution: Resolution, findings: &mut Vec<Finding>
         platform: facts.platform,
         resolution,
         packages: facts.packages.clone(),
-        torch: facts.torch.as_ref().map(facts::TorchFacts::describe),
+        torch: facts.torch.as_ref().map(|t| t.describe(facts.platform)),
         cuda: crate::derive::stack_cuda(&packages).map(|c| {
             let (major, minor) = c.major_minor();
             format!("{major}.{minor}")

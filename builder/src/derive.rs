@@ -2,6 +2,25 @@
 //!
 //! The result becomes the image's `NVIDIA_REQUIRE_CUDA` and `STACKBUILD_REQUIRE_*` variables and
 //! the `requirements` of `/etc/stackbuild/stack.json`, each with the reasons it exists.
+//!
+//! Facts come from the artifacts first and the knowledge base second:
+//! - the CUDA release from the CUDA runtime wheel, whatever its name: `nvidia-cuda-runtime-cu11`,
+//!   `-cu12`, the suffix-less `nvidia-cuda-runtime` of CUDA 13, or the `cuda-toolkit`
+//!   metapackage whose extras pull it in (torch 2.11's `Requires-Dist:
+//!   cuda-toolkit[cublas,cudart,...]==13.0.2`, PyPI);
+//! - the torch build's GPU code from the CUDA fat binaries in torch's own libraries
+//!   ([`crate::fatbin`], read at build time), else from the knowledge base's row of the build.
+//!
+//! The architecture requirement is exact ([`ArchSet`]), after NVIDIA's CUDA C++ Programming Guide
+//! ("Binary Compatibility" and "PTX Compatibility",
+//! <https://docs.nvidia.com/cuda/cuda-c-programming-guide/#binary-compatibility>): a cubin for
+//! X.y runs on X.z with z >= y, never across majors, and not on the integrated GPUs of Tegra
+//! SoCs, which need their own cubin; PTX for X.y is JIT-compiled by the driver for any compute
+//! capability >= X.y. The requirement language is libnvidia-container's (`src/cli/dsl.c`): terms
+//! separated by spaces are ORed, factors separated by commas ANDed.
+
+use std::collections::BTreeSet;
+use std::fmt;
 
 use stackcontract::image::DerivedRequirement;
 use stackcontract::kb;
@@ -20,12 +39,103 @@ pub struct Package<'a> {
     pub platform: Platform,
 }
 
-/// The CUDA runtime the stack ships, from its `nvidia-cuda-runtime-cu*` wheel
-/// (`12.1.105` -> `12.1`).
+/// The CUDA toolkit components NVIDIA publishes as wheels without a `-cuNN` suffix from CUDA 13
+/// on (the `Requires-Dist` of `cuda-toolkit` 13.0.2 on PyPI: `nvidia-cuda-runtime`,
+/// `nvidia-cublas`, ...). With a suffix (`nvidia-cublas-cu12`) any component is recognized.
+const SUFFIXLESS_COMPONENTS: &[&str] = &[
+    "cuda-runtime",
+    "cuda-nvrtc",
+    "cuda-cupti",
+    "cuda-nvcc",
+    "cuda-cccl",
+    "cuda-crt",
+    "cuda-culibos",
+    "cuda-opencl",
+    "cuda-profiler-api",
+    "cuda-sanitizer-api",
+    "nvtx",
+    "nvjitlink",
+    "nvvm",
+    "nvfatbin",
+    "cublas",
+    "cufft",
+    "curand",
+    "cusolver",
+    "cusparse",
+    "cufile",
+    "npp",
+    "nvjpeg",
+];
+
+/// The CUDA library component of a wheel: `nvidia-cuda-runtime-cu12` and `nvidia-cuda-runtime`
+/// -> `cuda-runtime`; `None` for other names.
+pub fn library_component(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("nvidia-")?;
+    if let Some((component, major)) = rest.rsplit_once("-cu") {
+        if !major.is_empty() && major.bytes().all(|b| b.is_ascii_digit()) {
+            return Some(component);
+        }
+    }
+    SUFFIXLESS_COMPONENTS.contains(&rest).then_some(rest)
+}
+
+/// Components versioned with the toolkit's own numbering (`12.1.105` is CUDA 12.1).
+fn toolkit_numbered(component: &str) -> bool {
+    matches!(component, "cuda-runtime" | "cuda-nvrtc" | "cuda-cupti" | "nvtx" | "nvjitlink" | "cuda-nvcc")
+}
+
+/// A component's version in a row of the component table, by wheel component name.
+pub fn component_version<'a>(row: &'a kb::CudaComponents, component: &str) -> Option<&'a str> {
+    Some(match component {
+        "cuda-runtime" => &row.cudart,
+        "cublas" => &row.cublas,
+        "cufft" => &row.cufft,
+        "curand" => &row.curand,
+        "cusolver" => &row.cusolver,
+        "cusparse" => &row.cusparse,
+        "cuda-nvrtc" => &row.nvrtc,
+        "nvjitlink" => return row.nvjitlink.as_deref(),
+        _ => return None,
+    })
+}
+
+/// The CUDA release a CUDA library wheel belongs to, where its version tells: the component
+/// table's full release (`12.8.90` of the runtime -> `12.8.1`) where a row lists this version,
+/// else, for the components numbered like the toolkit (runtime, NVRTC, CUPTI, NVTX, nvJitLink,
+/// nvcc), the version's `major.minor` (`13.0.96` -> `13.0`). cuBLAS, cuFFT and the others have
+/// their own numbers and answer only through the table; cuDNN, NCCL and cuSPARSELt are
+/// versioned apart from CUDA and answer `None`.
+pub fn library_release(name: &str, version: &PackageVersion) -> Option<CudaVersion> {
+    let component = library_component(name)?;
+    let row = kb::all_cuda_components().iter().find(|row| {
+        component_version(row, component)
+            .and_then(|text| text.parse::<PackageVersion>().ok())
+            .is_some_and(|v| v == version.clone().without_local())
+    });
+    if let Some(row) = row {
+        return Some(row.cuda.clone());
+    }
+    if !toolkit_numbered(component) {
+        return None;
+    }
+    let release = version.release();
+    format!("{}.{}", release.first()?, release.get(1)?).parse().ok()
+}
+
+/// The CUDA runtime the stack ships: the release of its CUDA runtime wheel
+/// (`nvidia-cuda-runtime-cu12==12.1.105` -> `12.1.1`, `nvidia-cuda-runtime==13.0.96` -> `13.0`),
+/// else the version of the `cuda-toolkit` metapackage that pulls it in (`13.0.2`).
 pub fn cuda_runtime(packages: &[Package<'_>]) -> Option<CudaVersion> {
-    let p = packages.iter().find(|p| p.name.starts_with("nvidia-cuda-runtime-cu"))?;
-    let release = p.version.release();
-    format!("{}.{}", release.first()?, release.get(1).copied().unwrap_or(0)).parse().ok()
+    let runtime = packages
+        .iter()
+        .filter(|p| library_component(p.name) == Some("cuda-runtime"))
+        .find_map(|p| library_release(p.name, p.version));
+    runtime.or_else(|| {
+        let toolkit = packages.iter().find(|p| p.name == "cuda-toolkit")?;
+        let release = toolkit.version.release();
+        let parts: Vec<String> = release.iter().take(3).map(ToString::to_string).collect();
+        (parts.len() >= 2).then(|| parts.join(".").parse().ok()).flatten()
+    })
 }
 
 /// The torch build of the stack, from the knowledge base: the variant named by a local version
@@ -40,9 +150,9 @@ pub fn torch_variant(
 
 /// Which published build of `release` the torch `version` for `platform` is: the one its local
 /// version names (`+cu118`), else the index's plain wheel. That plain wheel is a CUDA build on
-/// `x86_64` only; the index's aarch64 wheels of these releases are CPU builds, and aarch64 CUDA
-/// builds (`JetPack`) say what they are in their own version, which the knowledge base does not
-/// list.
+/// `x86_64`; on aarch64 it is one only where the knowledge base lists the build's aarch64 code
+/// (from torch 2.11 the aarch64 wheel requires `cuda-toolkit` and `nvidia-cudnn-cu13` too, PyPI
+/// metadata); the index's aarch64 wheels before 2.11 are CPU builds.
 pub fn torch_build(
     release: &'static kb::TorchRelease,
     version: &PackageVersion,
@@ -51,7 +161,7 @@ pub fn torch_build(
     let local = version.local().iter().map(ToString::to_string).collect::<Vec<_>>().join(".");
     match (local.is_empty(), platform) {
         (true, Platform::LinuxAmd64) => release.pypi_variant(),
-        (true, Platform::LinuxArm64) => None,
+        (true, Platform::LinuxArm64) => release.pypi_variant().filter(|v| !v.aarch64_arch.is_empty()),
         (false, _) => release.variant(&local),
     }
 }
@@ -61,104 +171,302 @@ pub fn stack_cuda(packages: &[Package<'_>]) -> Option<CudaVersion> {
     cuda_runtime(packages).or_else(|| torch_variant(packages).map(|(_, v)| v.cuda.clone()))
 }
 
+/// The compute capabilities of NVIDIA's Tegra SoCs' integrated GPUs: TX1 5.3, TX2 6.2, Xavier
+/// 7.2, Orin 8.7, Thor 10.1 (CUDA 12.x; 11.0 from CUDA 13.0) (developer.nvidia.com/cuda-gpus,
+/// "Jetson"). A cubin of another compute capability does not run on them: "an sm_70 GPU binary
+/// will not run on Xavier's integrated GPU" (CUDA C++ Programming Guide, binary compatibility,
+/// which guarantees X.y -> X.z only "for a given major revision" of discrete GPUs).
+pub const TEGRA: [ComputeCapability; 6] = [
+    ComputeCapability::new(5, 3),
+    ComputeCapability::new(6, 2),
+    ComputeCapability::new(7, 2),
+    ComputeCapability::new(8, 7),
+    ComputeCapability::new(10, 1),
+    ComputeCapability::new(11, 0),
+];
+
+/// Whether `cc` is the integrated GPU of a Tegra SoC ([`TEGRA`]).
+pub fn is_tegra(cc: ComputeCapability) -> bool {
+    TEGRA.contains(&cc)
+}
+
+/// The GPU code a torch build carries: cubins (machine code) and PTX, by compute capability.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GpuCode {
+    /// Compute capabilities with a cubin.
+    pub cubins: BTreeSet<ComputeCapability>,
+    /// Compute capabilities with PTX.
+    pub ptx: BTreeSet<ComputeCapability>,
+    /// Where this comes from, in words (the fat binaries read, or the knowledge-base row).
+    pub from: String,
+}
+
+impl GpuCode {
+    /// The code of a knowledge-base build for `platform`: its arch list, with PTX of the highest
+    /// entry when the row says so.
+    pub fn from_variant(release: &kb::TorchRelease, variant: &kb::TorchVariant, platform: Platform) -> Self {
+        let arch = match platform {
+            Platform::LinuxArm64 if !variant.aarch64_arch.is_empty() => &variant.aarch64_arch,
+            _ => &variant.arch,
+        };
+        let cubins: BTreeSet<_> = arch.iter().copied().collect();
+        let ptx = if variant.ptx { arch.last().copied().into_iter().collect() } else { BTreeSet::new() };
+        let from = format!("the knowledge base's row of torch {}+{}", release.version, variant.tag);
+        Self { cubins, ptx, from }
+    }
+
+    /// Whether one of the cubins runs on a GPU of compute capability `cc`: its own, or on a
+    /// discrete GPU one of the same major and a lower or equal minor.
+    pub fn cubin_runs_on(&self, cc: ComputeCapability) -> bool {
+        self.cubins.contains(&cc)
+            || (!is_tegra(cc) && self.cubins.iter().any(|c| c.major == cc.major && c.minor <= cc.minor))
+    }
+
+    /// Whether the driver can JIT-compile one of the PTX entries for `cc` (PTX for X.y: any
+    /// compute capability >= X.y).
+    pub fn ptx_runs_on(&self, cc: ComputeCapability) -> bool {
+        self.ptx.iter().any(|p| *p <= cc)
+    }
+
+    /// Whether the build has code that runs on `cc`.
+    pub fn runs_on(&self, cc: ComputeCapability) -> bool {
+        self.cubin_runs_on(cc) || self.ptx_runs_on(cc)
+    }
+
+    /// The exact set of compute capabilities the build runs on (cubins and PTX).
+    pub fn arch_set(&self) -> ArchSet {
+        ArchSet::build(&self.cubins, &self.ptx, |cc| self.runs_on(cc))
+    }
+
+    /// The compute capabilities its cubins run on, without the JIT.
+    pub fn cubin_set(&self) -> ArchSet {
+        ArchSet::build(&self.cubins, &BTreeSet::new(), |cc| self.cubin_runs_on(cc))
+    }
+
+    /// `cubins for 7.5 8.0 ...; PTX for 12.0` in words.
+    pub fn describe(&self) -> String {
+        let list = |s: &BTreeSet<ComputeCapability>| s.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
+        match (self.cubins.is_empty(), self.ptx.is_empty()) {
+            (false, true) => format!("cubins for {} and no PTX", list(&self.cubins)),
+            (true, false) => format!("no cubins and PTX for {}", list(&self.ptx)),
+            (true, true) => "no GPU code".into(),
+            (false, false) => format!("cubins for {} and PTX for {}", list(&self.cubins), list(&self.ptx)),
+        }
+    }
+}
+
+/// One term of an [`ArchSet`]: `low <= cc < below`, except the listed Tegra compute
+/// capabilities.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchTerm {
+    /// The lowest compute capability (inclusive).
+    pub low: ComputeCapability,
+    /// The first compute capability above the term (exclusive); `None`: no upper bound (PTX).
+    pub below: Option<ComputeCapability>,
+    /// Compute capabilities inside the range that are not admitted (Tegra SoCs without their
+    /// own cubin).
+    pub except: Vec<ComputeCapability>,
+}
+
+impl fmt::Display for ArchTerm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "arch>={}", self.low)?;
+        if let Some(below) = self.below {
+            write!(f, ",arch<{below}")?;
+        }
+        for cc in &self.except {
+            write!(f, ",arch!={cc}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A set of compute capabilities as the terms of an `NVIDIA_REQUIRE_*` expression (ORed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchSet(pub Vec<ArchTerm>);
+
+impl ArchSet {
+    /// The union of the ranges a cubin (its major, from its minor) and a PTX entry (from it
+    /// upward) reach, merged where they touch, with the Tegra compute capabilities inside that
+    /// `admits` refuses written as exceptions.
+    fn build(
+        cubins: &BTreeSet<ComputeCapability>,
+        ptx: &BTreeSet<ComputeCapability>,
+        admits: impl Fn(ComputeCapability) -> bool,
+    ) -> Self {
+        let mut ranges: Vec<(ComputeCapability, Option<ComputeCapability>)> = cubins
+            .iter()
+            .map(|c| (*c, Some(ComputeCapability::new(c.major + 1, 0))))
+            .chain(ptx.iter().map(|p| (*p, None)))
+            .collect();
+        ranges.sort();
+        let mut merged: Vec<(ComputeCapability, Option<ComputeCapability>)> = Vec::new();
+        for (low, below) in ranges {
+            match merged.last_mut() {
+                // Overlapping or adjacent (`below` is exclusive): one range.
+                Some((_, last)) if last.is_none_or(|end| low <= end) => {
+                    *last = match (*last, below) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        _ => None,
+                    };
+                }
+                _ => merged.push((low, below)),
+            }
+        }
+        let terms = merged
+            .into_iter()
+            .map(|(low, below)| {
+                let except = TEGRA
+                    .iter()
+                    .copied()
+                    .filter(|t| *t >= low && below.is_none_or(|b| *t < b) && !admits(*t))
+                    .collect();
+                ArchTerm { low, below, except }
+            })
+            .collect();
+        Self(terms)
+    }
+
+    /// Whether no compute capability is in the set.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The set in words: `7.0 <= cc < 10.0 except 7.2, 8.7 (Tegra); cc >= 12.0`.
+    pub fn describe(&self) -> String {
+        self.0
+            .iter()
+            .map(|t| {
+                let range = match t.below {
+                    Some(b) => format!("{} <= cc < {b}", t.low),
+                    None => format!("cc >= {}", t.low),
+                };
+                if t.except.is_empty() {
+                    range
+                } else {
+                    let list = t.except.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+                    format!("{range} except {list} (Tegra)")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Each term with `factors` (comma-separated, ANDed) appended: the set intersected with them.
+    pub fn and(&self, factors: &str) -> String {
+        self.0
+            .iter()
+            .map(|t| if factors.is_empty() { t.to_string() } else { format!("{t},{factors}") })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+impl fmt::Display for ArchSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.and(""))
+    }
+}
+
+/// The GPU code of the stack's torch build, from the knowledge base (the build at hand is read
+/// at build time instead, [`crate::fatbin`]); `None` without torch or for a build the table does
+/// not know.
+pub fn torch_code(packages: &[Package<'_>]) -> Option<GpuCode> {
+    let platform = packages.iter().find(|p| p.name == "torch")?.platform;
+    torch_variant(packages).map(|(release, variant)| GpuCode::from_variant(release, variant, platform))
+}
+
 /// The oldest driver that runs the stack's CUDA libraries, as [`requirements`] demands it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DriverFloor {
     /// The stack's CUDA version ([`stack_cuda`]).
     pub cuda: CudaVersion,
-    /// The oldest driver.
+    /// The oldest driver on which the stack runs on some GPU.
     pub driver: DriverVersion,
-    /// `true`: the minor-version compatibility minimum of the CUDA major; `false`: the
-    /// toolkit's own minimum, because the torch build carries PTX that the driver JIT-compiles.
+    /// `true`: `driver` is the minor-version compatibility minimum of the CUDA major, enough for
+    /// GPUs that run the build's cubins; `false`: the toolkit's own minimum, because every GPU
+    /// needs the JIT of the build's PTX (or the major is unknown).
     pub minor_compat: bool,
-    /// Where the figure comes from.
+    /// The toolkit's own minimum (CUDA release notes, table 3), which GPUs that JIT-compile PTX
+    /// need (PTX newer than the driver's does not compile).
+    pub toolkit_driver: DriverVersion,
+    /// Where the figures come from.
     pub source: String,
+    /// Set when the CUDA release is newer than the table: the newest known toolkit's minimum
+    /// stands in, a lower bound; the text says so.
+    pub estimated: Option<String>,
 }
 
-/// The oldest driver that runs the stack's CUDA libraries; `None` without CUDA or for a CUDA
-/// release the knowledge base does not know.
+/// The toolkit minimum, the minor-compatibility minimum (if the major is known), their source,
+/// and the warning for a release newer than the table (whose newest row stands in).
+fn driver_rows(cuda: &CudaVersion) -> Option<(DriverVersion, Option<DriverVersion>, String, Option<String>)> {
+    if let Some(row) = kb::cuda_min_driver(cuda) {
+        return Some((row.toolkit_driver, Some(row.minor_compat_driver), row.source, None));
+    }
+    let newest = kb::cuda_toolkits().iter().max_by(|a, b| a.cuda.cmp(&b.cuda))?;
+    if cuda.major_minor() <= newest.cuda.major_minor() {
+        // A release inside the table's span that it lacks (there is no 12.7 toolkit).
+        return None;
+    }
+    let last_update = newest.updates.iter().map(|u| (&u.cuda, &u.driver)).max_by(|a, b| a.0.cmp(b.0));
+    let (known, driver) = last_update.unwrap_or((&newest.cuda, &newest.driver));
+    let minor = kb::minor_compat(cuda.part(0));
+    let (major, minor_v) = cuda.major_minor();
+    let warning = format!(
+        "CUDA {major}.{minor_v} is newer than the knowledge base's driver table: the minimum of CUDA {known} \
+         (driver>={driver}) stands in as a lower bound, and the release's own minimum may be higher"
+    );
+    let source = match minor {
+        Some(m) => format!("{}; {}", newest.source, m.source),
+        None => newest.source.clone(),
+    };
+    Some((driver.clone(), minor.map(|m| m.driver.clone()), source, Some(warning)))
+}
+
+/// The oldest driver that runs the stack's CUDA libraries with the torch build of the knowledge
+/// base; `None` without CUDA or for a CUDA release inside the table's span that it lacks.
 pub fn driver_floor(packages: &[Package<'_>]) -> Option<DriverFloor> {
+    driver_floor_with(packages, torch_code(packages).as_ref())
+}
+
+/// [`driver_floor`] with the torch build's GPU code `code` (read from its fat binaries).
+///
+/// Minor-version compatibility (CUDA compatibility guide, table 2): an application built with
+/// 12.x runs on any driver >= the major's minimum, unless it JIT-compiles PTX newer than the
+/// driver. So GPUs that run a cubin need only that minimum; GPUs reached only through PTX need
+/// the toolkit's own driver.
+pub fn driver_floor_with(packages: &[Package<'_>], code: Option<&GpuCode>) -> Option<DriverFloor> {
     let cuda = stack_cuda(packages)?;
-    let row = kb::cuda_min_driver(&cuda)?;
-    let ptx = torch_variant(packages).is_some_and(|(_, v)| v.ptx);
-    // Minor-version compatibility (CUDA compatibility guide): an application built with 12.x
-    // runs on any driver >= the major's minimum, unless it JIT-compiles PTX newer than the driver.
-    let driver = if ptx { row.toolkit_driver } else { row.minor_compat_driver };
-    Some(DriverFloor { cuda, driver, minor_compat: !ptx, source: row.source })
+    let (toolkit_driver, minor, source, estimated) = driver_rows(&cuda)?;
+    let cubins = code.is_none_or(|c| !c.cubins.is_empty());
+    let (driver, minor_compat) = match minor {
+        Some(m) if cubins => (m, true),
+        _ => (toolkit_driver.clone(), false),
+    };
+    Some(DriverFloor { cuda, driver, minor_compat, toolkit_driver, source, estimated })
 }
 
-/// The compute capabilities a torch build has code for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ArchSpan {
-    /// The lowest architecture with a cubin.
-    pub low: ComputeCapability,
-    /// The highest architecture with a cubin (and with PTX, when `below` is `None`).
-    pub high: ComputeCapability,
-    /// The first architecture without code (exclusive bound), when the build has no PTX: a cubin
-    /// runs on GPUs of its major and a higher minor, never across majors.
-    pub below: Option<ComputeCapability>,
-}
-
-/// The architectures `variant` has code for; `None` for an empty arch list.
-pub fn arch_span(variant: &kb::TorchVariant) -> Option<ArchSpan> {
-    let (low, high) = (*variant.arch.first()?, *variant.arch.last()?);
-    let below = (!variant.ptx).then(|| ComputeCapability::new(high.major + 1, 0));
-    Some(ArchSpan { low, high, below })
-}
-
-/// Every requirement of the image, with reasons.
+/// Every requirement of the image, with reasons, with the torch build's GPU code from the
+/// knowledge base.
 pub fn requirements(packages: &[Package<'_>], host: &HostRules) -> Vec<DerivedRequirement> {
+    requirements_with(packages, host, torch_code(packages).as_ref())
+}
+
+/// Every requirement of the image, with reasons; `code`: the torch build's GPU code (from its
+/// fat binaries at build time, else the knowledge base), `None` when unknown.
+pub fn requirements_with(
+    packages: &[Package<'_>],
+    host: &HostRules,
+    code: Option<&GpuCode>,
+) -> Vec<DerivedRequirement> {
     let mut out = Vec::new();
-    let torch = torch_variant(packages);
-    let cuda = stack_cuda(packages);
-    if let Some(cuda) = &cuda {
-        let (major, minor) = cuda.major_minor();
-        let floor = driver_floor(packages);
-        let mut reasons = vec![format!("CUDA {major}.{minor} libraries in the image")];
-        let expr = if let Some(floor) = floor.as_ref().filter(|f| f.minor_compat) {
-            reasons.push(format!(
-                "driver>={}: CUDA {major}.{minor} libraries, minor-version compatibility ({})",
-                floor.driver, floor.source
-            ));
-            format!("cuda>={major}.{minor} driver>={}", floor.driver)
-        } else {
-            if torch.is_some_and(|(_, v)| v.ptx) {
-                reasons
-                    .push("the torch wheels carry PTX, which needs a driver of the full CUDA version".into());
-            }
-            format!("cuda>={major}.{minor}")
-        };
-        out.push(DerivedRequirement { variable: "NVIDIA_REQUIRE_CUDA".into(), expr, reasons });
+    if let Some(req) = cuda_requirement(packages, code) {
+        out.push(req);
     }
-    let mut arch_factors = Vec::new();
-    let mut arch_reasons = Vec::new();
-    if let Some((release, variant)) = torch {
-        if let Some(span) = arch_span(variant) {
-            let low = span.low;
-            arch_factors.push(format!("arch>={low}"));
-            let list = variant.arch.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
-            match span.below {
-                None => arch_reasons.push(format!(
-                    "arch>={low}: torch {}+{} wheels carry cubins for {list} and PTX for {}",
-                    release.version, variant.tag, span.high
-                )),
-                Some(next) => {
-                    arch_factors.push(format!("arch<{next}"));
-                    arch_reasons.push(format!(
-                        "arch {low}-{}.x: torch {}+{} wheels carry cubins for {list} and no PTX",
-                        span.high.major, release.version, variant.tag
-                    ));
-                }
-            }
-        }
-    }
+    let host_arch = host.expressions().into_iter().find(|(rule, _)| *rule == "arch").map(|(_, e)| e);
     for (rule, expr) in host.expressions() {
-        if rule == "arch" {
-            arch_factors.push(expr);
-            arch_reasons.push("[host] arch rule of the recipe".into());
-            continue;
-        }
         let variable = match rule {
+            "arch" => continue,
             "kernel_deny" => "STACKBUILD_REQUIRE_KERNEL",
             "modules" | "modules_deny" => "STACKBUILD_REQUIRE_MODULES",
             "gpus" => "STACKBUILD_REQUIRE_GPUS",
@@ -173,13 +481,87 @@ pub fn requirements(packages: &[Package<'_>], host: &HostRules) -> Vec<DerivedRe
             out.push(DerivedRequirement { variable: variable.into(), expr, reasons: vec![reason] });
         }
     }
-    if !arch_factors.is_empty() {
-        out.push(DerivedRequirement {
-            variable: "STACKBUILD_REQUIRE_ARCH".into(),
-            expr: arch_factors.join(","),
-            reasons: arch_reasons,
-        });
+    let set = code.map(GpuCode::arch_set).filter(|s| !s.is_empty());
+    let mut reasons = Vec::new();
+    let expr = match (&set, host_arch) {
+        (Some(set), host) => {
+            reasons.extend(arch_reasons(packages, code, set));
+            if host.is_some() {
+                reasons.push("[host] arch rule of the recipe (ANDed with each term)".into());
+            }
+            Some(set.and(host.as_deref().unwrap_or("")))
+        }
+        (None, Some(host)) => {
+            reasons.push("[host] arch rule of the recipe".into());
+            Some(host)
+        }
+        (None, None) => None,
+    };
+    if let Some(expr) = expr {
+        out.push(DerivedRequirement { variable: "STACKBUILD_REQUIRE_ARCH".into(), expr, reasons });
     }
+    out
+}
+
+/// `NVIDIA_REQUIRE_CUDA`: `cuda>=X.Y` (a driver of the full release), or the minor-version
+/// compatibility minimum on the GPUs that run a cubin.
+fn cuda_requirement(packages: &[Package<'_>], code: Option<&GpuCode>) -> Option<DerivedRequirement> {
+    let cuda = stack_cuda(packages)?;
+    let (major, minor) = cuda.major_minor();
+    let mut reasons = vec![format!("CUDA {major}.{minor} libraries in the image")];
+    let floor = driver_floor_with(packages, code);
+    if let Some(warning) = floor.as_ref().and_then(|f| f.estimated.as_ref()) {
+        reasons.push(format!("warning: {warning}"));
+    }
+    let expr = match floor.as_ref().filter(|f| f.minor_compat) {
+        Some(floor) => {
+            let compat = format!(
+                "driver>={}: CUDA {major}.{minor} libraries, minor-version compatibility ({})",
+                floor.driver, floor.source
+            );
+            match code.filter(|c| !c.ptx.is_empty()) {
+                Some(code) => {
+                    let cubins = code.cubin_set();
+                    reasons.push(format!(
+                        "{compat}, on GPUs that run one of the torch build's cubins ({})",
+                        cubins.describe()
+                    ));
+                    reasons.push(format!(
+                        "cuda>={major}.{minor} on the others: they JIT-compile the build's PTX, which needs a \
+                         driver of the full CUDA version"
+                    ));
+                    let terms: Vec<String> =
+                        cubins.0.iter().map(|t| format!("driver>={},{t}", floor.driver)).collect();
+                    format!("cuda>={major}.{minor} {}", terms.join(" "))
+                }
+                None => {
+                    reasons.push(compat);
+                    format!("cuda>={major}.{minor} driver>={}", floor.driver)
+                }
+            }
+        }
+        None => {
+            if code.is_some_and(|c| c.cubins.is_empty() && !c.ptx.is_empty()) {
+                reasons.push("the torch build carries only PTX, which needs a driver of the full CUDA version".into());
+            }
+            format!("cuda>={major}.{minor}")
+        }
+    };
+    Some(DerivedRequirement { variable: "NVIDIA_REQUIRE_CUDA".into(), expr, reasons })
+}
+
+/// Why the arch set is what it is.
+fn arch_reasons(packages: &[Package<'_>], code: Option<&GpuCode>, set: &ArchSet) -> Vec<String> {
+    let Some(code) = code else { return Vec::new() };
+    let torch = packages.iter().find(|p| p.name == "torch").map_or_else(String::new, |p| format!("torch {} ", p.version));
+    let mut out = vec![format!("{torch}carries {} ({})", code.describe(), code.from)];
+    out.push(format!("it runs on {}", set.describe()));
+    out.push(
+        "a cubin for X.y runs on X.z (z >= y) of discrete GPUs, never across majors; Tegra SoCs (5.3 6.2 7.2 8.7 \
+         10.1 11.0) need their own cubin; PTX for X.y is JIT-compiled for any cc >= X.y (CUDA C++ Programming \
+         Guide, binary and PTX compatibility)"
+            .into(),
+    );
     out
 }
 
@@ -189,6 +571,39 @@ mod tests {
 
     fn v(s: &str) -> PackageVersion {
         s.parse().unwrap()
+    }
+
+    fn cc(s: &str) -> ComputeCapability {
+        s.parse().unwrap()
+    }
+
+    fn code(cubins: &[&str], ptx: &[&str]) -> GpuCode {
+        GpuCode {
+            cubins: cubins.iter().map(|s| cc(s)).collect(),
+            ptx: ptx.iter().map(|s| cc(s)).collect(),
+            from: "test".into(),
+        }
+    }
+
+    /// Evaluates an `arch` expression (terms ORed, factors ANDed) for one compute capability.
+    fn admits(expr: &str, gpu: ComputeCapability) -> bool {
+        expr.split(' ').any(|term| {
+            term.split(',').all(|factor| {
+                let factor = factor.strip_prefix("arch").unwrap();
+                let (op, value) = ["!=", ">=", "<"].iter().find_map(|op| Some((*op, factor.strip_prefix(op)?))).unwrap();
+                let value = cc(value);
+                match op {
+                    "!=" => gpu != value,
+                    ">=" => gpu >= value,
+                    _ => gpu < value,
+                }
+            })
+        })
+    }
+
+    /// Every compute capability from 3.0 to 15.9.
+    fn all_ccs() -> impl Iterator<Item = ComputeCapability> {
+        (3..16).flat_map(|major| (0..10).map(move |minor| ComputeCapability::new(major, minor)))
     }
 
     #[test]
@@ -214,25 +629,121 @@ mod tests {
         }
     }
 
-    /// torch 2.7.0+cu128 carries PTX: no upper arch bound, and the toolkit's own driver.
+    /// torch 2.7.0+cu128 carries cubins for 7.5 to 10.0 and 12.0, and PTX for 12.0: GPUs with a
+    /// cubin need only the minor-version compatibility driver, the JIT path (13.0 and up) the
+    /// toolkit's; 11.0 (Thor) has neither.
     #[test]
-    fn ptx_build_needs_the_toolkit_driver() {
+    fn ptx_raises_the_driver_floor_only_for_jit_gpus() {
         let t = v("2.7.0+cu128");
         let packages = [Package { name: "torch", version: &t, platform: Platform::LinuxAmd64 }];
         let floor = driver_floor(&packages).unwrap();
         assert_eq!(
-            (floor.cuda.as_str(), floor.driver.as_str(), floor.minor_compat),
-            ("12.8", "570.26", false)
+            (floor.cuda.as_str(), floor.driver.as_str(), floor.minor_compat, floor.toolkit_driver.as_str()),
+            ("12.8", "525.60.13", true, "570.26")
         );
         let reqs = requirements(&packages, &HostRules::default());
         let exprs: Vec<&str> = reqs.iter().map(|r| r.expr.as_str()).collect();
-        assert_eq!(exprs, ["cuda>=12.8", "arch>=7.5"]);
-        let (_, variant) = torch_variant(&packages).unwrap();
-        let span = arch_span(variant).unwrap();
         assert_eq!(
-            (span.low.to_string(), span.high.to_string(), span.below),
-            ("7.5".into(), "12.0".into(), None)
+            exprs,
+            [
+                "cuda>=12.8 driver>=525.60.13,arch>=7.5,arch<11.0,arch!=8.7,arch!=10.1 \
+                 driver>=525.60.13,arch>=12.0,arch<13.0",
+                "arch>=7.5,arch<11.0,arch!=8.7,arch!=10.1 arch>=12.0"
+            ]
         );
+        for r in &reqs {
+            stackhook::contract::require::Expr::parse(&r.expr).unwrap();
+        }
+    }
+
+    /// Cubins 8.0, 8.6, 9.0 and PTX 9.0: Orin (8.7) has no cubin of its own; 8.9 runs the 8.6
+    /// cubin; 10.0 and 12.0 only through the JIT.
+    #[test]
+    fn arch_set_is_exact() {
+        let c = code(&["8.0", "8.6", "9.0"], &["9.0"]);
+        assert!(!c.runs_on(cc("8.7")));
+        assert!(c.cubin_runs_on(cc("8.9")));
+        assert!(!c.cubin_runs_on(cc("10.0")) && c.runs_on(cc("10.0")));
+        assert!(!c.runs_on(cc("7.5")));
+        let set = c.arch_set().to_string();
+        assert_eq!(set, "arch>=8.0,arch!=8.7");
+        assert_eq!(c.cubin_set().to_string(), "arch>=8.0,arch<10.0,arch!=8.7");
+        for (name, c) in [
+            ("ptx", c),
+            ("cubins", code(&["5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0"], &[])),
+            ("gap", code(&["7.5", "8.0", "8.6", "9.0", "10.0"], &["12.0"])),
+            ("tegra", code(&["7.2", "8.7"], &[])),
+            ("ptx-only", code(&[], &["8.0"])),
+            ("thor", code(&["8.0", "9.0", "10.0", "11.0", "12.0"], &["12.0"])),
+        ] {
+            let set = c.arch_set().to_string();
+            stackhook::contract::require::Expr::parse(&set).unwrap();
+            for gpu in all_ccs() {
+                assert_eq!(admits(&set, gpu), c.runs_on(gpu), "{name}: {set} at {gpu}");
+            }
+            let cubins = c.cubin_set().to_string();
+            for gpu in all_ccs() {
+                assert_eq!(!cubins.is_empty() && admits(&cubins, gpu), c.cubin_runs_on(gpu), "{name}: {cubins}");
+            }
+        }
+        assert_eq!(code(&["7.2", "8.7"], &[]).arch_set().to_string(), "arch>=7.2,arch<8.0 arch>=8.7,arch<9.0");
+        assert_eq!(
+            code(&["5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0"], &[]).arch_set().to_string(),
+            "arch>=5.0,arch<10.0,arch!=5.3,arch!=6.2,arch!=7.2,arch!=8.7"
+        );
+    }
+
+    /// A PTX-only build needs the toolkit's own driver everywhere.
+    #[test]
+    fn ptx_only_needs_the_toolkit_driver() {
+        let rt = v("12.8.57");
+        let packages = [Package { name: "nvidia-cuda-runtime-cu12", version: &rt, platform: Platform::LinuxAmd64 }];
+        let c = code(&[], &["8.0"]);
+        let floor = driver_floor_with(&packages, Some(&c)).unwrap();
+        assert!(!floor.minor_compat);
+        assert_eq!(floor.driver.as_str(), "570.26");
+        let reqs = requirements_with(&packages, &HostRules::default(), Some(&c));
+        assert_eq!(reqs[0].expr, "cuda>=12.8");
+        assert_eq!(reqs[1].expr, "arch>=8.0");
+    }
+
+    /// CUDA 13 wheels have no `-cu13` suffix; `cuda-toolkit` alone names the release too.
+    #[test]
+    fn cuda_13_runtime_whatever_its_name() {
+        let (rt, tk) = (v("13.0.96"), v("13.0.2"));
+        for name in ["nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13"] {
+            let packages = [Package { name, version: &rt, platform: Platform::LinuxAmd64 }];
+            assert_eq!(cuda_runtime(&packages).unwrap().major_minor(), (13, 0), "{name}");
+        }
+        let packages = [Package { name: "cuda-toolkit", version: &tk, platform: Platform::LinuxArm64 }];
+        assert_eq!(cuda_runtime(&packages).unwrap().as_str(), "13.0.2");
+        assert_eq!(library_component("nvidia-cublas"), Some("cublas"));
+        assert_eq!(library_component("nvidia-cublas-cu12"), Some("cublas"));
+        assert_eq!(library_component("nvidia-ml-py"), None);
+        assert_eq!(library_component("nvidia-cudnn-cu13"), Some("cudnn"));
+        let cublas = v("13.1.0.3");
+        assert_eq!(library_release("nvidia-cublas", &cublas).unwrap().major_minor(), (13, 0));
+        let packages = [Package { name: "nvidia-cuda-runtime", version: &rt, platform: Platform::LinuxAmd64 }];
+        let reqs = requirements(&packages, &HostRules::default());
+        assert_eq!(reqs[0].expr, "cuda>=13.0 driver>=580");
+    }
+
+    /// A CUDA newer than the driver table: the newest known floor stands in, with a warning.
+    #[test]
+    fn newer_cuda_gets_the_newest_floor_and_a_warning() {
+        let rt = v("13.9.10");
+        let packages = [Package { name: "nvidia-cuda-runtime", version: &rt, platform: Platform::LinuxAmd64 }];
+        let floor = driver_floor(&packages).unwrap();
+        assert!(floor.estimated.is_some());
+        let newest = kb::cuda_toolkits().last().unwrap();
+        assert!(floor.toolkit_driver >= newest.driver);
+        let reqs = requirements(&packages, &HostRules::default());
+        assert!(reqs[0].reasons.iter().any(|r| r.starts_with("warning: CUDA 13.9 is newer")), "{reqs:?}");
+        let rt = v("14.1.5");
+        let packages = [Package { name: "nvidia-cuda-runtime", version: &rt, platform: Platform::LinuxAmd64 }];
+        let floor = driver_floor(&packages).unwrap();
+        assert!(!floor.minor_compat && floor.estimated.is_some());
+        assert_eq!(requirements(&packages, &HostRules::default())[0].expr, "cuda>=14.1");
     }
 
     #[test]

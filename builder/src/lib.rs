@@ -26,6 +26,7 @@ pub mod build;
 pub mod cache;
 pub mod check;
 pub mod derive;
+pub mod fatbin;
 pub mod fetch;
 pub mod layer;
 pub mod load;

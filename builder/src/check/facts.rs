@@ -120,12 +120,17 @@ impl Requires {
 
 impl TorchFacts {
     /// The knowledge base's view of torch `version` for `target`. The table's pins are those
-    /// of the Linux `x86_64` wheel (their markers name `x86_64`), so other platforms get none.
+    /// of the Linux `x86_64` wheel; before torch 2.11 their markers name `x86_64`, so aarch64
+    /// gets them only for builds that publish an aarch64 CUDA wheel (markers `platform_system ==
+    /// "Linux"` only, PyPI metadata of torch 2.11).
     fn new(version: PackageVersion, target: &Target) -> Self {
         let release = kb::torch_release(&version);
         let variant = release.and_then(|r| derive::torch_build(r, &version, target.platform));
+        let pins_apply = |v: &kb::TorchVariant| {
+            target.platform == Platform::LinuxAmd64 || !v.aarch64_arch.is_empty()
+        };
         let (requires, requires_from) = match variant {
-            Some(v) if !v.pins.is_empty() && target.platform == Platform::LinuxAmd64 => {
+            Some(v) if !v.pins.is_empty() && pins_apply(v) => {
                 let pins = v
                     .pins
                     .iter()
@@ -163,14 +168,21 @@ impl TorchFacts {
         Some((format!("nvidia-cudnn-cu{}", v.cuda.part(0)), version, "per the knowledge base".into()))
     }
 
-    pub fn describe(&self) -> TorchBuild {
+    /// The build's GPU code per the knowledge base, for `platform`.
+    pub fn code(&self, platform: Platform) -> Option<derive::GpuCode> {
+        Some(derive::GpuCode::from_variant(self.release?, self.variant?, platform))
+    }
+
+    pub fn describe(&self, platform: Platform) -> TorchBuild {
+        let code = self.code(platform);
         TorchBuild {
             version: self.version.to_string(),
             variant: self.variant.map(|v| v.tag.clone()),
             cuda: self.variant.map(|v| v.cuda.to_string()),
             cudnn: self.cudnn().map(|(_, v, _)| v.to_string()),
-            arch: self.variant.map(|v| v.arch.iter().map(ToString::to_string).collect()).unwrap_or_default(),
-            ptx: self.variant.is_some_and(|v| v.ptx),
+            arch: code.as_ref().map(|c| c.cubins.iter().map(ToString::to_string).collect()).unwrap_or_default(),
+            ptx: code.as_ref().is_some_and(|c| !c.ptx.is_empty()),
+            runs_on: code.as_ref().map(|c| c.arch_set().describe()),
             requires_from: self.requires_from.as_ref().map(|r| match r {
                 Requires::Wheel(file) => format!("Requires-Dist of {file}"),
                 Requires::Kb(source) => format!("knowledge base: {source}"),
@@ -458,48 +470,11 @@ fn requires_dist(text: &str) -> Vec<String> {
     out
 }
 
-/// The CUDA release (`major`, `minor`) a CUDA library wheel (`nvidia-*-cu11`, `-cu12`, ...)
-/// belongs to, where its version tells.
-///
-/// The runtime, NVRTC, CUPTI, NVTX, nvJitLink and nvcc wheels carry the toolkit's own numbering
-/// (`12.1.105` is CUDA 12.1); cuBLAS, cuFFT, cuRAND, cuSOLVER and cuSPARSE have their own
-/// numbers, which the knowledge base's component table maps to releases. cuDNN, NCCL,
-/// cuSPARSELt and the others are versioned apart from CUDA and answer `None`.
+/// The CUDA release (`major`, `minor`) a CUDA library wheel (`nvidia-*-cu12`, or the
+/// suffix-less `nvidia-*` of CUDA 13) belongs to, where its version tells
+/// ([`derive::library_release`]).
 pub(crate) fn library_cuda(name: &str, version: &PackageVersion) -> Option<(u64, u64)> {
-    let component = library_component(name)?;
-    let release = version.release();
-    match component {
-        "cuda-runtime" | "cuda-nvrtc" | "cuda-cupti" | "nvtx" | "nvjitlink" | "cuda-nvcc" => {
-            Some((*release.first()?, *release.get(1)?))
-        }
-        _ => {
-            let text = version.to_string();
-            kb::all_cuda_components()
-                .iter()
-                .find(|row| component_version(row, component) == Some(text.as_str()))
-                .map(|row| row.cuda.major_minor())
-        }
-    }
+    derive::library_release(name, version).map(|c| c.major_minor())
 }
 
-/// `nvidia-cuda-runtime-cu12` -> `cuda-runtime`; `None` for other names.
-pub(crate) fn library_component(name: &str) -> Option<&str> {
-    let rest = name.strip_prefix("nvidia-")?;
-    let (component, major) = rest.rsplit_once("-cu")?;
-    (!major.is_empty() && major.bytes().all(|b| b.is_ascii_digit())).then_some(component)
-}
-
-/// A component's version in a row of the component table, by wheel component name.
-pub(crate) fn component_version<'a>(row: &'a kb::CudaComponents, component: &str) -> Option<&'a str> {
-    Some(match component {
-        "cuda-runtime" => &row.cudart,
-        "cublas" => &row.cublas,
-        "cufft" => &row.cufft,
-        "curand" => &row.curand,
-        "cusolver" => &row.cusolver,
-        "cusparse" => &row.cusparse,
-        "cuda-nvrtc" => &row.nvrtc,
-        "nvjitlink" => return row.nvjitlink.as_deref(),
-        _ => return None,
-    })
-}
+pub(crate) use derive::{component_version, library_component};

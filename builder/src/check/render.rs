@@ -134,6 +134,10 @@ fn stack_text(out: &mut String, stack: &PlatformStack) {
         return;
     }
     let _ = writeln!(out, "host requirements (what the build writes into the image):");
+    if stack.requirements.iter().any(|r| r.expr.contains(' ')) {
+        // NVIDIA's requirement language (libnvidia-container src/cli/dsl.c).
+        let _ = writeln!(out, "  (space-separated terms are alternatives; comma-separated factors must all hold)");
+    }
     for r in &stack.requirements {
         wrap(out, "  ", "    ", &format!("{}={}", r.variable, r.expr));
         for reason in &r.reasons {
@@ -157,6 +161,10 @@ fn torch_rows(out: &mut String, t: &TorchBuild) {
     }
     let build = if build.is_empty() { String::new() } else { format!(" ({})", build.join("; ")) };
     row(out, "torch", &format!("{}{build}", t.version));
+    match &t.runs_on {
+        Some(set) => row(out, "", &format!("runs on compute capability {set}")),
+        None => row(out, "", "its GPU architectures are read from its fat binaries at build time"),
+    }
     if let Some(from) = &t.requires_from {
         // The knowledge base's full source is in --json; the text names the kind of source.
         let from = if from.starts_with("knowledge base") { "the knowledge base" } else { from };

@@ -59,6 +59,7 @@ pub(super) fn run(f: &Facts<'_>, resolved: bool) -> Vec<Finding> {
     companions(f, &mut out);
     host_driver(f, &mut out);
     host_arch(f, &mut out);
+    unknown_cuda(f, &mut out);
     mixed_cuda_minor(f, &mut out);
     out.list
 }
@@ -106,11 +107,22 @@ fn torch_known(f: &Facts<'_>, resolved: bool, out: &mut Findings) {
                 Severity::Note,
                 FindingKind::UnknownTorch,
                 None,
-                format!(
-                    "torch {} is not in the knowledge base{span}: the checks of its CUDA build, cuDNN, \
-                     Python, NumPy and companions were skipped",
-                    t.version
-                ),
+                if resolved {
+                    format!(
+                        "torch {} is not in the knowledge base{span}: its CUDA and cuDNN are checked from the \
+                         wheels its metadata requires (the resolved CUDA runtime and cuDNN wheels); its GPU \
+                         architectures are read from the fat binaries of its libraries at build time; the checks \
+                         of its Python range, NumPy and companions were skipped",
+                        t.version
+                    )
+                } else {
+                    format!(
+                        "torch {} is not in the knowledge base{span} and the stack is not resolved: its CUDA, \
+                         cuDNN, Python, NumPy and companions were not checked (a resolution reads them from its \
+                         wheels' metadata; its GPU architectures are read at build time)",
+                        t.version
+                    )
+                },
                 None,
             );
         }
@@ -247,7 +259,10 @@ fn torch_variant(f: &Facts<'_>, out: &mut Findings) {
     if ships.major_minor() == cv.major_minor() {
         return;
     }
-    let evidence = match f.packages.iter().find(|p| p.name.starts_with("nvidia-cuda-runtime-cu")) {
+    let runtime = |p: &&super::StackPackage| {
+        library_component(&p.name) == Some("cuda-runtime") || p.name == "cuda-toolkit"
+    };
+    let evidence = match f.packages.iter().find(runtime) {
         Some(p) => f.named(p),
         None => f.torch.as_ref().map_or_else(String::new, |t| format!("the build of {}", t.display())),
     };
@@ -277,7 +292,12 @@ fn names_version(wanted: &PackageVersion, actual: &PackageVersion) -> bool {
 /// cuDNN other than the one torch was built against.
 fn cudnn(f: &Facts<'_>, resolved: bool, out: &mut Findings) {
     let Some(t) = &f.torch else { return };
-    let Some((wheel, want, from)) = t.cudnn() else { return };
+    // A torch the table does not know: the cuDNN wheel its metadata made the resolver pick.
+    let resolved_cudnn = || {
+        let p = f.packages.iter().find(|p| p.name.starts_with("nvidia-cudnn-cu")).filter(|_| resolved)?;
+        Some((p.name.clone(), p.version.clone(), "the cuDNN wheel its Requires-Dist resolved to".to_owned()))
+    };
+    let Some((wheel, want, from)) = t.cudnn().or_else(resolved_cudnn) else { return };
     let torch = t.display();
     let consequence = "a process must load the cuDNN its torch was built against: another one gives wrong \
                        results (NaNs) or undefined symbols, not a clean error";
@@ -455,7 +475,7 @@ fn companions(f: &Facts<'_>, out: &mut Findings) {
             Some(tp) => f.named(tp),
             None => t.display(),
         };
-        let matching = t.release.map(|r| field(r).to_owned());
+        let matching = t.release.map(|r| field(r).to_owned()).filter(|m| !m.is_empty());
         let fix = match &matching {
             Some(m) => format!("pin {name}=={m} (the release for torch {base}), or torch=={}", wants.version),
             None => format!("pin torch=={}, or the {name} release of torch {base}", wants.version),
@@ -497,8 +517,10 @@ fn host_driver(f: &Facts<'_>, out: &mut Findings) {
             "the minimum of every CUDA {}.x application under minor-version compatibility",
             floor.cuda.part(0)
         )
+    } else if floor.estimated.is_some() {
+        format!("the newest known toolkit minimum, a lower bound for CUDA {cuda}")
     } else {
-        format!("the CUDA {cuda} toolkit's own minimum, as the torch build JIT-compiles PTX")
+        format!("the CUDA {cuda} toolkit's own minimum, as the torch build has only PTX to JIT-compile")
     };
     let others: Vec<String> = [11, 12, 13]
         .into_iter()
@@ -524,18 +546,18 @@ fn host_driver(f: &Facts<'_>, out: &mut Findings) {
     );
 }
 
+/// Every compute capability a `[host] arch` range could name (1.0 to 20.9).
+fn all_compute_capabilities() -> impl Iterator<Item = ComputeCapability> {
+    (1..=20).flat_map(|major| (0..10).map(move |minor| ComputeCapability::new(major, minor)))
+}
+
 /// A `[host] arch` range that admits no GPU the torch build has code for.
 fn host_arch(f: &Facts<'_>, out: &mut Findings) {
     let Some(range) = &f.recipe.host.arch else { return };
     let packages = f.derive_packages();
     let Some((release, variant)) = derive::torch_variant(&packages) else { return };
-    let Some(span) = derive::arch_span(variant) else { return };
-    let mut comparisons = range.comparisons.clone();
-    comparisons.push(Comparison { op: Op::Ge, value: span.low });
-    if let Some(below) = span.below {
-        comparisons.push(Comparison { op: Op::Lt, value: below });
-    }
-    if (VersionRange { comparisons }).is_satisfiable() {
+    let code = derive::GpuCode::from_variant(release, variant, f.platform);
+    if all_compute_capabilities().any(|cc| range.contains(&cc) && code.runs_on(cc)) {
         return;
     }
     // Known GPUs in the range, by compute capability, for the message and the fix.
@@ -548,11 +570,6 @@ fn host_arch(f: &Facts<'_>, out: &mut Findings) {
     if ccs.is_empty() {
         ccs.extend(range.comparisons.iter().filter(|c| matches!(c.op, Op::Ge | Op::Eq)).map(|c| c.value));
     }
-    let list = variant.arch.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
-    let code = match span.below {
-        Some(_) => format!("cubins for {list} and no PTX"),
-        None => format!("cubins for {list} and PTX for {}", span.high),
-    };
     let on = if gpus.is_empty() {
         format!("compute capability {range}")
     } else {
@@ -572,7 +589,10 @@ fn host_arch(f: &Facts<'_>, out: &mut Findings) {
     let newer = (!ccs.is_empty())
         .then(|| {
             kb::torch_releases().iter().find_map(|r| {
-                let v = r.variants.iter().find(|v| ccs.iter().all(|&cc| v.runs_on(cc)))?;
+                let v = r.variants.iter().find(|v| {
+                    let c = derive::GpuCode::from_variant(r, v, f.platform);
+                    ccs.iter().all(|&cc| c.runs_on(cc))
+                })?;
                 Some(format!(
                     "torch {}+{} has code for {}",
                     r.version,
@@ -582,21 +602,32 @@ fn host_arch(f: &Facts<'_>, out: &mut Findings) {
             })
         })
         .flatten();
-    let span_text = match span.below {
-        Some(_) => format!("{}-{}.x", span.low, span.high.major),
-        None => format!(">={}", span.low),
-    };
+    let span_text = code.arch_set().describe();
     out.error(
         FindingKind::HostArch,
         None,
         format!(
-            "[host] arch = \"{range}\" admits only GPUs that {torch} has no code for: its wheels carry {code}, so \
-             on {on} every kernel launch fails with \"no kernel image is available for execution on the device\""
+            "[host] arch = \"{range}\" admits only GPUs that {torch} has no code for: its wheels carry {}, so \
+             on {on} every kernel launch fails with \"no kernel image is available for execution on the device\"",
+            code.describe()
         ),
         match newer {
             Some(n) => format!("use a torch built for these GPUs ({n}), or let [host] arch include {span_text}"),
             None => format!("let [host] arch include {span_text}, the GPUs {torch} runs on"),
         },
+    );
+}
+
+/// A CUDA release newer than the knowledge base's driver table: its floor is a lower bound.
+fn unknown_cuda(f: &Facts<'_>, out: &mut Findings) {
+    let Some(floor) = derive::driver_floor(&f.derive_packages()) else { return };
+    let Some(warning) = floor.estimated else { return };
+    out.push(
+        Severity::Warning,
+        FindingKind::UnknownCuda,
+        None,
+        warning,
+        Some("check the release notes of this CUDA release for its minimum driver".into()),
     );
 }
 

@@ -403,3 +403,94 @@ fn nvjitlink_ships_with_the_nvrtc_version() {
         assert_eq!(row.nvjitlink.as_deref(), Some(row.nvrtc.as_str()), "CUDA {}", row.cuda);
     }
 }
+
+/// torch 2.11's PyPI wheel is a CUDA 13 build through `cuda-toolkit[...]==13.0.2`: its stack
+/// needs CUDA 13.0, on x86_64 and (from 2.11) on aarch64 too.
+#[test]
+fn torch_2_11_derives_cuda_13() {
+    for platform in ["linux/amd64", "linux/arm64"] {
+        let recipe = Recipe::parse(
+            "t.toml",
+            &format!(
+                "[image]\nname = \"t\"\nplatforms = [\"{platform}\"]\n[base]\nscratch = true\n[python]\nversion = \"3.12\"\npackages = [\"torch==2.11.0\"]\n"
+            ),
+        )
+        .unwrap();
+        let report = offline(&recipe);
+        assert!(report.compatible, "{}", report.to_text());
+        let stack = &report.stacks[0];
+        assert_eq!(stack.cuda.as_deref(), Some("13.0"), "{platform}");
+        let cuda = &stack.requirements[0];
+        assert_eq!(cuda.variable, "NVIDIA_REQUIRE_CUDA");
+        assert!(cuda.expr.starts_with("cuda>=13.0 driver>=580,arch>="), "{platform}: {}", cuda.expr);
+        let torch = stack.torch.as_ref().unwrap();
+        assert_eq!(torch.cudnn.as_deref(), Some("9.19.0.56"));
+        let arch = stack.requirements.iter().find(|r| r.variable == "STACKBUILD_REQUIRE_ARCH").unwrap();
+        stackhook::contract::require::Expr::parse(&arch.expr).unwrap();
+        // Thor (11.0) has a cubin only in the aarch64 wheel.
+        assert_eq!(arch.expr.contains("arch<11.0"), platform == "linux/amd64", "{platform}: {}", arch.expr);
+    }
+}
+
+/// The same stack as a resolution gives it: CUDA 13 wheels without a `-cu13` suffix.
+#[test]
+fn resolved_cuda_13_wheels_are_seen() {
+    let recipe = recipe_text("3.12", r#"["torch==2.11.0"]"#, "[cuda]\nversion = \"13.0\"\ncudnn = \"9.19\"\n");
+    let pins = [
+        pin("torch", "2.11.0"),
+        pin("cuda-toolkit", "13.0.2"),
+        pin("nvidia-cuda-runtime", "13.0.96"),
+        pin("nvidia-cublas", "13.1.0.3"),
+        pin("nvidia-nvjitlink", "13.0.88"),
+        pin("nvidia-cudnn-cu13", "9.19.0.56"),
+    ];
+    let findings = resolved_findings(&recipe, &pins);
+    assert!(findings.is_empty(), "{}", findings_text(&findings));
+    // A newer nvJitLink beside the 13.0 libraries is a mixed minor, as with -cu12 names.
+    let mut pins = pins.to_vec();
+    pins.retain(|p| p.name.as_ref() != "nvidia-nvjitlink");
+    pins.push(pin("nvidia-nvjitlink", "13.2.86"));
+    let findings = resolved_findings(&recipe, &pins);
+    let kinds: Vec<_> = findings.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [FindingKind::MixedCudaMinor], "{}", findings_text(&findings));
+}
+
+/// A torch release the table does not know is checked from what its metadata resolved to
+/// (CUDA runtime, cuDNN), not skipped.
+#[test]
+fn unknown_torch_is_checked_from_its_wheels() {
+    let recipe = recipe_text("3.12", r#"["torch==2.99.0"]"#, "[cuda]\nversion = \"13.0\"\ncudnn = \"9.1\"\n");
+    let pins = [pin("torch", "2.99.0"), pin("nvidia-cuda-runtime", "13.0.96"), pin("nvidia-cudnn-cu13", "9.30.0.1")];
+    let findings = resolved_findings(&recipe, &pins);
+    let kinds: Vec<_> = findings.iter().map(|f| (f.severity, f.kind)).collect();
+    assert_eq!(
+        kinds,
+        [(Severity::Note, FindingKind::UnknownTorch), (Severity::Error, FindingKind::CudnnMismatch)],
+        "{}",
+        findings_text(&findings)
+    );
+    assert!(findings[0].message.contains("build time"), "{}", findings[0].message);
+    let target = recipe.targets().remove(0);
+    let facts = facts::Facts::from_pins(&recipe, &target, &pins, None);
+    let reqs = crate::derive::requirements(&facts.derive_packages(), &recipe.host);
+    assert_eq!(reqs[0].expr, "cuda>=13.0 driver>=580");
+}
+
+/// torch 2.4 had a CUDA 12.4 build (RELEASE.md): `torch==2.4.0+cu124` is compatible.
+#[test]
+fn torch_2_4_cu124_is_compatible() {
+    let report = offline(&recipe_text("3.11", r#"["torch==2.4.0+cu124"]"#, "[cuda]\nversion = \"12.4\"\ncudnn = \"9.1.0.70\"\n"));
+    assert!(report.compatible, "{}", report.to_text());
+    assert!(report.findings.is_empty(), "{}", findings_text(&report.findings));
+    let torch = report.stacks[0].torch.as_ref().unwrap();
+    assert_eq!((torch.variant.as_deref(), torch.cudnn.as_deref()), (Some("cu124"), Some("9.1.0.70")));
+}
+
+/// A CUDA release newer than the driver table: the newest known floor, and a warning.
+#[test]
+fn newer_cuda_is_a_warning_not_none() {
+    let recipe = recipe_text("3.12", r#"["nvidia-cuda-runtime==13.9.10"]"#, "");
+    let findings = resolved_findings(&recipe, &[pin("nvidia-cuda-runtime", "13.9.10")]);
+    let kinds: Vec<_> = findings.iter().map(|f| (f.severity, f.kind)).collect();
+    assert_eq!(kinds, [(Severity::Warning, FindingKind::UnknownCuda)], "{}", findings_text(&findings));
+}

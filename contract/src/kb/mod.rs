@@ -253,9 +253,10 @@ pub struct TorchRelease {
     pub python: (PythonVersion, PythonVersion),
     /// The CUDA builds published for Linux `x86_64`.
     pub variants: Vec<TorchVariant>,
-    /// The torchvision release that pins this torch (`0.16.0`).
+    /// The torchvision release that pins this torch (`0.16.0`); empty when none pins it
+    /// exactly.
     pub torchvision: String,
-    /// The torchaudio release that pins this torch.
+    /// The torchaudio release that pins this torch; empty when none does (after 2.10).
     pub torchaudio: String,
     /// PEP 440 specifier of the `numpy` versions the wheels work with (`<2`); empty: no bound.
     pub numpy: String,
@@ -288,6 +289,11 @@ pub struct TorchVariant {
     /// the Python Package Index; empty where the pins were not read from the artifact.
     #[serde(default)]
     pub pins: BTreeMap<String, String>,
+    /// Compute capabilities with cubins in the Linux aarch64 wheel of this build, where the
+    /// index publishes one (the PyPI wheels from torch 2.11, whose CUDA pins hold on aarch64
+    /// too; PTX as `ptx` says); empty: no aarch64 CUDA wheel of this build.
+    #[serde(default)]
+    pub aarch64_arch: Vec<ComputeCapability>,
     /// Where the row comes from.
     pub source: String,
 }
@@ -926,7 +932,8 @@ impl TorchRelease {
             return Err(invalid(TABLE, row, "python range is reversed"));
         }
         PackageSpecifiers::from_str(&raw.numpy).map_err(|e| invalid(TABLE, row, e))?;
-        for version in [&raw.torchvision, &raw.torchaudio] {
+        // Empty: no release of the companion pins this torch exactly.
+        for version in [&raw.torchvision, &raw.torchaudio].into_iter().filter(|v| !v.is_empty()) {
             PackageVersion::from_str(version).map_err(|e| invalid(TABLE, row, e))?;
         }
         if raw.variants.is_empty() {
@@ -941,6 +948,9 @@ impl TorchRelease {
             }
             if variant.arch.is_empty() || !is_dotted_number(&variant.cudnn) {
                 return Err(invalid(TABLE, at, "empty arch list or bad cuDNN version"));
+            }
+            if !variant.aarch64_arch.is_empty() && !variant.pypi {
+                return Err(invalid(TABLE, at, "aarch64_arch is for the PyPI build"));
             }
             for (name, version) in &variant.pins {
                 PackageVersion::from_str(version).map_err(|e| invalid(TABLE, format!("{at} {name}"), e))?;

@@ -309,7 +309,13 @@ fn torch_rows_are_consistent() {
                     release.version,
                     variant.tag
                 );
-                assert!(variant.pins.contains_key("triton"), "{} pins triton", release.version);
+                // From 2.14 the wheel asks for `triton~=3.8.0`, not an exact version.
+                let exact_triton = release.parsed < pkg("2.14");
+                assert!(
+                    !exact_triton || variant.pins.contains_key("triton"),
+                    "{} pins triton",
+                    release.version
+                );
             }
             let line = cudnn_line(&variant.cudnn);
             if let Some(line) = line {
@@ -322,8 +328,8 @@ fn torch_rows_are_consistent() {
                 );
             }
         }
-        // From 2.1 on torchaudio's version equals torch's.
-        if release.parsed >= pkg("2.1") {
+        // From 2.1 to 2.10 torchaudio's version equals torch's; later torchaudio pins no torch.
+        if release.parsed >= pkg("2.1") && release.parsed < pkg("2.11") {
             assert_eq!(release.torchaudio, release.version);
         }
         let _ = release.numpy_specifiers();
@@ -367,7 +373,7 @@ fn torch_spot_values() {
     assert_eq!(torch_release(&pkg("2.2.9")).unwrap().version, "2.2.2");
     assert_eq!(torch_release(&pkg("2.3.0rc1")).unwrap().version, "2.3.0");
     assert!(torch_release(&pkg("1.13.1")).is_none());
-    assert!(torch_release(&pkg("2.6.0")).is_none());
+    assert!(torch_release(&pkg("2.99.0")).is_none());
 
     let t250 = torch_release(&pkg("2.5.0")).unwrap();
     assert_eq!(t250.variant("cu124").unwrap().cudnn, "9.1.0.70");
@@ -376,6 +382,22 @@ fn torch_spot_values() {
     let cu128 = t270.variant("cu128").unwrap();
     assert!(cu128.ptx && cu128.runs_on(cc("12.0")) && !cu128.runs_on(cc("7.0")));
     assert_eq!(t270.python, (py("3.9"), py("3.13")));
+
+    // torch 2.4 had an experimental CUDA 12.4 build (RELEASE.md).
+    assert_eq!(torch_release(&pkg("2.4.0+cu124")).unwrap().variant("cu124").unwrap().cudnn, "9.1.0.70");
+    // From 2.11 the PyPI wheel is CUDA 13 through cuda-toolkit, with nvidia-cudnn-cu13, on
+    // x86_64 and aarch64.
+    let t211 = torch_release(&pkg("2.11.0")).unwrap().pypi_variant().unwrap();
+    assert_eq!((t211.tag.as_str(), t211.cudnn.as_str()), ("cu130", "9.19.0.56"));
+    assert_eq!(t211.pins.get("cuda-toolkit").map(String::as_str), Some("13.0.2"));
+    assert_eq!(t211.pins.get("nvidia-cudnn-cu13").map(String::as_str), Some("9.19.0.56"));
+    assert!(!t211.aarch64_arch.is_empty());
+    let t215 = torch_release(&pkg("2.15.0")).unwrap();
+    assert_eq!(t215.python, (py("3.11"), py("3.15")));
+    assert_eq!(t215.pypi_variant().unwrap().pins.get("cuda-toolkit").map(String::as_str), Some("13.2.2"));
+    for v in ["2.6.0", "2.8.0", "2.9.1", "2.10.0", "2.12.1", "2.13.0", "2.14.1"] {
+        assert!(torch_release(&pkg(v)).is_some_and(|r| r.version == v), "{v}");
+    }
 }
 
 #[test]
