@@ -45,6 +45,15 @@ pub enum BaseError {
     /// A file the recipe names (a base archive, a layer blob) is not a readable regular file.
     #[error(transparent)]
     Input(#[from] crate::input::InputError),
+    /// An entry of a base layer is unsafe or malformed.
+    #[error("{layer}: {source}")]
+    BadLayer {
+        /// Which layer of which base.
+        layer: String,
+        /// What is wrong.
+        #[source]
+        source: crate::layer::LayerError,
+    },
     /// A base layer's bytes are not the ones its image names.
     #[error(
         "{layer}: its {what} is {actual}, but the image says {expected}; the layer was altered or is \
@@ -462,8 +471,11 @@ pub fn read_base_layer(
     let diff = {
         let decoded = compression.decoder(&mut raw).map_err(tar_err)?;
         let mut tar = HashingReader::new(decoded);
-        let opts = TarImport { name: layer.to_owned(), ..TarImport::default() };
-        writer.add_tar(&mut tar, &opts)?;
+        // BadLayer names the layer; the tar error says where in its stream.
+        let opts = TarImport { name: "stream".to_owned(), ..TarImport::default() };
+        writer
+            .add_tar(&mut tar, &opts)
+            .map_err(|source| BaseError::BadLayer { layer: layer.to_owned(), source })?;
         tar.finish().map_err(tar_err)?.0
     };
     let (digest, size) = raw.finish().map_err(tar_err)?;
@@ -501,7 +513,7 @@ pub fn check_layout_layers(layers: &[LayerBlob], cache: &Cache, name: &str) -> R
         };
         let mut checker = LayerWriter::checker(cache);
         read_base_layer(&l.path, compression, &expect, &label, &mut checker)?;
-        checker.check()?;
+        checker.check().map_err(|source| BaseError::BadLayer { layer: label, source })?;
     }
     Ok(())
 }
@@ -604,7 +616,8 @@ pub fn import_archive(
         let mut writer = LayerWriter::new(cache, epoch);
         let label = format!("{} layer {i}", archive.display());
         read_base_layer(path, compressed.unwrap_or(Compression::None), expect, &label, &mut writer)?;
-        layers.push(writer.finish(compression)?);
+        layers
+            .push(writer.finish(compression).map_err(|source| BaseError::BadLayer { layer: label, source })?);
     }
     let base = ImportedBase { layers, config };
     if let Ok(json) = serde_json::to_vec(&base) {

@@ -926,4 +926,140 @@ mod tests {
         assert!(stage_path(&src, "/opt/link/x", &stage).is_err());
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
     }
+    /// The classic: `d/l -> ..` is harmless alone and lexically `esc`'s target stays inside, but
+    /// walked the way the kernel resolves it, `d/l/d/l/../..` climbs two levels above the root.
+    #[test]
+    fn symlinks_are_resolved_by_walking_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("src");
+        fs::create_dir_all(src.join("d")).unwrap();
+        std::os::unix::fs::symlink("..", src.join("d/l")).unwrap();
+        stage_path(&src, "/s", &tmp.path().join("ok")).unwrap();
+        std::os::unix::fs::symlink("d/l/d/l/../../etc/shadow", src.join("esc")).unwrap();
+        let err = stage_path(&src, "/s", &tmp.path().join("s1")).unwrap_err().to_string();
+        assert!(err.ends_with(r#"unsafe entry "esc": symlink pointing outside the source tree"#), "{err}");
+
+        // More of the class: chains, loops, links to links that leave, absolute hops.
+        let cases: &[(&[(&str, &str)], Option<&str>)] = &[
+            (&[("a", "b"), ("b", "..")], Some("outside")),
+            (&[("a", "b/../.."), ("b", "c")], Some("outside")),
+            (&[("up", "x/.."), ("x", "y"), ("y", "..")], Some("outside")),
+            (&[("loop", "loop2"), ("loop2", "loop")], Some("loop")),
+            (&[("self", "self/x")], Some("loop")),
+            (&[("a", "b/x"), ("b", "/etc")], Some("absolute")),
+            (&[("a", "missing/../c")], None),
+            (&[("a", "b/c"), ("b", "."), ("c", "z")], None),
+            (&[("deep", "d2/d2/d2/../../..")], Some("outside")),
+        ];
+        for (i, (links, expected)) in cases.iter().enumerate() {
+            let root = tmp.path().join(format!("case{i}"));
+            fs::create_dir_all(root.join("d2")).unwrap();
+            std::os::unix::fs::symlink(".", root.join("d2/d2")).unwrap();
+            for (name, target) in *links {
+                std::os::unix::fs::symlink(target, root.join(name)).unwrap();
+            }
+            let got = stage_path(&root, "/s", &tmp.path().join(format!("stage{i}")));
+            match expected {
+                None => assert!(got.is_ok(), "{links:?}: {got:?}"),
+                Some(what) => {
+                    let err = got.unwrap_err().to_string();
+                    assert!(err.contains(what), "{links:?}: {err}");
+                }
+            }
+        }
+        // A git tree with the same pair is refused as well (checked once the tree is staged).
+        let origin = tmp.path().join("origin");
+        fs::create_dir_all(origin.join("d")).unwrap();
+        std::os::unix::fs::symlink("..", origin.join("d/l")).unwrap();
+        std::os::unix::fs::symlink("d/l/d/l/../../etc/shadow", origin.join("esc")).unwrap();
+        git(&origin, &["init", "-q"]);
+        git(&origin, &["add", "-A"]);
+        git(&origin, &["commit", "-q", "-m", "evil"]);
+        let commit = git(&origin, &["rev-parse", "HEAD"]);
+        let url = format!("file://{}", origin.display());
+        let err = stage_git(&url, &commit, "/src", &tmp.path().join("g"), &tmp.path().join("cache"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.ends_with(r#"unsafe entry "esc": symlink pointing outside the source tree"#), "{err}");
+    }
+
+    #[test]
+    fn a_symlinked_source_directory_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        fs::create_dir(&real).unwrap();
+        fs::write(real.join("f"), "x").unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = stage_path(&link, "/s", &tmp.path().join("stage")).unwrap_err();
+        assert!(matches!(err, SourceError::SymlinkRoot { .. }), "{err}");
+        assert!(err.to_string().contains("is a symlink"), "{err}");
+        let file = tmp.path().join("file");
+        fs::write(&file, "x").unwrap();
+        assert!(matches!(
+            stage_path(&file, "/s", &tmp.path().join("s2")),
+            Err(SourceError::NotADirectory { .. })
+        ));
+    }
+
+    #[test]
+    fn private_modes_are_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("src");
+        fs::create_dir_all(src.join("private")).unwrap();
+        for (name, mode) in [
+            ("secret", 0o600),
+            ("group", 0o640),
+            ("umask", 0o664),
+            ("exec", 0o775),
+            ("own-exec", 0o700),
+            ("ro", 0o444),
+        ] {
+            fs::write(src.join(name), "x").unwrap();
+            fs::set_permissions(src.join(name), Permissions::from_mode(mode)).unwrap();
+        }
+        fs::write(src.join("private/key"), "k").unwrap();
+        fs::set_permissions(src.join("private"), Permissions::from_mode(0o700)).unwrap();
+        let stage = tmp.path().join("stage");
+        stage_path(&src, "/s", &stage).unwrap();
+        let mode = |rel: &str| {
+            fs::symlink_metadata(stage.join("s").join(rel)).unwrap().permissions().mode() & 0o7777
+        };
+        assert_eq!(
+            [
+                mode("secret"),
+                mode("group"),
+                mode("umask"),
+                mode("exec"),
+                mode("own-exec"),
+                mode("ro"),
+                mode("private")
+            ],
+            [0o600, 0o640, 0o644, 0o755, 0o700, 0o444, 0o700]
+        );
+    }
+
+    #[test]
+    fn the_cache_and_output_inside_the_tree_are_not_copied() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("project");
+        fs::create_dir_all(src.join("code")).unwrap();
+        fs::write(src.join("code/a.py"), "print(1)\n").unwrap();
+        let cache = src.join(".cache");
+        let out = src.join("images/out");
+        fs::create_dir_all(cache.join("tmp")).unwrap();
+        fs::create_dir_all(&out).unwrap();
+        fs::write(out.join("index.json"), "{}").unwrap();
+        // The stage lives in the cache, inside the tree being copied.
+        let stage = cache.join("tmp/stage-1");
+        let staged = stage_path_excluding(&src, "/w", &stage, &[&cache, &out]).unwrap();
+        assert_eq!(staged.files, 1);
+        assert!(stage.join("w/code/a.py").is_file());
+        assert!(!stage.join("w/.cache").exists());
+        assert!(stage.join("w/images").is_dir() && !stage.join("w/images/out").exists());
+        // Without being told of the cache, the stage itself is still never copied into itself.
+        let stage2 = cache.join("tmp/stage-2");
+        stage_path(&src, "/w", &stage2).unwrap();
+        assert!(!stage2.join("w/.cache/tmp/stage-2").exists());
+    }
 }
