@@ -42,6 +42,33 @@ pub enum BaseError {
     /// The cache failed.
     #[error(transparent)]
     Cache(#[from] crate::cache::CacheError),
+    /// A file the recipe names (a base archive, a layer blob) is not a readable regular file.
+    #[error(transparent)]
+    Input(#[from] crate::input::InputError),
+    /// An entry of a base layer is unsafe or malformed.
+    #[error("{layer}: {source}")]
+    BadLayer {
+        /// Which layer of which base.
+        layer: String,
+        /// What is wrong.
+        #[source]
+        source: crate::layer::LayerError,
+    },
+    /// A base layer's bytes are not the ones its image names.
+    #[error(
+        "{layer}: its {what} is {actual}, but the image says {expected}; the layer was altered or is \
+         corrupt"
+    )]
+    LayerDigest {
+        /// Which layer of which base.
+        layer: String,
+        /// `blob digest`, `diff_id (digest of the uncompressed tar)` or `size`.
+        what: &'static str,
+        /// What the manifest or config says.
+        expected: String,
+        /// What the bytes hash to.
+        actual: String,
+    },
     /// Reading the rootfs tar failed.
     #[error("cannot read the rootfs tar {path}: {source}")]
     Tar {
@@ -329,7 +356,8 @@ fn archive_name_allowed(name: &str) -> bool {
 /// archive can name a path outside `dir` or plant a link (CVE-2021-29136 and kin).
 pub fn extract_image_archive(archive: &Path, dir: &Path) -> Result<(), BaseError> {
     let err = |source| BaseError::Tar { path: archive.to_owned(), source };
-    let file = std::fs::File::open(archive).map_err(err)?;
+    // A regular file only: a FIFO would block, /dev/zero never end.
+    let file = crate::input::open_regular(archive, "base archive")?;
     let mut tar = tar::Archive::new(std::io::BufReader::new(file));
     for entry in tar.entries().map_err(err)? {
         let mut entry = entry.map_err(err)?;
@@ -359,11 +387,135 @@ struct SavedImage {
     layers: Vec<String>,
 }
 
-/// The part of a Docker image config we take over.
+/// The part of a Docker image config we take over (and check the layers against).
 #[derive(serde::Deserialize)]
 struct SavedConfig {
     #[serde(default)]
     config: crate::oci::RuntimeConfig,
+    #[serde(default)]
+    rootfs: SavedRootFs,
+}
+
+/// `rootfs` of a Docker image config: the digests of the uncompressed layers.
+#[derive(Default, serde::Deserialize)]
+struct SavedRootFs {
+    #[serde(default)]
+    diff_ids: Vec<String>,
+}
+
+/// The sha256 of a base archive file, which identifies it in the cache (`sha256:<hex>`-less).
+pub fn archive_identity(path: &Path) -> Result<String, BaseError> {
+    let file = crate::input::open_regular(path, "base archive")?;
+    let (digest, _) = crate::cache::sha256_reader(std::io::BufReader::with_capacity(1 << 20, file))
+        .map_err(|source| BaseError::Tar { path: path.to_owned(), source })?;
+    Ok(digest.trim_start_matches("sha256:").to_owned())
+}
+
+/// What the bytes of one base layer must hash to, as its manifest and config say.
+#[derive(Debug, Clone, Default)]
+pub struct LayerExpect {
+    /// `sha256:<hex>` of the blob, as stored (compressed or not).
+    pub digest: Option<String>,
+    /// Size of the blob in bytes.
+    pub size: Option<u64>,
+    /// `sha256:<hex>` of the uncompressed tar (the config's `rootfs.diff_ids`).
+    pub diff_id: Option<String>,
+}
+
+/// A reader that hashes and counts what passes through it.
+struct HashingReader<R> {
+    inner: R,
+    hasher: sha2::Sha256,
+    count: u64,
+}
+
+impl<R: Read> HashingReader<R> {
+    fn new(inner: R) -> Self {
+        use sha2::Digest as _;
+        Self { inner, hasher: sha2::Sha256::new(), count: 0 }
+    }
+
+    /// Reads what is left, then returns `sha256:<hex>` of everything read and its length.
+    fn finish(mut self) -> std::io::Result<(String, u64)> {
+        use sha2::Digest as _;
+        std::io::copy(&mut self, &mut std::io::sink())?;
+        Ok((format!("sha256:{}", hex::encode(self.hasher.finalize())), self.count))
+    }
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use sha2::Digest as _;
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.count += n as u64;
+        Ok(n)
+    }
+}
+
+/// Reads the base layer blob at `path` (compressed as `compression`) into `writer`, every entry
+/// validated by [`LayerWriter::add_tar`] (no `..` or absolute names, nothing through a symlink,
+/// hardlinks only to files of the layer, well-formed whiteouts), and checks that the blob and
+/// its uncompressed tar hash to what the image says, so that a tampered layer fails here rather
+/// than in the tools that later read the image. `layer` names it in errors.
+pub fn read_base_layer(
+    path: &Path,
+    compression: Compression,
+    expect: &LayerExpect,
+    layer: &str,
+    writer: &mut LayerWriter,
+) -> Result<(), BaseError> {
+    let tar_err = |source| BaseError::Tar { path: path.to_owned(), source };
+    let file = crate::input::open_regular(path, "base layer blob")?;
+    let mut raw = HashingReader::new(std::io::BufReader::with_capacity(1 << 20, file));
+    let diff = {
+        let decoded = compression.decoder(&mut raw).map_err(tar_err)?;
+        let mut tar = HashingReader::new(decoded);
+        // BadLayer names the layer; the tar error says where in its stream.
+        let opts = TarImport { name: "stream".to_owned(), ..TarImport::default() };
+        writer
+            .add_tar(&mut tar, &opts)
+            .map_err(|source| BaseError::BadLayer { layer: layer.to_owned(), source })?;
+        tar.finish().map_err(tar_err)?.0
+    };
+    let (digest, size) = raw.finish().map_err(tar_err)?;
+    let mismatch = |what, expected: &str, actual: String| BaseError::LayerDigest {
+        layer: layer.to_owned(),
+        what,
+        expected: expected.to_owned(),
+        actual,
+    };
+    if let Some(want) = expect.digest.as_deref().filter(|w| *w != digest) {
+        return Err(mismatch("blob digest", want, digest));
+    }
+    if let Some(want) = expect.size.filter(|w| *w != size) {
+        return Err(mismatch("size", &format!("{want} bytes"), format!("{size} bytes")));
+    }
+    if let Some(want) = expect.diff_id.as_deref().filter(|w| *w != diff) {
+        return Err(mismatch("diff_id (digest of the uncompressed tar)", want, diff));
+    }
+    Ok(())
+}
+
+/// Checks the layers of an OCI layout base, which are reused as they are: every entry as an
+/// archive base's (see [`read_base_layer`]), and every digest. `name` names the base in errors.
+pub fn check_layout_layers(layers: &[LayerBlob], cache: &Cache, name: &str) -> Result<(), BaseError> {
+    for (i, l) in layers.iter().enumerate() {
+        let label = format!("{name} layer {i} ({})", l.digest);
+        let compression = Compression::from_media_type(&l.media_type).ok_or_else(|| BaseError::Tar {
+            path: l.path.clone(),
+            source: std::io::Error::other(format!("{label}: unsupported layer media type {}", l.media_type)),
+        })?;
+        let expect = LayerExpect {
+            digest: Some(l.digest.clone()),
+            size: Some(l.size),
+            diff_id: Some(l.diff_id.clone()),
+        };
+        let mut checker = LayerWriter::checker(cache);
+        read_base_layer(&l.path, compression, &expect, &label, &mut checker)?;
+        checker.check().map_err(|source| BaseError::BadLayer { layer: label, source })?;
+    }
+    Ok(())
 }
 
 fn import_facts_path(key: &LayerKey, cache: &Cache) -> PathBuf {
@@ -403,50 +555,69 @@ pub fn import_archive(
         .map_err(|source| BaseError::Tar { path: cache.root().to_owned(), source })?;
     extract_image_archive(archive, tmp.path())?;
     let bad = |why: String| BaseError::Tar { path: archive.to_owned(), source: std::io::Error::other(why) };
-    let (config, sources): (crate::oci::RuntimeConfig, Vec<(PathBuf, Option<Compression>)>) = if tmp
-        .path()
-        .join("index.json")
-        .is_file()
-    {
-        let image = crate::oci::read_layout(tmp.path(), None).map_err(|e| bad(e.to_string()))?;
-        let layers = image
-            .layers
-            .iter()
-            .map(|l| (l.path.clone(), Compression::from_media_type(&l.media_type)))
-            .collect();
-        (image.config.config, layers)
-    } else {
-        let text = std::fs::read(tmp.path().join("manifest.json"))
-            .map_err(|e| bad(format!("no manifest.json: {e}")))?;
-        let saved: Vec<SavedImage> = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
-        let [saved] = &saved[..] else { return Err(bad("the archive must hold exactly one image".into())) };
-        for name in std::iter::once(&saved.config).chain(&saved.layers) {
-            if !archive_name_allowed(name) {
+    type Source = (PathBuf, Option<Compression>, LayerExpect);
+    let (config, sources): (crate::oci::RuntimeConfig, Vec<Source>) =
+        if tmp.path().join("index.json").is_file() {
+            let image = crate::oci::read_layout(tmp.path(), None).map_err(|e| bad(e.to_string()))?;
+            let layers = image
+                .layers
+                .iter()
+                .map(|l| {
+                    let expect = LayerExpect {
+                        digest: Some(l.digest.clone()),
+                        size: Some(l.size),
+                        diff_id: Some(l.diff_id.clone()),
+                    };
+                    (l.path.clone(), Compression::from_media_type(&l.media_type), expect)
+                })
+                .collect();
+            (image.config.config, layers)
+        } else {
+            let text = std::fs::read(tmp.path().join("manifest.json"))
+                .map_err(|e| bad(format!("no manifest.json: {e}")))?;
+            let saved: Vec<SavedImage> = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+            let [saved] = &saved[..] else {
+                return Err(bad("the archive must hold exactly one image".into()));
+            };
+            for name in std::iter::once(&saved.config).chain(&saved.layers) {
+                if !archive_name_allowed(name) {
+                    return Err(bad(format!(
+                        "manifest.json names {name:?}, which is not a file of an image archive"
+                    )));
+                }
+            }
+            let config: SavedConfig = serde_json::from_slice(
+                &std::fs::read(tmp.path().join(&saved.config))
+                    .map_err(|e| bad(format!("{}: {e}", saved.config)))?,
+            )
+            .map_err(|e| bad(e.to_string()))?;
+            if config.rootfs.diff_ids.len() != saved.layers.len() {
                 return Err(bad(format!(
-                    "manifest.json names {name:?}, which is not a file of an image archive"
+                    "the image config lists {} diff_ids for {} layers",
+                    config.rootfs.diff_ids.len(),
+                    saved.layers.len()
                 )));
             }
-        }
-        let config: SavedConfig = serde_json::from_slice(
-            &std::fs::read(tmp.path().join(&saved.config))
-                .map_err(|e| bad(format!("{}: {e}", saved.config)))?,
-        )
-        .map_err(|e| bad(e.to_string()))?;
-        (config.config, saved.layers.iter().map(|l| (tmp.path().join(l), Some(Compression::None))).collect())
-    };
+            let layers = saved
+                .layers
+                .iter()
+                .zip(&config.rootfs.diff_ids)
+                .map(|(l, diff_id)| {
+                    // `blobs/sha256/<hex>` (Docker 25+) is named by its digest; `<id>/layer.tar` is not.
+                    let digest = l.strip_prefix("blobs/sha256/").map(|hex| format!("sha256:{hex}"));
+                    let expect = LayerExpect { digest, size: None, diff_id: Some(diff_id.clone()) };
+                    (tmp.path().join(l), Some(Compression::None), expect)
+                })
+                .collect();
+            (config.config, layers)
+        };
     let mut layers = Vec::new();
-    for (i, (path, compressed)) in sources.iter().enumerate() {
-        let file =
-            std::fs::File::open(path).map_err(|source| BaseError::Tar { path: path.clone(), source })?;
-        let reader = std::io::BufReader::with_capacity(1 << 20, file);
+    for (i, (path, compressed, expect)) in sources.iter().enumerate() {
         let mut writer = LayerWriter::new(cache, epoch);
-        let opts = TarImport { name: format!("{} layer {i}", archive.display()), ..TarImport::default() };
-        let decoded = compressed
-            .unwrap_or(Compression::None)
-            .decoder(reader)
-            .map_err(|source| BaseError::Tar { path: path.clone(), source })?;
-        writer.add_tar(decoded, &opts)?;
-        layers.push(writer.finish(compression)?);
+        let label = format!("{} layer {i}", archive.display());
+        read_base_layer(path, compressed.unwrap_or(Compression::None), expect, &label, &mut writer)?;
+        layers
+            .push(writer.finish(compression).map_err(|source| BaseError::BadLayer { layer: label, source })?);
     }
     let base = ImportedBase { layers, config };
     if let Ok(json) = serde_json::to_vec(&base) {

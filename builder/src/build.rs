@@ -76,6 +76,9 @@ pub enum BuildError {
         /// The error.
         source: std::io::Error,
     },
+    /// A file the recipe names (a patch, a base archive) that is not a readable regular file.
+    #[error(transparent)]
+    Input(#[from] crate::input::InputError),
     /// Lock file.
     #[error(transparent)]
     Lock(#[from] crate::lock::LockError),
@@ -565,6 +568,9 @@ fn build_platform(
             };
             let (path, tag) = (&path, &tag);
             let image = oci::read_layout(path, tag.as_deref())?;
+            // The layers go into the image as they are: each is checked like an archive base's
+            // (entry names, links, whiteouts) and against its digest and diff_id first.
+            crate::base::check_layout_layers(&image.layers, cache, &path.display().to_string())?;
             base_config = image.config.config.clone();
             components.push(Component {
                 kind: "base".into(),
@@ -589,9 +595,7 @@ fn build_platform(
         Base::Archive { .. } | Base::Docker { .. } => {
             let tmp = tempdir(cache)?;
             let (identity, name) = match &recipe.base {
-                Base::Archive { path } => {
-                    (fetch::sha256_file(path).map_err(io("reading", path))?, path.display().to_string())
-                }
+                Base::Archive { path } => (crate::base::archive_identity(path)?, path.display().to_string()),
                 Base::Docker { reference } => (crate::load::image_id(reference)?, reference.clone()),
                 _ => unreachable!("matched above"),
             };
@@ -655,6 +659,9 @@ fn build_platform(
         let artifacts = fetch::fetch_wheels(&pins, target, py.index.as_deref(), &artifact_dir(cache))?;
         Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect())
     };
+    if let Some(py) = python {
+        check_lock_graph(recipe, py, lock, platform, &wheels, cache, &fetch)?;
+    }
     if let Some(scheme) = &scheme {
         for group in Group::ALL {
             let members: Vec<&Wheel> =
@@ -684,8 +691,16 @@ fn build_platform(
                 let artifact = artifacts.get(w.pin.name.as_ref()).ok_or_else(|| {
                     BuildError::Unsupported(format!("wheel {} was not fetched", w.filename))
                 })?;
-                wheel::install_wheel(&artifact.path, scheme, stage.path())
-                    .map_err(|source| BuildError::Wheel { wheel: w.filename.clone(), source })?;
+                // The lock's name and version, checked against the wheel's METADATA: stack.json
+                // records the lock's, so the wheel must be that package.
+                wheel::install_wheel_as(
+                    &artifact.path,
+                    scheme,
+                    stage.path(),
+                    w.pin.name.as_ref(),
+                    &w.pin.version.to_string(),
+                )
+                .map_err(|source| BuildError::Wheel { wheel: w.filename.clone(), source })?;
             }
             let mut writer = LayerWriter::new(cache, epoch);
             writer.add_dir(stage.path(), "")?;
@@ -718,8 +733,10 @@ fn build_platform(
             let over = opts.source_overrides.get(&src.name);
             let identity = match (over, &src.origin) {
                 (Some(path), _) | (None, SourceOrigin::Path { path }) => {
-                    let staged = source::stage_path(path, &dest, stage.path())
-                        .map_err(|source| BuildError::Source { name: src.name.clone(), source })?;
+                    // The cache and the output never go into the image, even with `path = "."`.
+                    let staged =
+                        source::stage_path_excluding(path, &dest, stage.path(), &[cache.root(), out])
+                            .map_err(|source| BuildError::Source { name: src.name.clone(), source })?;
                     format!("tree:{}", staged.tree_sha256)
                 }
                 (None, SourceOrigin::Git { url, commit }) => {
@@ -844,8 +861,14 @@ fn build_platform(
                     BuildError::PatchTargetMissing { patch: p.name.clone(), package: name.to_string() }
                 })?;
                 let pristine = tempdir(cache)?;
-                wheel::install_wheel(&artifact.path, scheme, pristine.path())
-                    .map_err(|source| BuildError::Wheel { wheel: artifact.filename.clone(), source })?;
+                wheel::install_wheel_as(
+                    &artifact.path,
+                    scheme,
+                    pristine.path(),
+                    artifact.name.as_ref(),
+                    &artifact.version.to_string(),
+                )
+                .map_err(|source| BuildError::Wheel { wheel: artifact.filename.clone(), source })?;
                 let site_rel = scheme.purelib.trim_start_matches('/');
                 let site = pristine.path().join(site_rel);
                 let report = patch::apply(&p.name, &patch_spec(&p.change)?, &site)?;
@@ -1111,7 +1134,7 @@ fn patch_spec(change: &PatchChange) -> Result<PatchSpec, BuildError> {
             count: *count as usize,
         },
         PatchChange::Diff { path } => PatchSpec::Diff {
-            diff_text: std::fs::read_to_string(path).map_err(io("reading", path))?,
+            diff_text: crate::input::read_text(path, crate::input::MAX_TEXT, "patch")?,
             diff_path: path.clone(),
         },
     })
@@ -1129,9 +1152,67 @@ fn patch_identity(change: &PatchChange) -> Result<String, BuildError> {
                 h.update(part);
             }
         }
-        PatchChange::Diff { path } => h.update(std::fs::read(path).map_err(io("reading", path))?),
+        PatchChange::Diff { path } => {
+            h.update(crate::input::read_capped(path, crate::input::MAX_TEXT, "patch")?)
+        }
     }
     Ok(hex::encode(h.finalize()))
+}
+
+/// Refuses a lock that installs packages the recipe never asks for: every locked wheel must be
+/// a requirement or a `[[python.wheel]]` of the recipe, or be reachable from one through the
+/// wheels' `Requires-Dist`. The answer depends only on the recipe's requirements and the locked
+/// files, so it is remembered in the cache and the wheels are read once per lock.
+fn check_lock_graph(
+    recipe: &Recipe,
+    py: &crate::recipe::PythonSection,
+    lock: &Lock,
+    platform: Platform,
+    wheels: &[Wheel],
+    cache: &Cache,
+    fetch: &dyn Fn(&Cache, &[&Wheel]) -> Result<BTreeMap<String, Artifact>, BuildError>,
+) -> Result<(), BuildError> {
+    let mut roots: Vec<String> = py.packages.iter().map(|r| r.name.to_string()).collect();
+    roots.extend(py.wheels.iter().filter(|w| w.fits(platform)).map(|w| w.name.to_string()));
+    roots.sort();
+    let mut key = LayerKey::builder("lock-graph/v1").str(platform.as_str());
+    for r in &roots {
+        key = key.str(r);
+    }
+    for w in wheels {
+        key = key.str(&w.filename).str(&w.sha256);
+    }
+    let marker = cache.root().join("facts").join(format!("lock-graph-{}", key.finish().as_hex()));
+    if marker.is_file() {
+        return Ok(());
+    }
+    let all: Vec<&Wheel> = wheels.iter().collect();
+    let mut requires = BTreeMap::new();
+    for (name, artifact) in fetch(cache, &all)? {
+        let id = wheel::wheel_identity(&artifact.path)
+            .map_err(|source| BuildError::Wheel { wheel: artifact.filename.clone(), source })?;
+        requires.insert(wheel::normalize_name(&name), id.requires);
+    }
+    let extra: Vec<String> = lock
+        .unrequested(platform, &roots, &requires)
+        .iter()
+        .map(|p| format!("{} {}", p.name, p.version))
+        .collect();
+    if !extra.is_empty() {
+        return Err(BuildError::Lock(crate::lock::LockError::Invalid {
+            path: recipe.lock_path(),
+            why: format!(
+                "it installs {} for {platform}, which nothing in the recipe asks for (neither a \
+                 [python] requirement or wheel nor a dependency of one); delete the lock and run \
+                 `stackbuild lock` again",
+                extra.join(", ")
+            ),
+        }));
+    }
+    if let Some(dir) = marker.parent() {
+        std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+    }
+    crate::cache::write_atomic(&marker, b"checked\n").map_err(io("writing", &marker))
 }
 
 fn debian_arch(platform: Platform) -> &'static str {

@@ -97,6 +97,9 @@ pub enum FetchError {
         /// What the lock allows.
         expected: Vec<String>,
     },
+    /// A recipe's own wheel is not a readable regular file.
+    #[error(transparent)]
+    Input(#[from] crate::input::InputError),
     /// pip reported success but a pin got no file.
     #[error("downloading {pin} for {target}: pip wrote no file for it")]
     Missing {
@@ -283,7 +286,10 @@ pub fn import_local_wheels(
             .tempdir_in(dest_dir)
             .map_err(io("creating a temporary directory in", dest_dir))?;
         let copy = tmp.path().join(&wheel.filename);
-        std::fs::copy(&wheel.path, &copy).map_err(io("copying", &wheel.path))?;
+        // A regular file only: a FIFO or a device would block the copy or never end it.
+        let mut from = crate::input::open_regular(&wheel.path, "wheel")?;
+        let mut to = std::fs::File::create_new(&copy).map_err(io("creating", &copy))?;
+        std::io::copy(&mut from, &mut to).map_err(io("copying", &wheel.path))?;
         let sha256 = sha256_file(&copy).map_err(io("hashing", &copy))?;
         if !pin.hashes.contains(&sha256) {
             return Err(FetchError::LocalChanged {

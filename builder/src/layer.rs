@@ -274,6 +274,29 @@ fn normalize(raw: &[u8], allow_absolute: bool) -> Result<Vec<u8>, LayerError> {
     Ok(out)
 }
 
+/// Checks a whiteout entry (image-spec `layer.md`): `.wh.<name>` deletes `<name>` of the
+/// layers below and `.wh..wh..opq` makes its directory opaque; either must be an empty regular
+/// file. `<name>` must be a real name (not empty, `.` or `..`, which would delete the directory
+/// itself or its parent), and other `.wh..wh.` names (aufs internals) have no meaning in an image.
+fn check_whiteout(name: &[u8], kind: &Kind, raw: &[u8]) -> Result<(), LayerError> {
+    let base = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+    let Some(target) = base.strip_prefix(b".wh.") else { return Ok(()) };
+    let bad = |reason| Err(LayerError::UnsafeName { entry: lossy(raw), reason });
+    if !matches!(kind, Kind::File(d) if d.len() == 0) {
+        return bad("a whiteout must be an empty regular file");
+    }
+    if base == b".wh..wh..opq" {
+        return Ok(());
+    }
+    if target.starts_with(b".wh.") {
+        return bad("unknown `.wh..wh.` whiteout (only `.wh..wh..opq` is defined)");
+    }
+    if target.is_empty() || target == b"." || target == b".." {
+        return bad("whiteout of an empty, `.` or `..` name");
+    }
+    Ok(())
+}
+
 /// Options of [`LayerWriter::add_tar`].
 #[derive(Clone, Debug)]
 pub struct TarImport {
@@ -355,6 +378,8 @@ pub struct LayerWriter {
     epoch: u64,
     entries: BTreeMap<Vec<u8>, Node>,
     spool: Option<Spool>,
+    /// Check only ([`LayerWriter::checker`]): contents are read and dropped, nothing is written.
+    discard: bool,
 }
 
 impl std::fmt::Debug for LayerWriter {
@@ -369,7 +394,20 @@ impl std::fmt::Debug for LayerWriter {
 impl LayerWriter {
     /// A writer whose blob will go to `cache`, with every mtime set to `epoch`.
     pub fn new(cache: &Cache, epoch: u64) -> Self {
-        Self { cache: cache.clone(), epoch, entries: BTreeMap::new(), spool: None }
+        Self { cache: cache.clone(), epoch, entries: BTreeMap::new(), spool: None, discard: false }
+    }
+
+    /// A writer that only checks: [`LayerWriter::add_tar`] validates every entry as it would for
+    /// a layer (names, links, whiteouts) but keeps no content, and [`LayerWriter::check`] ends
+    /// it. Used for base layers that are reused as they are, so that they get the same checks
+    /// as the layers transcoded from an archive base.
+    pub fn checker(cache: &Cache) -> Self {
+        Self { discard: true, ..Self::new(cache, 0) }
+    }
+
+    /// Ends a [`LayerWriter::checker`]: checks that every hardlink leads to a file of the layer.
+    pub fn check(mut self) -> Result<(), LayerError> {
+        self.resolve_hardlinks()
     }
 
     /// Number of entries so far (implied directories included).
@@ -655,6 +693,7 @@ impl LayerWriter {
                 }
                 other => other,
             };
+            check_whiteout(&name, &kind, &raw_name)?;
             let mut node = Node::new(kind, mode);
             node.uid = uid;
             node.gid = gid;
@@ -665,6 +704,21 @@ impl LayerWriter {
 
     /// Appends exactly `len` bytes of `reader` to the spool; returns their offset.
     fn spool_copy(&mut self, reader: &mut impl Read, len: u64) -> Result<u64, LayerError> {
+        if self.discard {
+            let copied = io::copy(&mut reader.take(len), &mut io::sink())
+                .map_err(io_err("reading", Path::new("<layer>")))?;
+            if copied != len {
+                return Err(LayerError::Io {
+                    op: "reading",
+                    path: PathBuf::from("<layer>"),
+                    source: io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "tar entry shorter than its header says",
+                    ),
+                });
+            }
+            return Ok(0);
+        }
         if self.spool.is_none() {
             let tmp = self.cache.temp_file()?;
             // Unlinked at once: a killed build leaves nothing behind; the open file stays usable.

@@ -6,6 +6,7 @@
 //! - [`check`]: the solved stack, its host requirements and its conflicts, without building.
 //! - [`derive`]: what the host must provide, derived from the stack and the `[host]` rules.
 //! - [`fetch`]: verified downloads into the cache.
+//! - [`input`]: opening user-named files as regular files only, with a size cap.
 //! - [`wheel`]: PEP 427 wheel installation into a staging tree, without running Python.
 //! - [`source`]: git commits and local directories staged into a tree, with a content digest.
 //! - [`patch`]: strict find/replace and unified-diff patches applied to a staged tree.
@@ -28,6 +29,7 @@ pub mod check;
 pub mod derive;
 pub mod fatbin;
 pub mod fetch;
+pub mod input;
 pub mod layer;
 pub mod load;
 pub mod lock;

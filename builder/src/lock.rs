@@ -124,12 +124,12 @@ pub struct LockedSource {
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     /// The file could not be read.
-    #[error("reading lock file {}: {source}", path.display())]
+    #[error("{source}")]
     Read {
         /// The lock file.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// Why: a system error, or not a regular file, or too large.
+        source: crate::input::InputError,
     },
     /// The file is not a valid lock file (syntax, field or type).
     #[error("{diagnostic}")]
@@ -227,10 +227,34 @@ impl Lock {
         self.packages_for(platform).map(LockedPackage::pinned).collect()
     }
 
+    /// The packages locked for `platform` that nothing the recipe asks for needs: not among
+    /// `roots` (the recipe's requirements and wheels) nor reachable from them through `requires`
+    /// (each package's `Requires-Dist` names, from its wheel). uv locks only what the recipe's
+    /// requirements pull in, so such a package was put there by hand. Names are compared PEP 503
+    /// normalized.
+    pub fn unrequested(
+        &self,
+        platform: Platform,
+        roots: &[String],
+        requires: &std::collections::BTreeMap<String, Vec<String>>,
+    ) -> Vec<&LockedPackage> {
+        let norm = crate::wheel::normalize_name;
+        let mut reached: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        let mut todo: Vec<String> = roots.iter().map(|r| norm(r)).collect();
+        while let Some(name) = todo.pop() {
+            if reached.insert(name.clone()) {
+                todo.extend(requires.get(&name).into_iter().flatten().map(|r| norm(r)));
+            }
+        }
+        self.packages_for(platform).filter(|p| !reached.contains(&norm(p.name.as_ref()))).collect()
+    }
+
     /// Read and check the lock file at `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Lock, LockError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
+        // A regular file only: a FIFO would block, /dev/zero never end, and a symlink could make
+        // a parse error quote someone else's file.
+        let text = crate::input::read_text(path, crate::input::MAX_TEXT, "lock file")
             .map_err(|source| LockError::Read { path: path.to_owned(), source })?;
         Self::parse(path, &text)
     }
@@ -239,7 +263,9 @@ impl Lock {
     pub fn load_optional(path: impl AsRef<Path>) -> Result<Option<Lock>, LockError> {
         match Self::load(path) {
             Ok(lock) => Ok(Some(lock)),
-            Err(LockError::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(LockError::Read { source, .. }) if source.io_kind() == Some(std::io::ErrorKind::NotFound) => {
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }

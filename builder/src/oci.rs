@@ -739,17 +739,20 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, OciError> {
     serde_json::from_slice(&bytes).map_err(|source| OciError::Json { path: path.to_path_buf(), source })
 }
 
+/// Reads a document of a layout: a regular file only (a FIFO named `index.json` would block,
+/// `/dev/zero` never end), at most [`MAX_JSON`] bytes.
 fn read_capped(path: &Path) -> Result<Vec<u8>, OciError> {
-    let file = File::open(path).map_err(io_err("reading", path))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_JSON + 1).read_to_end(&mut bytes).map_err(io_err("reading", path))?;
-    if bytes.len() as u64 > MAX_JSON {
-        return Err(OciError::Unsupported {
+    use crate::input::InputError;
+    crate::input::read_capped(path, MAX_JSON, "OCI layout document").map_err(|e| match e {
+        InputError::TooLarge { .. } => OciError::Unsupported {
             path: path.to_path_buf(),
             what: format!("document over {MAX_JSON} bytes"),
-        });
-    }
-    Ok(bytes)
+        },
+        InputError::Io { source, .. } => OciError::Io { op: "reading", path: path.to_path_buf(), source },
+        other @ InputError::NotRegular { .. } => {
+            OciError::Unsupported { path: path.to_path_buf(), what: other.to_string() }
+        }
+    })
 }
 
 /// The path of a blob of the layout `dir` (whose canonical form is `root`), checked to be a

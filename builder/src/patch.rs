@@ -321,7 +321,7 @@ impl Ctx<'_> {
                 found: hits.len(),
             });
         }
-        let mut out = Vec::with_capacity(content.len() + count * replace.len());
+        let mut out = Vec::with_capacity(content.len().saturating_add(count.saturating_mul(replace.len())));
         let mut pos = 0;
         for hit in hits {
             out.extend_from_slice(&content[pos..hit]);
@@ -362,10 +362,11 @@ impl Ctx<'_> {
             if start < pos {
                 return Err(hunk_err(hunk, "it overlaps or precedes the previous hunk".to_owned()));
             }
-            if start + hunk.old_len > lines.len() {
+            // Checked: a header such as `@@ -18446744073709551615,2 +1,2 @@` must not overflow.
+            let Some(end) = start.checked_add(hunk.old_len).filter(|&end| end <= lines.len()) else {
                 let n = lines.len();
                 return Err(hunk_err(hunk, format!("the file has only {n} {}", plural(n, "line", "lines"))));
-            }
+            };
             for line in &lines[pos..start] {
                 out.extend_from_slice(line);
             }
@@ -386,7 +387,7 @@ impl Ctx<'_> {
             for line in hunk.new_lines() {
                 out.extend_from_slice(line);
             }
-            pos = start + hunk.old_len;
+            pos = end;
         }
         for line in &lines[pos..] {
             out.extend_from_slice(line);
@@ -748,6 +749,28 @@ mod tests {
         let e = apply("zero", &fr("setup.cfg", "x", "y", 0), t.path()).unwrap_err();
         insta::assert_snapshot!(e, @r#"patch "zero": count must be at least 1"#);
         assert_eq!(read(t.path(), "setup.cfg"), "[x]\nflag = old\nother = old\n");
+    }
+
+    #[test]
+    fn huge_hunk_numbers_are_errors_not_panics() {
+        let max = usize::MAX;
+        let headers = [
+            "@@ -18446744073709551615,2 +1,2 @@".to_owned(),
+            format!("@@ -{max},{max} +1,1 @@"),
+            format!("@@ -{},2 +1,2 @@", max - 1),
+            format!("@@ -1,{max} +1,{max} @@"),
+            "@@ -99999999999999999999999,1 +1,1 @@".to_owned(),
+            "@@ -1,2 +18446744073709551615,18446744073709551615 @@".to_owned(),
+        ];
+        for header in headers {
+            let t = tree();
+            let text =
+                format!("--- a/setup.cfg\n+++ b/setup.cfg\n{header}\n-[x]\n-flag = old\n+[x]\n+flag = new\n");
+            let result = std::panic::catch_unwind(|| apply("huge", &diff(&text), t.path()));
+            let result = result.unwrap_or_else(|_| panic!("{header} panicked"));
+            assert!(result.is_err(), "{header} applied");
+            assert_eq!(read(t.path(), "setup.cfg"), "[x]\nflag = old\nother = old\n");
+        }
     }
 
     const MULTI: &str = "\

@@ -716,12 +716,12 @@ impl fmt::Display for Diagnostic {
 #[derive(Debug, thiserror::Error)]
 pub enum RecipeError {
     /// The file could not be read.
-    #[error("reading recipe {}: {source}", path.display())]
+    #[error("{source}")]
     Read {
         /// The recipe file.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// Why: a system error, or not a regular file, or too large.
+        source: crate::input::InputError,
     },
     /// The file has errors; each diagnostic points at one.
     #[error("{}", render_all(diagnostics))]
@@ -1049,7 +1049,9 @@ impl Recipe {
     /// Read and validate the recipe at `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Recipe, RecipeError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
+        // A regular file only: a FIFO would block, /dev/zero never end, and a symlink could make
+        // a parse error quote someone else's file.
+        let text = crate::input::read_text(path, crate::input::MAX_TEXT, "recipe")
             .map_err(|source| RecipeError::Read { path: path.to_owned(), source })?;
         Self::parse(path, &text)
     }

@@ -219,6 +219,7 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
     let constraints = dir.path().join("constraints.txt");
     let mut lines: Vec<String> = python.packages.iter().map(ToString::to_string).collect();
     for wheel in python.wheels.iter().filter(|w| w.fits(target.platform)) {
+        check_local_wheel(&wheel.path)?;
         let path = std::fs::canonicalize(&wheel.path)
             .map_err(|source| SolveError::LocalWheel { path: wheel.path.clone(), source })?;
         lines.push(format!("{} @ file://{}", wheel.name, path.display()));
@@ -261,6 +262,15 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
         }
     }
     Ok(pins)
+}
+
+/// A `[[python.wheel]]` must be a regular file before uv is pointed at it: uv would block on a
+/// FIFO and follow a symlink anywhere.
+fn check_local_wheel(path: &Path) -> Result<(), SolveError> {
+    crate::input::open_regular(path, "[[python.wheel]] file").map(drop).map_err(|e| SolveError::LocalWheel {
+        path: path.to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    })
 }
 
 fn write_lines(path: &Path, lines: impl Iterator<Item = String>) -> std::io::Result<()> {

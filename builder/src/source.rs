@@ -21,7 +21,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, BufWriter, Read};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -80,6 +80,16 @@ pub enum SourceError {
     /// The local source directory is not a directory.
     #[error("source directory {}: not a directory", path.display())]
     NotADirectory {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The local source directory is a symlink.
+    #[error(
+        "source directory {}: is a symlink; name the directory itself (a source must be a real \
+         directory: a link can be re-pointed between lock and build)",
+        path.display()
+    )]
+    SymlinkRoot {
         /// The path given.
         path: PathBuf,
     },
@@ -163,21 +173,60 @@ pub fn stage_git(
     git.ensure_commit(&commit)?;
     let dest = prepare_dest(stage, dest_in_image)?;
     git.archive_into(&commit, &dest)?;
+    check_links(&dest, &dest, Path::new(""), &format!("{url}@{commit}"))?;
     tree_digest(&dest)
 }
 
 /// Stages the local directory `src` into `stage` at `dest_in_image`, skipping `.git`.
 ///
-/// Symlinks are copied as symlinks (never followed) when their target stays inside `src`;
-/// sockets, devices and FIFOs are refused.
+/// Symlinks are copied as symlinks (never followed) when their target, resolved link by link
+/// inside `src`, stays inside `src`; sockets, devices and FIFOs are refused.
 pub fn stage_path(src: &Path, dest_in_image: &str, stage: &Path) -> Result<StagedSource, SourceError> {
-    if !fs::metadata(src).map_err(io_at(src))?.is_dir() {
+    stage_path_excluding(src, dest_in_image, stage, &[])
+}
+
+/// [`stage_path`], skipping the directories `exclude` (the cache, the output) and `stage` itself
+/// wherever they appear inside `src`: a source `path = "."` whose tree holds the cache would
+/// otherwise copy the stage into itself, level after level.
+///
+/// `src` itself must be a real directory, not a symlink to one: the lock records the tree's
+/// digest under the recipe's path, and a link can be re-pointed between lock and build (or at a
+/// directory of someone else's, such as `/root`).
+pub fn stage_path_excluding(
+    src: &Path,
+    dest_in_image: &str,
+    stage: &Path,
+    exclude: &[&Path],
+) -> Result<StagedSource, SourceError> {
+    let meta = fs::symlink_metadata(src).map_err(io_at(src))?;
+    if meta.file_type().is_symlink() {
+        return Err(SourceError::SymlinkRoot { path: src.to_owned() });
+    }
+    if !meta.is_dir() {
         return Err(SourceError::NotADirectory { path: src.to_owned() });
     }
     let dest = prepare_dest(stage, dest_in_image)?;
+    let mut skip = Skip::default();
+    for dir in exclude.iter().copied().chain([stage, dest.as_path()]) {
+        if let Ok(m) = fs::metadata(dir) {
+            skip.ids.push((m.dev(), m.ino()));
+        }
+    }
     let origin = src.display().to_string();
-    copy_dir(src, &dest, Path::new(""), &origin)?;
+    copy_dir(src, &dest, Path::new(""), &origin, &skip)?;
     tree_digest(&dest)
+}
+
+/// Directories (by device and inode, so that any spelling of their path matches) not copied.
+#[derive(Default)]
+struct Skip {
+    ids: Vec<(u64, u64)>,
+}
+
+impl Skip {
+    fn contains(&self, meta: &fs::Metadata) -> bool {
+        self.ids.contains(&(meta.dev(), meta.ino()))
+    }
 }
 
 /// Digests a staged tree: sha256 over one record per entry below `root` (the root itself
@@ -350,17 +399,113 @@ fn create_file(path: &Path, mode: u32) -> Result<File, SourceError> {
     Ok(file)
 }
 
-/// The normalized mode of a staged file: executable or not.
+/// The mode of a staged file: `0644`, or `0755` when executable, restricted further by the
+/// source's own bits, so a private file (`0600`, `0640`) stays private in the image while
+/// group/other write bits that only reflect the user's umask (`0664`, `0775`) do not change the
+/// layer. setuid, setgid and sticky bits are dropped.
 fn file_mode(source_mode: u32) -> u32 {
-    if source_mode & 0o111 == 0 {
-        0o644
-    } else {
-        0o755
+    let most = if source_mode & 0o111 == 0 { 0o644 } else { 0o755 };
+    // The owner keeps read: the layer writer reads the staged copy.
+    (most & source_mode & 0o777) | 0o400
+}
+
+/// The mode of a staged directory: `0755` restricted by the source's bits (a `0700` directory
+/// stays closed; the owner always keeps `rwx`).
+fn dir_mode(source_mode: u32) -> u32 {
+    // The owner keeps rwx: the stage must stay listable and removable.
+    (0o755 & source_mode) | 0o700
+}
+
+/// Most symlinks followed while resolving one link (Linux's own limit, `MAXSYMLINKS`).
+const MAX_LINK_HOPS: usize = 40;
+
+/// Resolves the symlink at `link` (components relative to the tree `root`) with `target` the
+/// way the kernel will, component by component, following every symlink it meets inside the
+/// tree, and fails when the walk leaves the tree or meets an absolute target. A purely lexical
+/// check is not enough: with `d/l -> ..`, `d/l/d/l/../..` climbs two levels above the root.
+/// Components that do not exist are taken lexically (nothing there can be a link).
+fn resolve_in_tree(root: &Path, link: &[&OsStr], target: &Path) -> Result<(), &'static str> {
+    if target.as_os_str().is_empty() {
+        return Err("symlink with an empty target");
     }
+    let mut cur: Vec<OsString> =
+        link[..link.len().saturating_sub(1)].iter().map(|p| (*p).to_owned()).collect();
+    let mut work = parts_of(target)?;
+    let mut hops = 0;
+    while let Some(part) = work.pop_front() {
+        let Some(name) = part else {
+            if cur.pop().is_none() {
+                return Err("symlink pointing outside the source tree");
+            }
+            continue;
+        };
+        cur.push(name);
+        let path: PathBuf =
+            std::iter::once(root.as_os_str()).chain(cur.iter().map(OsString::as_os_str)).collect();
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                hops += 1;
+                if hops > MAX_LINK_HOPS {
+                    return Err("symlink loop (too many levels of symlinks)");
+                }
+                let next = fs::read_link(&path).map_err(|_| "symlink whose target cannot be read")?;
+                if next.as_os_str().is_empty() {
+                    return Err("symlink with an empty target");
+                }
+                cur.pop();
+                for p in parts_of(&next)?.into_iter().rev() {
+                    work.push_front(p);
+                }
+            }
+            Ok(_) => {}
+            // Missing (or below a non-directory, ENOTDIR): nothing further can be a link.
+            Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(20) => {}
+            Err(_) => return Err("symlink whose target cannot be examined"),
+        }
+    }
+    Ok(())
+}
+
+/// Resolves every symlink of the staged tree `root` with [`resolve_in_tree`]: links are checked
+/// one by one as they arrive, and only the whole tree shows where a chain of them leads.
+fn check_links(root: &Path, tree: &Path, rel: &Path, origin: &str) -> Result<(), SourceError> {
+    let dir = tree.join(rel);
+    for entry in fs::read_dir(&dir).map_err(io_at(&dir))? {
+        let entry = entry.map_err(io_at(&dir))?;
+        let rel = rel.join(entry.file_name());
+        let ft = entry.file_type().map_err(io_at(&dir))?;
+        if ft.is_dir() {
+            check_links(root, tree, &rel, origin)?;
+        } else if ft.is_symlink() {
+            let path = tree.join(&rel);
+            let target = fs::read_link(&path).map_err(io_at(&path))?;
+            let parts: Vec<&OsStr> = rel.iter().collect();
+            resolve_in_tree(root, &parts, &target).map_err(|reason| SourceError::Unsafe {
+                origin: origin.to_owned(),
+                entry: rel.display().to_string(),
+                reason: reason.to_owned(),
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The components of a relative symlink target: `None` for `..`, names otherwise.
+fn parts_of(target: &Path) -> Result<std::collections::VecDeque<Option<OsString>>, &'static str> {
+    let mut out = std::collections::VecDeque::new();
+    for c in target.components() {
+        match c {
+            Component::RootDir | Component::Prefix(_) => return Err("symlink to an absolute path"),
+            Component::CurDir => {}
+            Component::ParentDir => out.push_back(None),
+            Component::Normal(p) => out.push_back(Some(p.to_owned())),
+        }
+    }
+    Ok(out)
 }
 
 /// Copies the directory `src/rel` to `dest/rel`, entries in sorted order.
-fn copy_dir(src: &Path, dest: &Path, rel: &Path, origin: &str) -> Result<(), SourceError> {
+fn copy_dir(src: &Path, dest: &Path, rel: &Path, origin: &str, skip: &Skip) -> Result<(), SourceError> {
     let dir = src.join(rel);
     let mut names: Vec<OsString> = fs::read_dir(&dir)
         .map_err(io_at(&dir))?
@@ -383,16 +528,29 @@ fn copy_dir(src: &Path, dest: &Path, rel: &Path, origin: &str) -> Result<(), Sou
             reason: reason.to_owned(),
         };
         if ft.is_dir() {
+            if skip.contains(&meta) {
+                tracing::warn!(
+                    "{origin}: not copying {} (the cache, the output or the stage)",
+                    rel.display()
+                );
+                continue;
+            }
             fs::create_dir(&to).map_err(io_at(&to))?;
-            fs::set_permissions(&to, Permissions::from_mode(0o755)).map_err(io_at(&to))?;
-            copy_dir(src, dest, &rel, origin)?;
+            copy_dir(src, dest, &rel, origin, skip)?;
+            // Set last: a directory without write permission must still receive its entries.
+            fs::set_permissions(&to, Permissions::from_mode(dir_mode(meta.permissions().mode())))
+                .map_err(io_at(&to))?;
         } else if ft.is_symlink() {
             let target = fs::read_link(&from).map_err(io_at(&from))?;
             let parts: Vec<&OsStr> = rel.iter().collect();
-            link_stays_inside(&parts, &target).map_err(unsafe_entry)?;
+            resolve_in_tree(src, &parts, &target).map_err(unsafe_entry)?;
             std::os::unix::fs::symlink(&target, &to).map_err(io_at(&to))?;
         } else if ft.is_file() {
-            let mut input = File::open(&from).map_err(io_at(&from))?;
+            // O_NOFOLLOW | O_NONBLOCK and a check of what was opened: the entry could have been
+            // swapped for a link or a FIFO since it was listed.
+            let mut input = crate::input::open_regular(&from, "source file").map_err(|e| {
+                SourceError::Io { path: from.clone(), source: io::Error::other(e.to_string()) }
+            })?;
             let mut out = BufWriter::new(create_file(&to, file_mode(meta.permissions().mode()))?);
             io::copy(&mut input, &mut out).map_err(io_at(&to))?;
             out.into_inner().map_err(|e| SourceError::Io { path: to.clone(), source: e.into_error() })?;
@@ -767,5 +925,141 @@ mod tests {
         std::os::unix::fs::symlink(&outside, stage.join("opt/link")).unwrap();
         assert!(stage_path(&src, "/opt/link/x", &stage).is_err());
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    }
+    /// The classic: `d/l -> ..` is harmless alone and lexically `esc`'s target stays inside, but
+    /// walked the way the kernel resolves it, `d/l/d/l/../..` climbs two levels above the root.
+    #[test]
+    fn symlinks_are_resolved_by_walking_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("src");
+        fs::create_dir_all(src.join("d")).unwrap();
+        std::os::unix::fs::symlink("..", src.join("d/l")).unwrap();
+        stage_path(&src, "/s", &tmp.path().join("ok")).unwrap();
+        std::os::unix::fs::symlink("d/l/d/l/../../etc/shadow", src.join("esc")).unwrap();
+        let err = stage_path(&src, "/s", &tmp.path().join("s1")).unwrap_err().to_string();
+        assert!(err.ends_with(r#"unsafe entry "esc": symlink pointing outside the source tree"#), "{err}");
+
+        // More of the class: chains, loops, links to links that leave, absolute hops.
+        let cases: &[(&[(&str, &str)], Option<&str>)] = &[
+            (&[("a", "b"), ("b", "..")], Some("outside")),
+            (&[("a", "b/../.."), ("b", "c")], Some("outside")),
+            (&[("up", "x/.."), ("x", "y"), ("y", "..")], Some("outside")),
+            (&[("loop", "loop2"), ("loop2", "loop")], Some("loop")),
+            (&[("self", "self/x")], Some("loop")),
+            (&[("a", "b/x"), ("b", "/etc")], Some("absolute")),
+            (&[("a", "missing/../c")], None),
+            (&[("a", "b/c"), ("b", "."), ("c", "z")], None),
+            (&[("deep", "d2/d2/d2/../../..")], Some("outside")),
+        ];
+        for (i, (links, expected)) in cases.iter().enumerate() {
+            let root = tmp.path().join(format!("case{i}"));
+            fs::create_dir_all(root.join("d2")).unwrap();
+            std::os::unix::fs::symlink(".", root.join("d2/d2")).unwrap();
+            for (name, target) in *links {
+                std::os::unix::fs::symlink(target, root.join(name)).unwrap();
+            }
+            let got = stage_path(&root, "/s", &tmp.path().join(format!("stage{i}")));
+            match expected {
+                None => assert!(got.is_ok(), "{links:?}: {got:?}"),
+                Some(what) => {
+                    let err = got.unwrap_err().to_string();
+                    assert!(err.contains(what), "{links:?}: {err}");
+                }
+            }
+        }
+        // A git tree with the same pair is refused as well (checked once the tree is staged).
+        let origin = tmp.path().join("origin");
+        fs::create_dir_all(origin.join("d")).unwrap();
+        std::os::unix::fs::symlink("..", origin.join("d/l")).unwrap();
+        std::os::unix::fs::symlink("d/l/d/l/../../etc/shadow", origin.join("esc")).unwrap();
+        git(&origin, &["init", "-q"]);
+        git(&origin, &["add", "-A"]);
+        git(&origin, &["commit", "-q", "-m", "evil"]);
+        let commit = git(&origin, &["rev-parse", "HEAD"]);
+        let url = format!("file://{}", origin.display());
+        let err = stage_git(&url, &commit, "/src", &tmp.path().join("g"), &tmp.path().join("cache"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.ends_with(r#"unsafe entry "esc": symlink pointing outside the source tree"#), "{err}");
+    }
+
+    #[test]
+    fn a_symlinked_source_directory_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        fs::create_dir(&real).unwrap();
+        fs::write(real.join("f"), "x").unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let err = stage_path(&link, "/s", &tmp.path().join("stage")).unwrap_err();
+        assert!(matches!(err, SourceError::SymlinkRoot { .. }), "{err}");
+        assert!(err.to_string().contains("is a symlink"), "{err}");
+        let file = tmp.path().join("file");
+        fs::write(&file, "x").unwrap();
+        assert!(matches!(
+            stage_path(&file, "/s", &tmp.path().join("s2")),
+            Err(SourceError::NotADirectory { .. })
+        ));
+    }
+
+    #[test]
+    fn private_modes_are_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("src");
+        fs::create_dir_all(src.join("private")).unwrap();
+        for (name, mode) in [
+            ("secret", 0o600),
+            ("group", 0o640),
+            ("umask", 0o664),
+            ("exec", 0o775),
+            ("own-exec", 0o700),
+            ("ro", 0o444),
+        ] {
+            fs::write(src.join(name), "x").unwrap();
+            fs::set_permissions(src.join(name), Permissions::from_mode(mode)).unwrap();
+        }
+        fs::write(src.join("private/key"), "k").unwrap();
+        fs::set_permissions(src.join("private"), Permissions::from_mode(0o700)).unwrap();
+        let stage = tmp.path().join("stage");
+        stage_path(&src, "/s", &stage).unwrap();
+        let mode = |rel: &str| {
+            fs::symlink_metadata(stage.join("s").join(rel)).unwrap().permissions().mode() & 0o7777
+        };
+        assert_eq!(
+            [
+                mode("secret"),
+                mode("group"),
+                mode("umask"),
+                mode("exec"),
+                mode("own-exec"),
+                mode("ro"),
+                mode("private")
+            ],
+            [0o600, 0o640, 0o644, 0o755, 0o700, 0o444, 0o700]
+        );
+    }
+
+    #[test]
+    fn the_cache_and_output_inside_the_tree_are_not_copied() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("project");
+        fs::create_dir_all(src.join("code")).unwrap();
+        fs::write(src.join("code/a.py"), "print(1)\n").unwrap();
+        let cache = src.join(".cache");
+        let out = src.join("images/out");
+        fs::create_dir_all(cache.join("tmp")).unwrap();
+        fs::create_dir_all(&out).unwrap();
+        fs::write(out.join("index.json"), "{}").unwrap();
+        // The stage lives in the cache, inside the tree being copied.
+        let stage = cache.join("tmp/stage-1");
+        let staged = stage_path_excluding(&src, "/w", &stage, &[&cache, &out]).unwrap();
+        assert_eq!(staged.files, 1);
+        assert!(stage.join("w/code/a.py").is_file());
+        assert!(!stage.join("w/.cache").exists());
+        assert!(stage.join("w/images").is_dir() && !stage.join("w/images/out").exists());
+        // Without being told of the cache, the stage itself is still never copied into itself.
+        let stage2 = cache.join("tmp/stage-2");
+        stage_path(&src, "/w", &stage2).unwrap();
+        assert!(!stage2.join("w/.cache/tmp/stage-2").exists());
     }
 }

@@ -40,6 +40,17 @@ use zip::ZipArchive;
 
 /// Largest metadata member (`WHEEL`, `METADATA`, `RECORD`, `entry_points.txt`) read into memory.
 const METADATA_CAP: u64 = 64 << 20;
+/// Most bytes a wheel may inflate to, all members together. The largest wheels of a GPU stack
+/// (torch, the `nvidia-*` CUDA libraries) inflate to a few GiB each; a "zip bomb" is far larger.
+pub const MAX_INFLATED_TOTAL: u64 = 32 << 30;
+/// Most a member may inflate relative to its compressed size, for members over
+/// [`RATIO_FLOOR`] bytes. Deflate cannot exceed about 1032:1; real code and libraries compress
+/// 2-10:1 and text rarely beyond 100:1, so a member beyond this ratio is a bomb, not a file.
+pub const MAX_RATIO: u64 = 200;
+/// Members up to this many inflated bytes are exempt from [`MAX_RATIO`] (a small file of zeros).
+pub const RATIO_FLOOR: u64 = 1 << 20;
+/// Most members a wheel may have (torch has about 15 000).
+pub const MAX_MEMBERS: usize = 1_000_000;
 /// Longest first line inspected for a `#!python` shebang.
 const SHEBANG_CAP: u64 = 4096;
 /// What `INSTALLER` says (<https://packaging.python.org/en/latest/specifications/recording-installed-packages/#the-installer-file>).
@@ -230,6 +241,41 @@ pub enum WheelError {
         /// What is in the way.
         problem: String,
     },
+    /// The wheel is not a readable regular file.
+    #[error(transparent)]
+    Input(#[from] crate::input::InputError),
+    /// A member is declared (or found) to inflate beyond the caps: a decompression bomb.
+    #[error("wheel {}: entry {entry:?}: {problem}", wheel.display())]
+    Bomb {
+        /// The wheel file.
+        wheel: PathBuf,
+        /// The member name (`*` for the whole wheel).
+        entry: String,
+        /// Which cap it exceeds.
+        problem: String,
+    },
+    /// Two members have the same name: which one an installer takes differs between tools.
+    #[error("wheel {}: {problem}; a wheel must not hold two members with one name", wheel.display())]
+    Duplicate {
+        /// The wheel file.
+        wheel: PathBuf,
+        /// Which name, or how many.
+        problem: String,
+    },
+    /// The wheel's metadata names another project or version than the lock pins.
+    #[error(
+        "wheel {}: its METADATA says {found}, but the lock pins {expected}; the file is not the \
+         package it claims to be",
+        wheel.display()
+    )]
+    NotThePin {
+        /// The wheel file.
+        wheel: PathBuf,
+        /// `name version` from the lock.
+        expected: String,
+        /// `Name Version` from `METADATA` (or the `.dist-info` directory).
+        found: String,
+    },
     /// A scheme path is not a clean absolute path.
     #[error("scheme {field} {path:?}: {problem}")]
     Scheme {
@@ -246,7 +292,97 @@ pub enum WheelError {
 ///
 /// See the module documentation for what is checked and written.
 pub fn install_wheel(wheel: &Path, scheme: &Scheme, stage: &Path) -> Result<InstalledWheel, WheelError> {
-    Installer::open(wheel, scheme, stage)?.run()
+    Installer::open(wheel, scheme, stage)?.run(None)
+}
+
+/// [`install_wheel`] of a wheel that must be project `name` at `version` (what the lock pins):
+/// a wheel whose `METADATA` or `.dist-info` names another project (compared as PEP 503
+/// normalized names) or another version (compared as PEP 440 versions) is refused before
+/// anything is written, so that an image never holds one package under another's name.
+pub fn install_wheel_as(
+    wheel: &Path,
+    scheme: &Scheme,
+    stage: &Path,
+    name: &str,
+    version: &str,
+) -> Result<InstalledWheel, WheelError> {
+    Installer::open(wheel, scheme, stage)?.run(Some((name, version)))
+}
+
+/// What a wheel's `METADATA` says it is and needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WheelIdentity {
+    /// `Name`, as written.
+    pub name: String,
+    /// `Version`, as written.
+    pub version: String,
+    /// The project names of every `Requires-Dist` (PEP 503 normalized), whatever their markers or
+    /// extras: an over-approximation of what the wheel can pull in.
+    pub requires: Vec<String>,
+}
+
+/// Reads the `METADATA` of `wheel` without installing it (the zip's central directory and one
+/// member), with the same checks of the file and its members as [`install_wheel`].
+pub fn wheel_identity(wheel: &Path) -> Result<WheelIdentity, WheelError> {
+    let scheme = Scheme::debian_local(&"3.11".parse().map_err(|_| WheelError::Layout {
+        wheel: wheel.to_owned(),
+        problem: "internal: default scheme".to_owned(),
+    })?);
+    let mut installer = Installer::open(wheel, &scheme, Path::new("/nonexistent"))?;
+    let files = installer.scan()?;
+    let dist_infos: BTreeSet<String> = files
+        .iter()
+        .filter_map(|(_, n)| n.split_once('/').map(|(top, _)| top))
+        .filter(|top| top.ends_with(".dist-info"))
+        .map(str::to_owned)
+        .collect();
+    let dist_infos: Vec<String> = dist_infos.into_iter().collect();
+    let [dist_info] = &dist_infos[..] else {
+        return Err(installer.layout("not exactly one .dist-info directory".to_owned()));
+    };
+    let metadata_name = format!("{dist_info}/METADATA");
+    let headers = parse_headers(&installer.require_small(&metadata_name)?);
+    let field = |key| header(&headers, key).unwrap_or_default().to_owned();
+    let mut requires: Vec<String> = headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("Requires-Dist"))
+        .map(|(_, v)| {
+            let end = v
+                .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+                .unwrap_or(v.len());
+            normalize_name(&v[..end])
+        })
+        .filter(|n| !n.is_empty())
+        .collect();
+    requires.sort();
+    requires.dedup();
+    Ok(WheelIdentity { name: field("Name"), version: field("Version"), requires })
+}
+
+/// A project name normalized as PEP 503 says: runs of `-`, `_` and `.` become one `-`, lowercase.
+pub fn normalize_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut sep = false;
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            sep = true;
+        } else {
+            if sep && !out.is_empty() {
+                out.push('-');
+            }
+            sep = false;
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+/// Whether two version strings are the same PEP 440 version (`1.0` and `1.0.0` are).
+fn same_version(a: &str, b: &str) -> bool {
+    match (a.parse::<pep440_rs::Version>(), b.parse::<pep440_rs::Version>()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// A validated, in-image path: its components, none of them empty, `.` or `..`.
@@ -370,7 +506,9 @@ struct Plan {
 impl<'a> Installer<'a> {
     fn open(wheel: &'a Path, scheme: &Scheme, stage: &'a Path) -> Result<Self, WheelError> {
         let dirs = Dirs::new(scheme)?;
-        let file = File::open(wheel).map_err(|source| WheelError::Io {
+        // A regular file only: a FIFO or a device would block or never end.
+        let file = crate::input::open_regular(wheel, "wheel")?;
+        let probe = file.try_clone().map_err(|source| WheelError::Io {
             wheel: wheel.to_owned(),
             path: wheel.to_owned(),
             source,
@@ -380,6 +518,7 @@ impl<'a> Installer<'a> {
             what: "opening the archive".to_owned(),
             source,
         })?;
+        check_unique_members(wheel, &probe, &archive)?;
         Ok(Self { wheel, dirs, stage, archive })
     }
 
@@ -394,6 +533,7 @@ impl<'a> Installer<'a> {
     /// Validates every member name and type without decompressing anything.
     fn scan(&mut self) -> Result<Vec<(usize, String)>, WheelError> {
         let mut files = Vec::new();
+        let mut inflated: u64 = 0;
         for index in 0..self.archive.len() {
             let member = self.archive.by_index_raw(index).map_err(|source| WheelError::Zip {
                 wheel: self.wheel.to_owned(),
@@ -418,6 +558,21 @@ impl<'a> Installer<'a> {
             }
             if member.encrypted() {
                 return Err(unsafe_entry("encrypted entry"));
+            }
+            let (size, packed) = (member.size(), member.compressed_size());
+            inflated = inflated.saturating_add(size);
+            let bomb = |problem: String| WheelError::Bomb {
+                wheel: self.wheel.to_owned(),
+                entry: name.clone(),
+                problem,
+            };
+            if size > RATIO_FLOOR && size / packed.max(1) > MAX_RATIO {
+                return Err(bomb(format!(
+                    "declares {size} bytes from {packed} compressed, more than {MAX_RATIO}:1"
+                )));
+            }
+            if inflated > MAX_INFLATED_TOTAL {
+                return Err(bomb(format!("the wheel inflates to more than {MAX_INFLATED_TOTAL} bytes")));
             }
             if !member.is_dir() && file_type != S_IFDIR {
                 files.push((index, name));
@@ -510,8 +665,11 @@ impl<'a> Installer<'a> {
         Ok(Plan { dist_info, data_dir, name, version, purelib_root, record, files })
     }
 
-    fn run(mut self) -> Result<InstalledWheel, WheelError> {
+    fn run(mut self, expected: Option<(&str, &str)>) -> Result<InstalledWheel, WheelError> {
         let plan = self.plan()?;
+        if let Some((name, version)) = expected {
+            self.check_identity(&plan, name, version)?;
+        }
         let site_root = if plan.purelib_root { self.dirs.purelib.clone() } else { self.dirs.platlib.clone() };
         let headers_path = self.dirs.headers.replace("{name}", &plan.name);
         let headers = image_path("headers", &headers_path)?;
@@ -590,6 +748,25 @@ impl<'a> Installer<'a> {
         })
     }
 
+    /// Refuses a wheel whose `METADATA` (or `.dist-info` directory name) is not `name` `version`.
+    fn check_identity(&self, plan: &Plan, name: &str, version: &str) -> Result<(), WheelError> {
+        let mismatch = |found: String| WheelError::NotThePin {
+            wheel: self.wheel.to_owned(),
+            expected: format!("{name} {version}"),
+            found,
+        };
+        if normalize_name(&plan.name) != normalize_name(name) || !same_version(&plan.version, version) {
+            return Err(mismatch(format!("{} {}", plan.name, plan.version)));
+        }
+        // PEP 427: the directory is `{name}-{version}.dist-info`, the name with `-` escaped as `_`.
+        let stem = plan.dist_info.trim_end_matches(".dist-info");
+        let (dir_name, dir_version) = stem.rsplit_once('-').unwrap_or((stem, ""));
+        if normalize_name(dir_name) != normalize_name(name) || !same_version(dir_version, version) {
+            return Err(mismatch(format!("{} (its .dist-info directory)", plan.dist_info)));
+        }
+        Ok(())
+    }
+
     /// Generates the launchers of `entry_points.txt`.
     fn write_scripts(
         &mut self,
@@ -638,8 +815,10 @@ impl<'a> Installer<'a> {
         let read_err =
             |source| WheelError::ReadEntry { wheel: wheel.clone(), entry: name.to_owned(), source };
 
-        // Reading stops one byte past the recorded size, so a lying member cannot fill the disk.
-        let limit = size.map_or(u64::MAX, |s| s.saturating_add(1));
+        // Reading stops one byte past the recorded size and past the size the zip declares (which
+        // the scan capped), so a lying member cannot fill the disk.
+        let declared = member.size();
+        let limit = size.unwrap_or(u64::MAX).min(declared).saturating_add(1);
         let mut source = HashingReader::new((&mut member).take(limit));
         let mut sink = HashingWriter::new(BufWriter::with_capacity(1 << 18, file));
         let copied = if is_script {
@@ -664,6 +843,13 @@ impl<'a> Installer<'a> {
         if let Some(expected) = size.filter(|s| *s != got) {
             return fail(WheelError::SizeMismatch { wheel, entry: name.to_owned(), expected, actual: got });
         }
+        if got != declared {
+            return fail(WheelError::Bomb {
+                wheel,
+                entry: name.to_owned(),
+                problem: format!("inflates to more than the {declared} bytes its zip header declares"),
+            });
+        }
         if actual != expected.trim_end_matches('=') {
             return fail(WheelError::HashMismatch {
                 wheel,
@@ -676,6 +862,56 @@ impl<'a> Installer<'a> {
         out.record(dest, written_hash, sink.len, site_root);
         Ok(())
     }
+}
+
+/// Refuses a zip whose central directory lists one name twice. The `zip` crate keeps one of
+/// them (by name) and others keep the other, so the file an installer writes would depend on the
+/// tool; the central directory is walked here to count what the crate collapsed.
+fn check_unique_members(wheel: &Path, file: &File, archive: &ZipArchive<File>) -> Result<(), WheelError> {
+    use std::os::unix::fs::FileExt as _;
+    let io_err = |source| WheelError::Io { wheel: wheel.to_owned(), path: wheel.to_owned(), source };
+    let mut names: HashSet<Vec<u8>> = HashSet::new();
+    let mut pos = archive.central_directory_start();
+    let mut header = [0u8; 46];
+    loop {
+        match file.read_exact_at(&mut header, pos) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
+            Err(e) => return Err(io_err(e)),
+        }
+        if header[..4] != [0x50, 0x4b, 0x01, 0x02] {
+            break;
+        }
+        let u16_at = |i: usize| u64::from(u16::from_le_bytes([header[i], header[i + 1]]));
+        let (name_len, extra_len, comment_len) = (u16_at(28), u16_at(30), u16_at(32));
+        let mut name = vec![0u8; usize::try_from(name_len).unwrap_or(0)];
+        file.read_exact_at(&mut name, pos + 46).map_err(io_err)?;
+        if !names.insert(name.clone()) {
+            return Err(WheelError::Duplicate {
+                wheel: wheel.to_owned(),
+                problem: format!("member {:?} appears twice", String::from_utf8_lossy(&name)),
+            });
+        }
+        if names.len() > MAX_MEMBERS {
+            return Err(WheelError::Bomb {
+                wheel: wheel.to_owned(),
+                entry: "*".to_owned(),
+                problem: format!("more than {MAX_MEMBERS} members"),
+            });
+        }
+        pos += 46 + name_len + extra_len + comment_len;
+    }
+    if names.len() != archive.len() {
+        return Err(WheelError::Duplicate {
+            wheel: wheel.to_owned(),
+            problem: format!(
+                "its central directory lists {} members but only {} distinct names",
+                names.len(),
+                archive.len()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Writes `INSTALLER`, then `RECORD` listing every written file, sorted by path.
@@ -1330,6 +1566,154 @@ mod tests {
             ("bad-1.0.dist-info/METADATA", b"Name: bad\nVersion: 1.0\n", 0o644),
             ("bad-1.0.dist-info/WHEEL", WHEEL_PURE, 0o644),
         ]
+    }
+
+    /// Rewrites, in both the local and the central header of member `name`, the declared
+    /// uncompressed size (`size`) and/or the name itself (`rename`, same length).
+    fn patch_member(path: &Path, name: &str, size: Option<u32>, rename: Option<&str>) {
+        let mut bytes = fs::read(path).unwrap();
+        let n = name.len();
+        let mut i = 0;
+        while i + 4 <= bytes.len() {
+            let (name_at, size_at) = match &bytes[i..i + 4] {
+                [0x50, 0x4b, 0x03, 0x04] => (i + 30, i + 22),
+                [0x50, 0x4b, 0x01, 0x02] => (i + 46, i + 24),
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            };
+            if bytes.get(name_at..name_at + n) == Some(name.as_bytes()) {
+                if let Some(size) = size {
+                    bytes[size_at..size_at + 4].copy_from_slice(&size.to_le_bytes());
+                }
+                if let Some(new) = rename {
+                    bytes[name_at..name_at + n].copy_from_slice(new.as_bytes());
+                }
+            }
+            i += 4;
+        }
+        fs::write(path, bytes).unwrap();
+    }
+
+    #[test]
+    fn refuses_a_member_that_inflates_past_the_ratio_cap() {
+        let zeros = vec![0u8; 64 << 20];
+        let members: Vec<(&str, &[u8], u32)> = vec![
+            ("bad/zeros.bin", &zeros, 0o644),
+            ("bad-1.0.dist-info/METADATA", b"Name: bad\nVersion: 1.0\n", 0o644),
+            ("bad-1.0.dist-info/WHEEL", WHEEL_PURE, 0o644),
+        ];
+        let (msg, dir) = install_err(&members, None);
+        assert!(msg.contains("bad/zeros.bin") && msg.contains(&format!("more than {MAX_RATIO}:1")), "{msg}");
+        // Refused from the central directory alone: nothing was written.
+        assert!(!dir.join("stage").exists());
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn refuses_a_member_that_inflates_past_its_declared_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = vec![b'a'; 300_000];
+        let members: Vec<(&str, &[u8], u32)> = vec![
+            ("bad/big.txt", &data, 0o644),
+            ("bad-1.0.dist-info/METADATA", b"Name: bad\nVersion: 1.0\n", 0o644),
+            ("bad-1.0.dist-info/WHEEL", WHEEL_PURE, 0o644),
+        ];
+        // RECORD gives no size for the member, so only the zip's own declaration bounds it.
+        let sha = urlsafe_b64(&Sha256::digest(&data));
+        let meta = urlsafe_b64(&Sha256::digest(b"Name: bad\nVersion: 1.0\n"));
+        let wheel = urlsafe_b64(&Sha256::digest(WHEEL_PURE));
+        let record = format!(
+            "bad/big.txt,sha256={sha},\nbad-1.0.dist-info/METADATA,sha256={meta},\nbad-1.0.dist-info/WHEEL,sha256={wheel},\nbad-1.0.dist-info/RECORD,,\n"
+        );
+        let whl = make_wheel(tmp.path(), "bad-1.0-py3-none-any.whl", &members, Some(&record));
+        patch_member(&whl, "bad/big.txt", Some(1000), None);
+        let stage = tmp.path().join("stage");
+        let err = install_wheel(&whl, &scheme(), &stage).unwrap_err();
+        assert!(matches!(err, WheelError::Bomb { .. } | WheelError::ReadEntry { .. }), "{err}");
+        let written = stage.join("usr/local/lib/python3.11/dist-packages/bad/big.txt");
+        assert!(!written.exists(), "the unverified file was left behind");
+    }
+
+    #[test]
+    fn refuses_duplicate_members() {
+        let tmp = tempfile::tempdir().unwrap();
+        let members: Vec<(&str, &[u8], u32)> = vec![
+            ("bad/a.py", b"print('first')\n", 0o644),
+            ("bad/b.py", b"print('second')\n", 0o644),
+            ("bad-1.0.dist-info/METADATA", b"Name: bad\nVersion: 1.0\n", 0o644),
+            ("bad-1.0.dist-info/WHEEL", WHEEL_PURE, 0o644),
+        ];
+        let whl = make_wheel(tmp.path(), "bad-1.0-py3-none-any.whl", &members, None);
+        patch_member(&whl, "bad/b.py", None, Some("bad/a.py"));
+        let err = install_wheel(&whl, &scheme(), &tmp.path().join("stage")).unwrap_err();
+        assert!(matches!(err, WheelError::Duplicate { .. }), "{err}");
+        assert!(err.to_string().contains("\"bad/a.py\" appears twice"), "{err}");
+        // The same when the metadata is duplicated: which METADATA names the project?
+        let members: Vec<(&str, &[u8], u32)> = vec![
+            ("bad-1.0.dist-info/METADATA", b"Name: bad\nVersion: 1.0\n", 0o644),
+            ("bad-1.0.dist-info/METADATB", b"Name: pip\nVersion: 9.0\n", 0o644),
+            ("bad-1.0.dist-info/WHEEL", WHEEL_PURE, 0o644),
+        ];
+        let whl = make_wheel(tmp.path(), "bad2-1.0-py3-none-any.whl", &members, None);
+        patch_member(&whl, "bad-1.0.dist-info/METADATB", None, Some("bad-1.0.dist-info/METADATA"));
+        assert!(matches!(wheel_identity(&whl), Err(WheelError::Duplicate { .. })));
+    }
+
+    #[test]
+    fn refuses_a_wheel_whose_metadata_names_another_project() {
+        let tmp = tempfile::tempdir().unwrap();
+        let whl = make_wheel(tmp.path(), "demo-1.0-py3-none-any.whl", &pure_members(), None);
+        let stage = tmp.path().join("stage");
+        let err = install_wheel_as(&whl, &scheme(), &stage, "requests", "1.0").unwrap_err();
+        assert!(matches!(err, WheelError::NotThePin { .. }), "{err}");
+        assert!(err.to_string().contains("METADATA says demo 1.0, but the lock pins requests 1.0"), "{err}");
+        assert!(!stage.exists(), "nothing is written before the check");
+        let err = install_wheel_as(&whl, &scheme(), &stage, "demo", "2.0").unwrap_err();
+        assert!(matches!(err, WheelError::NotThePin { .. }), "{err}");
+        // PEP 503 names and PEP 440 versions: `Demo` is `demo`, `1.0.0` is `1.0`.
+        install_wheel_as(&whl, &scheme(), &stage, "DEMO", "1.0.0").unwrap();
+        // A .dist-info directory of another project is refused too.
+        let mut members = pure_members();
+        for m in &mut members {
+            if let Some(rest) = m.0.strip_prefix("demo-1.0.dist-info/") {
+                m.0 = Box::leak(format!("evil-1.0.dist-info/{rest}").into_boxed_str());
+            }
+        }
+        let whl = make_wheel(tmp.path(), "demo-1.0-py3-none-any.whl", &members, None);
+        let err = install_wheel_as(&whl, &scheme(), &tmp.path().join("s2"), "demo", "1.0").unwrap_err();
+        assert!(err.to_string().contains("evil-1.0.dist-info"), "{err}");
+    }
+
+    #[test]
+    fn normalizes_names_as_pep_503() {
+        assert_eq!(normalize_name("Foo.Bar__baz--Qux"), "foo-bar-baz-qux");
+        assert_eq!(normalize_name("nvidia_cudnn_cu12"), "nvidia-cudnn-cu12");
+        assert_eq!(normalize_name("six"), "six");
+    }
+
+    #[test]
+    fn reads_requires_dist_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut members = pure_members();
+        members[6].1 = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\nRequires-Dist: Typing_Extensions (>=4)\nRequires-Dist: numpy>=1.0; extra == \"np\"\nRequires-Dist: six\n";
+        let whl = make_wheel(tmp.path(), "demo-1.0-py3-none-any.whl", &members, None);
+        let id = wheel_identity(&whl).unwrap();
+        assert_eq!((id.name.as_str(), id.version.as_str()), ("demo", "1.0"));
+        assert_eq!(id.requires, ["numpy", "six", "typing-extensions"]);
+    }
+
+    #[test]
+    fn a_wheel_that_is_not_a_regular_file_is_refused_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("demo-1.0-py3-none-any.whl");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
+        for path in [fifo.as_path(), Path::new("/dev/zero")] {
+            let err = install_wheel(path, &scheme(), &tmp.path().join("stage")).unwrap_err();
+            assert!(matches!(err, WheelError::Input(_)), "{err}");
+            assert!(err.to_string().contains("must be a regular file"), "{err}");
+        }
     }
 
     #[test]

@@ -426,3 +426,90 @@ fn transcoding_a_layer_reproduces_it() {
     let second = w.finish(Compression::Gzip).unwrap();
     assert_eq!(first.diff_id, second.diff_id);
 }
+
+/// A PAX extended header (`x`) whose `path` record overrides the next entry's name.
+fn pax_path(path: &str, then: &str) -> Vec<u8> {
+    let record = |k: &str, v: &str| {
+        let body = format!(" {k}={v}\n");
+        let mut n = body.len() + 1;
+        while format!("{n}{body}").len() != n {
+            n += 1;
+        }
+        format!("{n}{body}")
+    };
+    let data = record("path", path);
+    let mut out = Vec::new();
+    let mut h = Header::new_ustar();
+    h.as_old_mut().name[..9].copy_from_slice(b"PaxHeader");
+    h.set_entry_type(EntryType::XHeader);
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    out.extend_from_slice(h.as_bytes());
+    out.extend_from_slice(data.as_bytes());
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out.extend_from_slice(&tar_of(&[raw(then, EntryType::Regular)]));
+    out
+}
+
+#[test]
+fn pax_path_overrides_are_checked_like_names() {
+    let (_c, cache) = cache();
+    for hostile in ["../../etc/cron.d/x", "/etc/shadow", "a/../../x", "ok/../../../up"] {
+        let mut w = LayerWriter::new(&cache, 0);
+        let err = w.add_tar(&pax_path(hostile, "innocent")[..], &TarImport::default()).unwrap_err();
+        assert!(matches!(err, LayerError::UnsafeName { .. }), "{hostile}: {err}");
+    }
+    // A harmless override is taken: the entry is named by its PAX path.
+    let mut w = LayerWriter::new(&cache, 0);
+    w.add_tar(&pax_path("usr/real-name", "innocent")[..], &TarImport::default()).unwrap();
+    let text = listing(&w.finish(Compression::None).unwrap());
+    assert!(text.contains("usr/real-name") && !text.contains("innocent"), "{text}");
+}
+
+#[test]
+fn whiteouts_from_a_tar_are_checked() {
+    use EntryType::{Directory, Regular, Symlink};
+    let bad: Vec<(Vec<Raw<'_>>, &str)> = vec![
+        (vec![raw(".wh.", Regular)], "whiteout of an empty"),
+        (vec![raw("usr/.wh..", Regular)], "whiteout of an empty"),
+        (vec![raw("usr/.wh...", Regular)], "whiteout of an empty"),
+        (vec![raw("usr/.wh..wh.plnk", Regular)], "unknown `.wh..wh.`"),
+        (vec![raw("usr/.wh.doc", Directory)], "empty regular file"),
+        (vec![Raw { link: "/etc/shadow", ..raw("usr/.wh.doc", Symlink) }], "empty regular file"),
+        (vec![Raw { data: b"x", ..raw("usr/.wh.doc", Regular) }], "empty regular file"),
+    ];
+    for (entries, expected) in bad {
+        let names: Vec<_> = entries.iter().map(|e| e.name).collect();
+        let err = import(&entries).err().unwrap_or_else(|| panic!("{names:?} accepted"));
+        assert!(err.to_string().contains(expected), "{names:?}: {err}");
+    }
+    for ok in [raw("usr/.wh.doc", Regular), raw("usr/.wh..wh..opq", Regular), raw(".wh.etc", Regular)] {
+        assert!(import(&[ok]).is_ok());
+    }
+}
+
+#[test]
+fn a_checker_validates_without_writing() {
+    use EntryType::{Link, Regular, Symlink};
+    let (dir, cache) = cache();
+    let mut c = LayerWriter::checker(&cache);
+    c.add_tar(
+        &tar_of(&[Raw { data: b"hello", ..raw("a/f", Regular) }, Raw { link: "a/f", ..raw("h", Link) }])[..],
+        &TarImport::default(),
+    )
+    .unwrap();
+    c.check().unwrap();
+    assert!(std::fs::read_dir(dir.path().join("blobs/sha256")).map_or(true, |mut d| d.next().is_none()));
+    let mut c = LayerWriter::checker(&cache);
+    c.add_tar(&tar_of(&[Raw { link: "etc/shadow", ..raw("h", Link) }])[..], &TarImport::default()).unwrap();
+    assert!(matches!(c.check(), Err(LayerError::BadHardlink { .. })));
+    let mut c = LayerWriter::checker(&cache);
+    let err = c
+        .add_tar(
+            &tar_of(&[Raw { link: "/etc", ..raw("a", Symlink) }, raw("a/shadow", Regular)])[..],
+            &TarImport::default(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, LayerError::ThroughSymlink { .. }), "{err}");
+}
