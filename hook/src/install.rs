@@ -499,6 +499,8 @@ pub fn containerd_snippet(wrapper: &Path) -> String {
     let table = format!("plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.{RUNTIME_NAME}");
     format!(
         "# add to /etc/containerd/config.toml (version = 2), then restart containerd:\n\
+         # (containerd 1.x replaces its built-in runtimes with the ones a config declares: keep the\n\
+         # `runc` runtime table there, as `containerd config default` writes it, or CRI will not load)\n\
          [{table}]\n  runtime_type = \"io.containerd.runc.v2\"\n\
          [{table}.options]\n  BinaryName = \"{}\"\n\
          \n# and for Kubernetes (kubectl apply -f -); pods opt in with `runtimeClassName: {RUNTIME_NAME}`:\n\

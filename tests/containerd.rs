@@ -1,0 +1,344 @@
+//! stackhook under containerd, as Kubernetes uses it: a RuntimeClass handler is a runtime of
+//! type `io.containerd.runc.v2` whose `BinaryName` is the stackhook wrapper, so the runc v2 shim
+//! runs the wrapper in place of runc, and the wrapper adds the hook to the container's bundle.
+//!
+//! Each test runs a private containerd (Debian's `containerd` package, 1.6 on bookworm; it
+//! comes with `docker.io`): its own `--config` with root, state and gRPC/ttrpc sockets under a
+//! temp dir, the overlayfs snapshotter, no TCP listener. The machine's containerd is not
+//! touched. The image is built by `stackbuild` (`--archive`) and imported with
+//! `ctr images import`; containers start with `ctr run --runtime io.containerd.runc.v2
+//! --runc-binary <wrapper>`, which sets the same shim option (`BinaryName`) a runtime handler
+//! does. The wrapper finds its configuration through `STACKHOOK_CONFIG` in containerd's
+//! environment, which containerd hands to the shim and the shim to the wrapper.
+//!
+//! The runtime handler `stackhook install containerd` prints is loaded into such a containerd
+//! and must come out of `containerd config dump` with the CRI plugin running.
+//!
+//! Skipped (with a message, not passed) without root, containerd, ctr, runc or the builder.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use e2e::{binary, have, is_root};
+use stackhook::fixture::Preset;
+
+/// The test image: scratch, a static busybox in `/bin`, and `[host] modules = ["nvidia_uvm"]`,
+/// which stackbuild turns into `NVIDIA_VISIBLE_DEVICES=all` and
+/// `STACKBUILD_REQUIRE_MODULES=module=nvidia_uvm`.
+const IMAGE: &str = "stackhook-e2e-containerd:test";
+/// The broken host, and the code its verdict names.
+const BROKEN: Preset = Preset::UvmMissing;
+/// containerd's runc v2 shim, the `runtime_type` of a Kubernetes runtime handler.
+const SHIM: &str = "io.containerd.runc.v2";
+/// The containerd namespace the tests use (Kubernetes uses `k8s.io`).
+const NAMESPACE: &str = "stackhook-e2e";
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The builder binary: `STACKBUILD_BIN`, else the workspace's release build.
+fn builder() -> PathBuf {
+    std::env::var_os("STACKBUILD_BIN")
+        .map_or_else(|| e2e::workspace().join("target/release/stackbuild"), PathBuf::from)
+}
+
+/// Whether the tests can run here; prints why not.
+fn runnable() -> bool {
+    let missing: Vec<&str> = [
+        (!is_root()).then_some("root"),
+        (!have("containerd")).then_some("containerd"),
+        (!have("ctr")).then_some("ctr"),
+        (!have("runc")).then_some("runc"),
+        (!Path::new("/bin/busybox").is_file()).then_some("busybox-static"),
+        (!builder().is_file()).then_some("target/release/stackbuild (or STACKBUILD_BIN)"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    eprintln!("skipped: containerd tests need {}", missing.join(", "));
+    false
+}
+
+/// A containerd of the test's own, stopped (SIGTERM, then SIGKILL) on drop.
+struct Containerd {
+    socket: PathBuf,
+    config: PathBuf,
+    log: PathBuf,
+    child: std::process::Child,
+}
+
+impl Containerd {
+    /// The top of a private configuration (version 2): everything under `dir`, the overlayfs
+    /// snapshotter, no TCP, debug or metrics listener, and the `runc` runtime as `containerd
+    /// config default` writes it: containerd 1.6 decodes `containerd.runtimes` as a whole, so a
+    /// config that declares any runtime (ours) and not `runc` loses the built-in default and the
+    /// CRI plugin refuses to load ("no corresponding runtime configured ... runc").
+    fn base_config(dir: &Path) -> String {
+        let d = dir.display();
+        format!(
+            "version = 2\nroot = \"{d}/root\"\nstate = \"{d}/state\"\n\n[grpc]\n  address = \"{d}/c.sock\"\n\n\
+             [ttrpc]\n  address = \"{d}/c.sock.ttrpc\"\n\n[debug]\n  address = \"\"\n\n[metrics]\n  address = \"\"\n\n\
+             [plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n\n\
+             [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"overlayfs\"\n  default_runtime_name = \"runc\"\n\n\
+             [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"{SHIM}\"\n\n"
+        )
+    }
+
+    /// Starts containerd with `config` (written to `<dir>/config.toml`) and `env` added to its
+    /// environment; waits up to 30 s for it to answer. `Err` carries its log.
+    fn start(dir: &Path, config: &str, env: &[(&str, &Path)]) -> Result<Self, String> {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let path = dir.join("config.toml");
+        std::fs::write(&path, config).map_err(|e| e.to_string())?;
+        let log = dir.join("containerd.log");
+        let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("containerd");
+        cmd.arg("--config").arg(&path).stdin(Stdio::null()).stdout(out).stderr(err);
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        let child = cmd.spawn().map_err(|e| format!("containerd: {e}"))?;
+        let mut daemon = Self { socket: dir.join("c.sock"), config: path, log, child };
+        for _ in 0..120 {
+            if let Ok(Some(status)) = daemon.child.try_wait() {
+                return Err(format!("containerd exited ({status}):\n{}", daemon.log_tail(30)));
+            }
+            if daemon.ctr().arg("version").output().is_ok_and(|o| o.status.success()) {
+                return Ok(daemon);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        Err(format!("containerd did not answer within 30 s:\n{}", daemon.log_tail(30)))
+    }
+
+    /// `ctr --address <this daemon> --namespace NAMESPACE`.
+    fn ctr(&self) -> Command {
+        let mut cmd = Command::new("ctr");
+        cmd.arg("--address").arg(&self.socket).args(["--namespace", NAMESPACE]);
+        cmd
+    }
+
+    fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Imports a `docker load`/OCI archive.
+    fn import(&self, archive: &Path) {
+        let out = self.ctr().args(["images", "import"]).arg(archive).output().unwrap();
+        assert!(out.status.success(), "ctr images import: {}\n{}", text(&out.stderr), self.log_tail(20));
+    }
+
+    /// `ctr run --rm` of IMAGE through the runc v2 shim with `runc_binary` as its runc.
+    fn run(&self, runc_binary: &Path, id: &str, args: &[&str]) -> Output {
+        self.ctr()
+            .args(["run", "--rm", "--runtime", SHIM, "--runc-binary"])
+            .arg(runc_binary)
+            .args([IMAGE, id])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        for _ in 0..80 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `stackhook` copied to `<dir>/bin`, where `install` puts the `stackhook-runtime` link.
+fn installed_copy(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let copy = bin.join("stackhook");
+    std::fs::copy(binary("stackhook"), &copy).unwrap();
+    copy
+}
+
+/// `stackhook install containerd`: links the wrapper and returns the runtime handler table it
+/// prints (the lines from `[plugins.` to the blank line, as deploy/kubernetes/daemonset.yaml
+/// cuts them out).
+fn install(stackhook: &Path, prefix: &Path, config: &Path) -> (PathBuf, String) {
+    let out = Command::new(stackhook)
+        .args(["install", "containerd", "--prefix"])
+        .arg(prefix)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "stackhook install containerd: {}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    let mut table = String::new();
+    let mut inside = false;
+    for line in printed.lines() {
+        inside = (inside && !line.trim().is_empty()) || line.starts_with("[plugins.");
+        if inside {
+            table.push_str(line);
+            table.push('\n');
+        }
+    }
+    assert!(table.contains("BinaryName"), "no runtime handler in:\n{printed}");
+    let wrapper = stackhook.with_file_name(stackhook::runtime::WRAPPER_NAME);
+    assert!(wrapper.symlink_metadata().is_ok(), "{} was not linked", wrapper.display());
+    (wrapper, table)
+}
+
+/// The wrapper's configuration: probe `host`, enforce, reports into `reports`.
+fn write_config(path: &Path, host: &Path, reports: &Path) {
+    std::fs::write(
+        path,
+        format!(
+            "policy = \"enforce\"\nhost_root = {:?}\nreport_dir = {:?}\nhook_timeout = 20\n",
+            host.to_str().unwrap(),
+            reports.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+}
+
+/// Builds the test image with stackbuild; returns its archive.
+fn build_image(dir: &Path) -> PathBuf {
+    let bin = dir.join("rootfs/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy("/bin/busybox", bin.join("busybox")).unwrap();
+    for applet in ["sh", "echo", "cat", "true"] {
+        std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
+    }
+    let (name, tag) = IMAGE.split_once(':').unwrap();
+    std::fs::write(
+        dir.join("recipe.toml"),
+        format!(
+            "[image]\nname = \"{name}\"\ntag = \"{tag}\"\n\n[base]\nscratch = true\n\n[[source]]\n\
+             name = \"busybox\"\npath = \"rootfs/bin\"\ndest = \"/bin\"\n\n[host]\nmodules = [\"nvidia_uvm\"]\n"
+        ),
+    )
+    .unwrap();
+    let archive = dir.join("image.tar");
+    let out = Command::new(builder())
+        .args(["build", "--quiet", "--out"])
+        .arg(dir.join("layout"))
+        .arg("--archive")
+        .arg(&archive)
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .arg(dir.join("recipe.toml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "stackbuild: {}", text(&out.stderr));
+    archive
+}
+
+/// What one test sets up: the wrapper installed, its configuration file, a containerd running
+/// the handler `install` printed with `STACKHOOK_CONFIG` pointing at that file, and the image
+/// imported.
+struct Setup {
+    dir: tempfile::TempDir,
+    wrapper: PathBuf,
+    table: String,
+    config: PathBuf,
+    reports: PathBuf,
+    daemon: Containerd,
+}
+
+fn setup() -> Setup {
+    // Short paths: containerd's sockets must fit in sun_path (108 bytes).
+    let dir = tempfile::Builder::new().prefix("shctd").tempdir_in("/tmp").unwrap();
+    let stackhook = installed_copy(dir.path());
+    let config = dir.path().join("stackhook.toml");
+    let reports = dir.path().join("reports");
+    write_config(&config, &dir.path().join("no-host-yet"), &reports);
+    let (wrapper, table) = install(&stackhook, &dir.path().join("prefix"), &config);
+    let archive = build_image(&dir.path().join("image"));
+    let ctd = dir.path().join("ctd");
+    let toml = format!("{}{table}", Containerd::base_config(&ctd));
+    let daemon = Containerd::start(&ctd, &toml, &[("STACKHOOK_CONFIG", &config)]).unwrap();
+    daemon.import(&archive);
+    Setup { dir, wrapper, table, config, reports, daemon }
+}
+
+impl Setup {
+    /// Runs the image on the fixture host `preset`; returns (started, stdout, stderr) and the
+    /// hook's decision.
+    fn run_on(&self, preset: Preset) -> (bool, String, String, String) {
+        let host = preset.build(&self.dir.path().join(format!("host-{}", preset.name()))).unwrap();
+        write_config(&self.config, host.root(), &self.reports);
+        let id = format!("ctd-{}-{}", preset.name().replace('_', "-"), std::process::id());
+        let out = self.daemon.run(&self.wrapper, &id, &["echo", "container-ran"]);
+        let report = self.reports.join(format!("{id}.json"));
+        let decision = std::fs::read(&report)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["decision"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        (out.status.success(), text(&out.stdout), text(&out.stderr), decision)
+    }
+}
+
+#[test]
+fn containerd_accepts_the_runtime_handler_install_prints() {
+    if !runnable() {
+        return;
+    }
+    let s = setup();
+    let dump = Command::new("containerd")
+        .arg("--config")
+        .arg(&s.daemon.config)
+        .args(["config", "dump"])
+        .output()
+        .unwrap();
+    assert!(dump.status.success(), "containerd config dump: {}", text(&dump.stderr));
+    let dump = text(&dump.stdout);
+    let handler = format!("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.{}]", "stackhook");
+    let at = dump
+        .find(&handler)
+        .unwrap_or_else(|| panic!("no {handler} in the dump:\n{dump}\nloaded:\n{}", s.table));
+    let section = &dump[at..];
+    assert!(section.contains(&format!("runtime_type = \"{SHIM}\"")), "{section}");
+    assert!(section.contains(&format!("BinaryName = \"{}\"", s.wrapper.display())), "{section}");
+    // The CRI plugin validates its runtimes when it loads: it is running with ours.
+    let plugins = s.daemon.ctr().args(["plugins", "ls"]).output().unwrap();
+    let plugins = text(&plugins.stdout);
+    let cri = plugins.lines().find(|l| l.contains("io.containerd.grpc.v1") && l.contains(" cri "));
+    assert!(
+        cri.is_some_and(|l| l.trim_end().ends_with("ok")),
+        "CRI plugin not ok:\n{plugins}\n{}",
+        s.daemon.log_tail(20)
+    );
+}
+
+#[test]
+fn healthy_host_starts_and_broken_host_is_blocked_through_the_runc_shim() {
+    if !runnable() {
+        return;
+    }
+    let s = setup();
+    let (ok, stdout, stderr, decision) = s.run_on(Preset::Healthy);
+    assert!(ok, "healthy host: the container did not start: {stderr}\n{}", s.daemon.log_tail(20));
+    assert_eq!(stdout.trim(), "container-ran");
+    assert_eq!(decision, "allowed", "the hook did not run on the healthy host");
+
+    let (ok, stdout, stderr, decision) = s.run_on(BROKEN);
+    assert!(!ok, "broken host: the container started: {stdout}");
+    assert!(!stdout.contains("container-ran"), "the process ran: {stdout}");
+    assert!(stderr.contains("stackhook: blocked"), "no verdict in ctr's error: {stderr}");
+    let code = BROKEN.expected_code().unwrap();
+    assert!(stderr.contains(code), "{code} missing from ctr's error: {stderr}");
+    assert_eq!(decision, "blocked");
+}
