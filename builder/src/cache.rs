@@ -898,6 +898,110 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_that_is_not_a_cache_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        // Stands in for `--cache-dir /`: a `tmp` full of other programs' old files.
+        let root = dir.path().join("root");
+        fs::create_dir_all(root.join("tmp")).unwrap();
+        fs::write(root.join("tmp/4242-000000001-0.tmp"), b"someone's").unwrap();
+        fs::create_dir_all(root.join("tmp/stage-abcdef")).unwrap();
+        fs::write(root.join("etc"), b"x").unwrap();
+        let old = SystemTime::now() - Duration::from_hours(5);
+        File::options()
+            .write(true)
+            .open(root.join("tmp/4242-000000001-0.tmp"))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let err = Cache::open(&root).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, CacheError::NotACache { .. }), "{text}");
+        assert!(text.contains("\"etc\"") && text.contains(MARKER), "{text}");
+        assert!(root.join("tmp/4242-000000001-0.tmp").exists() && root.join("tmp/stage-abcdef").exists());
+        assert!(
+            !root.join(MARKER).exists()
+                && !root.join("blobs").exists()
+                && !root.join("CACHEDIR.TAG").exists()
+        );
+
+        // A regular file, a dangling symlink: refused, named.
+        let file = dir.path().join("file");
+        fs::write(&file, b"x").unwrap();
+        assert!(Cache::open(&file).unwrap_err().to_string().contains("a regular file"));
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), dir.path().join("dangling")).unwrap();
+        assert!(Cache::open(dir.path().join("dangling")).unwrap_err().to_string().contains("symlink"));
+        assert!(!dir.path().join("nowhere").exists());
+    }
+
+    #[test]
+    fn new_empty_and_older_caches_are_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["new", "empty"] {
+            let root = dir.path().join(name);
+            if name == "empty" {
+                fs::create_dir(&root).unwrap();
+            }
+            Cache::open(&root).unwrap();
+            assert!(root.join(MARKER).is_file());
+            let tag = fs::read_to_string(root.join("CACHEDIR.TAG")).unwrap();
+            assert!(tag.starts_with("Signature: 8a477f597d28d172789f06886806bc55"), "{tag}");
+            // Marked: opened again, whatever it holds now.
+            fs::write(root.join("notes"), b"x").unwrap();
+            Cache::open(&root).unwrap();
+        }
+        // The layout an unmarked older version left is adopted.
+        let legacy = dir.path().join("legacy");
+        for sub in ["blobs/sha256", "keys", "tmp", "artifacts", "mmdebstrap-AbC123"] {
+            fs::create_dir_all(legacy.join(sub)).unwrap();
+        }
+        fs::write(legacy.join("lock"), b"").unwrap();
+        Cache::open(&legacy).unwrap();
+        assert!(legacy.join(MARKER).is_file());
+        // The same with one foreign entry is not.
+        let almost = dir.path().join("almost");
+        for sub in ["blobs/sha256", "keys", "Documents"] {
+            fs::create_dir_all(almost.join(sub)).unwrap();
+        }
+        assert!(Cache::open(&almost).unwrap_err().to_string().contains("Documents"));
+    }
+
+    #[test]
+    fn a_relative_cache_dir_is_made_absolute() {
+        let cache = Cache::open(Path::new("target/tmp-cache-test-relative")).unwrap();
+        assert!(cache.root().is_absolute(), "{}", cache.root().display());
+        assert!(cache.root().ends_with("target/tmp-cache-test-relative"));
+        let _ = fs::remove_dir_all(cache.root());
+    }
+
+    #[test]
+    fn cleaning_removes_only_names_the_cache_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let old = SystemTime::now() - Duration::from_hours(2);
+        let tmp = dir.path().join("tmp");
+        let foreign =
+            [tmp.join("notes.txt"), tmp.join("stage-not-ours"), dir.path().join("keys/.stackbuild-tmp-x")];
+        fs::write(&foreign[0], b"x").unwrap();
+        fs::create_dir(&foreign[1]).unwrap();
+        fs::write(&foreign[2], b"x").unwrap();
+        for p in &foreign {
+            File::open(p).unwrap().set_modified(old).unwrap();
+        }
+        assert_eq!(cache.clean_temps().unwrap(), 0);
+        assert!(foreign.iter().all(|p| p.exists()));
+
+        // A `tmp` that is a symlink is not followed.
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("4242-000000001-0.tmp");
+        fs::write(&victim, b"x").unwrap();
+        File::open(&victim).unwrap().set_modified(old).unwrap();
+        fs::remove_dir_all(&tmp).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &tmp).unwrap();
+        cache.clean_temps().unwrap();
+        assert!(victim.exists());
+    }
+
+    #[test]
     fn lock_is_exclusive() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path()).unwrap();

@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::str::FromStr;
 
 use pep508_rs::PackageName;
+use percent_encoding::{percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use stackhook::contract::version::{PackageVersion, PythonVersion};
 
 use crate::recipe::{Platform, PythonSection};
@@ -150,6 +151,12 @@ pub enum SolveError {
         /// What the file has.
         actual: String,
     },
+    /// A requirement that would not be one line of a requirements file.
+    #[error("refusing to hand uv the requirement {line:?}: it holds a control character")]
+    ControlCharacter {
+        /// The requirement.
+        line: String,
+    },
     /// uv's output could not be understood.
     #[error("resolving python packages for {target}: unexpected uv output {line:?}: {why}")]
     Output {
@@ -221,10 +228,14 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
     for wheel in python.wheels.iter().filter(|w| w.fits(target.platform)) {
         let path = std::fs::canonicalize(&wheel.path)
             .map_err(|source| SolveError::LocalWheel { path: wheel.path.clone(), source })?;
-        lines.push(format!("{} @ file://{}", wheel.name, path.display()));
+        lines.push(format!("{} @ {}", wheel.name, file_url(&path)));
+    }
+    let constraint_lines: Vec<String> = python.constraints.iter().map(ToString::to_string).collect();
+    for line in lines.iter().chain(&constraint_lines) {
+        check_line(line)?;
     }
     write_lines(&requirements, lines.into_iter()).map_err(io)?;
-    write_lines(&constraints, python.constraints.iter().map(ToString::to_string)).map_err(io)?;
+    write_lines(&constraints, constraint_lines.into_iter()).map_err(io)?;
 
     let mut cmd = uv.command();
     cmd.args(["pip", "compile"])
@@ -237,7 +248,8 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
         // Resolution must not depend on downloading an interpreter: nothing is built.
         .args(["--no-python-downloads", "--color", "never"]);
     if let Some(index) = &python.index {
-        cmd.args(["--index-url", index]);
+        // One argument: a value that starts with `-` stays a value.
+        cmd.arg(format!("--index-url={index}"));
     } else {
         bridge_pip_index_env(&mut cmd);
     }
@@ -261,6 +273,36 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
         }
     }
     Ok(pins)
+}
+
+/// Bytes a `file://` URL keeps as they are: letters, digits, `/` and the characters a wheel's
+/// file name may hold (PEP 427: `-`, `_`, `.`, `+`, `!`) and `~`. Everything else, a space,
+/// `#` (a comment in a requirements file), `%`, `;`, any control character and every non-ASCII
+/// byte, is percent-encoded (RFC 3986 section 2.1), so that a path is one token of data that
+/// cannot end the line, start a comment or an option, or change the marker; uv decodes it back
+/// to the same path.
+const URL_PATH: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'/')
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'+')
+    .remove(b'!')
+    .remove(b'~');
+
+/// The `file://` URL of an absolute path, percent-encoded byte by byte.
+pub(crate) fn file_url(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    format!("file://{}", percent_encode(path.as_os_str().as_bytes(), URL_PATH))
+}
+
+/// A requirements file line carries one requirement: a control character (a newline would start
+/// a line of uv's options, such as `-r /etc/shadow`) is refused whatever put it there.
+fn check_line(line: &str) -> Result<(), SolveError> {
+    if line.chars().any(char::is_control) {
+        return Err(SolveError::ControlCharacter { line: line.to_owned() });
+    }
+    Ok(())
 }
 
 fn write_lines(path: &Path, lines: impl Iterator<Item = String>) -> std::io::Result<()> {
@@ -410,6 +452,24 @@ mod tests {
 
     fn target() -> Target {
         Target::new("3.11".parse().unwrap(), Platform::LinuxAmd64)
+    }
+
+    #[test]
+    fn wheel_paths_are_data_in_the_requirements() {
+        let url =
+            file_url(Path::new("/w/dir with space#1/50%/torch-2.3.0+cu118-cp311-cp311-linux_x86_64.whl"));
+        assert_eq!(
+            url,
+            "file:///w/dir%20with%20space%231/50%25/torch-2.3.0+cu118-cp311-cp311-linux_x86_64.whl"
+        );
+        let url = file_url(Path::new("/w/x\n-r /etc/shadow\r;v/t-1-py3-none-any.whl"));
+        assert_eq!(url, "file:///w/x%0A-r%20/etc/shadow%0D%3Bv/t-1-py3-none-any.whl");
+        assert!(!url.chars().any(|c| c.is_control() || c == ' ' || c == '#'));
+        check_line("six==1.16.0").unwrap();
+        for bad in ["six==1.16.0\n-r /etc/shadow", "six\r", "a\u{85}b"] {
+            let err = check_line(bad).unwrap_err().to_string();
+            assert!(err.contains("control character"), "{err}");
+        }
     }
 
     #[test]

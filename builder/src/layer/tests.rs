@@ -426,3 +426,13 @@ fn transcoding_a_layer_reproduces_it() {
     let second = w.finish(Compression::Gzip).unwrap();
     assert_eq!(first.diff_id, second.diff_id);
 }
+
+#[test]
+fn epochs_past_year_9999_are_refused() {
+    assert_eq!(stackhook::time::rfc3339(MAX_EPOCH), "9999-12-31T23:59:59Z");
+    assert_eq!(check_epoch(MAX_EPOCH).unwrap(), MAX_EPOCH);
+    for late in [MAX_EPOCH + 1, u64::MAX] {
+        let err = check_epoch(late).unwrap_err().to_string();
+        assert!(err.contains(&late.to_string()) && err.contains("9999-12-31T23:59:59Z"), "{err}");
+    }
+}
