@@ -97,7 +97,7 @@ done
 runc_bin=$(command -v runc)
 helper=$repo/bench/helper.py
 stackbuild=$repo/target/release/stackbuild
-stackhook=$repo/target/static/stackhook
+stackhook=$repo/target/release/stackhook
 pack_layer=$repo/target/release/examples/pack_layer
 fixture_host=$repo/target/release/examples/fixture_host
 if [[ ! -x $stackbuild ]]; then
@@ -105,10 +105,9 @@ if [[ ! -x $stackbuild ]]; then
   (cd "$repo" && cargo build --release -p stackbuild --bin stackbuild) >&2
 fi
 if [[ ! -x $stackhook ]]; then
-  # As .ci/test does: the hook is linked statically, then kept apart from `cargo test`'s relinks.
-  log "building target/static/stackhook"
-  (cd "$repo" && cargo rustc --release -p stackhook --bin stackhook -- -C target-feature=+crt-static \
-    && install -D -m 0755 target/release/stackhook target/static/stackhook) >&2
+  # Static, as every build of it is (hook/build.rs).
+  log "building target/release/stackhook"
+  (cd "$repo" && cargo build --release -p stackhook --bin stackhook) >&2
 fi
 if [[ ! -x $pack_layer ]]; then
   log "building target/release/examples/pack_layer"

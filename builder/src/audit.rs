@@ -1494,13 +1494,28 @@ fn audit_layout_with(
 ) -> Result<AuditReport, AuditError> {
     let started = Instant::now();
     let image = oci::read_layout_for(layout_dir, tag, platform)?;
-    let platform = if image.config.os.is_empty() {
-        image.config.architecture.clone()
+    audit_layers(&image.config, &image.layers, spool_above, layer_cache, started)
+}
+
+/// [`audit_layout_cached`] of an image not written anywhere yet (its layers in the cache), so
+/// that a build audits before it touches its output.
+pub fn audit_image_cached(image: &oci::Image, layer_cache: &Path) -> Result<AuditReport, AuditError> {
+    audit_layers(image.config(), image.layers(), fs::SPOOL_ABOVE, Some(layer_cache), Instant::now())
+}
+
+fn audit_layers(
+    config: &oci::ImageConfig,
+    layers: &[crate::layer::LayerBlob],
+    spool_above: u64,
+    layer_cache: Option<&Path>,
+    started: Instant,
+) -> Result<AuditReport, AuditError> {
+    let platform = if config.os.is_empty() {
+        config.architecture.clone()
     } else {
-        format!("{}/{}", image.config.os, image.config.architecture)
+        format!("{}/{}", config.os, config.architecture)
     };
     parse_platform(&platform).ok_or_else(|| AuditError::Platform(platform.clone()))?;
-    let layers = &image.layers;
     let results: Vec<Mutex<Option<LayerResult>>> = layers.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     let workers = std::thread::available_parallelism().map_or(1, usize::from).min(layers.len()).max(1);
@@ -1525,7 +1540,7 @@ fn audit_layout_with(
         })?;
         rootfs.apply(ops, i + 1);
     }
-    let mut auditor = Auditor::new(&rootfs, &image.config.config.env, &platform)?;
+    let mut auditor = Auditor::new(&rootfs, &config.config.env, &platform)?;
     let scanned = auditor.audit();
     Ok(auditor.report(scanned, started))
 }

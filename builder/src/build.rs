@@ -119,6 +119,9 @@ pub enum BuildError {
     /// Image output.
     #[error(transparent)]
     Oci(#[from] oci::OciError),
+    /// An output path (`--out`, `--archive`) that is not ours to write.
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
     /// `--load`.
     #[error(transparent)]
     Load(#[from] crate::load::LoadError),
@@ -341,8 +344,14 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     };
     let _guard = cache.lock()?;
     let epoch = layer::source_date_epoch()?;
-    let lock = lock_recipe(recipe, opts.locked, false, &cache)?;
     let out = opts.out.clone().unwrap_or_else(|| PathBuf::from("images").join(&recipe.image.name));
+    // Before any work: what is at the output paths must be ours to write (checked again when
+    // writing).
+    crate::output::check_layout_dir(&out)?;
+    if let Some(archive) = &opts.archive {
+        crate::output::check_output_file("--archive", archive)?;
+    }
+    let lock = lock_recipe(recipe, opts.locked, false, &cache)?;
     let reference = format!("{}:{}", recipe.image.name, recipe.image.tag);
     // `docker load` and `podman load` archives hold one platform's image: the host's, as
     // `docker pull` would choose it.
@@ -369,15 +378,12 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     let images: Vec<Image> = builds.iter().map(|b| b.image.clone()).collect();
     let multi = builds.len() > 1;
 
+    // The audit reads the layers from the cache, before the output is touched: an image that
+    // fails it is never written.
     let mut audits: Vec<Option<crate::audit::AuditReport>> = vec![None; builds.len()];
-    let digest = write_layout_atomically(&out, &images, &recipe.image.tag, |tmp| {
-        if !opts.audit {
-            return Ok(());
-        }
+    if opts.audit {
         for (i, b) in builds.iter().enumerate() {
-            let platform = multi.then(|| b.image.config().platform());
-            let mut report =
-                audit_cached(&cache, tmp, &recipe.image.tag, platform.as_ref(), &b.image.manifest_digest()?)?;
+            let mut report = audit_cached(&cache, &b.image)?;
             for ignore in &recipe.audit_ignore {
                 report.accept(&ignore.path, &ignore.reason);
             }
@@ -397,8 +403,8 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             }
             audits[i] = Some(report);
         }
-        Ok(())
-    })?;
+    }
+    let digest = crate::output::write_layout(&out, &images, &recipe.image.tag)?;
     if let Some(image) = archived.and_then(|i| images.get(i)) {
         write_archive_and_load(image, &reference, &cache, opts)?;
     }
@@ -451,9 +457,8 @@ fn write_archive_and_load(
     opts: &BuildOptions,
 ) -> Result<(), BuildError> {
     if let Some(archive) = &opts.archive {
-        let tmp = archive.with_extension("tmp");
-        oci::write_archive(&tmp, image, reference)?;
-        std::fs::rename(&tmp, archive).map_err(io("renaming", &tmp))?;
+        crate::output::check_output_file("--archive", archive)?;
+        oci::write_archive(archive, image, reference)?;
         tracing::info!("wrote {}", archive.display());
     }
     if opts.load {
@@ -1012,22 +1017,17 @@ fn pull_base(
     Ok(dir)
 }
 
-/// The audit of a layout, reused from the cache when the same manifest was audited before (a
+/// The audit of an image, reused from the cache when the same manifest was audited before (a
 /// no-change rebuild must not re-read gigabytes of layers).
-fn audit_cached(
-    cache: &Cache,
-    layout: &Path,
-    tag: &str,
-    platform: Option<&oci::Platform>,
-    digest: &str,
-) -> Result<crate::audit::AuditReport, BuildError> {
+fn audit_cached(cache: &Cache, image: &Image) -> Result<crate::audit::AuditReport, BuildError> {
+    let digest = image.manifest_digest()?;
     let name = format!("v{}-{}.json", crate::audit::POLICY_VERSION, digest.trim_start_matches("sha256:"));
     let path = cache.root().join("audits").join(name);
     if let Some(report) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
         return Ok(report);
     }
     let layers = cache.root().join("audits").join("layers");
-    let report = crate::audit::audit_layout_cached(layout, Some(tag), platform, &layers)?;
+    let report = crate::audit::audit_image_cached(image, &layers)?;
     if let Ok(json) = serde_json::to_vec(&report) {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
@@ -1035,57 +1035,6 @@ fn audit_cached(
         crate::cache::write_atomic(&path, &json).map_err(io("writing", &path))?;
     }
     Ok(report)
-}
-
-/// Writes the layout next to `out`, lets `check` look at it, and swaps it in, so that a build
-/// that fails or is killed leaves either the previous image or none, never half of one.
-fn write_layout_atomically(
-    out: &Path,
-    images: &[Image],
-    tag: &str,
-    check: impl FnOnce(&Path) -> Result<(), BuildError>,
-) -> Result<String, BuildError> {
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
-    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("image");
-    let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    remove_stale_siblings(parent, name);
-    let digest = match oci::write_layout_images(&tmp, images, tag) {
-        Ok(d) => d,
-        Err(e) => {
-            // A full disk, most often: leave no half layout to fill it further.
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e.into());
-        }
-    };
-    if let Err(e) = check(&tmp) {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e);
-    }
-    let old = parent.join(format!(".{name}.old-{}", std::process::id()));
-    if out.exists() {
-        std::fs::rename(out, &old).map_err(io("moving aside", out))?;
-    }
-    std::fs::rename(&tmp, out).map_err(io("renaming", &tmp))?;
-    let _ = std::fs::remove_dir_all(&old);
-    Ok(digest)
-}
-
-/// Removes `.NAME.tmp-PID` and `.NAME.old-PID` directories next to the output that a killed build
-/// left, once they are an hour old (a live build writes its own for minutes at most).
-fn remove_stale_siblings(parent: &Path, name: &str) {
-    let Ok(entries) = std::fs::read_dir(parent) else { return };
-    let (tmp, old) = (format!(".{name}.tmp-"), format!(".{name}.old-"));
-    for entry in entries.flatten() {
-        let file_name = entry.file_name();
-        let file_name = file_name.to_string_lossy();
-        let ours = file_name.starts_with(&tmp) || file_name.starts_with(&old);
-        let stale = crate::cache::modified_before(&entry, std::time::Duration::from_secs(3600));
-        if ours && stale {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
 }
 
 /// Looks `key` up in the cache. The cache trusts a blob of the right size, so a hit whose bytes

@@ -10,6 +10,16 @@
 //!   with `SIGKILL` at any point leaves at worst a stale temporary file, which a later
 //!   [`Cache::open`] removes.
 //! - `lock`: the file behind [`Cache::lock`], held for a whole build.
+//! - `CACHEDIR.TAG` and [`MARKER`]: what makes a directory a stackbuild cache (see below).
+//!
+//! The cache directory is the user's choice (`--cache-dir`, `STACKBUILD_CACHE`), so a build only
+//! ever uses and cleans a directory that is provably a cache: one carrying [`MARKER`], which
+//! [`Cache::open`] writes into a new or empty directory (with a `CACHEDIR.TAG` of the Cache
+//! Directory Tagging Specification, <https://bford.info/cachedir/>, so that backup tools skip
+//! it). A directory holding only what an older, unmarked version of the cache held is adopted
+//! and marked; any other non-empty directory is refused (`--cache-dir /` must never empty
+//! `/tmp`). Even inside a marked cache, cleaning removes only entries whose names the cache
+//! itself gives its temporary files and scratch directories.
 //!
 //! A temporary file is `flock`ed by its writer for as long as it is written; since the kernel
 //! drops that lock when the writer dies, a temporary file whose lock can be taken belongs to a
@@ -31,6 +41,36 @@ const MAX_KEY_FILE: u64 = 64 * 1024;
 /// Temporary files younger than this are never removed, even if unlocked: their writer may have
 /// created the file and not yet taken its lock.
 const STALE_AFTER: Duration = Duration::from_mins(1);
+
+/// The file whose presence makes a directory a stackbuild cache.
+pub const MARKER: &str = ".stackbuild-cache";
+
+/// Its content (only its presence matters).
+const MARKER_TEXT: &[u8] = b"stackbuild cache, format 1: managed by stackbuild; safe to delete as a whole\n";
+
+/// `CACHEDIR.TAG` as the Cache Directory Tagging Specification words it: the signature line
+/// first, then free comment lines.
+const CACHEDIR_TAG: &[u8] = b"Signature: 8a477f597d28d172789f06886806bc55\n\
+# This file is a cache directory tag created by stackbuild.\n\
+# For information about cache directory tags, see https://bford.info/cachedir/\n";
+
+/// Entries of the root of a cache made by a version without [`MARKER`]: a directory holding
+/// only these (and at least `blobs` and `keys`, which every such cache had) is adopted. Names
+/// ending in `-` are prefixes of scratch directories.
+const LEGACY_ENTRIES: &[&str] = &[
+    "blobs",
+    "keys",
+    "tmp",
+    "lock",
+    "artifacts",
+    "pulls",
+    "audits",
+    "facts",
+    "git",
+    "CACHEDIR.TAG",
+    "mmdebstrap-",
+    "import-",
+];
 
 /// Errors of the cache.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +99,17 @@ pub enum CacheError {
     /// A string that should be a sha256 digest is not one.
     #[error("invalid sha256 digest {0:?}: expected `sha256:` followed by 64 lowercase hex digits")]
     InvalidDigest(String),
+    /// The directory given as the cache is something else, left untouched.
+    #[error(
+        "{path} is not a stackbuild cache: {what}; give --cache-dir (or STACKBUILD_CACHE) a new or \
+         empty directory, or one a build made (it carries {MARKER}); nothing was changed"
+    )]
+    NotACache {
+        /// The directory given.
+        path: PathBuf,
+        /// What is there.
+        what: String,
+    },
     /// No cache directory could be derived from the environment.
     #[error("no cache directory: set STACKBUILD_CACHE, XDG_CACHE_HOME or HOME")]
     NoCacheDir,
@@ -254,7 +305,13 @@ pub(crate) fn modified_before(entry: &fs::DirEntry, age: std::time::Duration) ->
 /// the directory.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(unique_temp_name(".stackbuild-tmp-"));
+    write_atomic_in(dir, path, bytes)
+}
+
+/// [`write_atomic`] with the temporary file in `tmp_dir` (on the same file system as `path`).
+pub(crate) fn write_atomic_in(tmp_dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = tmp_dir.join(unique_temp_name(".stackbuild-tmp-"));
     let result = (|| {
         let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         file.write_all(bytes)?;
@@ -266,6 +323,103 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// What a directory given as the cache is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CacheDir {
+    /// Nothing there yet.
+    Missing,
+    /// A cache: it carries [`MARKER`].
+    Marked,
+    /// Empty, or holding only what an older, unmarked cache held.
+    Adoptable {
+        /// Nothing in it.
+        empty: bool,
+    },
+    /// Anything else, in words.
+    Foreign(String),
+}
+
+/// Looks at `dir` without changing anything. A symlink is followed: a link to a cache is one.
+fn inspect_dir(dir: &Path) -> Result<CacheDir, CacheError> {
+    let meta = match fs::metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Ok(if fs::symlink_metadata(dir).is_ok() {
+                CacheDir::Foreign("a symlink to a missing target".into())
+            } else {
+                CacheDir::Missing
+            });
+        }
+        Err(e) => return Err(io_err("reading", dir)(e)),
+    };
+    if !meta.is_dir() {
+        return Ok(CacheDir::Foreign(crate::output::kind_of(&meta).to_owned()));
+    }
+    if fs::symlink_metadata(dir.join(MARKER)).is_ok_and(|m| m.is_file()) {
+        return Ok(CacheDir::Marked);
+    }
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .map_err(io_err("listing", dir))?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()
+        .map_err(io_err("listing", dir))?;
+    names.sort();
+    let legacy = |name: &String| {
+        LEGACY_ENTRIES.iter().any(|e| if e.ends_with('-') { name.starts_with(e) } else { name == e })
+    };
+    let is_dir = |name: &str| fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_dir());
+    if names.is_empty() {
+        Ok(CacheDir::Adoptable { empty: true })
+    } else if names.iter().all(legacy) && is_dir("blobs") && is_dir("keys") {
+        Ok(CacheDir::Adoptable { empty: false })
+    } else {
+        Ok(CacheDir::Foreign(format!(
+            "a directory without {MARKER} that holds {}",
+            crate::output::list_names(&names)
+        )))
+    }
+}
+
+/// Marks `root` as a cache: [`MARKER`] first (its presence is what counts, so a build killed
+/// after it left a cache), then `CACHEDIR.TAG`.
+fn mark(root: &Path) -> Result<(), CacheError> {
+    let marker = root.join(MARKER);
+    fs::write(&marker, MARKER_TEXT).map_err(io_err("writing", &marker))?;
+    let tag = root.join("CACHEDIR.TAG");
+    if fs::symlink_metadata(&tag).is_err() {
+        write_new(&tag, CACHEDIR_TAG)?;
+    }
+    Ok(())
+}
+
+/// Creates `path` with `bytes`; a file already there (another build's) is left as it is.
+fn write_new(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
+    match OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(mut file) => file.write_all(bytes).map_err(io_err("writing", path)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io_err("creating", path)(e)),
+    }
+}
+
+/// Whether `name` is one [`unique_temp_name`] gave with `prefix`: `<prefix>PID-NANOS-N.tmp`.
+pub(crate) fn is_temp_name(name: &str, prefix: &str) -> bool {
+    let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_suffix(".tmp")) else { return false };
+    let parts: Vec<&str> = rest.split('-').collect();
+    parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether `name` is one `tempfile::Builder::prefix(prefix)` gave: the prefix and six random
+/// letters or digits.
+fn is_tempdir_name(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix).is_some_and(|r| r.len() == 6 && r.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// Whether `path` is a real directory (not a symlink to one): cleaning never follows a link out
+/// of the cache.
+fn is_real_dir(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
 }
 
 impl Cache {
@@ -287,15 +441,45 @@ impl Cache {
         Self::open(Self::default_dir()?)
     }
 
-    /// Opens (creating if needed) the cache at `dir` and removes temporary files left by dead
-    /// writers.
+    /// Opens the cache at `dir` and removes temporary files left by dead writers.
+    ///
+    /// `dir` is made absolute first (git runs in a directory of its own, and a relative cache
+    /// path would mean something else there). A missing or empty directory becomes a cache; an
+    /// unmarked one laid out as an older version's cache is adopted; anything else is refused
+    /// with [`CacheError::NotACache`] before anything in it is touched.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self, CacheError> {
-        let cache = Self { root: dir.into() };
+        let given = dir.into();
+        let root = std::path::absolute(&given).map_err(io_err("resolving", &given))?;
+        match inspect_dir(&root)? {
+            CacheDir::Missing => {
+                fs::create_dir_all(&root).map_err(io_err("creating", &given))?;
+                mark(&root)?;
+            }
+            CacheDir::Marked => {
+                if fs::symlink_metadata(root.join("CACHEDIR.TAG")).is_err() {
+                    write_new(&root.join("CACHEDIR.TAG"), CACHEDIR_TAG)?;
+                }
+            }
+            CacheDir::Adoptable { empty } => {
+                if !empty {
+                    tracing::info!("{}: a cache of an older stackbuild; marking it as one", given.display());
+                }
+                mark(&root)?;
+            }
+            CacheDir::Foreign(what) => return Err(CacheError::NotACache { path: given, what }),
+        }
+        let cache = Self { root };
         for sub in [cache.blob_dir(), cache.root.join("keys"), cache.tmp_dir()] {
             fs::create_dir_all(&sub).map_err(io_err("creating", &sub))?;
         }
         cache.clean_temps()?;
         Ok(cache)
+    }
+
+    /// Whether `dir` may be read as a cache: it carries [`MARKER`], or is laid out as an older
+    /// cache (or empty). For readers that must not create or claim anything (`stackbuild check`).
+    pub fn is_cache(dir: &Path) -> bool {
+        matches!(inspect_dir(dir), Ok(CacheDir::Marked | CacheDir::Adoptable { .. }))
     }
 
     /// The cache directory.
@@ -344,12 +528,13 @@ impl Cache {
 
     /// Removes temporary files whose writer is gone; returns how many were removed.
     ///
-    /// Scratch directories (build stages under `tmp/`, `mmdebstrap-*` rootfs tars, downloads in
-    /// `artifacts/.fetch-*`) carry no lock of their own: a stale one is removed only while no
-    /// build holds the cache, since a live build may read a stage for longer than
-    /// [`STALE_AFTER`] without touching it.
+    /// Only names the cache gives its own temporary files and scratch directories are removed,
+    /// and only in real directories of the cache (a `tmp` that is a symlink is not followed).
+    /// Scratch directories (build stages under `tmp/`, `mmdebstrap-*` rootfs tars and `import-*`
+    /// archives, downloads in `artifacts/.fetch-*` and `.import-*`) carry no lock of their own: a
+    /// stale one is removed only while no build holds the cache, since a live build may read a
+    /// stage for longer than [`STALE_AFTER`] without touching it.
     pub fn clean_temps(&self) -> Result<usize, CacheError> {
-        let dir = self.tmp_dir();
         let mut removed = 0;
         let idle = self.try_lock();
         let stale = |path: &Path| {
@@ -360,12 +545,22 @@ impl Cache {
                 .is_some_and(|age| age > STALE_AFTER)
         };
         if idle.is_some() {
-            let scratch = [(self.root.clone(), "mmdebstrap-"), (self.root.join("artifacts"), ".fetch-")];
-            for (parent, prefix) in scratch {
-                let Ok(entries) = fs::read_dir(&parent) else { continue };
+            let artifacts = self.root.join("artifacts");
+            let scratch: [(&Path, &[&str]); 3] = [
+                (&self.root, &["mmdebstrap-", "import-"]),
+                (&artifacts, &[".fetch-", ".import-"]),
+                (&self.tmp_dir(), &["stage-"]),
+            ];
+            for (parent, prefixes) in scratch {
+                if !is_real_dir(parent) {
+                    continue;
+                }
+                let Ok(entries) = fs::read_dir(parent) else { continue };
                 for entry in entries.flatten() {
                     let path = entry.path();
-                    let ours = entry.file_name().to_string_lossy().starts_with(prefix);
+                    let name = entry.file_name();
+                    let name = name.to_string_lossy();
+                    let ours = prefixes.iter().any(|p| is_tempdir_name(&name, p));
                     if ours && entry.file_type().is_ok_and(|t| t.is_dir()) && stale(&path) {
                         removed += usize::from(fs::remove_dir_all(&path).is_ok());
                     }
@@ -375,32 +570,24 @@ impl Cache {
         // Key records are written next to their final name (see `write_atomic`); a leftover of a
         // killed writer is only garbage, never read, and removed once old.
         let keys = self.root.join("keys");
-        for entry in fs::read_dir(&keys).map_err(io_err("listing", &keys))?.flatten() {
-            let old = entry.metadata().ok().and_then(|m| m.modified().ok()).and_then(|m| m.elapsed().ok());
-            if entry.file_name().to_string_lossy().starts_with(".stackbuild-tmp-")
-                && old.is_some_and(|age| age > STALE_AFTER)
-                && fs::remove_file(entry.path()).is_ok()
-            {
-                removed += 1;
+        if is_real_dir(&keys) {
+            for entry in fs::read_dir(&keys).map_err(io_err("listing", &keys))?.flatten() {
+                let ours = is_temp_name(&entry.file_name().to_string_lossy(), ".stackbuild-tmp-");
+                if ours && stale(&entry.path()) && fs::remove_file(entry.path()).is_ok() {
+                    removed += 1;
+                }
             }
+        }
+        let dir = self.tmp_dir();
+        if !is_real_dir(&dir) {
+            return Ok(removed);
         }
         for entry in fs::read_dir(&dir).map_err(io_err("listing", &dir))? {
             let entry = entry.map_err(io_err("listing", &dir))?;
             let path = entry.path();
+            let ours = is_temp_name(&entry.file_name().to_string_lossy(), "");
             let Ok(meta) = fs::symlink_metadata(&path) else { continue };
-            let young =
-                meta.modified().ok().and_then(|m| m.elapsed().ok()).is_none_or(|age| age < STALE_AFTER);
-            if young {
-                continue;
-            }
-            if meta.is_dir() {
-                if idle.is_some() {
-                    removed += usize::from(fs::remove_dir_all(&path).is_ok());
-                }
-                continue;
-            }
-            if !meta.is_file() {
-                removed += usize::from(fs::remove_file(&path).is_ok());
+            if !ours || !meta.is_file() || !stale(&path) {
                 continue;
             }
             let Ok(file) = OpenOptions::new().read(true).open(&path) else { continue };
@@ -669,7 +856,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path()).unwrap();
         let live = cache.temp_file().unwrap();
-        let dead = dir.path().join("tmp").join("dead.tmp");
+        let dead = dir.path().join("tmp").join("4242-000000001-0.tmp");
         fs::write(&dead, b"partial").unwrap();
         let old = SystemTime::now() - Duration::from_hours(1);
         for p in [live.path(), &dead] {
@@ -691,7 +878,7 @@ mod tests {
         let stage = dir.path().join("tmp/stage-killed");
         let fetch = dir.path().join("artifacts/.fetch-killed");
         let rootfs = dir.path().join("mmdebstrap-killed");
-        let young = dir.path().join("tmp/stage-live");
+        let young = dir.path().join("tmp/stage-live01");
         for d in [&stage, &fetch, &rootfs, &young] {
             fs::create_dir_all(d.join("sub")).unwrap();
             fs::write(d.join("sub/f"), b"partial").unwrap();
@@ -708,6 +895,110 @@ mod tests {
         assert_eq!(cache.clean_temps().unwrap(), 3);
         assert!(!stage.exists() && !fetch.exists() && !rootfs.exists());
         assert!(young.exists(), "a young stage may belong to a build that has not locked yet");
+    }
+
+    #[test]
+    fn a_directory_that_is_not_a_cache_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        // Stands in for `--cache-dir /`: a `tmp` full of other programs' old files.
+        let root = dir.path().join("root");
+        fs::create_dir_all(root.join("tmp")).unwrap();
+        fs::write(root.join("tmp/4242-000000001-0.tmp"), b"someone's").unwrap();
+        fs::create_dir_all(root.join("tmp/stage-abcdef")).unwrap();
+        fs::write(root.join("etc"), b"x").unwrap();
+        let old = SystemTime::now() - Duration::from_hours(5);
+        File::options()
+            .write(true)
+            .open(root.join("tmp/4242-000000001-0.tmp"))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let err = Cache::open(&root).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, CacheError::NotACache { .. }), "{text}");
+        assert!(text.contains("\"etc\"") && text.contains(MARKER), "{text}");
+        assert!(root.join("tmp/4242-000000001-0.tmp").exists() && root.join("tmp/stage-abcdef").exists());
+        assert!(
+            !root.join(MARKER).exists()
+                && !root.join("blobs").exists()
+                && !root.join("CACHEDIR.TAG").exists()
+        );
+
+        // A regular file, a dangling symlink: refused, named.
+        let file = dir.path().join("file");
+        fs::write(&file, b"x").unwrap();
+        assert!(Cache::open(&file).unwrap_err().to_string().contains("a regular file"));
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), dir.path().join("dangling")).unwrap();
+        assert!(Cache::open(dir.path().join("dangling")).unwrap_err().to_string().contains("symlink"));
+        assert!(!dir.path().join("nowhere").exists());
+    }
+
+    #[test]
+    fn new_empty_and_older_caches_are_marked() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["new", "empty"] {
+            let root = dir.path().join(name);
+            if name == "empty" {
+                fs::create_dir(&root).unwrap();
+            }
+            Cache::open(&root).unwrap();
+            assert!(root.join(MARKER).is_file());
+            let tag = fs::read_to_string(root.join("CACHEDIR.TAG")).unwrap();
+            assert!(tag.starts_with("Signature: 8a477f597d28d172789f06886806bc55"), "{tag}");
+            // Marked: opened again, whatever it holds now.
+            fs::write(root.join("notes"), b"x").unwrap();
+            Cache::open(&root).unwrap();
+        }
+        // The layout an unmarked older version left is adopted.
+        let legacy = dir.path().join("legacy");
+        for sub in ["blobs/sha256", "keys", "tmp", "artifacts", "mmdebstrap-AbC123"] {
+            fs::create_dir_all(legacy.join(sub)).unwrap();
+        }
+        fs::write(legacy.join("lock"), b"").unwrap();
+        Cache::open(&legacy).unwrap();
+        assert!(legacy.join(MARKER).is_file());
+        // The same with one foreign entry is not.
+        let almost = dir.path().join("almost");
+        for sub in ["blobs/sha256", "keys", "Documents"] {
+            fs::create_dir_all(almost.join(sub)).unwrap();
+        }
+        assert!(Cache::open(&almost).unwrap_err().to_string().contains("Documents"));
+    }
+
+    #[test]
+    fn a_relative_cache_dir_is_made_absolute() {
+        let cache = Cache::open(Path::new("target/tmp-cache-test-relative")).unwrap();
+        assert!(cache.root().is_absolute(), "{}", cache.root().display());
+        assert!(cache.root().ends_with("target/tmp-cache-test-relative"));
+        let _ = fs::remove_dir_all(cache.root());
+    }
+
+    #[test]
+    fn cleaning_removes_only_names_the_cache_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let old = SystemTime::now() - Duration::from_hours(2);
+        let tmp = dir.path().join("tmp");
+        let foreign =
+            [tmp.join("notes.txt"), tmp.join("stage-not-ours"), dir.path().join("keys/.stackbuild-tmp-x")];
+        fs::write(&foreign[0], b"x").unwrap();
+        fs::create_dir(&foreign[1]).unwrap();
+        fs::write(&foreign[2], b"x").unwrap();
+        for p in &foreign {
+            File::open(p).unwrap().set_modified(old).unwrap();
+        }
+        assert_eq!(cache.clean_temps().unwrap(), 0);
+        assert!(foreign.iter().all(|p| p.exists()));
+
+        // A `tmp` that is a symlink is not followed.
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("4242-000000001-0.tmp");
+        fs::write(&victim, b"x").unwrap();
+        File::open(&victim).unwrap().set_modified(old).unwrap();
+        fs::remove_dir_all(&tmp).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &tmp).unwrap();
+        cache.clean_temps().unwrap();
+        assert!(victim.exists());
     }
 
     #[test]

@@ -652,7 +652,7 @@ mod tests {
             ]
         );
         for r in &reqs {
-            stackhook::contract::require::Expr::parse(&r.expr).unwrap();
+            stackcontract::require::Expr::parse(&r.expr).unwrap();
         }
     }
 
@@ -677,7 +677,7 @@ mod tests {
             ("thor", code(&["8.0", "9.0", "10.0", "11.0", "12.0"], &["12.0"])),
         ] {
             let set = c.arch_set().to_string();
-            stackhook::contract::require::Expr::parse(&set).unwrap();
+            stackcontract::require::Expr::parse(&set).unwrap();
             for gpu in all_ccs() {
                 assert_eq!(admits(&set, gpu), c.runs_on(gpu), "{name}: {set} at {gpu}");
             }

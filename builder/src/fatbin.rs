@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use goblin::container::Ctx;
 use goblin::elf::section_header::SectionHeader;
 use goblin::elf::Elf;
-use stackhook::contract::version::ComputeCapability;
+use stackcontract::version::ComputeCapability;
 
 use crate::derive::GpuCode;
 

@@ -220,6 +220,12 @@ pub enum LayerError {
     /// `SOURCE_DATE_EPOCH` is not a number of seconds.
     #[error("SOURCE_DATE_EPOCH={0:?} is not a non-negative integer")]
     BadEpoch(String),
+    /// `SOURCE_DATE_EPOCH` is a time no image date can express.
+    #[error(
+        "SOURCE_DATE_EPOCH={0} is after 9999-12-31T23:59:59Z ({MAX_EPOCH}), the last time an image's \
+         RFC 3339 `created` date can express"
+    )]
+    EpochTooLate(u64),
     /// Unknown compression name.
     #[error("unknown compression {0:?} (expected gzip, zstd or none)")]
     UnknownCompression(String),
@@ -239,11 +245,28 @@ fn lossy(bytes: &[u8]) -> String {
 /// The epoch for mtimes: `SOURCE_DATE_EPOCH` (<https://reproducible-builds.org/specs/source-date-epoch/>)
 /// or 0 when unset or empty.
 pub fn source_date_epoch() -> Result<u64, LayerError> {
-    match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) if v.trim().is_empty() => Ok(0),
-        Ok(v) => v.trim().parse().map_err(|_| LayerError::BadEpoch(v)),
-        Err(std::env::VarError::NotPresent) => Ok(0),
-        Err(std::env::VarError::NotUnicode(v)) => Err(LayerError::BadEpoch(v.to_string_lossy().into_owned())),
+    let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(v) if v.trim().is_empty() => 0,
+        Ok(v) => v.trim().parse().map_err(|_| LayerError::BadEpoch(v))?,
+        Err(std::env::VarError::NotPresent) => 0,
+        Err(std::env::VarError::NotUnicode(v)) => {
+            return Err(LayerError::BadEpoch(v.to_string_lossy().into_owned()))
+        }
+    };
+    check_epoch(epoch)
+}
+
+/// 9999-12-31T23:59:59Z: RFC 3339's `date-fullyear` has four digits, and the OCI image spec
+/// (`config.md`: `created` "MUST be formatted as defined by RFC 3339") and the tools reading
+/// images (Go's `time.Time` JSON parsing in skopeo, containerd, Docker) accept no later date.
+pub const MAX_EPOCH: u64 = 253_402_300_799;
+
+/// `epoch` if an image date can express it.
+pub fn check_epoch(epoch: u64) -> Result<u64, LayerError> {
+    if epoch > MAX_EPOCH {
+        Err(LayerError::EpochTooLate(epoch))
+    } else {
+        Ok(epoch)
     }
 }
 

@@ -16,6 +16,7 @@
 //! - [`layer`]: deterministic layer tars and their compression.
 //! - [`load`]: `--load`, streaming an image archive into the local Docker daemon.
 //! - [`oci`]: OCI image layouts and `docker load` archives.
+//! - [`output`]: the paths a build writes (`--out`, `--archive`, `--report`): only where it may.
 //! - [`audit`]: a static `ldd` over an image's root filesystem (unresolved, shadowed and stub libraries).
 //! - [`registry`]: an OCI distribution client: push a layout to a registry, pull an image from one.
 //! - [`affinity`]: Kubernetes node affinity from an image's requirements, over `stackhook labels`.
@@ -34,6 +35,7 @@ pub mod layer;
 pub mod load;
 pub mod lock;
 pub mod oci;
+pub mod output;
 pub mod patch;
 pub mod recipe;
 pub mod registry;

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use crate::cache::{self, sha256_hex, unique_temp_name, write_atomic};
+use crate::cache::{self, sha256_hex, unique_temp_name, write_atomic_in};
 use crate::layer::LayerBlob;
 
 /// Media type of an OCI image manifest.
@@ -437,9 +437,17 @@ fn check_tag(tag: &str) -> Result<(), OciError> {
     }
 }
 
+/// The prefix of the temporary files a writer makes in a layout's root directory (they are
+/// renamed into `blobs/sha256/` or over `index.json` once complete).
+pub const TEMP_PREFIX: &str = ".stackbuild-tmp-";
+
+/// `index.json` of a layout with no image yet.
+const EMPTY_INDEX: &[u8] =
+    br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
+
 /// Copies `src` to `dest` unless an identical-size file is there: hardlink if possible, else a
-/// copy, always through a temporary name and a rename.
-fn place_blob(src: &Path, dest: &Path, size: u64) -> Result<(), OciError> {
+/// copy, always through a temporary name in `tmp_dir` and a rename.
+fn place_blob(src: &Path, dest: &Path, size: u64, tmp_dir: &Path) -> Result<(), OciError> {
     if fs::symlink_metadata(dest).is_ok_and(|m| m.is_file() && m.len() == size) {
         return Ok(());
     }
@@ -451,8 +459,7 @@ fn place_blob(src: &Path, dest: &Path, size: u64) -> Result<(), OciError> {
             actual: format!("{} bytes", src_meta.len()),
         });
     }
-    let dir = dest.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(unique_temp_name(".stackbuild-tmp-"));
+    let tmp = tmp_dir.join(unique_temp_name(TEMP_PREFIX));
     let result = fs::hard_link(src, &tmp).or_else(|_| {
         let mut from = File::open(src)?;
         let mut to = File::options().write(true).create_new(true).open(&tmp)?;
@@ -466,18 +473,62 @@ fn place_blob(src: &Path, dest: &Path, size: u64) -> Result<(), OciError> {
     result.map_err(io_err("writing", dest))
 }
 
-/// Removes temporary files a killed writer left in a layout.
+/// Removes temporary files a killed writer left in a layout: only names [`unique_temp_name`]
+/// gave with [`TEMP_PREFIX`], an hour old (older versions wrote them into `blobs/sha256/`).
 fn clean_layout_temps(dir: &Path) {
     for sub in [dir.to_path_buf(), dir.join("blobs").join("sha256")] {
         let Ok(entries) = fs::read_dir(&sub) else { continue };
         for entry in entries.flatten() {
-            let name = entry.file_name();
-            let stale = cache::modified_before(&entry, std::time::Duration::from_secs(3600));
-            if name.to_string_lossy().starts_with(".stackbuild-tmp-") && stale {
+            let ours = cache::is_temp_name(&entry.file_name().to_string_lossy(), TEMP_PREFIX);
+            let file = entry.file_type().is_ok_and(|t| t.is_file());
+            if ours && file && cache::modified_before(&entry, std::time::Duration::from_secs(3600)) {
                 let _ = fs::remove_file(entry.path());
             }
         }
     }
+}
+
+/// A directory of a layout, created when missing; anything else there (a symlink, which would
+/// send blobs out of the layout, or a file) is refused.
+fn layout_subdir(path: &Path) -> Result<(), OciError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(OciError::Unsupported {
+            path: path.to_owned(),
+            what: "layout entry that is not a directory".into(),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir(path).map_err(io_err("creating", path))
+        }
+        Err(e) => Err(io_err("reading", path)(e)),
+    }
+}
+
+/// An entry of `index.json`: one this writer made, or another tag's, kept exactly as it was.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum IndexEntry {
+    Ours(Descriptor),
+    Kept(serde_json::Value),
+}
+
+/// `index.json` as read for an update: the fields this writer knows in their order, and every
+/// other field (`annotations`, `subject`, ...) kept.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawIndex<E> {
+    #[serde(default = "schema_version_2")]
+    schema_version: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    media_type: Option<String>,
+    #[serde(default)]
+    manifests: Vec<E>,
+    #[serde(flatten)]
+    other: BTreeMap<String, serde_json::Value>,
+}
+
+fn schema_version_2() -> u32 {
+    2
 }
 
 /// Writes `image` into the OCI image layout `dir` (created if needed) under `tag`; returns the
@@ -495,15 +546,41 @@ pub fn write_layout(dir: &Path, image: &Image, tag: &str) -> Result<String, OciE
 /// each image's platform, and `tag` names that index (what `docker pull`, `skopeo copy --all`
 /// and containerd expect of a multi-platform image); returns the digest `tag` names: the index's,
 /// or the only manifest's.
+///
+/// The layout is updated in place and is valid at every moment: a missing `oci-layout` and
+/// `index.json` are written first (a directory this writer starts is a layout from then on),
+/// then the blobs by content address (through temporary names in `dir`, renamed into
+/// `blobs/sha256/` once complete; the nested index of a multi-platform image last among them),
+/// and `index.json` is replaced atomically at the end, under an exclusive lock on `dir` so that
+/// two builds into one layout do not lose each other's tags. Nothing is deleted: the other tags'
+/// entries are kept byte for byte, and blobs only the replaced tag used stay.
 pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<String, OciError> {
     check_tag(tag)?;
+    if images.is_empty() {
+        return Err(OciError::BadReference(format!("{tag} (no image to write)")));
+    }
+    fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
+    let guard = File::open(dir).map_err(io_err("opening", dir))?;
+    guard.lock().map_err(io_err("locking", dir))?;
     let blobs = dir.join("blobs").join("sha256");
-    fs::create_dir_all(&blobs).map_err(io_err("creating", &blobs))?;
+    layout_subdir(&dir.join("blobs"))?;
+    layout_subdir(&blobs)?;
     clean_layout_temps(dir);
+    let index_path = dir.join("index.json");
+    let layout = dir.join("oci-layout");
+    for (path, bytes) in [(&layout, OCI_LAYOUT), (&index_path, EMPTY_INDEX)] {
+        match fs::symlink_metadata(path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                write_atomic_in(dir, path, bytes).map_err(io_err("writing", path))?;
+            }
+            Err(e) => return Err(io_err("reading", path)(e)),
+        }
+    }
     let write_small = |bytes: &[u8], digest: &str| -> Result<(), OciError> {
         let dest = blobs.join(sha256_hex(digest)?);
         if !fs::symlink_metadata(&dest).is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64) {
-            write_atomic(&dest, bytes).map_err(io_err("writing", &dest))?;
+            write_atomic_in(dir, &dest, bytes).map_err(io_err("writing", &dest))?;
         }
         Ok(())
     };
@@ -512,14 +589,13 @@ pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<St
         let docs = image.documents()?;
         for layer in &image.layers {
             let dest = blobs.join(sha256_hex(&layer.digest)?);
-            place_blob(&layer.path, &dest, layer.size)?;
+            place_blob(&layer.path, &dest, layer.size, dir)?;
         }
         write_small(&docs.config, &docs.config_digest)?;
         write_small(&docs.manifest, &docs.manifest_digest)?;
         descriptors.push(image.index_descriptor(&docs, BTreeMap::new()));
     }
     let mut top = match descriptors.as_slice() {
-        [] => return Err(OciError::BadReference(format!("{tag} (no image to write)"))),
         [only] => only.clone(),
         _ => {
             let nested = Index {
@@ -536,28 +612,29 @@ pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<St
         }
     };
     cache::sync_dir(&blobs).map_err(io_err("syncing", &blobs))?;
-    let layout = dir.join("oci-layout");
-    write_atomic(&layout, OCI_LAYOUT).map_err(io_err("writing", &layout))?;
 
-    let index_path = dir.join("index.json");
-    let mut manifests = match read_json::<Index>(&index_path) {
-        Ok(index) => index.manifests,
-        Err(OciError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(e),
-    };
-    manifests.retain(|d| d.annotations.get(ANNOTATION_REF_NAME).map(String::as_str) != Some(tag));
+    let old: RawIndex<serde_json::Value> = read_json(&index_path)?;
+    let mut manifests: Vec<IndexEntry> = old
+        .manifests
+        .into_iter()
+        .filter(|d| {
+            d.pointer("/annotations/org.opencontainers.image.ref.name").and_then(|v| v.as_str()) != Some(tag)
+        })
+        .map(IndexEntry::Kept)
+        .collect();
     top.annotations.insert(ANNOTATION_REF_NAME.to_string(), tag.to_string());
     let digest = top.digest.clone();
-    manifests.push(top);
-    let index = Index {
+    manifests.push(IndexEntry::Ours(top));
+    let index = RawIndex {
         schema_version: 2,
         media_type: Some(MEDIA_TYPE_INDEX.to_string()),
         manifests,
-        annotations: BTreeMap::new(),
+        other: old.other,
     };
     let json =
         serde_json::to_vec(&index).map_err(|source| OciError::Json { path: index_path.clone(), source })?;
-    write_atomic(&index_path, &json).map_err(io_err("writing", &index_path))?;
+    write_atomic_in(dir, &index_path, &json).map_err(io_err("writing", &index_path))?;
+    drop(guard);
     Ok(digest)
 }
 
@@ -620,11 +697,23 @@ struct DockerManifestEntry<'a> {
 ///
 /// The archive holds an OCI layout (`oci-layout`, `index.json`, `blobs/sha256/*`) and Docker's
 /// legacy `manifest.json`. Entries are sorted with mtime 0, root-owned, so the archive is
-/// deterministic. It is written to a temporary name next to `file` and renamed.
+/// deterministic. It is written to a unique temporary name next to `file` (`.<name>.stackbuild-tmp-*`,
+/// never another file of that directory) and renamed over it, as `docker save -o` does; errors
+/// name `file`.
 pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<String, OciError> {
     let (name, tag) = split_repo_tag(repo_tag)?;
     let full = format!("{name}:{tag}");
     let docs = image.documents()?;
+    // Replacing a regular file is what writing an archive means; a directory, a symlink or a
+    // device there is the user's and stays.
+    if let Ok(meta) = fs::symlink_metadata(file) {
+        if !meta.is_file() {
+            return Err(OciError::Unsupported {
+                path: file.to_owned(),
+                what: format!("archive path: {} is there", crate::output::kind_of(&meta)),
+            });
+        }
+    }
 
     let annotations = BTreeMap::from([
         (ANNOTATION_CONTAINERD_NAME.to_string(), full.clone()),
@@ -660,11 +749,16 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
     files.insert("oci-layout".into(), Source::Bytes(OCI_LAYOUT));
 
     let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(unique_temp_name(".stackbuild-tmp-"));
+    let prefix = archive_temp_prefix(file);
+    clean_archive_temps(dir, &prefix);
+    let tmp = dir.join(unique_temp_name(&prefix));
+    // Errors name the archive the user asked for; the temporary name is ours.
+    let user = |op: &'static str| io_err(op, file);
+    let out = File::options().write(true).create_new(true).open(&tmp).map_err(user("creating"))?;
+    // Held while writing: a later build removes only a leftover whose writer is gone.
+    out.try_lock().map_err(|e| user("locking")(e.into()))?;
     let result = (|| -> Result<(), OciError> {
-        let out =
-            File::options().write(true).create_new(true).open(&tmp).map_err(io_err("creating", &tmp))?;
-        let mut builder = tar::Builder::new(io::BufWriter::with_capacity(1 << 20, out));
+        let mut builder = tar::Builder::new(io::BufWriter::with_capacity(1 << 20, &out));
         let header = |ty: tar::EntryType, mode: u32, size: u64| {
             let mut h = tar::Header::new_gnu();
             h.set_entry_type(ty);
@@ -675,16 +769,15 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
             h.set_gid(0);
             h
         };
-        let write_err = io_err("writing", &tmp);
         for dir_name in ["blobs", "blobs/sha256"] {
             let mut h = header(tar::EntryType::Directory, 0o755, 0);
-            builder.append_data(&mut h, dir_name, io::empty()).map_err(io_err("writing", &tmp))?;
+            builder.append_data(&mut h, dir_name, io::empty()).map_err(user("writing"))?;
         }
         for (name, source) in &files {
             match source {
                 Source::Bytes(bytes) => {
                     let mut h = header(tar::EntryType::Regular, 0o644, bytes.len() as u64);
-                    builder.append_data(&mut h, name, *bytes).map_err(io_err("writing", &tmp))?;
+                    builder.append_data(&mut h, name, *bytes).map_err(user("writing"))?;
                 }
                 Source::File(path, size) => {
                     let f = File::open(path).map_err(io_err("opening", path))?;
@@ -697,20 +790,44 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
                         });
                     }
                     let mut h = header(tar::EntryType::Regular, 0o644, *size);
-                    builder.append_data(&mut h, name, f.take(*size)).map_err(io_err("writing", &tmp))?;
+                    builder.append_data(&mut h, name, f.take(*size)).map_err(user("writing"))?;
                 }
             }
         }
-        let out = builder.into_inner().map_err(io_err("writing", &tmp))?;
-        let out = out.into_inner().map_err(|e| write_err(e.into_error()))?;
-        out.sync_all().map_err(io_err("syncing", &tmp))?;
-        fs::rename(&tmp, file).map_err(io_err("renaming to", file))?;
+        let buffered = builder.into_inner().map_err(user("writing"))?;
+        buffered.into_inner().map_err(|e| user("writing")(e.into_error()))?;
+        out.sync_all().map_err(user("syncing"))?;
+        fs::rename(&tmp, file).map_err(user("writing"))?;
         cache::sync_dir(dir).map_err(io_err("syncing", dir))
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
     result.map(|()| docs.manifest_digest)
+}
+
+/// `.<archive name>.stackbuild-tmp-`: the temporary names of an archive being written.
+fn archive_temp_prefix(file: &Path) -> String {
+    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    // Short enough that the stamp still fits NAME_MAX (255 bytes).
+    let name: String = name.chars().take(100).collect();
+    format!(".{name}.stackbuild-tmp-")
+}
+
+/// Removes archives a killed build left half-written next to the final name: files named with
+/// `prefix` by [`unique_temp_name`] that no writer holds locked, a minute old.
+fn clean_archive_temps(dir: &Path, prefix: &str) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let ours = cache::is_temp_name(&entry.file_name().to_string_lossy(), prefix);
+        if !ours || !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let unlocked = File::open(entry.path()).is_ok_and(|f| f.try_lock().is_ok());
+        if unlocked && cache::modified_before(&entry, std::time::Duration::from_secs(60)) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// An image read back from an OCI layout.

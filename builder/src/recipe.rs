@@ -1597,6 +1597,15 @@ fn validate_python(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawPython>) -> Option
 
 fn validate_wheel(ctx: &mut Ctx, dir: &Path, raw: &RawWheel) -> Option<LocalWheel> {
     let written = raw.path.get_ref();
+    // A path is handed to the resolver; a newline in it must never become a line of its own.
+    if let Some(c) = written.chars().find(|c| c.is_control()) {
+        ctx.error_help(
+            raw.path.span(),
+            format!("the wheel path holds the control character {c:?}"),
+            "a file name has no control characters; spaces and `#` are fine",
+        );
+        return None;
+    }
     let filename = Path::new(written).file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let Some(parsed) = crate::fetch::parse_wheel_name(filename) else {
         ctx.error_help(
@@ -1978,6 +1987,19 @@ mod tests {
             Ok(_) => panic!("{name} parsed"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn a_wheel_path_with_a_control_character_is_refused_where_it_is_written() {
+        let text = "[image]\nname = \"j\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\n\
+                    [[python.wheel]]\npath = \"w/x\\n-r /etc/shadow/t-1.0-py3-none-any.whl\"\n";
+        let err = Recipe::parse("r.toml", text).unwrap_err().to_string();
+        assert!(err.contains("r.toml:8:8") && err.contains("control character '\\n'"), "{err}");
+        assert!(!err.contains("root:"), "{err}");
+        // Spaces and `#` are a path's business.
+        let ok = text.replace("w/x\\n-r /etc/shadow/", "my wheels #2/");
+        let r = Recipe::parse("r.toml", &ok).unwrap();
+        assert_eq!(r.python.unwrap().wheels[0].path, Path::new("./my wheels #2/t-1.0-py3-none-any.whl"));
     }
 
     #[test]

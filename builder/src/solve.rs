@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::str::FromStr;
 
 use pep508_rs::PackageName;
+use percent_encoding::{percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use stackcontract::version::{PackageVersion, PythonVersion};
 
 use crate::recipe::{Platform, PythonSection};
@@ -150,6 +151,12 @@ pub enum SolveError {
         /// What the file has.
         actual: String,
     },
+    /// A requirement that would not be one line of a requirements file.
+    #[error("refusing to hand uv the requirement {line:?}: it holds a control character")]
+    ControlCharacter {
+        /// The requirement.
+        line: String,
+    },
     /// uv's output could not be understood.
     #[error("resolving python packages for {target}: unexpected uv output {line:?}: {why}")]
     Output {
@@ -222,10 +229,14 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
         check_local_wheel(&wheel.path)?;
         let path = std::fs::canonicalize(&wheel.path)
             .map_err(|source| SolveError::LocalWheel { path: wheel.path.clone(), source })?;
-        lines.push(format!("{} @ file://{}", wheel.name, path.display()));
+        lines.push(format!("{} @ {}", wheel.name, file_url(&path)));
+    }
+    let constraint_lines: Vec<String> = python.constraints.iter().map(ToString::to_string).collect();
+    for line in lines.iter().chain(&constraint_lines) {
+        check_line(line)?;
     }
     write_lines(&requirements, lines.into_iter()).map_err(io)?;
-    write_lines(&constraints, python.constraints.iter().map(ToString::to_string)).map_err(io)?;
+    write_lines(&constraints, constraint_lines.into_iter()).map_err(io)?;
 
     let mut cmd = uv.command();
     cmd.args(["pip", "compile"])
@@ -238,7 +249,8 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
         // Resolution must not depend on downloading an interpreter: nothing is built.
         .args(["--no-python-downloads", "--color", "never"]);
     if let Some(index) = &python.index {
-        cmd.args(["--index-url", index]);
+        // One argument: a value that starts with `-` stays a value.
+        cmd.arg(format!("--index-url={index}"));
     } else {
         bridge_pip_index_env(&mut cmd);
     }
@@ -264,6 +276,7 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
     Ok(pins)
 }
 
+use percent_encoding::{percent_encode, AsciiSet, NON_ALPHANUMERIC};
 /// A `[[python.wheel]]` must be a regular file before uv is pointed at it: uv would block on a
 /// FIFO and follow a symlink anywhere.
 fn check_local_wheel(path: &Path) -> Result<(), SolveError> {
@@ -420,6 +433,24 @@ mod tests {
 
     fn target() -> Target {
         Target::new("3.11".parse().unwrap(), Platform::LinuxAmd64)
+    }
+
+    #[test]
+    fn wheel_paths_are_data_in_the_requirements() {
+        let url =
+            file_url(Path::new("/w/dir with space#1/50%/torch-2.3.0+cu118-cp311-cp311-linux_x86_64.whl"));
+        assert_eq!(
+            url,
+            "file:///w/dir%20with%20space%231/50%25/torch-2.3.0+cu118-cp311-cp311-linux_x86_64.whl"
+        );
+        let url = file_url(Path::new("/w/x\n-r /etc/shadow\r;v/t-1-py3-none-any.whl"));
+        assert_eq!(url, "file:///w/x%0A-r%20/etc/shadow%0D%3Bv/t-1-py3-none-any.whl");
+        assert!(!url.chars().any(|c| c.is_control() || c == ' ' || c == '#'));
+        check_line("six==1.16.0").unwrap();
+        for bad in ["six==1.16.0\n-r /etc/shadow", "six\r", "a\u{85}b"] {
+            let err = check_line(bad).unwrap_err().to_string();
+            assert!(err.contains("control character"), "{err}");
+        }
     }
 
     #[test]

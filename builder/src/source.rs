@@ -570,7 +570,9 @@ struct Git {
 
 impl Git {
     fn new(url: &str, cache_dir: &Path) -> Result<Self, SourceError> {
-        let home = cache_dir.join("git");
+        // Absolute: git runs with `home` as its working directory, where a relative path would
+        // name another directory.
+        let home = std::path::absolute(cache_dir).map_err(io_at(cache_dir))?.join("git");
         fs::create_dir_all(&home).map_err(io_at(&home))?;
         let mirror = home.join(hex::encode(Sha256::digest(url.as_bytes())));
         Ok(Self { url: url.to_owned(), home, mirror })

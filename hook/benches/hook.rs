@@ -1,8 +1,8 @@
 //! Hook latency: full `stackhook hook` invocations (process start, state, config.json, probe of
 //! an 8-GPU fixture host, diagnosis, verdict) against a no-op hook (`/bin/true`) in the same run.
 //!
-//! `cargo bench -p stackhook --bench hook` (uses target/release/stackhook, the static build of
-//! `.ci/test`; `STACKHOOK_BIN` overrides). Prints medians, p90 and the ratio; target: median
+//! `cargo bench -p stackhook --bench hook` (uses target/release/stackhook, static as every build
+//! of it; `STACKHOOK_BIN` overrides). Prints medians, p90 and the ratio; target: median
 //! under 2 ms and at most 3x `/bin/true`.
 
 use std::io::Write;

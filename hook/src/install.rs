@@ -91,6 +91,27 @@ pub enum InstallError {
     /// The hook's settings could not be read or used.
     #[error(transparent)]
     Config(#[from] RuntimeError),
+    /// The binary would run the dynamic loader, which loads what `LD_PRELOAD` names.
+    #[error(
+        "{binary} is dynamically linked (it asks for the loader {interpreter}), so an LD_PRELOAD or \
+         LD_LIBRARY_PATH handed to the hook would load code into it, as root; install the static \
+         build (`cargo build --release` on a *-linux-gnu host with libc6-dev gives one: `file` \
+         says \"static-pie linked\"); nothing was changed"
+    )]
+    Dynamic {
+        /// The binary.
+        binary: PathBuf,
+        /// Its `PT_INTERP`.
+        interpreter: String,
+    },
+    /// The binary is not an ELF file this check can read.
+    #[error("{binary}: {why}; cannot tell whether it is statically linked; nothing was changed")]
+    NotElf {
+        /// The binary.
+        binary: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 /// What changed (or, in a dry run, would change).
@@ -522,6 +543,71 @@ fn backup_path(path: &Path) -> PathBuf {
     candidate
 }
 
+/// Refuses a `binary` that runs a dynamic loader: an ELF file with a `PT_INTERP` program header
+/// (the System V ABI's request for an interpreter, `ld-linux`, which the kernel runs before the
+/// program and which honours `LD_PRELOAD`). A static PIE has none. Reads only the ELF header and
+/// the program headers (at most 64 KiB).
+pub fn check_static(binary: &Path) -> Result<(), InstallError> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    const PT_INTERP: u32 = 3;
+    let not_elf = |why: &str| InstallError::NotElf { binary: binary.to_owned(), why: why.to_owned() };
+    let io = |source| InstallError::Io { path: binary.to_owned(), source };
+    let mut file = std::fs::File::open(binary).map_err(io)?;
+    let mut header = [0u8; 64];
+    file.read_exact(&mut header).map_err(|_| not_elf("shorter than an ELF header"))?;
+    if header[..4] != *b"\x7fELF" {
+        return Err(not_elf("not an ELF file"));
+    }
+    let (wide, big) = match (header[4], header[5]) {
+        (c @ (1 | 2), d @ (1 | 2)) => (c == 2, d == 2),
+        _ => return Err(not_elf("unknown ELF class or byte order")),
+    };
+    let num = |bytes: &[u8]| -> u64 {
+        let mut buf = [0u8; 8];
+        if big {
+            buf[8 - bytes.len()..].copy_from_slice(bytes);
+            u64::from_be_bytes(buf)
+        } else {
+            buf[..bytes.len()].copy_from_slice(bytes);
+            u64::from_le_bytes(buf)
+        }
+    };
+    // e_phoff, e_phentsize, e_phnum (ELF32 and ELF64 layouts).
+    let (phoff, phentsize, phnum) = if wide {
+        (num(&header[0x20..0x28]), num(&header[0x36..0x38]), num(&header[0x38..0x3a]))
+    } else {
+        (num(&header[0x1c..0x20]), num(&header[0x2a..0x2c]), num(&header[0x2c..0x2e]))
+    };
+    let min_entry = if wide { 56 } else { 32 };
+    let total = phentsize.saturating_mul(phnum);
+    if phnum > 0 && (phentsize < min_entry || total > 64 * 1024) {
+        return Err(not_elf("implausible program headers"));
+    }
+    let mut table = vec![0u8; usize::try_from(total).map_err(|_| not_elf("implausible program headers"))?];
+    file.seek(SeekFrom::Start(phoff)).map_err(io)?;
+    file.read_exact(&mut table).map_err(|_| not_elf("program headers past the end of the file"))?;
+    for entry in table.chunks_exact(usize::try_from(phentsize).unwrap_or(usize::MAX).max(1)) {
+        if num(&entry[..4]) != u64::from(PT_INTERP) {
+            continue;
+        }
+        // p_offset and p_filesz: where the interpreter's path is.
+        let (offset, size) = if wide {
+            (num(&entry[8..16]), num(&entry[32..40]))
+        } else {
+            (num(&entry[4..8]), num(&entry[16..20]))
+        };
+        let mut name = vec![0u8; usize::try_from(size.min(4096)).unwrap_or(0)];
+        let read = file.seek(SeekFrom::Start(offset)).and_then(|_| file.read_exact(&mut name));
+        let interpreter = if read.is_ok() {
+            String::from_utf8_lossy(name.split(|&b| b == 0).next().unwrap_or_default()).into_owned()
+        } else {
+            "(unreadable)".to_owned()
+        };
+        return Err(InstallError::Dynamic { binary: binary.to_owned(), interpreter });
+    }
+    Ok(())
+}
+
 fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, InstallError> {
     match std::fs::read(path) {
         Ok(bytes) => Ok(Some(bytes)),
@@ -591,6 +677,39 @@ mod tests {
   "default-runtime": "runc"
 }
 "#;
+
+    #[test]
+    fn a_dynamically_linked_binary_is_refused() {
+        // Any dynamically linked system program stands in for a dynamic stackhook.
+        let dynamic = ["/bin/sh", "/usr/bin/env", "/bin/ls"].into_iter().map(Path::new).find(|p| p.is_file());
+        if let Some(dynamic) = dynamic {
+            let err = check_static(dynamic).unwrap_err().to_string();
+            assert!(err.contains("dynamically linked") && err.contains("ld-linux"), "{err}");
+        }
+        let s = setup();
+        let err = check_static(&s.installer.binary).unwrap_err().to_string();
+        assert!(err.contains("shorter than an ELF header"), "{err}");
+        std::fs::write(&s.installer.binary, [b'#'; 80]).unwrap();
+        assert!(check_static(&s.installer.binary).unwrap_err().to_string().contains("not an ELF file"));
+
+        // A minimal static ELF64: a header and one PT_LOAD program header.
+        let mut elf = vec![0u8; 64 + 56];
+        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        elf[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+        elf[64..68].copy_from_slice(&1u32.to_le_bytes());
+        std::fs::write(&s.installer.binary, &elf).unwrap();
+        check_static(&s.installer.binary).unwrap();
+        // The same with a PT_INTERP naming a loader.
+        elf[64..68].copy_from_slice(&3u32.to_le_bytes());
+        elf[72..80].copy_from_slice(&120u64.to_le_bytes());
+        elf[96..104].copy_from_slice(&12u64.to_le_bytes());
+        elf.extend_from_slice(b"/lib/ld.so\0\0");
+        std::fs::write(&s.installer.binary, &elf).unwrap();
+        let err = check_static(&s.installer.binary).unwrap_err().to_string();
+        assert!(err.contains("asks for the loader /lib/ld.so)"), "{err}");
+    }
 
     #[test]
     fn docker_merges_keeps_other_keys_and_backs_up() {

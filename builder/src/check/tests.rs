@@ -426,7 +426,7 @@ fn torch_2_11_derives_cuda_13() {
         let torch = stack.torch.as_ref().unwrap();
         assert_eq!(torch.cudnn.as_deref(), Some("9.19.0.56"));
         let arch = stack.requirements.iter().find(|r| r.variable == "STACKBUILD_REQUIRE_ARCH").unwrap();
-        stackhook::contract::require::Expr::parse(&arch.expr).unwrap();
+        stackcontract::require::Expr::parse(&arch.expr).unwrap();
         // Thor (11.0) has a cubin only in the aarch64 wheel.
         assert_eq!(arch.expr.contains("arch<11.0"), platform == "linux/amd64", "{platform}: {}", arch.expr);
     }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use stackbuild::build::{build, BuildOptions};
 use stackbuild::layer::Compression;
 use stackbuild::recipe::Recipe;
@@ -50,6 +50,10 @@ pub struct Args {
 impl Args {
     pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
         let Some(path) = self.recipe else { bail!("no recipe given; usage: stackbuild RECIPE (see --help)") };
+        if let Some(file) = &self.report {
+            // Before the build, not after it: a report path that is not ours to write fails fast.
+            stackbuild::output::check_output_file("--report", file)?;
+        }
         let recipe = Recipe::load(&path)?;
         let mut source_overrides = BTreeMap::new();
         for s in &self.sources {
@@ -73,8 +77,7 @@ impl Args {
         };
         let report = build(&recipe, &opts)?;
         if let Some(file) = &self.report {
-            std::fs::write(file, serde_json::to_vec_pretty(&report)?)
-                .with_context(|| format!("writing {}", file.display()))?;
+            stackbuild::output::write_file("--report", file, &serde_json::to_vec_pretty(&report)?)?;
         }
         let built = report.layers.iter().filter(|l| l.built).count();
         tracing::info!(

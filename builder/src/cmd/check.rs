@@ -29,7 +29,14 @@ impl Args {
     pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
         let recipe = Recipe::load(&self.recipe)?;
         // Read only: a missing cache just means no wheel metadata at hand.
-        let cache_dir = self.cache_dir.or_else(|| Cache::default_dir().ok());
+        // A directory that is not a cache is not read as one (nor created or marked).
+        let cache_dir = self.cache_dir.or_else(|| Cache::default_dir().ok()).filter(|dir| {
+            let usable = !dir.exists() || Cache::is_cache(dir);
+            if !usable {
+                tracing::warn!("{} is not a stackbuild cache; not reading wheels from it", dir.display());
+            }
+            usable
+        });
         let report = check(&recipe, &CheckOptions { offline: self.offline, cache_dir })?;
         if self.json {
             println!("{}", serde_json::to_string_pretty(&report)?);

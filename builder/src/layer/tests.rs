@@ -513,3 +513,13 @@ fn a_checker_validates_without_writing() {
         .unwrap_err();
     assert!(matches!(err, LayerError::ThroughSymlink { .. }), "{err}");
 }
+
+#[test]
+fn epochs_past_year_9999_are_refused() {
+    assert_eq!(stackcontract::time::rfc3339(MAX_EPOCH), "9999-12-31T23:59:59Z");
+    assert_eq!(check_epoch(MAX_EPOCH).unwrap(), MAX_EPOCH);
+    for late in [MAX_EPOCH + 1, u64::MAX] {
+        let err = check_epoch(late).unwrap_err().to_string();
+        assert!(err.contains(&late.to_string()) && err.contains("9999-12-31T23:59:59Z"), "{err}");
+    }
+}

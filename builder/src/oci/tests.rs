@@ -230,3 +230,90 @@ fn docker_style_config_reads() {
     assert_eq!(config.history.len(), 1);
     assert!(config.history[0].empty_layer);
 }
+
+#[test]
+fn an_update_keeps_other_tags_their_blobs_and_foreign_files() {
+    let (_c, cache) = cache();
+    let first = image(&cache);
+    let dir = tempfile::tempdir().unwrap();
+    write_layout(dir.path(), &first, "v1").unwrap();
+    // Another tool's entry with fields this writer does not know, an index annotation, and a
+    // file of the user's next to the layout's own.
+    let index_path = dir.path().join("index.json");
+    let mut index: serde_json::Value = serde_json::from_slice(&fs::read(&index_path).unwrap()).unwrap();
+    let foreign = serde_json::json!({
+        "mediaType": MEDIA_TYPE_MANIFEST, "digest": format!("sha256:{}", "a".repeat(64)), "size": 7,
+        "annotations": {ANNOTATION_REF_NAME: "other"}, "artifactType": "application/x-kept", "urls": ["x"],
+    });
+    index["manifests"].as_array_mut().unwrap().push(foreign.clone());
+    index["annotations"] = serde_json::json!({"org.example": "kept"});
+    fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
+    fs::write(dir.path().join("NOTES"), "mine").unwrap();
+    let before: Vec<_> =
+        fs::read_dir(dir.path().join("blobs/sha256")).unwrap().map(|e| e.unwrap().path()).collect();
+
+    // A second image under a new tag, then the first tag replaced by a two-platform index.
+    let mut config = first.config().clone();
+    config.config.cmd = Some(vec!["/bin/true".into()]);
+    config.history.clear();
+    let second = Image::new(config.clone(), vec![layer(&cache, "three\n")], BTreeMap::new()).unwrap();
+    write_layout(dir.path(), &second, "v2").unwrap();
+    config.architecture = "arm64".into();
+    let arm = Image::new(config, vec![layer(&cache, "four\n")], BTreeMap::new()).unwrap();
+    let index_digest = write_layout_images(dir.path(), &[second.clone(), arm], "v1").unwrap();
+
+    let index: serde_json::Value = serde_json::from_slice(&fs::read(&index_path).unwrap()).unwrap();
+    let entries = index["manifests"].as_array().unwrap();
+    assert!(entries.contains(&foreign), "the foreign entry changed: {index}");
+    assert_eq!(index["annotations"]["org.example"], "kept");
+    let tags: Vec<_> =
+        entries.iter().map(|e| e["annotations"][ANNOTATION_REF_NAME].as_str().unwrap()).collect();
+    assert_eq!(tags, ["other", "v2", "v1"]);
+    assert_eq!(
+        read_layout(dir.path(), Some("v2")).unwrap().manifest_digest,
+        second.manifest_digest().unwrap()
+    );
+    let nested = read_layout_index(dir.path(), Some("v1")).unwrap().unwrap();
+    assert_eq!(nested.1, index_digest);
+    assert_eq!(fs::read_to_string(dir.path().join("NOTES")).unwrap(), "mine");
+    for blob in before {
+        assert!(blob.is_file(), "{} was removed", blob.display());
+    }
+    let stray: Vec<_> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(stray.is_empty(), "temporary files left: {stray:?}");
+}
+
+#[test]
+fn an_archive_replaces_only_its_own_file() {
+    let (_c, cache) = cache();
+    let image = image(&cache);
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("x.tar");
+    // The names an earlier version used for its temporary file, and a user's file.
+    fs::write(dir.path().join("x.tmp"), "user data").unwrap();
+    fs::write(&archive, "an older archive").unwrap();
+    write_archive(&archive, &image, "x:1").unwrap();
+    assert_eq!(fs::read_to_string(dir.path().join("x.tmp")).unwrap(), "user data");
+    let mut names: Vec<_> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["x.tar", "x.tmp"]);
+    // A directory or a symlink at the archive's name is refused and left as it is.
+    let sub = dir.path().join("d.tar");
+    fs::create_dir(&sub).unwrap();
+    let err = write_archive(&sub, &image, "x:1").unwrap_err().to_string();
+    assert!(err.contains("a directory is there"), "{err}");
+    symlink(dir.path().join("x.tmp"), dir.path().join("l.tar")).unwrap();
+    let err = write_archive(&dir.path().join("l.tar"), &image, "x:1").unwrap_err().to_string();
+    assert!(err.contains("a symlink is there"), "{err}");
+    assert_eq!(fs::read_to_string(dir.path().join("x.tmp")).unwrap(), "user data");
+    // An error names the user's path, not a temporary one.
+    let err = write_archive(&dir.path().join("missing/y.tar"), &image, "x:1").unwrap_err().to_string();
+    assert!(err.contains("missing/y.tar") && !err.contains("stackbuild-tmp"), "{err}");
+}

@@ -31,6 +31,8 @@ impl Args {
         let verb = if install { "install" } else { "uninstall" };
         let result = self.installer().and_then(|i| {
             if install {
+                // The engine will run this binary as root: never one a dynamic loader starts.
+                stackhook::install::check_static(&i.binary)?;
                 i.install(self.engine)
             } else {
                 i.uninstall(self.engine)
