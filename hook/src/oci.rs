@@ -101,6 +101,20 @@ pub struct Config {
     /// Annotations.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+    /// Mounts (only read for device volume mounts).
+    #[serde(default)]
+    pub mounts: Vec<Mount>,
+}
+
+/// One entry of `mounts` in `config.json`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct Mount {
+    /// Where it lands in the container.
+    #[serde(default)]
+    pub destination: String,
+    /// What is mounted.
+    #[serde(default)]
+    pub source: String,
 }
 
 /// `process` of `config.json`.
@@ -141,10 +155,32 @@ impl Config {
         self.process.iter().flat_map(|p| p.env.iter().map(String::as_str))
     }
 
+    /// The devices a device plugin passed as volume mounts: a mount of `/dev/null` at
+    /// `/var/run/nvidia-container-devices/<id>` per device (NVIDIA's hook, `getDevicesFromMounts`).
+    pub fn volume_mount_devices(&self) -> Vec<String> {
+        let root = crate::contract::image::VOLUME_MOUNT_DEVICES_ROOT;
+        self.mounts
+            .iter()
+            .filter(|m| clean(&m.source) == "/dev/null")
+            .filter_map(|m| {
+                let dest = clean(&m.destination);
+                let id = dest.strip_prefix(root)?.trim_start_matches('/');
+                (!id.is_empty()).then(|| id.to_owned())
+            })
+            .collect()
+    }
+
     /// The rootfs directory, resolved against the bundle.
     pub fn rootfs(&self, bundle: &Path) -> Option<PathBuf> {
         self.root.as_ref().map(|r| bundle.join(&r.path))
     }
+}
+
+/// A path with repeated and trailing slashes and `.` components removed (enough of Go's
+/// `filepath.Clean` for comparing mount paths).
+fn clean(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    format!("{}{}", if path.starts_with('/') { "/" } else { "" }, parts.join("/"))
 }
 
 /// `O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC`, for std's `custom_flags`.
