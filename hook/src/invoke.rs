@@ -105,10 +105,12 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     let mut annotations = bundle_config.annotations.clone();
     annotations.extend(state.annotations.clone());
     let mount_devices = bundle_config.volume_mount_devices();
-    let request = match ContainerRequest::for_start(bundle_config.env(), &annotations, &mount_devices) {
-        Ok(r) => r,
-        Err(e) => return fail_closed(config, id, &format!("the image's requirements do not parse: {e}")),
-    };
+    let privileged = bundle_config.privileged();
+    let request =
+        match ContainerRequest::for_start(bundle_config.env(), &annotations, &mount_devices, privileged) {
+            Ok(r) => r,
+            Err(e) => return fail_closed(config, id, &e.to_string()),
+        };
 
     // Fast path: not a GPU container means nothing to check (as NVIDIA's hook does), and the
     // host is not even probed (nor the requirements parsed: `for_start`).

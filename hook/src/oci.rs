@@ -123,6 +123,10 @@ pub struct Process {
     /// `KEY=VALUE` entries.
     #[serde(default)]
     pub env: Vec<String>,
+    /// Capabilities, kept as JSON: runtime-spec 1.0.0-rc1 to rc4 wrote a list, later versions
+    /// an object of sets; either must load.
+    #[serde(default)]
+    pub capabilities: Option<serde_json::Value>,
 }
 
 /// `root` of `config.json`.
@@ -153,6 +157,15 @@ impl Config {
     /// The process environment.
     pub fn env(&self) -> impl Iterator<Item = &str> {
         self.process.iter().flat_map(|p| p.env.iter().map(String::as_str))
+    }
+
+    /// Whether the container is privileged as NVIDIA's hook reads it (`IsPrivileged`):
+    /// `CAP_SYS_ADMIN` in the bounding set (or in the flat list of pre-1.0 specs).
+    pub fn privileged(&self) -> bool {
+        let caps = self.process.as_ref().and_then(|p| p.capabilities.as_ref());
+        let set = caps.and_then(|c| if c.is_array() { Some(c) } else { c.get("bounding") });
+        set.and_then(serde_json::Value::as_array)
+            .is_some_and(|l| l.iter().any(|c| c.as_str() == Some("CAP_SYS_ADMIN")))
     }
 
     /// The devices a device plugin passed as volume mounts: a mount of `/dev/null` at

@@ -185,6 +185,22 @@ pub struct ContractError {
     pub error: RequireError,
 }
 
+/// Why the hook refuses a container before checking the host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// A requirement does not parse.
+    #[error("the image's requirements do not parse: {0}")]
+    Contract(#[from] ContractError),
+    /// `NVIDIA_MIG_CONFIG_DEVICES` or `NVIDIA_MIG_MONITOR_DEVICES` in a container that is not
+    /// privileged: NVIDIA's hook refuses it ("cannot set MIG_CONFIG_DEVICES in non privileged
+    /// container", `getNvidiaConfig`), since MIG configuration and monitoring act on the whole GPU.
+    #[error(
+        "{0} is set but the container is not privileged (no CAP_SYS_ADMIN in its bounding set): only a \
+         privileged container may configure or monitor MIG, as NVIDIA's hook enforces"
+    )]
+    MigUnprivileged(&'static str),
+}
+
 /// Everything a container's configuration says about its GPU needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerRequest {
@@ -215,8 +231,15 @@ fn is_legacy(vars: &BTreeMap<&str, &str>) -> bool {
         && vars.get("NVIDIA_REQUIRE_CUDA").is_none_or(|v| v.is_empty())
 }
 
+/// The selection. Devices passed as volume mounts are used when `NVIDIA_VISIBLE_DEVICES` points
+/// at them (names the mounts' root, as device plugins in that mode set it); NVIDIA's hook reads
+/// them only when configured to (`accept-nvidia-visible-devices-as-volume-mounts`), and without
+/// that setting the root path itself would be an unknown device.
 fn selection_of(vars: &BTreeMap<&str, &str>, mount_devices: &[String]) -> DeviceSelection {
-    if !mount_devices.is_empty() {
+    let points_at_mounts = vars
+        .get(VISIBLE_DEVICES)
+        .is_some_and(|v| v.split(',').any(|e| e.trim().starts_with(VOLUME_MOUNT_DEVICES_ROOT)));
+    if points_at_mounts && !mount_devices.is_empty() {
         return DeviceSelection::parse(Some(&mount_devices.join(",")));
     }
     match vars.get(VISIBLE_DEVICES) {
@@ -288,16 +311,25 @@ impl ContainerRequest {
     /// `NVIDIA_VISIBLE_DEVICES`, then the legacy default), and not a GPU container means nothing
     /// more is read; then `NVIDIA_DISABLE_REQUIRE`; only then are the requirements parsed, so a
     /// malformed one blocks only a GPU container that has checks on.
+    ///
+    /// `privileged`: the container has `CAP_SYS_ADMIN` in its bounding set (NVIDIA's
+    /// `IsPrivileged`), which `NVIDIA_MIG_CONFIG_DEVICES` and `NVIDIA_MIG_MONITOR_DEVICES` need.
     pub fn for_start<'a>(
         env: impl IntoIterator<Item = &'a str>,
         annotations: &BTreeMap<String, String>,
         mount_devices: &[String],
-    ) -> Result<Self, ContractError> {
+        privileged: bool,
+    ) -> Result<Self, StartError> {
         let vars = env_map(env);
         let selection = selection_of(&vars, mount_devices);
         let mut request = Self { selection, requirements: RequirementSet::default(), disabled: false };
         if !request.selection.any() {
             return Ok(request);
+        }
+        for var in ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"] {
+            if !privileged && vars.get(var).is_some_and(|v| !v.is_empty()) {
+                return Err(StartError::MigUnprivileged(var));
+            }
         }
         request.disabled = vars.get(DISABLE_REQUIRE).is_some_and(|v| disables_requirements(v));
         if !request.disabled {

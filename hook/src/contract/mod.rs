@@ -4,3 +4,6 @@ pub mod image;
 pub mod kb;
 pub mod require;
 pub mod version;
+
+#[cfg(test)]
+mod nvidia_conformance;
