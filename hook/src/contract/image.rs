@@ -192,7 +192,7 @@ pub enum StartError {
     #[error("the image's requirements do not parse: {0}")]
     Contract(#[from] ContractError),
     /// `NVIDIA_MIG_CONFIG_DEVICES` or `NVIDIA_MIG_MONITOR_DEVICES` in a container that is not
-    /// privileged: NVIDIA's hook refuses it ("cannot set MIG_CONFIG_DEVICES in non privileged
+    /// privileged: NVIDIA's hook refuses it ("cannot set `MIG_CONFIG_DEVICES` in non privileged
     /// container", `getNvidiaConfig`), since MIG configuration and monitoring act on the whole GPU.
     #[error(
         "{0} is set but the container is not privileged (no CAP_SYS_ADMIN in its bounding set): only a \

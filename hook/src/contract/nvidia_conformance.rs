@@ -43,7 +43,7 @@ enum Host {
     MigUnrecorded,
     /// Two A100s, both with MIG devices, nothing recorded: every candidate parent is an A100.
     MigA100s,
-    /// An RTX 4090 (GeForce) on driver 470 (CUDA 11.4).
+    /// An RTX 4090 (`GeForce`) on driver 470 (CUDA 11.4).
     Geforce470,
     /// An A100 on driver 470 (CUDA 11.4).
     A100On470,
@@ -85,7 +85,7 @@ enum Want {
 use Want::{Allow, Block, Skip, Warn};
 
 /// One case: the upstream test it mirrors, the host, the container's environment, the decision.
-/// Pseudo-entries in `env`: `+privileged` (CAP_SYS_ADMIN in the bounding set) and
+/// Pseudo-entries in `env`: `+privileged` (`CAP_SYS_ADMIN` in the bounding set) and
 /// `+mount:<source>:<destination>`.
 struct Row {
     upstream: &'static str,
@@ -223,6 +223,7 @@ fn device_selection() -> Vec<Row> {
 
 /// `NVIDIA_DISABLE_REQUIRE` (Go `strconv.ParseBool`, toolkit `HasDisableRequire`),
 /// `TestGetRequirements`, and the order: GPU request, then the switch, then parsing.
+#[allow(clippy::too_many_lines)] // A table.
 fn disable_switch_and_order() -> Vec<Row> {
     use Host::H100;
     let mut rows = Vec::new();
@@ -494,7 +495,7 @@ fn parsing() -> Vec<Row> {
         .collect()
 }
 
-/// Evaluation: variables ANDed, per-GPU keys for each GPU, `none`, forward compatibility.
+/// Evaluation: variables `AND`ed, per-GPU keys for each GPU, `none`, forward compatibility.
 fn evaluation() -> Vec<Row> {
     use Host::{A100On470, Geforce470, Mig, H100};
     let official = format!("NVIDIA_REQUIRE_CUDA={CUDA_12_1_REQUIRE}");
@@ -531,7 +532,7 @@ fn table() -> Vec<Row> {
 
 /// The decision the hook made: the report's `decision`, reason, and findings (code, severity).
 struct Decision {
-    decision: String,
+    verdict: String,
     reason: String,
     findings: Vec<(String, String)>,
 }
@@ -586,7 +587,7 @@ fn decide(host: &FixtureHost, dir: &Path, id: &str, env: &[String]) -> Decision 
         .unwrap_or_default();
     let decision = report["decision"].as_str().unwrap_or("").to_owned();
     assert_eq!(outcome.code == 1, decision == "blocked", "{id}: exit {} but {decision}", outcome.code);
-    Decision { decision, reason: report["reason"].as_str().unwrap_or("").to_owned(), findings }
+    Decision { verdict: decision, reason: report["reason"].as_str().unwrap_or("").to_owned(), findings }
 }
 
 /// Whether `d` is the decision `want`; `Err` says how it differs.
@@ -595,15 +596,15 @@ fn check(d: &Decision, want: Want) -> Result<(), String> {
     let warnings: Vec<&str> =
         d.findings.iter().filter(|(_, s)| s == "warning" || s == "error").map(|(c, _)| c.as_str()).collect();
     let ok = match want {
-        Skip => d.decision == "skipped",
-        Allow => d.decision == "allowed" && warnings.is_empty(),
-        Warn(code) => d.decision == "allowed" && has(code, "warning"),
-        Block(needle) => d.decision == "blocked" && (has(needle, "error") || d.reason.contains(needle)),
+        Skip => d.verdict == "skipped",
+        Allow => d.verdict == "allowed" && warnings.is_empty(),
+        Warn(code) => d.verdict == "allowed" && has(code, "warning"),
+        Block(needle) => d.verdict == "blocked" && (has(needle, "error") || d.reason.contains(needle)),
     };
     if ok {
         Ok(())
     } else {
-        Err(format!("wanted {want:?}, got {} ({}) {:?}", d.decision, d.reason, warnings))
+        Err(format!("wanted {want:?}, got {} ({}) {:?}", d.verdict, d.reason, warnings))
     }
 }
 
@@ -615,13 +616,13 @@ fn nvidia_conformance_table() {
     let dir = tempfile::tempdir().unwrap();
     let mut hosts: BTreeMap<Host, FixtureHost> = BTreeMap::new();
     for r in &rows {
-        if !hosts.contains_key(&r.host) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = hosts.entry(r.host) {
             let h = r.host.spec().build(&dir.path().join(format!("host-{:?}", r.host))).unwrap();
             if !h.real_device_nodes() {
                 eprintln!("skipped: mknod is not permitted here, so the fixture hosts' device-node checks cannot pass");
                 return;
             }
-            hosts.insert(r.host, h);
+            slot.insert(h);
         }
     }
     let mut failures = Vec::new();
