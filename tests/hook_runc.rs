@@ -88,6 +88,29 @@ fn no_gpu_requested_starts_untouched_even_on_a_broken_host() {
 }
 
 #[test]
+fn mig_pods_are_checked_on_their_parent_gpu() {
+    if !runnable() {
+        return;
+    }
+    use stackhook::fixture::fixture_mig_uuid;
+    // The MIG node: GPU 0 an A100 (8.0) with MIG devices 0:0 and 0:1, GPU 1 an H100 (9.0).
+    let arch9 = "STACKBUILD_REQUIRE_ARCH=arch>=9.0";
+    for (devices, starts) in [
+        (format!("NVIDIA_VISIBLE_DEVICES={}", fixture_mig_uuid(1, 0)), true),
+        ("NVIDIA_VISIBLE_DEVICES=1:0".to_owned(), true),
+        (format!("NVIDIA_VISIBLE_DEVICES={}", fixture_mig_uuid(0, 0)), false),
+        ("NVIDIA_VISIBLE_DEVICES=0:0".to_owned(), false),
+    ] {
+        let (ok, stdout, stderr) = run("runc", "createRuntime", Preset::MigNode, &[&devices, arch9]);
+        assert_eq!(ok, starts, "{devices}: {stderr}");
+        assert_eq!(stdout.contains("container-ran"), starts, "{devices}");
+        if !starts {
+            assert!(stderr.contains("L4-ARCH-REQUIREMENT"), "{devices}: {stderr}");
+        }
+    }
+}
+
+#[test]
 fn the_image_environment_cannot_steer_the_hook() {
     if !runnable() {
         return;

@@ -276,7 +276,6 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
     Ok(pins)
 }
 
-use percent_encoding::{percent_encode, AsciiSet, NON_ALPHANUMERIC};
 /// A `[[python.wheel]]` must be a regular file before uv is pointed at it: uv would block on a
 /// FIFO and follow a symlink anywhere.
 fn check_local_wheel(path: &Path) -> Result<(), SolveError> {
@@ -284,6 +283,36 @@ fn check_local_wheel(path: &Path) -> Result<(), SolveError> {
         path: path.to_owned(),
         source: std::io::Error::other(e.to_string()),
     })
+}
+
+/// Bytes a `file://` URL keeps as they are: letters, digits, `/` and the characters a wheel's
+/// file name may hold (PEP 427: `-`, `_`, `.`, `+`, `!`) and `~`. Everything else, a space,
+/// `#` (a comment in a requirements file), `%`, `;`, any control character and every non-ASCII
+/// byte, is percent-encoded (RFC 3986 section 2.1), so that a path is one token of data that
+/// cannot end the line, start a comment or an option, or change the marker; uv decodes it back
+/// to the same path.
+const URL_PATH: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'/')
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'+')
+    .remove(b'!')
+    .remove(b'~');
+
+/// The `file://` URL of an absolute path, percent-encoded byte by byte.
+pub(crate) fn file_url(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    format!("file://{}", percent_encode(path.as_os_str().as_bytes(), URL_PATH))
+}
+
+/// A requirements file line carries one requirement: a control character (a newline would start
+/// a line of uv's options, such as `-r /etc/shadow`) is refused whatever put it there.
+fn check_line(line: &str) -> Result<(), SolveError> {
+    if line.chars().any(char::is_control) {
+        return Err(SolveError::ControlCharacter { line: line.to_owned() });
+    }
+    Ok(())
 }
 
 fn write_lines(path: &Path, lines: impl Iterator<Item = String>) -> std::io::Result<()> {

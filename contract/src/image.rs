@@ -14,6 +14,8 @@ use super::require::{RequireError, RequirementSet};
 
 /// Prefix of NVIDIA's requirement variables (`NVIDIA_REQUIRE_CUDA`, ...).
 pub const NVIDIA_REQUIRE_PREFIX: &str = "NVIDIA_REQUIRE_";
+/// `NVIDIA_REQUIRE_JETPACK*` hold Jetson mount settings (`csv-mounts=all`), not requirements.
+pub const NVIDIA_REQUIRE_JETPACK_PREFIX: &str = "NVIDIA_REQUIRE_JETPACK";
 /// Prefix of our requirement variables.
 pub const STACKBUILD_REQUIRE_PREFIX: &str = "STACKBUILD_REQUIRE_";
 /// Annotation prefix for requirements added at run time (Kubernetes pod annotations).
@@ -22,40 +24,154 @@ pub const REQUIRE_ANNOTATION_PREFIX: &str = "io.stackbuild.require.";
 pub const LABEL_PREFIX: &str = "io.stackbuild.";
 /// Where the stack description lives inside the image.
 pub const STACK_JSON_PATH: &str = "etc/stackbuild/stack.json";
-/// `NVIDIA_DISABLE_REQUIRE=true` skips every requirement check.
+/// `NVIDIA_DISABLE_REQUIRE=true` skips every requirement check ([`disables_requirements`]).
 pub const DISABLE_REQUIRE: &str = "NVIDIA_DISABLE_REQUIRE";
 /// Which GPUs the container gets.
 pub const VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
 
-/// The GPUs a container asks for, from `NVIDIA_VISIBLE_DEVICES`.
+/// Where device plugins that pass devices as volume mounts put them: a mount of `/dev/null` at
+/// `<root>/<device id>` per device, with `NVIDIA_VISIBLE_DEVICES=<root>` (nvidia-container-toolkit
+/// `cmd/nvidia-container-runtime-hook/container_config.go`, `deviceListAsVolumeMountsRoot`).
+pub const VOLUME_MOUNT_DEVICES_ROOT: &str = "/var/run/nvidia-container-devices";
+
+/// The GPUs a container asks for, from `NVIDIA_VISIBLE_DEVICES` (or device volume mounts).
+///
+/// NVIDIA's rules (nvidia-container-toolkit `internal/config/image/cuda_image.go` and
+/// `devices.go`; libnvidia-container `src/cli/common.c`): the value is split on commas, entries
+/// trimmed and empty ones dropped; `void` anywhere wins over `none`, which wins over `all`.
+/// `all` is matched case-insensitively (the toolkit passes `ALL` on and the CLI selects all
+/// devices with it); `none` and `void` only in lower case.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase", tag = "kind", content = "devices")]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "devices")]
 pub enum DeviceSelection {
-    /// Unset, empty, `void` or `none`: no GPU.
+    /// Not a GPU container: unset (on an image that is not a legacy CUDA image), empty, or
+    /// `void` anywhere in the list. Nothing is checked.
     None,
-    /// `all`.
+    /// `none`: no GPU device, but NVIDIA still mounts the driver's libraries, so the `cuda` and
+    /// `driver` requirements are checked (and `arch`/`brand` hold: there is no device to compare).
+    NoDevices,
+    /// `all` (in any case), alone or anywhere in the list.
     All,
-    /// Indexes (`0,1`), UUIDs (`GPU-...`) or MIG names, as given.
+    /// Device identifiers as given, CDI names reduced to their device name: GPU indexes (`0`),
+    /// GPU UUIDs (`GPU-…`), PCI bus ids, MIG device UUIDs (`MIG-…`) and MIG indexes
+    /// (`<gpu>:<mig>`, `0:0`).
     List(Vec<String>),
+}
+
+/// One entry of a device list.
+enum Entry<'a> {
+    All,
+    Device(&'a str),
+    /// A CDI name of a kind that is not a GPU (`nvidia.com/imex-channel=0`).
+    NotGpu,
+}
+
+/// Reads a CDI-qualified name (`nvidia.com/gpu=0`, `runtime.nvidia.com/gpu=all`,
+/// `nvidia.com/mig=0:1`, the names `nvidia-ctk cdi generate` and the toolkit's `jit-cdi` mode
+/// give GPUs) as its device name; anything else as it is.
+fn entry(e: &str) -> Entry<'_> {
+    let device = match e.split_once('=') {
+        Some((kind, name)) if kind.contains('/') => {
+            let (vendor, class) = kind.split_once('/').unwrap_or((kind, ""));
+            let nvidia = vendor == "nvidia.com" || vendor.ends_with(".nvidia.com");
+            if !nvidia || !matches!(class, "gpu" | "mig") {
+                return Entry::NotGpu;
+            }
+            name
+        }
+        _ => e,
+    };
+    if device.eq_ignore_ascii_case("all") {
+        Entry::All
+    } else {
+        Entry::Device(device)
+    }
 }
 
 impl DeviceSelection {
     /// Parses the variable's value (`None` when unset).
     pub fn parse(value: Option<&str>) -> Self {
-        let Some(v) = value.map(str::trim) else { return Self::None };
-        match v {
-            "" | "void" | "none" => Self::None,
-            "all" => Self::All,
-            list => Self::List(
-                list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect(),
-            ),
+        let Some(v) = value else { return Self::None };
+        let entries: Vec<&str> = v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        if entries.is_empty() || entries.contains(&"void") {
+            return Self::None;
+        }
+        if entries.contains(&"none") {
+            return Self::NoDevices;
+        }
+        let mut ids = Vec::new();
+        for e in entries {
+            match entry(e) {
+                Entry::All => return Self::All,
+                Entry::Device(d) => ids.push(d.to_owned()),
+                Entry::NotGpu => {}
+            }
+        }
+        if ids.is_empty() {
+            Self::NoDevices
+        } else {
+            Self::List(ids)
         }
     }
 
-    /// Whether any GPU is requested.
+    /// Whether this is a GPU container, the condition for any check: some GPU is requested,
+    /// or `none` (the driver without devices).
     pub fn any(&self) -> bool {
         !matches!(self, Self::None) && !matches!(self, Self::List(l) if l.is_empty())
     }
+}
+
+/// `NVIDIA_DISABLE_REQUIRE`'s truth, as Go's `strconv.ParseBool` reads it (the toolkit's
+/// `HasDisableRequire`): exactly `1`, `t`, `T`, `TRUE`, `true` or `True`; anything else
+/// (`yes`, `on`, ` true`, `TrUe`) leaves the checks on.
+pub fn disables_requirements(value: &str) -> bool {
+    matches!(value, "1" | "t" | "T" | "TRUE" | "true" | "True")
+}
+
+/// `CUDA_VERSION` of a legacy image as NVIDIA reads it (toolkit `parseMajorMinorVersion`): one
+/// leading `v` dropped, then a semantic version (`major[.minor[.patch]]`, numbers without
+/// leading zeros, a pre-release or build suffix only after a patch), major and minor fitting in
+/// 32 bits; `8` reads as `8.0`. `None` for anything else, which NVIDIA refuses.
+pub fn legacy_cuda_version(value: &str) -> Option<(u32, u32)> {
+    let v = value.strip_prefix('v').unwrap_or(value);
+    let (core, suffix) = match v.find(['-', '+']) {
+        Some(i) => (&v[..i], Some(&v[i..])),
+        None => (v, None),
+    };
+    let parts: Vec<&str> = core.split('.').collect();
+    let number =
+        |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && (p == "0" || !p.starts_with('0'));
+    if parts.len() > 3 || !parts.iter().all(|p| number(p)) {
+        return None;
+    }
+    if let Some(suffix) = suffix {
+        if parts.len() != 3 || !semver_suffix_ok(suffix) {
+            return None;
+        }
+    }
+    let major = parts[0].parse().ok()?;
+    let minor = parts.get(1).map_or(Some(0), |m| m.parse().ok())?;
+    Some((major, minor))
+}
+
+/// `-pre.release+build` of a semantic version (semver.org items 9 and 10).
+fn semver_suffix_ok(suffix: &str) -> bool {
+    let (pre, build) = match suffix.find('+') {
+        Some(i) => (&suffix[..i], Some(&suffix[i + 1..])),
+        None => (suffix, None),
+    };
+    let idents = |s: &str, numeric_rule: bool| {
+        s.split('.').all(|id| {
+            !id.is_empty()
+                && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !(numeric_rule
+                    && id.len() > 1
+                    && id.starts_with('0')
+                    && id.bytes().all(|b| b.is_ascii_digit()))
+        })
+    };
+    let pre_ok = pre.is_empty() || pre.strip_prefix('-').is_some_and(|p| idents(p, true));
+    pre_ok && build.is_none_or(|b| idents(b, false))
 }
 
 /// A requirement variable or annotation that did not parse.
@@ -69,6 +185,22 @@ pub struct ContractError {
     pub error: RequireError,
 }
 
+/// Why the hook refuses a container before checking the host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// A requirement does not parse.
+    #[error("the image's requirements do not parse: {0}")]
+    Contract(#[from] ContractError),
+    /// `NVIDIA_MIG_CONFIG_DEVICES` or `NVIDIA_MIG_MONITOR_DEVICES` in a container that is not
+    /// privileged: NVIDIA's hook refuses it ("cannot set `MIG_CONFIG_DEVICES` in non privileged
+    /// container", `getNvidiaConfig`), since MIG configuration and monitoring act on the whole GPU.
+    #[error(
+        "{0} is set but the container is not privileged (no CAP_SYS_ADMIN in its bounding set): only a \
+         privileged container may configure or monitor MIG, as NVIDIA's hook enforces"
+    )]
+    MigUnprivileged(&'static str),
+}
+
 /// Everything a container's configuration says about its GPU needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerRequest {
@@ -80,57 +212,130 @@ pub struct ContainerRequest {
     pub disabled: bool,
 }
 
+/// The environment as a map; when a variable appears twice the last one wins, as in `execve`'s
+/// environment.
+fn env_map<'a>(env: impl IntoIterator<Item = &'a str>) -> BTreeMap<&'a str, &'a str> {
+    let mut vars = BTreeMap::new();
+    for entry in env {
+        if let Some((k, v)) = entry.split_once('=') {
+            vars.insert(k, v);
+        }
+    }
+    vars
+}
+
+/// A legacy image: `CUDA_VERSION` set and `NVIDIA_REQUIRE_CUDA` unset or empty (toolkit
+/// `IsLegacy`). It gets every GPU when `NVIDIA_VISIBLE_DEVICES` is unset, and `cuda>=<M.m>`.
+fn is_legacy(vars: &BTreeMap<&str, &str>) -> bool {
+    vars.get("CUDA_VERSION").is_some_and(|v| !v.is_empty())
+        && vars.get("NVIDIA_REQUIRE_CUDA").is_none_or(|v| v.is_empty())
+}
+
+/// The selection. Devices passed as volume mounts are used when `NVIDIA_VISIBLE_DEVICES` points
+/// at them (names the mounts' root, as device plugins in that mode set it); NVIDIA's hook reads
+/// them only when configured to (`accept-nvidia-visible-devices-as-volume-mounts`), and without
+/// that setting the root path itself would be an unknown device.
+fn selection_of(vars: &BTreeMap<&str, &str>, mount_devices: &[String]) -> DeviceSelection {
+    let points_at_mounts = vars
+        .get(VISIBLE_DEVICES)
+        .is_some_and(|v| v.split(',').any(|e| e.trim().starts_with(VOLUME_MOUNT_DEVICES_ROOT)));
+    if points_at_mounts && !mount_devices.is_empty() {
+        return DeviceSelection::parse(Some(&mount_devices.join(",")));
+    }
+    match vars.get(VISIBLE_DEVICES) {
+        None if is_legacy(vars) => DeviceSelection::All,
+        v => DeviceSelection::parse(v.copied()),
+    }
+}
+
+/// Every requirement: `NVIDIA_REQUIRE_*` but `NVIDIA_REQUIRE_JETPACK*` (Jetson mount settings,
+/// not requirements: toolkit `GetRequirements`), `STACKBUILD_REQUIRE_*`, the legacy
+/// `CUDA_VERSION`, then the annotations. Blank values are skipped.
+fn requirements_of(
+    vars: &BTreeMap<&str, &str>,
+    annotations: &BTreeMap<String, String>,
+) -> Result<RequirementSet, ContractError> {
+    let mut requirements = RequirementSet::default();
+    let mut push = |name: &str, value: &str| {
+        if value.trim().is_empty() {
+            return Ok(());
+        }
+        requirements.push(name, value).map_err(|error| ContractError { source_name: name.to_owned(), error })
+    };
+    for (k, v) in vars {
+        let nvidia = k.starts_with(NVIDIA_REQUIRE_PREFIX) && !k.starts_with(NVIDIA_REQUIRE_JETPACK_PREFIX);
+        if nvidia || k.starts_with(STACKBUILD_REQUIRE_PREFIX) {
+            push(k, v)?;
+        }
+    }
+    if is_legacy(vars) {
+        let cuda = vars.get("CUDA_VERSION").copied().unwrap_or_default();
+        let Some((major, minor)) = legacy_cuda_version(cuda) else {
+            return Err(ContractError {
+                source_name: "CUDA_VERSION".to_owned(),
+                error: RequireError {
+                    input: cuda.chars().take(200).collect(),
+                    column: 1,
+                    message: "not a CUDA version NVIDIA reads (major[.minor[.patch]], optionally after a v)"
+                        .to_owned(),
+                },
+            });
+        };
+        push("CUDA_VERSION", &format!("cuda>={major}.{minor}"))?;
+    }
+    for (k, v) in annotations {
+        if k.starts_with(REQUIRE_ANNOTATION_PREFIX) {
+            push(k, v)?;
+        }
+    }
+    Ok(requirements)
+}
+
 impl ContainerRequest {
-    /// Gathers the request from `KEY=VALUE` environment entries and annotations.
-    ///
-    /// An image with `CUDA_VERSION` but no `NVIDIA_REQUIRE_CUDA` is treated as
-    /// `cuda>=<major.minor>`, as NVIDIA's toolkit does (`internal/config/image/cuda_image.go`).
-    /// When a variable appears twice, the last one wins, as in `execve`'s environment.
+    /// Everything an image's configuration says, whichever GPUs it will get: for placement
+    /// (`stackbuild affinity`), where a device plugin picks the GPUs at run time. Requirements are
+    /// read with NVIDIA's rules; with `NVIDIA_DISABLE_REQUIRE` none is read.
     pub fn from_env<'a>(
         env: impl IntoIterator<Item = &'a str>,
         annotations: &BTreeMap<String, String>,
     ) -> Result<Self, ContractError> {
-        let mut vars: BTreeMap<&str, &str> = BTreeMap::new();
-        for entry in env {
-            if let Some((k, v)) = entry.split_once('=') {
-                vars.insert(k, v);
+        let vars = env_map(env);
+        let disabled = vars.get(DISABLE_REQUIRE).is_some_and(|v| disables_requirements(v));
+        let requirements =
+            if disabled { RequirementSet::default() } else { requirements_of(&vars, annotations)? };
+        Ok(Self { selection: selection_of(&vars, &[]), requirements, disabled })
+    }
+
+    /// What the hook checks at a container's start, in the order NVIDIA's hook decides
+    /// (`getNvidiaConfig`): first whether a GPU is requested (device volume mounts, then
+    /// `NVIDIA_VISIBLE_DEVICES`, then the legacy default), and not a GPU container means nothing
+    /// more is read; then `NVIDIA_DISABLE_REQUIRE`; only then are the requirements parsed, so a
+    /// malformed one blocks only a GPU container that has checks on.
+    ///
+    /// `privileged`: the container has `CAP_SYS_ADMIN` in its bounding set (NVIDIA's
+    /// `IsPrivileged`), which `NVIDIA_MIG_CONFIG_DEVICES` and `NVIDIA_MIG_MONITOR_DEVICES` need.
+    pub fn for_start<'a>(
+        env: impl IntoIterator<Item = &'a str>,
+        annotations: &BTreeMap<String, String>,
+        mount_devices: &[String],
+        privileged: bool,
+    ) -> Result<Self, StartError> {
+        let vars = env_map(env);
+        let selection = selection_of(&vars, mount_devices);
+        let mut request = Self { selection, requirements: RequirementSet::default(), disabled: false };
+        if !request.selection.any() {
+            return Ok(request);
+        }
+        for var in ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"] {
+            if !privileged && vars.get(var).is_some_and(|v| !v.is_empty()) {
+                return Err(StartError::MigUnprivileged(var));
             }
         }
-        let mut requirements = RequirementSet::default();
-        let mut push = |name: &str, value: &str| {
-            if value.trim().is_empty() {
-                return Ok(());
-            }
-            requirements
-                .push(name, value)
-                .map_err(|error| ContractError { source_name: name.to_owned(), error })
-        };
-        for (k, v) in &vars {
-            if k.starts_with(NVIDIA_REQUIRE_PREFIX) || k.starts_with(STACKBUILD_REQUIRE_PREFIX) {
-                push(k, v)?;
-            }
+        request.disabled = vars.get(DISABLE_REQUIRE).is_some_and(|v| disables_requirements(v));
+        if !request.disabled {
+            request.requirements = requirements_of(&vars, annotations)?;
         }
-        if !vars.contains_key("NVIDIA_REQUIRE_CUDA") {
-            if let Some(cuda) = vars.get("CUDA_VERSION") {
-                let mut parts = cuda.trim().split('.');
-                if let (Some(major), Some(minor)) = (parts.next(), parts.next()) {
-                    push("CUDA_VERSION", &format!("cuda>={major}.{minor}"))?;
-                }
-            }
-        }
-        for (k, v) in annotations {
-            if k.starts_with(REQUIRE_ANNOTATION_PREFIX) {
-                push(k, v)?;
-            }
-        }
-        let disabled = vars
-            .get(DISABLE_REQUIRE)
-            .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"));
-        Ok(Self {
-            selection: DeviceSelection::parse(vars.get(VISIBLE_DEVICES).copied()),
-            requirements,
-            disabled,
-        })
+        Ok(request)
     }
 }
 
@@ -183,10 +388,14 @@ mod tests {
     #[test]
     fn device_selection() {
         assert_eq!(DeviceSelection::parse(None), DeviceSelection::None);
-        for none in ["", "void", "none", " "] {
-            assert!(!DeviceSelection::parse(Some(none)).any(), "{none:?}");
+        for void in ["", "void", " ", "0,void", ",", "none,void"] {
+            assert!(!DeviceSelection::parse(Some(void)).any(), "{void:?}");
         }
+        assert_eq!(DeviceSelection::parse(Some("none")), DeviceSelection::NoDevices);
+        assert!(DeviceSelection::parse(Some("none")).any());
         assert_eq!(DeviceSelection::parse(Some("all")), DeviceSelection::All);
+        assert_eq!(DeviceSelection::parse(Some("nvidia.com/gpu=1,ALL")), DeviceSelection::All);
+        assert_eq!(DeviceSelection::parse(Some("nvidia.com/gpu=1")), DeviceSelection::List(vec!["1".into()]));
         assert_eq!(
             DeviceSelection::parse(Some("0, GPU-1234,")),
             DeviceSelection::List(vec!["0".into(), "GPU-1234".into()])
@@ -241,13 +450,25 @@ mod tests {
 
     #[test]
     fn cuda_version_implies_a_requirement() {
+        let req = ContainerRequest::from_env(["CUDA_VERSION=11.8.0"], &BTreeMap::new()).unwrap();
+        assert_eq!(req.requirements.entries[0].expr.to_string(), "cuda>=11.8");
+        assert_eq!(req.selection, DeviceSelection::All, "a legacy image gets every GPU");
         let req = ContainerRequest::from_env(
             ["CUDA_VERSION=11.8.0", "NVIDIA_DISABLE_REQUIRE=true"],
             &BTreeMap::new(),
         )
         .unwrap();
-        assert_eq!(req.requirements.entries[0].expr.to_string(), "cuda>=11.8");
-        assert!(req.disabled);
+        assert!(req.disabled && req.requirements.is_empty());
+    }
+
+    #[test]
+    fn legacy_cuda_versions() {
+        for (v, want) in [("8", Some((8, 0))), ("v11.6", Some((11, 6))), ("9.0.116-rc1+b2", Some((9, 0)))] {
+            assert_eq!(legacy_cuda_version(v), want, "{v}");
+        }
+        for v in ["", "v", "vv8", "08", "9.0-rc1", "1.2.3.4", "9.4294967296", "9.0.01"] {
+            assert_eq!(legacy_cuda_version(v), None, "{v}");
+        }
     }
 
     #[test]
@@ -256,7 +477,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            r#"STACKBUILD_REQUIRE_DRIVER: invalid requirement "driver>>5" at column 8: invalid driver version ">5": expected numbers separated by dots"#
+            r#"STACKBUILD_REQUIRE_DRIVER: invalid requirement "driver>>5" at column 7: invalid operator ">>" after "driver": expected one of = != < <= > >="#
         );
     }
 }

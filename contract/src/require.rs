@@ -190,10 +190,24 @@ impl fmt::Display for Term {
 pub struct Expr(pub Vec<Term>);
 
 impl Expr {
-    /// Parses an expression. Empty or blank input is an error: an empty requirement variable
-    /// is better ignored by the caller than silently satisfied.
+    /// Parses an expression in our dialect (`STACKBUILD_REQUIRE_*`, annotations, the doctor's
+    /// `--require`): every key must be known. Input with no factor at all is an error: an empty
+    /// requirement variable is better ignored by the caller than silently satisfied.
     pub fn parse(input: &str) -> Result<Self, RequireError> {
-        Parser { input, pos: 0 }.expr()
+        match Self::parse_as(Dialect::Stackbuild, input)? {
+            Some(e) => Ok(e),
+            None => Err(Parser { input }.error(0, "empty requirement")),
+        }
+    }
+
+    /// Parses an expression the way a variable named `source` is read: [`Dialect::of`].
+    /// `None` when nothing is left to check (no factor, or only factors NVIDIA skips).
+    pub fn parse_for(source: &str, input: &str) -> Result<Option<Self>, RequireError> {
+        Self::parse_as(Dialect::of(source), input)
+    }
+
+    fn parse_as(dialect: Dialect, input: &str) -> Result<Option<Self>, RequireError> {
+        Parser { input }.expr(dialect).map(|terms| (!terms.is_empty()).then_some(Expr(terms)))
     }
 
     /// Whether any factor uses a per-GPU key (`arch`, `brand`).
@@ -214,10 +228,43 @@ impl fmt::Display for Expr {
     }
 }
 
+/// Which rules a requirement variable is read with.
+///
+/// Both share NVIDIA's lexical rules (libnvidia-container `src/cli/dsl.c`; nvidia-container-toolkit
+/// `internal/requirements/constraints/factory.go`): alternatives are separated by single spaces
+/// only (a tab or line break is not a separator, and makes the factor invalid), factors by commas;
+/// empty alternatives and factors (`a,,b`, a trailing comma, two spaces) are skipped; a factor is
+/// `key op value` where the key runs to the first of `<>=!` and the operator is exactly one of
+/// `= != < <= > >=` (so `==` is refused, as NVIDIA refuses it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// `NVIDIA_REQUIRE_*`: a factor whose key is not one we know is skipped, as NVIDIA's
+    /// evaluator skips an unsupported property ("unsupported property is ignored", toolkit
+    /// `constraints/factory_test.go`); an alternative left with no factor is dropped. Our own
+    /// keys (`kernel`, `module`, ...) are honoured here too: NVIDIA's CLI refuses such a factor
+    /// when it reaches it rather than ignoring it, so checking it is the closer match.
+    Nvidia,
+    /// `STACKBUILD_REQUIRE_*`, `io.stackbuild.require.*`, `--require`: an unknown key is an error,
+    /// so a misspelt key fails where the image is built rather than passing on every host.
+    Stackbuild,
+}
+
+impl Dialect {
+    /// The dialect of the variable or annotation named `source`.
+    pub fn of(source: &str) -> Self {
+        if source.starts_with("NVIDIA_REQUIRE_") {
+            Dialect::Nvidia
+        } else {
+            Dialect::Stackbuild
+        }
+    }
+}
+
 struct Parser<'a> {
     input: &'a str,
-    pos: usize,
 }
+
+const KEYS_HINT: &str = "cuda, driver, arch, brand, kernel, module, gpus, machine or platform";
 
 impl Parser<'_> {
     fn error(&self, at: usize, message: impl Into<String>) -> RequireError {
@@ -226,92 +273,99 @@ impl Parser<'_> {
         RequireError { input, column, message: message.into() }
     }
 
-    fn expr(mut self) -> Result<Expr, RequireError> {
+    /// The terms, empty ones skipped.
+    fn expr(&self, dialect: Dialect) -> Result<Vec<Term>, RequireError> {
         if self.input.len() > MAX_EXPRESSION_LEN {
             return Err(self.error(0, format!("longer than {MAX_EXPRESSION_LEN} bytes")));
         }
         let mut terms = Vec::new();
-        loop {
-            self.skip_ws();
-            if self.pos >= self.input.len() {
-                break;
+        let mut at = 0;
+        for term in self.input.split(' ') {
+            let mut factors = Vec::new();
+            let mut factor_at = at;
+            let mut had_factor = false;
+            for factor in term.split(',') {
+                if !factor.is_empty() {
+                    had_factor = true;
+                    if let Some(f) = self.factor(factor, factor_at, dialect)? {
+                        factors.push(f);
+                    }
+                }
+                factor_at += factor.len() + 1;
             }
-            terms.push(self.term()?);
+            // A term whose every factor was skipped is dropped, not counted as holding.
+            if had_factor && !factors.is_empty() {
+                terms.push(Term(factors));
+            }
+            at += term.len() + 1;
         }
-        if terms.is_empty() {
-            return Err(self.error(0, "empty requirement"));
-        }
-        Ok(Expr(terms))
+        Ok(terms)
     }
 
-    fn skip_ws(&mut self) {
-        let rest = &self.input[self.pos..];
-        self.pos += rest.len() - rest.trim_start().len();
-    }
-
-    fn term(&mut self) -> Result<Term, RequireError> {
-        let mut factors = vec![self.factor()?];
-        while self.input[self.pos..].starts_with(',') {
-            self.pos += 1;
-            factors.push(self.factor()?);
-        }
-        Ok(Term(factors))
-    }
-
-    fn factor(&mut self) -> Result<Factor, RequireError> {
-        let start = self.pos;
-        let rest = &self.input[start..];
-        let key_len = rest.find(|c: char| !c.is_ascii_alphanumeric() && c != '_').unwrap_or(rest.len());
-        let key_text = &rest[..key_len];
-        if key_text.is_empty() {
+    /// One factor at byte offset `start`; `None` when the dialect skips it.
+    fn factor(&self, text: &str, start: usize, dialect: Dialect) -> Result<Option<Factor>, RequireError> {
+        if let Some(i) = text.find(char::is_whitespace) {
             return Err(self.error(
-                start,
-                "expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine, platform)",
+                start + i,
+                "only a space separates alternatives and only a comma separates factors (tabs and line \
+                 breaks are not allowed)",
             ));
         }
-        let key = Key::ALL
-            .iter()
-            .find(|(_, s)| s.eq_ignore_ascii_case(key_text))
-            .map(|(k, _)| *k)
-            .ok_or_else(|| {
-                self.error(
-                    start,
-                    format!(
-                        "unknown key {key_text:?}; expected cuda, driver, arch, brand, kernel, module, gpus, machine or platform"
-                    ),
-                )
-            })?;
-        self.pos += key_len;
-        let op_at = self.pos;
-        let rest = &self.input[op_at..];
-        let (op, op_len) = [
-            (">=", Op::Ge),
-            ("<=", Op::Le),
-            ("!=", Op::Ne),
-            ("==", Op::Eq),
-            ("=", Op::Eq),
-            ("<", Op::Lt),
-            (">", Op::Gt),
-        ]
-        .iter()
-        .find(|(s, _)| rest.starts_with(s))
-        .map(|(s, op)| (*op, s.len()))
-        .ok_or_else(|| {
-            self.error(op_at, format!("expected an operator (= != < <= > >=) after {key_text:?}"))
-        })?;
-        self.pos += op_len;
-        let value_at = self.pos;
-        let rest = &self.input[value_at..];
-        let value_len = rest.find(|c: char| c == ',' || c.is_whitespace()).unwrap_or(rest.len());
-        let raw = &rest[..value_len];
+        let Some(key_len) = text.find(['<', '>', '=', '!']) else {
+            return Err(self
+                .error(start + text.len(), format!("expected an operator (= != < <= > >=) after {text:?}")));
+        };
+        let key_text = &text[..key_len];
+        if key_text.is_empty() {
+            return Err(self.error(start, format!("expected a key ({KEYS_HINT})")));
+        }
+        let key = Key::ALL.iter().find(|(_, s)| s.eq_ignore_ascii_case(key_text)).map(|(k, _)| *k);
+        let key = match (key, dialect) {
+            (Some(k), _) => k,
+            (None, Dialect::Nvidia) => return Ok(None),
+            (None, Dialect::Stackbuild) => {
+                return Err(self.error(start, format!("unknown key {key_text:?}; expected {KEYS_HINT}")))
+            }
+        };
+        let op_at = start + key_len;
+        let rest = &text[key_len..];
+        let op_len = rest.find(|c| !matches!(c, '<' | '>' | '=' | '!')).unwrap_or(rest.len());
+        let op = match &rest[..op_len] {
+            ">=" => Op::Ge,
+            "<=" => Op::Le,
+            "!=" => Op::Ne,
+            "=" => Op::Eq,
+            "<" => Op::Lt,
+            ">" => Op::Gt,
+            other => {
+                return Err(self.error(
+                    op_at,
+                    format!("invalid operator {other:?} after {key_text:?}: expected one of = != < <= > >="),
+                ))
+            }
+        };
+        let value_at = op_at + op_len;
+        let raw = &rest[op_len..];
         if raw.is_empty() {
             return Err(self.error(value_at, format!("expected a value after \"{key_text}{}\"", op.as_str())));
         }
+        let value = self.value(key, op, raw, op_at, value_at)?;
+        Ok(Some(Factor { key, op, value, raw: raw.to_owned() }))
+    }
+
+    fn value(
+        &self,
+        key: Key,
+        op: Op,
+        raw: &str,
+        op_at: usize,
+        value_at: usize,
+    ) -> Result<Value, RequireError> {
         let bad_value = |e: VersionError| self.error(value_at, e.to_string());
-        let value = match key {
+        Ok(match key {
             Key::Cuda => Value::Cuda(raw.parse().map_err(bad_value)?),
             Key::Driver => Value::Driver(raw.parse().map_err(bad_value)?),
-            Key::Arch => Value::Arch(raw.parse().map_err(bad_value)?),
+            Key::Arch => Value::Arch(parse_arch(raw).map_err(bad_value)?),
             Key::Kernel => Value::Kernel(raw.parse().map_err(bad_value)?),
             Key::Gpus => Value::Count(
                 raw.parse()
@@ -335,10 +389,22 @@ impl Parser<'_> {
                 }
                 Value::Name(name)
             }
-        };
-        self.pos += value_len;
-        Ok(Factor { key, op, value, raw: raw.to_owned() })
+        })
     }
+}
+
+/// An `arch` value: NVIDIA compares it as a version, so a missing minor is zero (`arch>=8` is
+/// `arch>=8.0`, `arch=9` is `arch=9.0`, as libnvidia-container's `dsl_compare_version` reads
+/// them) and trailing zero components change nothing (`8.6.0`).
+fn parse_arch(raw: &str) -> Result<ComputeCapability, VersionError> {
+    let d: CudaVersion =
+        raw.parse().map_err(|e: VersionError| VersionError { what: "compute capability", ..e })?;
+    let err = |why| VersionError { what: "compute capability", input: raw.to_owned(), why };
+    if d.parts().iter().skip(2).any(|&p| p != 0) {
+        return Err(err("expected major.minor"));
+    }
+    let conv = |v: u64| u32::try_from(v).map_err(|_| err("component out of range"));
+    Ok(ComputeCapability::new(conv(d.part(0))?, conv(d.part(1))?))
 }
 
 /// What the host is, as far as requirements can see.
@@ -358,6 +424,11 @@ pub struct HostFacts {
     pub modules: BTreeSet<String>,
     /// The GPUs the container gets, in selection order.
     pub gpus: Vec<GpuFacts>,
+    /// The container gets the driver but no GPU device (`NVIDIA_VISIBLE_DEVICES=none`): `cuda`
+    /// and `driver` are checked, and `arch` and `brand` hold for want of a device to compare, as
+    /// libnvidia-container evaluates them ("No device is visible, assume the arch is ok",
+    /// `src/cli/configure.c`).
+    pub no_devices: bool,
 }
 
 /// One selected GPU.
@@ -376,6 +447,9 @@ impl Factor {
             (Value::Cuda(want), _) => host.cuda.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
             (Value::Driver(want), _) => host.driver.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
             (Value::Kernel(want), _) => host.kernel.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
+            (Value::Arch(_) | Value::Name(_), Key::Arch | Key::Brand) if gpu.is_none() && host.no_devices => {
+                true
+            }
             (Value::Arch(want), _) => {
                 gpu.and_then(|g| g.arch.as_ref()).is_some_and(|h| self.op.holds(h.cmp(want)))
             }
@@ -529,8 +603,14 @@ pub enum Outcome {
 
 impl RequirementSet {
     /// Adds a requirement parsed from `value`, found under `source`.
+    /// The variable's name picks the rules it is read with ([`Dialect::of`]); a value with
+    /// nothing to check (empty, only commas, only factors NVIDIA skips) adds nothing, as NVIDIA
+    /// treats an empty requirement as met.
     pub fn push(&mut self, source: impl Into<String>, value: &str) -> Result<(), RequireError> {
-        self.entries.push(Requirement { source: source.into(), expr: Expr::parse(value)? });
+        let source = source.into();
+        if let Some(expr) = Expr::parse_for(&source, value)? {
+            self.entries.push(Requirement { source, expr });
+        }
         Ok(())
     }
 
@@ -579,9 +659,10 @@ impl RequirementSet {
         failures
     }
 
-    /// Checks the set the way the hook does: nothing applies when no GPU is selected.
+    /// Checks the set the way the hook does: nothing applies when no GPU is selected (unless the
+    /// container gets the driver without devices, [`HostFacts::no_devices`]).
     pub fn check(&self, host: &HostFacts) -> Outcome {
-        if host.gpus.is_empty() {
+        if host.gpus.is_empty() && !host.no_devices {
             return Outcome::NotApplicable;
         }
         let failures = self.evaluate(host);
@@ -714,7 +795,7 @@ mod tests {
 
     #[test]
     fn platform_key() {
-        let e = Expr::parse("platform=WSL2 platform==jetson,machine=aarch64 platform!=linux").unwrap();
+        let e = Expr::parse("platform=WSL2 platform=jetson,machine=aarch64 platform!=linux").unwrap();
         let f = &e.0[0].0[0];
         assert_eq!((f.key, f.op, &f.value), (Key::Platform, Op::Eq, &Value::Name("wsl2".into())));
         assert_eq!(e.0[1].0[0].op, Op::Eq);
@@ -768,10 +849,14 @@ mod tests {
                 err("cuda>="),
                 err("cuda>=12.x"),
                 err("flavour=vanilla"),
-                err("driver>=535,"),
+                err(" , ,"),
+                err("cuda==12.1"),
+                err("cuda!12"),
+                err("cuda>=12.1\tdriver>=535"),
+                err("=12"),
+                err("arch>=8.1.1"),
                 err("brand>=tesla"),
                 err("gpus>=many"),
-                err("arch>=8.0,arch<=9.0 ,cuda>=12"),
                 err("module=nvidia$uvm"),
                 err("platform=wls2"),
                 err("platform>=wsl2"),
@@ -784,10 +869,14 @@ mod tests {
         invalid requirement "cuda>=" at column 7: expected a value after "cuda>="
         invalid requirement "cuda>=12.x" at column 7: invalid CUDA version "12.x": expected numbers separated by dots
         invalid requirement "flavour=vanilla" at column 1: unknown key "flavour"; expected cuda, driver, arch, brand, kernel, module, gpus, machine or platform
-        invalid requirement "driver>=535," at column 13: expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine, platform)
+        invalid requirement " , ," at column 1: empty requirement
+        invalid requirement "cuda==12.1" at column 5: invalid operator "==" after "cuda": expected one of = != < <= > >=
+        invalid requirement "cuda!12" at column 5: invalid operator "!" after "cuda": expected one of = != < <= > >=
+        invalid requirement "cuda>=12.1\tdriver>=535" at column 11: only a space separates alternatives and only a comma separates factors (tabs and line breaks are not allowed)
+        invalid requirement "=12" at column 1: expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine or platform)
+        invalid requirement "arch>=8.1.1" at column 7: invalid compute capability "8.1.1": expected major.minor
         invalid requirement "brand>=tesla" at column 6: brand takes only = or !=
         invalid requirement "gpus>=many" at column 7: expected a GPU count, found "many"
-        invalid requirement "arch>=8.0,arch<=9.0 ,cuda>=12" at column 21: expected a key (cuda, driver, arch, brand, kernel, module, gpus, machine, platform)
         invalid requirement "module=nvidia$uvm" at column 8: invalid name "nvidia$uvm"
         invalid requirement "platform=wls2" at column 10: unknown platform "wls2"; expected linux, wsl2 or jetson
         invalid requirement "platform>=wsl2" at column 9: platform takes only = or !=
@@ -801,7 +890,7 @@ mod tests {
             let e = Expr::parse(s).unwrap();
             assert_eq!(Expr::parse(&e.to_string()).unwrap(), e);
         }
-        assert_eq!(Expr::parse("  cuda>=12.1   driver==535 ").unwrap().to_string(), "cuda>=12.1 driver=535");
+        assert_eq!(Expr::parse("  cuda>=12.1   driver=535, ").unwrap().to_string(), "cuda>=12.1 driver=535");
     }
 
     #[test]

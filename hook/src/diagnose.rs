@@ -35,7 +35,9 @@ use crate::contract::image::{ContainerRequest, DeviceSelection};
 use crate::contract::kb;
 use crate::contract::require::{Key, RequirementSet, Unsatisfied, Value};
 use crate::contract::version::{CudaVersion, DriverVersion};
-use crate::probe::{self, ChainEnd, GpuProbe, HostProbe, LibraryProbe, NodeState, Platform};
+use crate::probe::{
+    self, ChainEnd, GpuProbe, HostProbe, LibraryProbe, NodeState, Platform, UnresolvedDevice,
+};
 
 pub use crate::probe::Evidence;
 
@@ -284,13 +286,26 @@ pub fn diagnose(probe: &HostProbe, request: &Request) -> Diagnosis {
             "L3-NO-GPU-REQUESTED",
             Layer::L3Gpus,
             Severity::Info,
-            "no GPU requested (NVIDIA_VISIBLE_DEVICES unset, empty, void or none): nothing to check",
+            "no GPU requested (NVIDIA_VISIBLE_DEVICES unset, empty or void): nothing to check",
         ));
         return Diagnosis::new(summary, c.out, Vec::new());
     }
     let driver_up = c.l1_driver();
     c.l2_libraries(driver_up);
-    let selected = if driver_up { c.l3_gpus() } else { Err(()) };
+    let selected = match (driver_up, &request.selection) {
+        (false, _) => Err(()),
+        (true, DeviceSelection::NoDevices) => {
+            c.push(Finding::new(
+                "L3-NO-DEVICES",
+                Layer::L3Gpus,
+                Severity::Info,
+                "NVIDIA_VISIBLE_DEVICES=none: the container gets no GPU device but the driver's libraries, so \
+                 only the cuda and driver requirements apply",
+            ));
+            Ok(Vec::new())
+        }
+        (true, _) => c.l3_gpus(),
+    };
     if driver_up {
         if let Ok(gpus) = &selected {
             c.l2_device_nodes(gpus);
@@ -756,8 +771,8 @@ impl<'a> Checks<'a> {
             ));
             return Err(());
         }
-        let selected = match p.select(&self.req.selection) {
-            Ok(s) => s,
+        let resolved = match p.resolve(&self.req.selection) {
+            Ok(r) => r,
             Err(e) => {
                 let listed: Vec<String> = p
                     .gpus
@@ -775,7 +790,8 @@ impl<'a> Checks<'a> {
                 return Err(());
             }
         };
-        if selected.is_empty() {
+        let selected = resolved.gpus;
+        if p.gpus.is_empty() || (selected.is_empty() && resolved.unresolved.is_empty()) {
             self.push(
                 Finding::new(
                     "L3-NO-GPUS",
@@ -790,6 +806,9 @@ impl<'a> Checks<'a> {
         }
         for g in &selected {
             self.l3_gpu(g);
+        }
+        for u in &resolved.unresolved {
+            self.l3_unresolved(u);
         }
         for other in p.other_pci_gpus.iter().filter(|g| g.pci.driver.as_deref() != Some("nouveau")) {
             self.push(
@@ -807,6 +826,41 @@ impl<'a> Checks<'a> {
             );
         }
         Ok(selected)
+    }
+
+    /// L3: a selected device whose GPU the host does not tell.
+    fn l3_unresolved(&mut self, u: &UnresolvedDevice<'_>) {
+        let candidates: Vec<String> = u.candidates.iter().map(|g| g.index.to_string()).collect();
+        let mut f = match u.common_model() {
+            Some(m) => Finding::new(
+                "L3-DEVICE-PARENT-UNKNOWN",
+                Layer::L3Gpus,
+                Severity::Info,
+                format!(
+                    "{}: which GPU it is on is not recorded; every GPU it may be on (GPU {}) is an {}, so it \
+                     is checked as one",
+                    u.id,
+                    candidates.join(", "),
+                    m.name
+                ),
+            ),
+            None => Finding::new(
+                "L3-DEVICE-PARENT-UNKNOWN",
+                Layer::L3Gpus,
+                Severity::Info,
+                format!(
+                    "{}: which GPU it is on is not recorded and the GPUs it may be on (GPU {}) differ: arch and \
+                     brand requirements cannot be checked for it",
+                    u.id,
+                    candidates.join(", ")
+                ),
+            ),
+        };
+        f = f.with(&format!("/{}", probe::MIG_RECORD_PATH), "no line for this device");
+        self.push(f.remedy(format!(
+            "record which GPU each MIG device is on: nvidia-smi -L | sudo tee /{} (again after each MIG change)",
+            probe::MIG_RECORD_PATH
+        )));
     }
 
     /// L3: one selected GPU.
@@ -953,6 +1007,8 @@ impl<'a> Checks<'a> {
         let Ok(facts) = p.facts(selection) else { return };
         let gpus_known = selected.is_some();
         let unlisted = (p.is_wsl2() || p.is_jetson()) && p.gpus.is_empty();
+        let unresolved = p.resolve(selection).map(|r| r.unresolved).unwrap_or_default();
+        let resolved_count = selected.map_or(0, <[_]>::len);
         for u in reqs.evaluate(&facts) {
             let Some(primary) = u.primary() else { continue };
             let key = primary.key;
@@ -964,11 +1020,16 @@ impl<'a> Checks<'a> {
             if per_gpu && !gpus_known && !unlisted {
                 continue; // the selection itself failed (L3)
             }
+            let device = u.gpu.and_then(|i| i.checked_sub(resolved_count)).and_then(|i| unresolved.get(i));
             let unverifiable = (matches!(key, Key::Cuda | Key::Driver)
                 && facts.driver.is_none()
                 && (p.is_wsl2() || p.is_jetson()))
-                || (per_gpu && unlisted);
-            let f = self.requirement_finding(&u, key, unverifiable, selected);
+                || (per_gpu && unlisted)
+                || device.is_some_and(|d| d.common_model().is_none());
+            let mut f = self.requirement_finding(&u, key, unverifiable, selected);
+            if let Some(d) = device {
+                f = unresolved_finding(f, &u, d);
+            }
             self.push(f);
         }
         if let Some(gpus) = selected {
@@ -1306,6 +1367,21 @@ impl<'a> Checks<'a> {
             }
         }
     }
+}
+
+/// A requirement finding about a device whose GPU is not known, reworded to name the device.
+fn unresolved_finding(mut f: Finding, u: &Unsatisfied, d: &UnresolvedDevice<'_>) -> Finding {
+    let head = match d.common_model() {
+        Some(m) => format!("{}: {} (on a GPU with MIG instances, every one an {})", u.source, d.id, m.name),
+        None => format!("{}: {}", u.source, d.id),
+    };
+    f.message = format!("{head}{}", strip_gpu_prefix(u));
+    if f.severity == Severity::Warning {
+        f.message.push_str(
+            "; not enforced: which GPU this device is on is not recorded and the host's GPUs differ",
+        );
+    }
+    f
 }
 
 /// The `Unsatisfied` message without its `GPU n: ` prefix (the finding names the GPU itself).

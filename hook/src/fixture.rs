@@ -85,6 +85,10 @@ pub struct FixtureSpec {
     jetson: Option<Vec<String>>,
     uvm_node: bool,
     device_nodes: bool,
+    /// MIG devices per GPU index: (GPU instance id, compute instance id) each.
+    mig: Vec<(usize, u32, u32)>,
+    /// Whether `etc/stackhook/mig-devices.txt` records the MIG devices (`nvidia-smi -L`).
+    mig_recorded: bool,
 }
 
 /// The root `compatible` property of a Jetson AGX Orin developer kit: carrier board p3737-0000
@@ -121,7 +125,19 @@ impl FixtureSpec {
             jetson: None,
             uvm_node: true,
             device_nodes: true,
+            mig: Vec::new(),
+            mig_recorded: false,
         }
+    }
+
+    /// Driver 535.104.05 with an A100-SXM4-40GB in MIG mode (two MIG devices) at index 0 and an
+    /// H100 80GB HBM3 in MIG mode (one) at index 1, `nvidia-smi -L` recorded.
+    pub fn mig_node() -> Self {
+        Self::healthy_h100s(0)
+            .gpu("0000:18:00.0", 0x20b0, "NVIDIA A100-SXM4-40GB", 0, &fixture_uuid(0))
+            .gpu("0000:2a:00.0", 0x2330, "NVIDIA H100 80GB HBM3", 1, &fixture_uuid(1))
+            .mig(0, 2)
+            .mig(1, 1)
     }
 
     /// Driver 535.104.05 (proprietary), one H100 80GB HBM3, kernel 5.15.0-105-generic.
@@ -339,6 +355,23 @@ impl FixtureSpec {
         self
     }
 
+    /// GPU `index` is in MIG mode with `count` MIG devices (GPU instances 1.., one compute
+    /// instance each), listed in the driver's capability files; the recorded `nvidia-smi -L`
+    /// (see [`FixtureSpec::mig_unrecorded`]) lists them with UUIDs from [`fixture_mig_uuid`].
+    #[must_use]
+    pub fn mig(mut self, index: usize, count: u32) -> Self {
+        self.mig.extend((1..=count).map(|gi| (index, gi, 0)));
+        self.mig_recorded = true;
+        self
+    }
+
+    /// No `etc/stackhook/mig-devices.txt`: which GPU a MIG UUID is on is not recorded.
+    #[must_use]
+    pub fn mig_unrecorded(mut self) -> Self {
+        self.mig_recorded = false;
+        self
+    }
+
     /// The GPUs of this spec.
     pub fn gpu_list(&self) -> &[FixtureGpu] {
         &self.gpus
@@ -377,8 +410,55 @@ impl FixtureSpec {
             let property: String = compatible.iter().flat_map(|c| [c.as_str(), "\0"]).collect();
             w.file("proc/device-tree/compatible", property)?;
         }
+        if self.mig_recorded {
+            w.file("etc/stackhook/mig-devices.txt", self.nvidia_smi_list())?;
+        }
         w.mkdir("dev")?;
         Ok(FixtureHost { root: dir.to_path_buf(), real_device_nodes: w.real_nodes.unwrap_or(true) })
+    }
+
+    /// What `nvidia-smi -L` prints for this host.
+    fn nvidia_smi_list(&self) -> String {
+        let mut out = String::new();
+        for (i, g) in self.gpus.iter().enumerate() {
+            let _ = writeln!(out, "GPU {i}: {} (UUID: {})", g.model, g.uuid);
+            for (n, _) in self.mig.iter().filter(|(gpu, _, _)| *gpu == i).enumerate() {
+                let _ = writeln!(
+                    out,
+                    "  MIG 3g.40gb     Device  {n}: (UUID: {})",
+                    fixture_mig_uuid(u32::try_from(i).unwrap_or(0), u32::try_from(n).unwrap_or(0))
+                );
+            }
+        }
+        out
+    }
+
+    /// The driver's MIG capability files: `gpu<minor>/mig/gi<G>/access` and `.../ci<C>/access`,
+    /// each with the minor of the `nvidia-caps` device node that grants it.
+    fn write_mig(&self, w: &mut Writer) -> Result<(), FixtureError> {
+        let caps = "proc/driver/nvidia/capabilities";
+        w.file(
+            &format!("{caps}/mig/config"),
+            "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n",
+        )?;
+        w.file(
+            &format!("{caps}/mig/monitor"),
+            "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
+        )?;
+        for (k, (gpu, gi, ci)) in self.mig.iter().enumerate() {
+            let Some(g) = self.gpus.get(*gpu) else { continue };
+            let dir = format!("{caps}/gpu{}/mig/gi{gi}", g.minor);
+            let minor = 3 + k * 2;
+            w.file(
+                &format!("{dir}/access"),
+                format!("DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n"),
+            )?;
+            w.file(
+                &format!("{dir}/ci{ci}/access"),
+                format!("DeviceFileMinor: {}\nDeviceFileMode: 292\nDeviceFileModify: 1\n", minor + 1),
+            )?;
+        }
+        Ok(())
     }
 
     fn taint(&self) -> String {
@@ -500,6 +580,9 @@ impl FixtureSpec {
         )?;
         w.file("sys/module/nvidia/version", format!("{v}\n"))?;
         w.mkdir("proc/driver/nvidia/gpus")?;
+        if !self.mig.is_empty() {
+            self.write_mig(w)?;
+        }
         for (i, g) in self.gpus.iter().enumerate() {
             let info = format!(
                 "Model: \t\t {}\nIRQ:   \t\t {}\nGPU UUID: \t {}\nVideo BIOS: \t 96.00.74.00.01\nBus Type: \t PCIe\n\
@@ -561,6 +644,11 @@ fn version_lt(v: &str, than: &[u64]) -> bool {
         }
     }
     false
+}
+
+/// A stable, UUID-shaped MIG device id for MIG device `n` of fixture GPU `gpu`.
+pub fn fixture_mig_uuid(gpu: u32, n: u32) -> String {
+    format!("MIG-{:08x}-{n:04x}-4000-8000-{:012x}", 0x0a1a_0000 + gpu, u64::from(gpu) * 0x1111)
 }
 
 /// A stable, UUID-shaped GPU id for fixture GPU `i`.
@@ -688,6 +776,9 @@ pub enum Preset {
     /// A Jetson AGX Orin (SOC tegra234, compute capability 8.7) and an image that needs
     /// `arch>=8.7`.
     JetsonOrin,
+    /// A MIG node: GPU 0 an A100 (compute capability 8.0) with two MIG devices, GPU 1 an H100
+    /// (9.0) with one, `nvidia-smi -L` recorded; an image that needs `arch>=8.0`.
+    MigNode,
 }
 
 /// `NVIDIA_REQUIRE_CUDA` of the official CUDA 12.1.1 images, cut to the 470 branch's terms.
@@ -697,7 +788,7 @@ pub const CUDA_12_1_REQUIRE: &str = "cuda>=12.1 brand=tesla,driver>=470,driver<4
 
 impl Preset {
     /// Every preset.
-    pub const ALL: [Preset; 14] = [
+    pub const ALL: [Preset; 15] = [
         Preset::Healthy,
         Preset::DriverTooOld,
         Preset::Nouveau,
@@ -712,6 +803,7 @@ impl Preset {
         Preset::EightGpus,
         Preset::ForwardCompatGeforce,
         Preset::JetsonOrin,
+        Preset::MigNode,
     ];
 
     /// A short name (for directories and snapshot names).
@@ -731,6 +823,7 @@ impl Preset {
             Preset::EightGpus => "eight_gpus",
             Preset::ForwardCompatGeforce => "forward_compat_geforce",
             Preset::JetsonOrin => "jetson_orin",
+            Preset::MigNode => "mig_node",
         }
     }
 
@@ -753,6 +846,7 @@ impl Preset {
                 h100.driver("470.256.02").gpus_of(1, 0x2684, "NVIDIA GeForce RTX 4090")
             }
             Preset::JetsonOrin => FixtureSpec::bare().jetson(&JETSON_AGX_ORIN_COMPATIBLE),
+            Preset::MigNode => FixtureSpec::mig_node(),
         }
     }
 
@@ -760,6 +854,7 @@ impl Preset {
     pub fn requires(self) -> &'static [&'static str] {
         match self {
             Preset::Healthy | Preset::EightGpus => &["cuda>=12.1", "arch>=8.0,arch<=9.0"],
+            Preset::MigNode => &["cuda>=12.1", "arch>=8.0"],
             Preset::DriverTooOld => &["cuda>=12.4"],
             Preset::KernelDenied => &["kernel!=5.15.0-107-generic"],
             Preset::ArchTooNew => &["arch<=9.0"],
@@ -773,7 +868,7 @@ impl Preset {
     /// above `Info`.
     pub fn expected_code(self) -> Option<&'static str> {
         match self {
-            Preset::Healthy | Preset::EightGpus | Preset::JetsonOrin => None,
+            Preset::Healthy | Preset::EightGpus | Preset::JetsonOrin | Preset::MigNode => None,
             Preset::DriverTooOld => Some("L4-CUDA-REQUIREMENT"),
             Preset::Nouveau => Some("L1-NOUVEAU-LOADED"),
             Preset::UvmMissing => Some("L2-UVM-NOT-LOADED"),
@@ -790,7 +885,10 @@ impl Preset {
 
     /// Whether the doctor must allow the container (exit 0).
     pub fn allowed(self) -> bool {
-        matches!(self, Preset::Healthy | Preset::EightGpus | Preset::Wsl2 | Preset::JetsonOrin)
+        matches!(
+            self,
+            Preset::Healthy | Preset::EightGpus | Preset::Wsl2 | Preset::JetsonOrin | Preset::MigNode
+        )
     }
 
     /// Builds the host into `dir`.

@@ -104,13 +104,16 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     // Annotations from the state (the runtime's view) and from config.json (the bundle's).
     let mut annotations = bundle_config.annotations.clone();
     annotations.extend(state.annotations.clone());
-    let request = match ContainerRequest::from_env(bundle_config.env(), &annotations) {
-        Ok(r) => r,
-        Err(e) => return fail_closed(config, id, &format!("the image's requirements do not parse: {e}")),
-    };
+    let mount_devices = bundle_config.volume_mount_devices();
+    let privileged = bundle_config.privileged();
+    let request =
+        match ContainerRequest::for_start(bundle_config.env(), &annotations, &mount_devices, privileged) {
+            Ok(r) => r,
+            Err(e) => return fail_closed(config, id, &e.to_string()),
+        };
 
-    // Fast path: no GPU asked for means nothing to check (as NVIDIA's toolkit does), and the
-    // host is not even probed.
+    // Fast path: not a GPU container means nothing to check (as NVIDIA's hook does), and the
+    // host is not even probed (nor the requirements parsed: `for_start`).
     if !request.selection.any() {
         write_report(config, id, "skipped", "no GPU requested", None, None, None, started);
         return HookOutcome { code: 0, stderr: String::new() };

@@ -25,3 +25,6 @@ pub mod probe;
 pub mod rootfs;
 pub mod runtime;
 pub use stackcontract::time;
+
+#[cfg(test)]
+mod nvidia_conformance;

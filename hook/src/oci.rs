@@ -101,6 +101,20 @@ pub struct Config {
     /// Annotations.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+    /// Mounts (only read for device volume mounts).
+    #[serde(default)]
+    pub mounts: Vec<Mount>,
+}
+
+/// One entry of `mounts` in `config.json`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct Mount {
+    /// Where it lands in the container.
+    #[serde(default)]
+    pub destination: String,
+    /// What is mounted.
+    #[serde(default)]
+    pub source: String,
 }
 
 /// `process` of `config.json`.
@@ -109,6 +123,10 @@ pub struct Process {
     /// `KEY=VALUE` entries.
     #[serde(default)]
     pub env: Vec<String>,
+    /// Capabilities, kept as JSON: runtime-spec 1.0.0-rc1 to rc4 wrote a list, later versions
+    /// an object of sets; either must load.
+    #[serde(default)]
+    pub capabilities: Option<serde_json::Value>,
 }
 
 /// `root` of `config.json`.
@@ -141,10 +159,41 @@ impl Config {
         self.process.iter().flat_map(|p| p.env.iter().map(String::as_str))
     }
 
+    /// Whether the container is privileged as NVIDIA's hook reads it (`IsPrivileged`):
+    /// `CAP_SYS_ADMIN` in the bounding set (or in the flat list of pre-1.0 specs).
+    pub fn privileged(&self) -> bool {
+        let caps = self.process.as_ref().and_then(|p| p.capabilities.as_ref());
+        let set = caps.and_then(|c| if c.is_array() { Some(c) } else { c.get("bounding") });
+        set.and_then(serde_json::Value::as_array)
+            .is_some_and(|l| l.iter().any(|c| c.as_str() == Some("CAP_SYS_ADMIN")))
+    }
+
+    /// The devices a device plugin passed as volume mounts: a mount of `/dev/null` at
+    /// `/var/run/nvidia-container-devices/<id>` per device (NVIDIA's hook, `getDevicesFromMounts`).
+    pub fn volume_mount_devices(&self) -> Vec<String> {
+        let root = crate::contract::image::VOLUME_MOUNT_DEVICES_ROOT;
+        self.mounts
+            .iter()
+            .filter(|m| clean(&m.source) == "/dev/null")
+            .filter_map(|m| {
+                let dest = clean(&m.destination);
+                let id = dest.strip_prefix(root)?.trim_start_matches('/');
+                (!id.is_empty()).then(|| id.to_owned())
+            })
+            .collect()
+    }
+
     /// The rootfs directory, resolved against the bundle.
     pub fn rootfs(&self, bundle: &Path) -> Option<PathBuf> {
         self.root.as_ref().map(|r| bundle.join(&r.path))
     }
+}
+
+/// A path with repeated and trailing slashes and `.` components removed (enough of Go's
+/// `filepath.Clean` for comparing mount paths).
+fn clean(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    format!("{}{}", if path.starts_with('/') { "/" } else { "" }, parts.join("/"))
 }
 
 /// `O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC`, for std's `custom_flags`.

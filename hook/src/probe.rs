@@ -359,8 +359,98 @@ pub struct HostProbe {
     pub secure_boot: Option<Fact<bool>>,
     /// Setup mode (`SetupMode-…` efivar): Secure Boot is not enforced while it is on.
     pub setup_mode: Option<Fact<bool>>,
+    /// MIG devices, from the driver's capability files and a recorded `nvidia-smi -L`.
+    #[serde(skip_serializing_if = "MigProbe::is_empty")]
+    pub mig: MigProbe,
     /// Reads that failed other than by absence.
     pub notes: Vec<ProbeNote>,
+}
+
+/// Where the driver lists MIG instances: `gpu<minor>/mig/gi<G>/ci<C>/access` for each compute
+/// instance of each GPU instance (the files `nvidia-container-toolkit`'s `internal/nvcaps` and
+/// the device plugin read to give a container a MIG device).
+pub const MIG_CAPABILITIES_DIR: &str = "proc/driver/nvidia/capabilities";
+
+/// A recorded `nvidia-smi -L`, which ties each MIG device's UUID to its parent GPU: the driver
+/// prints MIG UUIDs only through NVML, never in a file. Record it after every MIG change
+/// (`nvidia-smi -L > /etc/stackhook/mig-devices.txt`).
+pub const MIG_RECORD_PATH: &str = "etc/stackhook/mig-devices.txt";
+
+/// Most MIG entries read per directory (an A100/H100 has at most 7 GPU instances, each with at
+/// most 7 compute instances).
+const MAX_MIG_ENTRIES: usize = 16;
+
+/// What the host says about MIG devices.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MigProbe {
+    /// Compute instances from the capability files.
+    pub instances: Vec<MigInstance>,
+    /// MIG devices from the recorded `nvidia-smi -L`.
+    pub records: Vec<MigRecord>,
+}
+
+impl MigProbe {
+    /// Whether the host shows no MIG device at all.
+    pub fn is_empty(&self) -> bool {
+        self.instances.is_empty() && self.records.is_empty()
+    }
+}
+
+/// One compute instance: `proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<gi>/ci<ci>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MigInstance {
+    /// The parent GPU's device minor (the `N` of `gpuN`, as the driver numbers its GPUs).
+    pub gpu_minor: u32,
+    /// GPU instance id.
+    pub gi: u32,
+    /// Compute instance id.
+    pub ci: u32,
+}
+
+/// One MIG device of the recorded `nvidia-smi -L`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MigRecord {
+    /// `MIG-…`.
+    pub uuid: String,
+    /// The parent GPU's UUID (`GPU-…`).
+    pub parent_uuid: String,
+    /// `Device N` under its parent: the `N` of a `<gpu>:<N>` MIG index.
+    pub index: usize,
+}
+
+/// The devices a selection names.
+#[derive(Debug, Clone, Default)]
+pub struct Resolved<'a> {
+    /// The GPUs, a MIG device standing for its parent (as libnvidia-container adds a MIG
+    /// device's parent to the GPUs it checks requirements on), in order, without repeats.
+    pub gpus: Vec<&'a GpuProbe>,
+    /// Devices the host does not tie to one GPU.
+    pub unresolved: Vec<UnresolvedDevice<'a>>,
+}
+
+/// A selected device whose GPU is not known: a MIG device whose parent is not recorded, or a
+/// device list passed as volume mounts without the mounts.
+#[derive(Debug, Clone)]
+pub struct UnresolvedDevice<'a> {
+    /// The identifier as given.
+    pub id: String,
+    /// The GPUs it may be on: those with MIG instances, else every GPU.
+    pub candidates: Vec<&'a GpuProbe>,
+}
+
+impl UnresolvedDevice<'_> {
+    /// The knowledge base's model when every candidate is the same one: then the device is
+    /// checked as that model, whichever GPU it is on.
+    pub fn common_model(&self) -> Option<&'static kb::GpuModel> {
+        let first = self.candidates.first()?.kb_model()?;
+        self.candidates.iter().all(|g| g.kb_model().is_some_and(|m| std::ptr::eq(m, first))).then_some(first)
+    }
+}
+
+/// What one device identifier names.
+enum Found<'a> {
+    Gpu(&'a GpuProbe),
+    Unresolved(UnresolvedDevice<'a>),
 }
 
 /// `NVIDIA_VISIBLE_DEVICES` names a GPU the host does not have.
@@ -380,9 +470,20 @@ pub enum SelectionError {
         /// The identifier given.
         id: String,
     },
-    /// A MIG device or another form this probe cannot match.
+    /// A MIG index beyond the MIG devices its GPU has.
+    #[error("NVIDIA_VISIBLE_DEVICES names MIG device {id:?}, but GPU {gpu} has {count} MIG device(s)")]
+    NoSuchMig {
+        /// The identifier given.
+        id: String,
+        /// The parent GPU's index.
+        gpu: usize,
+        /// How many MIG devices it has.
+        count: usize,
+    },
+    /// A form no NVIDIA tool selects a device by (NVIDIA's CLI refuses it: "unknown device").
     #[error(
-        "NVIDIA_VISIBLE_DEVICES entry {id:?} is not supported (use GPU indexes, GPU UUIDs or PCI bus ids)"
+        "NVIDIA_VISIBLE_DEVICES entry {id:?} names no device (use GPU indexes, GPU or MIG UUIDs, MIG indexes \
+         like 0:1, PCI bus ids or all)"
     )]
     Unsupported {
         /// The identifier given.
@@ -438,6 +539,7 @@ pub fn probe(host_root: &Path) -> HostProbe {
         libcuda_stubs: Vec::new(),
         secure_boot: None,
         setup_mode: None,
+        mig: MigProbe::default(),
         notes: Vec::new(),
     };
     let fs = match HostFs::open(host_root) {
@@ -459,6 +561,7 @@ pub fn probe(host_root: &Path) -> HostProbe {
     r.device_nodes(&mut p);
     r.libraries(&mut p);
     r.secure_boot(&mut p);
+    r.mig(&mut p);
     p.notes.append(&mut r.notes);
     p
 }
@@ -919,6 +1022,32 @@ impl Reader {
         }
     }
 
+    /// MIG instances per GPU from the capability files, and the recorded `nvidia-smi -L`. On a
+    /// host without MIG this is one directory listing and one failed open.
+    fn mig(&mut self, p: &mut HostProbe) {
+        let numbered =
+            |name: &str, prefix: &str| name.strip_prefix(prefix).and_then(|n| n.parse::<u32>().ok());
+        for gpu in self.list(MIG_CAPABILITIES_DIR, MAX_GPUS + 8) {
+            let Some(minor) = numbered(&gpu, "gpu") else { continue };
+            let mig = format!("{MIG_CAPABILITIES_DIR}/{gpu}/mig");
+            let mut gis: Vec<u32> =
+                self.list(&mig, MAX_MIG_ENTRIES).iter().filter_map(|n| numbered(n, "gi")).collect();
+            gis.sort_unstable();
+            for gi in gis {
+                let mut cis: Vec<u32> = self
+                    .list(&format!("{mig}/gi{gi}"), MAX_MIG_ENTRIES)
+                    .iter()
+                    .filter_map(|n| numbered(n, "ci"))
+                    .collect();
+                cis.sort_unstable();
+                p.mig.instances.extend(cis.into_iter().map(|ci| MigInstance { gpu_minor: minor, gi, ci }));
+            }
+        }
+        if let Some(text) = self.text(MIG_RECORD_PATH, FILE_CAP) {
+            p.mig.records = parse::nvidia_smi_list(&text);
+        }
+    }
+
     fn secure_boot(&mut self, p: &mut HostProbe) {
         let var = |name: &str| format!("sys/firmware/efi/efivars/{name}-{EFI_GLOBAL}");
         // efivarfs: 4 bytes of attributes, then the value; one byte for these two variables.
@@ -987,17 +1116,27 @@ impl HostProbe {
         self.char_majors.get(name).copied()
     }
 
-    /// The GPUs a selection names, in the order it names them.
+    /// The GPUs a selection names, in the order it names them (a MIG device's parent standing
+    /// for it); devices the host does not tie to a GPU are left out ([`HostProbe::resolve`]).
     pub fn select(&self, selection: &DeviceSelection) -> Result<Vec<&GpuProbe>, SelectionError> {
+        self.resolve(selection).map(|r| r.gpus)
+    }
+
+    /// The devices a selection names: GPUs, and devices whose GPU is not known.
+    pub fn resolve(&self, selection: &DeviceSelection) -> Result<Resolved<'_>, SelectionError> {
         match selection {
-            DeviceSelection::None => Ok(Vec::new()),
-            DeviceSelection::All => Ok(self.gpus.iter().collect()),
+            DeviceSelection::None | DeviceSelection::NoDevices => Ok(Resolved::default()),
+            DeviceSelection::All => Ok(Resolved { gpus: self.gpus.iter().collect(), unresolved: Vec::new() }),
             DeviceSelection::List(ids) => {
-                let mut out: Vec<&GpuProbe> = Vec::new();
+                let mut out = Resolved::default();
                 for id in ids {
-                    let g = self.find_gpu(id)?;
-                    if !out.iter().any(|o| o.index == g.index) {
-                        out.push(g);
+                    match self.find_device(id)? {
+                        Found::Gpu(g) => {
+                            if !out.gpus.iter().any(|o| o.index == g.index) {
+                                out.gpus.push(g);
+                            }
+                        }
+                        Found::Unresolved(u) => out.unresolved.push(u),
                     }
                 }
                 Ok(out)
@@ -1005,14 +1144,71 @@ impl HostProbe {
         }
     }
 
-    fn find_gpu(&self, id: &str) -> Result<&GpuProbe, SelectionError> {
+    fn find_device(&self, id: &str) -> Result<Found<'_>, SelectionError> {
         let id = id.trim();
-        if id.starts_with("MIG-") || id.contains(':') && !id.contains('.') {
-            return Err(SelectionError::Unsupported { id: id.to_owned() });
-        }
         if self.gpus.is_empty() && (self.is_wsl2() || self.is_jetson()) {
             return Err(SelectionError::Unlisted { id: id.to_owned() });
         }
+        if id.starts_with(crate::contract::image::VOLUME_MOUNT_DEVICES_ROOT) {
+            return Ok(self.unresolved(id, false));
+        }
+        if id.len() > 4 && id[..4].eq_ignore_ascii_case("MIG-") {
+            return self.find_mig_uuid(id);
+        }
+        if let Some((gpu, mig)) = parse::mig_index(id) {
+            return self.find_mig_index(id, gpu, mig).map(Found::Gpu);
+        }
+        self.find_gpu(id).map(Found::Gpu)
+    }
+
+    /// A MIG device by UUID: through the parent the UUID names (`MIG-GPU-<uuid>/<gi>/<ci>`, as
+    /// R450 drivers print them), else the recorded `nvidia-smi -L`; else unresolved.
+    fn find_mig_uuid(&self, id: &str) -> Result<Found<'_>, SelectionError> {
+        let by_uuid = |uuid: &str| {
+            self.gpus.iter().find(|g| g.uuid.as_deref().is_some_and(|u| u.eq_ignore_ascii_case(uuid)))
+        };
+        if let Some(parent) =
+            id[4..].split('/').next().filter(|p| p.len() > 4 && p[..4].eq_ignore_ascii_case("GPU-"))
+        {
+            return by_uuid(parent)
+                .map(Found::Gpu)
+                .ok_or_else(|| SelectionError::NoSuchGpu { id: id.to_owned() });
+        }
+        let record = self.mig.records.iter().find(|r| r.uuid.eq_ignore_ascii_case(id));
+        match record.and_then(|r| by_uuid(&r.parent_uuid)) {
+            Some(parent) => Ok(Found::Gpu(parent)),
+            None => Ok(self.unresolved(id, true)),
+        }
+    }
+
+    /// A MIG index `<gpu>:<mig>`: GPU `gpu`, which must have a MIG device `mig` where the
+    /// capability files list its instances.
+    fn find_mig_index(&self, id: &str, gpu: usize, mig: usize) -> Result<&GpuProbe, SelectionError> {
+        let parent =
+            self.gpus.get(gpu).ok_or(SelectionError::NoSuchIndex { index: gpu, count: self.gpus.len() })?;
+        let recorded = parent
+            .uuid
+            .as_deref()
+            .map(|u| self.mig.records.iter().filter(|r| r.parent_uuid.eq_ignore_ascii_case(u)).count());
+        let listed = parent.minor.map(|m| self.mig.instances.iter().filter(|i| i.gpu_minor == m).count());
+        let known = [recorded, listed].into_iter().flatten().max().filter(|&n| n > 0);
+        match known {
+            Some(count) if mig >= count => Err(SelectionError::NoSuchMig { id: id.to_owned(), gpu, count }),
+            _ => Ok(parent),
+        }
+    }
+
+    fn unresolved(&self, id: &str, mig: bool) -> Found<'_> {
+        let with_mig: Vec<&GpuProbe> = self
+            .gpus
+            .iter()
+            .filter(|g| g.minor.is_some_and(|m| self.mig.instances.iter().any(|i| i.gpu_minor == m)))
+            .collect();
+        let candidates = if mig && !with_mig.is_empty() { with_mig } else { self.gpus.iter().collect() };
+        Found::Unresolved(UnresolvedDevice { id: id.to_owned(), candidates })
+    }
+
+    fn find_gpu(&self, id: &str) -> Result<&GpuProbe, SelectionError> {
         if let Ok(index) = id.parse::<usize>() {
             return self.gpus.get(index).ok_or(SelectionError::NoSuchIndex { index, count: self.gpus.len() });
         }
@@ -1038,14 +1234,21 @@ impl HostProbe {
     /// A GPU's compute capability comes from its PCI device id through the knowledge base, or
     /// else from its model name; its brand from the knowledge base's model; `cuda` is the
     /// highest CUDA the loaded driver supports, from the knowledge base.
+    ///
+    /// Devices whose GPU is not known come after the GPUs: as their candidates' common model when
+    /// they share one, else with nothing known. With `none`, the facts have no GPU and
+    /// [`HostFacts::no_devices`] set.
     pub fn facts(&self, selection: &DeviceSelection) -> Result<HostFacts, SelectionError> {
-        let gpus = self
-            .select(selection)?
-            .into_iter()
-            .map(|g| {
-                let model = g.kb_model();
-                GpuFacts { arch: model.map(|m| m.compute_capability), brand: model.map(|m| m.brand.clone()) }
-            })
+        let of = |model: Option<&kb::GpuModel>| GpuFacts {
+            arch: model.map(|m| m.compute_capability),
+            brand: model.map(|m| m.brand.clone()),
+        };
+        let resolved = self.resolve(selection)?;
+        let gpus = resolved
+            .gpus
+            .iter()
+            .map(|g| of(g.kb_model()))
+            .chain(resolved.unresolved.iter().map(|u| of(u.common_model())))
             .collect();
         let driver = self.driver.as_ref().map(|d| d.value.clone());
         Ok(HostFacts {
@@ -1056,6 +1259,7 @@ impl HostProbe {
             platform: Some(self.platform.name().to_owned()),
             modules: self.loaded_modules.clone(),
             gpus,
+            no_devices: matches!(selection, DeviceSelection::NoDevices),
         })
     }
 }

@@ -105,9 +105,14 @@ fn preset_jetson_orin() {
 }
 
 #[test]
+fn preset_mig_node() {
+    preset(Preset::MigNode);
+}
+
+#[test]
 fn every_preset_has_a_test() {
     // Keeps the list above in step with `Preset::ALL`.
-    assert_eq!(Preset::ALL.len(), 14);
+    assert_eq!(Preset::ALL.len(), 15);
 }
 
 #[test]
@@ -146,8 +151,13 @@ fn selection_and_gpu_state() {
     assert_eq!(codes(&d), ["L3-GPU-EXCLUDED"]);
     let d = run(&spec, &[], sel("GPU-deadbeef")).unwrap();
     assert_eq!(codes(&d), ["L3-SELECTION-UNMATCHED"]);
-    let d = run(&spec, &["arch>=8.0"], sel("none")).unwrap();
+    let d = run(&spec, &["arch>=8.0"], sel("void")).unwrap();
     assert_eq!((d.verdict(), codes(&d)), (Verdict::Allow, vec!["L3-NO-GPU-REQUESTED"]));
+    // `none`: no device, so no arch to compare; the driver's CUDA still is.
+    let d = run(&spec, &["arch>=10.0"], sel("none")).unwrap();
+    assert_eq!((d.verdict(), codes(&d)), (Verdict::Allow, vec!["L3-NO-DEVICES"]));
+    let d = run(&spec, &["cuda>=12.4"], sel("none")).unwrap();
+    assert_eq!(codes(&d), ["L3-NO-DEVICES", "L4-CUDA-REQUIREMENT"]);
 }
 
 #[test]

@@ -133,6 +133,50 @@ pub fn bus_id(text: &str) -> Option<String> {
     Some(format!("{domain:04x}:{bus:02x}:{dev:02x}.{func:x}"))
 }
 
+/// A MIG index `<gpu>:<mig>` (`0:1`), as libnvidia-container selects MIG devices by position:
+/// the `mig`-th MIG device of GPU `gpu`.
+pub fn mig_index(text: &str) -> Option<(usize, usize)> {
+    let (gpu, mig) = text.split_once(':')?;
+    let number =
+        |s: &str| if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) { s.parse().ok() } else { None };
+    Some((number(gpu)?, number(mig)?))
+}
+
+/// The MIG devices of an `nvidia-smi -L` listing, each under the GPU line before it:
+///
+/// ```text
+/// GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)
+///   MIG 3g.20gb     Device  0: (UUID: MIG-c6d4f1e8-a5d4-5a1e-8c42-2d8c2e3b2b3f)
+/// ```
+///
+/// Lines that are neither are ignored; at most [`crate::probe::MAX_GPUS`] × 8 devices are kept.
+pub fn nvidia_smi_list(text: &str) -> Vec<crate::probe::MigRecord> {
+    let uuid_of = |line: &str| {
+        let start = line.find("(UUID: ")? + "(UUID: ".len();
+        let end = line[start..].find(')')? + start;
+        Some(line[start..end].trim().to_owned())
+    };
+    let mut parent: Option<String> = None;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with("GPU ") {
+            parent = uuid_of(t);
+        } else if t.starts_with("MIG ") {
+            let index = t
+                .find("Device")
+                .and_then(|i| t[i + "Device".len()..].split(':').next())
+                .and_then(|n| n.trim().parse().ok());
+            if let (Some(parent), Some(uuid), Some(index)) = (&parent, uuid_of(t), index) {
+                if out.len() < crate::probe::MAX_GPUS * 8 {
+                    out.push(crate::probe::MigRecord { uuid, parent_uuid: parent.clone(), index });
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The version a library's file name carries: `libcuda.so.535.104.05` -> `535.104.05` when the
 /// stem is `libcuda.so`. `libcuda.so.1` gives `1`; callers decide what a bare `1` means.
 pub fn so_version<'a>(file_name: &'a str, stem: &str) -> Option<&'a str> {

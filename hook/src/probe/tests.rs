@@ -327,8 +327,13 @@ fn selection_by_index_uuid_and_bus_id() {
     assert_eq!(idx(&sel(&["00000000:2A:00.0"])), Ok(vec![1]));
     assert_eq!(idx(&sel(&["4"])), Err(SelectionError::NoSuchIndex { index: 4, count: 4 }));
     assert!(matches!(idx(&sel(&["GPU-nope"])), Err(SelectionError::NoSuchGpu { .. })));
-    assert!(matches!(idx(&sel(&["MIG-1234"])), Err(SelectionError::Unsupported { .. })));
-    assert!(matches!(idx(&sel(&["0:1"])), Err(SelectionError::Unsupported { .. })));
+    // A MIG device this host does not tie to a GPU is left out of the GPUs (it is unresolved);
+    // a MIG index stands for its GPU.
+    assert_eq!(idx(&sel(&["MIG-1234"])), Ok(vec![]));
+    assert_eq!(p.resolve(&sel(&["MIG-1234"])).unwrap().unresolved.len(), 1);
+    assert_eq!(idx(&sel(&["0:1", "1"])), Ok(vec![0, 1]));
+    assert_eq!(idx(&sel(&["4:0"])), Err(SelectionError::NoSuchIndex { index: 4, count: 4 }));
+    assert!(matches!(idx(&sel(&["NONE"])), Err(SelectionError::Unsupported { .. })));
 }
 
 #[test]
