@@ -94,7 +94,7 @@ fn cc(s: &str) -> ComputeCapability {
     s.parse().unwrap()
 }
 
-/// Cubins for sm_80, sm_86, sm_90 (one compressed) and PTX for compute_90, in two containers
+/// Cubins for `sm_80`, `sm_86`, `sm_90` (one compressed) and PTX for `compute_90`, in two containers
 /// with alignment padding between them.
 fn torch_like() -> Vec<u8> {
     let mut section = container(&[entry(2, 80, 0x11, 40), entry(2, 86, 0x2011, 13)]);
