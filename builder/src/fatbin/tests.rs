@@ -188,3 +188,18 @@ fn reads_files_and_wheels() {
     assert!(code.from.contains("torch/lib/libtorch_cuda.so"), "{}", code.from);
     assert!(!code.from.contains("libc10"), "{}", code.from);
 }
+
+/// A real CUDA library (a `.so`, or a torch wheel) named by `STACKBUILD_FATBIN_SAMPLE`: every
+/// entry has a plausible architecture, and the code summary is printed.
+#[test]
+#[ignore = "needs a real CUDA library: STACKBUILD_FATBIN_SAMPLE=/path/to/libX.so"]
+fn reads_a_real_library() {
+    let path = PathBuf::from(std::env::var("STACKBUILD_FATBIN_SAMPLE").unwrap());
+    let entries = read_elf(&path).unwrap();
+    assert!(!entries.is_empty());
+    assert!(entries.iter().all(|e| (3..=15).contains(&e.arch.major)), "{entries:?}");
+    let compressed = entries.iter().filter(|e| e.compressed).count();
+    let code = code_of(&entries, path.display().to_string()).unwrap();
+    eprintln!("{} entries ({compressed} compressed): {}", entries.len(), code.describe());
+    eprintln!("runs on {}", code.arch_set().describe());
+}
