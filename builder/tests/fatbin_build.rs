@@ -1,7 +1,7 @@
 //! A build reads the torch build's GPU architectures from the fat binaries of the torch wheel it
 //! installs (`torch/lib/*.so`, ELF section `.nv_fatbin`), not from the knowledge base: a stand-in
 //! torch wheel of a release the table does not know, whose `libtorch_cuda.so` carries cubins for
-//! sm_80, sm_86 and sm_90 and PTX for compute_90, gives the image that exact arch requirement.
+//! `sm_80`, `sm_86` and `sm_90` and PTX for `compute_90`, gives the image that exact arch requirement.
 
 use std::path::Path;
 use std::process::Command;
