@@ -758,6 +758,32 @@ mod tests {
         assert_eq!(requirements(&packages, &HostRules::default())[0].expr, "cuda>=14.1");
     }
 
+    /// The hook's own evaluation of what torch 2.7.0+cu128 writes: an A100 (8.0) on R550 runs
+    /// its cubin under minor-version compatibility; Orin (8.7) and Thor (11.0) have no code; a
+    /// GPU reached only through the PTX JIT needs a CUDA 12.8 driver.
+    #[test]
+    fn the_hook_reads_the_requirements_as_meant() {
+        use stackhook::contract::require::{GpuFacts, HostFacts, RequirementSet};
+        let t = v("2.7.0+cu128");
+        let packages = [Package { name: "torch", version: &t, platform: Platform::LinuxAmd64 }];
+        let mut set = RequirementSet::default();
+        for r in requirements(&packages, &HostRules::default()) {
+            set.push(r.variable, &r.expr).unwrap();
+        }
+        let host = |driver: &str, cuda: &str, gpu: &str| HostFacts {
+            driver: Some(driver.parse().unwrap()),
+            cuda: Some(cuda.parse().unwrap()),
+            gpus: vec![GpuFacts { arch: Some(cc(gpu)), brand: None }],
+            ..HostFacts::default()
+        };
+        assert!(set.evaluate(&host("550.54.15", "12.4", "8.0")).is_empty());
+        assert!(set.evaluate(&host("550.54.15", "12.4", "8.9")).is_empty());
+        assert!(!set.evaluate(&host("580.65.06", "13.0", "8.7")).is_empty());
+        assert!(!set.evaluate(&host("580.65.06", "13.0", "11.0")).is_empty());
+        assert!(!set.evaluate(&host("550.54.15", "12.4", "13.0")).is_empty());
+        assert!(set.evaluate(&host("570.26", "12.8", "13.0")).is_empty());
+    }
+
     #[test]
     fn no_cuda_no_requirement() {
         let np = v("1.26.4");
