@@ -784,6 +784,22 @@ mod tests {
         assert!(set.evaluate(&host("570.26", "12.8", "13.0")).is_empty());
     }
 
+    /// `stackbuild affinity` turns the exact requirements into node selectors within its limit.
+    #[test]
+    fn affinity_expresses_the_exact_requirements() {
+        use stackhook::contract::require::RequirementSet;
+        for version in ["2.1.0", "2.7.0+cu128", "2.11.0", "2.0.0+cu118"] {
+            let t = v(version);
+            let packages = [Package { name: "torch", version: &t, platform: Platform::LinuxAmd64 }];
+            let mut set = RequirementSet::default();
+            for r in requirements(&packages, &HostRules::default()) {
+                set.push(r.variable, &r.expr).unwrap();
+            }
+            let affinity = crate::affinity::node_affinity(&set, &crate::affinity::Options::default());
+            assert!(affinity.is_ok(), "{version}: {affinity:?}");
+        }
+    }
+
     #[test]
     fn no_cuda_no_requirement() {
         let np = v("1.26.4");

@@ -288,17 +288,17 @@ fn is_torch_library(name: &str) -> bool {
     name.strip_prefix("torch/lib/").is_some_and(|f| !f.contains('/') && f.contains(".so"))
 }
 
-/// The GPU code of a torch wheel: the fat binaries of its `torch/lib/*.so*` libraries,
-/// each extracted in turn to a temporary file under `tmp` (their headers are read by
-/// offset). `None` when no library carries GPU code (a CPU build).
+/// The GPU code of a torch wheel: the fat binary of its `torch/lib/libtorch_cuda.so`, else
+/// of all its `torch/lib/*.so*` libraries together, each extracted in turn to a temporary file
+/// under `tmp` (their headers are read by offset). `None` when no library carries GPU code (a
+/// CPU build).
 pub fn torch_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCode>, FatbinError> {
     let werr = |why: String| FatbinError::Wheel { path: wheel.to_owned(), why };
     let file = File::open(wheel).map_err(|source| FatbinError::Io { path: wheel.to_owned(), source })?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| werr(e.to_string()))?;
     let names: Vec<String> =
         archive.file_names().filter(|n| is_torch_library(n)).map(str::to_owned).collect();
-    let mut entries = Vec::new();
-    let mut read = Vec::new();
+    let mut read: Vec<(String, Vec<Entry>)> = Vec::new();
     for name in names {
         let mut member = archive.by_name(&name).map_err(|e| werr(e.to_string()))?;
         if member.size() > MAX_MEMBER {
@@ -315,15 +315,24 @@ pub fn torch_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCode>, Fat
         let found = entries_of(out.as_file(), copied)
             .map_err(|why| FatbinError::Malformed { path: wheel.join(&name), why })?;
         if !found.is_empty() {
-            read.push(name);
-            entries.extend(found);
+            read.push((name, found));
         }
     }
+    // torch's kernels live in libtorch_cuda.so, built for TORCH_CUDA_ARCH_LIST (what
+    // `torch.cuda.get_arch_list()` reports); other libraries it bundles may carry code for other
+    // architectures, which does not make torch run there.
+    let main = read.iter().position(|(name, _)| name == "torch/lib/libtorch_cuda.so");
+    let chosen: Vec<(String, Vec<Entry>)> = match main {
+        Some(i) => vec![read.swap_remove(i)],
+        None => read,
+    };
+    let names: Vec<&str> = chosen.iter().map(|(n, _)| n.as_str()).collect();
     let from = format!(
         "the fat binaries (.nv_fatbin) of {} in {}",
-        read.join(", "),
+        names.join(", "),
         wheel.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned())
     );
+    let entries: Vec<Entry> = chosen.iter().flat_map(|(_, e)| e.iter().copied()).collect();
     Ok(code_of(&entries, from))
 }
 

@@ -180,13 +180,26 @@ fn reads_files_and_wheels() {
     zip.write_all(&torch_like()).unwrap();
     zip.start_file("torch/lib/libc10.so", options).unwrap();
     zip.write_all(&elf(".text", b"code")).unwrap();
+    // A bundled library with code for other architectures does not widen torch's set.
+    zip.start_file("torch/lib/libnvshmem_host.so.3", options).unwrap();
+    zip.write_all(&elf(".nv_fatbin", &container(&[entry(2, 100, 0, 8)]))).unwrap();
     zip.start_file("torch/lib/libtext.so.1", options).unwrap();
     zip.write_all(b"not ELF").unwrap();
     zip.finish().unwrap();
     let code = torch_wheel_code(&wheel, dir.path()).unwrap().unwrap();
     assert_eq!(code.arch_set().to_string(), "arch>=8.0,arch!=8.7");
     assert!(code.from.contains("torch/lib/libtorch_cuda.so"), "{}", code.from);
-    assert!(!code.from.contains("libc10"), "{}", code.from);
+    assert!(!code.from.contains("libc10") && !code.from.contains("nvshmem"), "{}", code.from);
+    // Without libtorch_cuda.so, every library with GPU code counts.
+    let other = dir.path().join("torch-9.9.1-cp312-cp312-manylinux_2_28_x86_64.whl");
+    let mut zip = zip::ZipWriter::new(File::create(&other).unwrap());
+    for (name, arch) in [("torch/lib/liba.so", 80), ("torch/lib/libb.so", 100)] {
+        zip.start_file(name, options).unwrap();
+        zip.write_all(&elf(".nv_fatbin", &container(&[entry(2, arch, 0, 8)]))).unwrap();
+    }
+    zip.finish().unwrap();
+    let code = torch_wheel_code(&other, dir.path()).unwrap().unwrap();
+    assert_eq!(code.cubins, [cc("8.0"), cc("10.0")].into());
 }
 
 /// A real CUDA library (a `.so`, or a torch wheel) named by `STACKBUILD_FATBIN_SAMPLE`: every
