@@ -14,6 +14,7 @@ use stackhook::contract::version::{PackageSpecifiers, PackageVersion};
 
 use super::TorchBuild;
 use crate::derive;
+pub(crate) use crate::derive::{component_version, library_component};
 use crate::lock::Lock;
 use crate::recipe::{Platform, Recipe};
 use crate::solve::{Pinned, Target};
@@ -478,5 +479,3 @@ fn requires_dist(text: &str) -> Vec<String> {
 pub(crate) fn library_cuda(name: &str, version: &PackageVersion) -> Option<(u64, u64)> {
     derive::library_release(name, version).map(|c| c.major_minor())
 }
-
-pub(crate) use derive::{component_version, library_component};
