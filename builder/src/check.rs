@@ -9,7 +9,9 @@
 //!
 //! torch's requirements come from the artifact when it is at hand (a fetched wheel's `METADATA`
 //! in the cache's artifact directory), else from the knowledge base's row for its build
-//! (`shared/reference/compatibility.md`: prefer the artifact over a table).
+//! (prefer the artifact over a table). A torch release the table does not know is checked from
+//! what its wheels require (the resolved CUDA runtime and cuDNN wheels); its architectures are
+//! read from its fat binaries at build time ([`crate::fatbin`]).
 //!
 //! The host requirements are [`crate::derive::requirements`] of the stack: the same function,
 //! on the same packages, that the build writes into the image.

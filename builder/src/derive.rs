@@ -6,8 +6,8 @@
 //! Facts come from the artifacts first and the knowledge base second:
 //! - the CUDA release from the CUDA runtime wheel, whatever its name: `nvidia-cuda-runtime-cu11`,
 //!   `-cu12`, the suffix-less `nvidia-cuda-runtime` of CUDA 13, or the `cuda-toolkit`
-//!   metapackage whose extras pull it in (torch 2.11's `Requires-Dist:
-//!   cuda-toolkit[cublas,cudart,...]==13.0.2`, PyPI);
+//!   metapackage whose extras pull it in (torch 2.11 on the Python Package Index requires
+//!   `cuda-toolkit[cublas,cudart,...]==13.0.2`);
 //! - the torch build's GPU code from the CUDA fat binaries in torch's own libraries
 //!   ([`crate::fatbin`], read at build time), else from the knowledge base's row of the build.
 //!
@@ -15,9 +15,9 @@
 //! ("Binary Compatibility" and "PTX Compatibility",
 //! <https://docs.nvidia.com/cuda/cuda-c-programming-guide/#binary-compatibility>): a cubin for
 //! X.y runs on X.z with z >= y, never across majors, and not on the integrated GPUs of Tegra
-//! SoCs, which need their own cubin; PTX for X.y is JIT-compiled by the driver for any compute
+//! chips, which need their own cubin; PTX for X.y is JIT-compiled by the driver for any compute
 //! capability >= X.y. The requirement language is libnvidia-container's (`src/cli/dsl.c`): terms
-//! separated by spaces are ORed, factors separated by commas ANDed.
+//! separated by spaces are alternatives (OR), factors separated by commas must all hold (AND).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -40,7 +40,7 @@ pub struct Package<'a> {
 }
 
 /// The CUDA toolkit components NVIDIA publishes as wheels without a `-cuNN` suffix from CUDA 13
-/// on (the `Requires-Dist` of `cuda-toolkit` 13.0.2 on PyPI: `nvidia-cuda-runtime`,
+/// on (the `Requires-Dist` of `cuda-toolkit` 13.0.2 on the Python Package Index: `nvidia-cuda-runtime`,
 /// `nvidia-cublas`, ...). With a suffix (`nvidia-cublas-cu12`) any component is recognized.
 const SUFFIXLESS_COMPONENTS: &[&str] = &[
     "cuda-runtime",
@@ -150,9 +150,10 @@ pub fn torch_variant(
 
 /// Which published build of `release` the torch `version` for `platform` is: the one its local
 /// version names (`+cu118`), else the index's plain wheel. That plain wheel is a CUDA build on
-/// `x86_64`; on aarch64 it is one only where the knowledge base lists the build's aarch64 code
-/// (from torch 2.11 the aarch64 wheel requires `cuda-toolkit` and `nvidia-cudnn-cu13` too, PyPI
-/// metadata); the index's aarch64 wheels before 2.11 are CPU builds.
+/// `x86_64`; on `aarch64` it is one only where the knowledge base lists the build's `aarch64` code
+/// (from torch 2.11 the `aarch64` wheel requires `cuda-toolkit` and `nvidia-cudnn-cu13` too,
+/// per its metadata on the Python Package Index); the index's `aarch64` wheels before 2.11 are
+/// CPU builds.
 pub fn torch_build(
     release: &'static kb::TorchRelease,
     version: &PackageVersion,
@@ -171,9 +172,9 @@ pub fn stack_cuda(packages: &[Package<'_>]) -> Option<CudaVersion> {
     cuda_runtime(packages).or_else(|| torch_variant(packages).map(|(_, v)| v.cuda.clone()))
 }
 
-/// The compute capabilities of NVIDIA's Tegra SoCs' integrated GPUs: TX1 5.3, TX2 6.2, Xavier
+/// The compute capabilities of NVIDIA's Tegra chips' integrated GPUs: TX1 5.3, TX2 6.2, Xavier
 /// 7.2, Orin 8.7, Thor 10.1 (CUDA 12.x; 11.0 from CUDA 13.0) (developer.nvidia.com/cuda-gpus,
-/// "Jetson"). A cubin of another compute capability does not run on them: "an sm_70 GPU binary
+/// "Jetson"). A cubin of another compute capability does not run on them: "an `sm_70` GPU binary
 /// will not run on Xavier's integrated GPU" (CUDA C++ Programming Guide, binary compatibility,
 /// which guarantees X.y -> X.z only "for a given major revision" of discrete GPUs).
 pub const TEGRA: [ComputeCapability; 6] = [
@@ -185,7 +186,7 @@ pub const TEGRA: [ComputeCapability; 6] = [
     ComputeCapability::new(11, 0),
 ];
 
-/// Whether `cc` is the integrated GPU of a Tegra SoC ([`TEGRA`]).
+/// Whether `cc` is the integrated GPU of a Tegra chip ([`TEGRA`]).
 pub fn is_tegra(cc: ComputeCapability) -> bool {
     TEGRA.contains(&cc)
 }
@@ -245,7 +246,8 @@ impl GpuCode {
 
     /// `cubins for 7.5 8.0 ...; PTX for 12.0` in words.
     pub fn describe(&self) -> String {
-        let list = |s: &BTreeSet<ComputeCapability>| s.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
+        let list =
+            |s: &BTreeSet<ComputeCapability>| s.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ");
         match (self.cubins.is_empty(), self.ptx.is_empty()) {
             (false, true) => format!("cubins for {} and no PTX", list(&self.cubins)),
             (true, false) => format!("no cubins and PTX for {}", list(&self.ptx)),
@@ -263,7 +265,7 @@ pub struct ArchTerm {
     pub low: ComputeCapability,
     /// The first compute capability above the term (exclusive); `None`: no upper bound (PTX).
     pub below: Option<ComputeCapability>,
-    /// Compute capabilities inside the range that are not admitted (Tegra SoCs without their
+    /// Compute capabilities inside the range that are not admitted (Tegra chips without their
     /// own cubin).
     pub except: Vec<ComputeCapability>,
 }
@@ -281,7 +283,7 @@ impl fmt::Display for ArchTerm {
     }
 }
 
-/// A set of compute capabilities as the terms of an `NVIDIA_REQUIRE_*` expression (ORed).
+/// A set of compute capabilities as the terms of an `NVIDIA_REQUIRE_*` expression (alternatives).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchSet(pub Vec<ArchTerm>);
 
@@ -352,7 +354,7 @@ impl ArchSet {
             .join("; ")
     }
 
-    /// Each term with `factors` (comma-separated, ANDed) appended: the set intersected with them.
+    /// Each term with `factors` (comma-separated, all must hold) appended: the set intersected with them.
     pub fn and(&self, factors: &str) -> String {
         self.0
             .iter()
@@ -513,39 +515,34 @@ fn cuda_requirement(packages: &[Package<'_>], code: Option<&GpuCode>) -> Option<
     if let Some(warning) = floor.as_ref().and_then(|f| f.estimated.as_ref()) {
         reasons.push(format!("warning: {warning}"));
     }
-    let expr = match floor.as_ref().filter(|f| f.minor_compat) {
-        Some(floor) => {
-            let compat = format!(
-                "driver>={}: CUDA {major}.{minor} libraries, minor-version compatibility ({})",
-                floor.driver, floor.source
+    let Some(floor) = floor.as_ref().filter(|f| f.minor_compat) else {
+        if code.is_some_and(|c| c.cubins.is_empty() && !c.ptx.is_empty()) {
+            reasons.push(
+                "the torch build carries only PTX, which needs a driver of the full CUDA version".into(),
             );
-            match code.filter(|c| !c.ptx.is_empty()) {
-                Some(code) => {
-                    let cubins = code.cubin_set();
-                    reasons.push(format!(
-                        "{compat}, on GPUs that run one of the torch build's cubins ({})",
-                        cubins.describe()
-                    ));
-                    reasons.push(format!(
-                        "cuda>={major}.{minor} on the others: they JIT-compile the build's PTX, which needs a \
-                         driver of the full CUDA version"
-                    ));
-                    let terms: Vec<String> =
-                        cubins.0.iter().map(|t| format!("driver>={},{t}", floor.driver)).collect();
-                    format!("cuda>={major}.{minor} {}", terms.join(" "))
-                }
-                None => {
-                    reasons.push(compat);
-                    format!("cuda>={major}.{minor} driver>={}", floor.driver)
-                }
-            }
         }
-        None => {
-            if code.is_some_and(|c| c.cubins.is_empty() && !c.ptx.is_empty()) {
-                reasons.push("the torch build carries only PTX, which needs a driver of the full CUDA version".into());
-            }
-            format!("cuda>={major}.{minor}")
-        }
+        let expr = format!("cuda>={major}.{minor}");
+        return Some(DerivedRequirement { variable: "NVIDIA_REQUIRE_CUDA".into(), expr, reasons });
+    };
+    let compat = format!(
+        "driver>={}: CUDA {major}.{minor} libraries, minor-version compatibility ({})",
+        floor.driver, floor.source
+    );
+    let expr = if let Some(code) = code.filter(|c| !c.ptx.is_empty()) {
+        let cubins = code.cubin_set();
+        reasons.push(format!(
+            "{compat}, on GPUs that run one of the torch build's cubins ({})",
+            cubins.describe()
+        ));
+        reasons.push(format!(
+            "cuda>={major}.{minor} on the others: they JIT-compile the build's PTX, which needs a driver of the \
+             full CUDA version"
+        ));
+        let terms: Vec<String> = cubins.0.iter().map(|t| format!("driver>={},{t}", floor.driver)).collect();
+        format!("cuda>={major}.{minor} {}", terms.join(" "))
+    } else {
+        reasons.push(compat);
+        format!("cuda>={major}.{minor} driver>={}", floor.driver)
     };
     Some(DerivedRequirement { variable: "NVIDIA_REQUIRE_CUDA".into(), expr, reasons })
 }
@@ -553,7 +550,10 @@ fn cuda_requirement(packages: &[Package<'_>], code: Option<&GpuCode>) -> Option<
 /// Why the arch set is what it is.
 fn arch_reasons(packages: &[Package<'_>], code: Option<&GpuCode>, set: &ArchSet) -> Vec<String> {
     let Some(code) = code else { return Vec::new() };
-    let torch = packages.iter().find(|p| p.name == "torch").map_or_else(String::new, |p| format!("torch {} ", p.version));
+    let torch = packages
+        .iter()
+        .find(|p| p.name == "torch")
+        .map_or_else(String::new, |p| format!("torch {} ", p.version));
     let mut out = vec![format!("{torch}carries {} ({})", code.describe(), code.from)];
     out.push(format!("it runs on {}", set.describe()));
     out.push(
@@ -585,12 +585,13 @@ mod tests {
         }
     }
 
-    /// Evaluates an `arch` expression (terms ORed, factors ANDed) for one compute capability.
+    /// Evaluates an `arch` expression (terms are alternatives, factors must all hold) for one compute capability.
     fn admits(expr: &str, gpu: ComputeCapability) -> bool {
         expr.split(' ').any(|term| {
             term.split(',').all(|factor| {
                 let factor = factor.strip_prefix("arch").unwrap();
-                let (op, value) = ["!=", ">=", "<"].iter().find_map(|op| Some((*op, factor.strip_prefix(op)?))).unwrap();
+                let (op, value) =
+                    ["!=", ">=", "<"].iter().find_map(|op| Some((*op, factor.strip_prefix(op)?))).unwrap();
                 let value = cc(value);
                 match op {
                     "!=" => gpu != value,
@@ -683,10 +684,17 @@ mod tests {
             }
             let cubins = c.cubin_set().to_string();
             for gpu in all_ccs() {
-                assert_eq!(!cubins.is_empty() && admits(&cubins, gpu), c.cubin_runs_on(gpu), "{name}: {cubins}");
+                assert_eq!(
+                    !cubins.is_empty() && admits(&cubins, gpu),
+                    c.cubin_runs_on(gpu),
+                    "{name}: {cubins}"
+                );
             }
         }
-        assert_eq!(code(&["7.2", "8.7"], &[]).arch_set().to_string(), "arch>=7.2,arch<8.0 arch>=8.7,arch<9.0");
+        assert_eq!(
+            code(&["7.2", "8.7"], &[]).arch_set().to_string(),
+            "arch>=7.2,arch<8.0 arch>=8.7,arch<9.0"
+        );
         assert_eq!(
             code(&["5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "9.0"], &[]).arch_set().to_string(),
             "arch>=5.0,arch<10.0,arch!=5.3,arch!=6.2,arch!=7.2,arch!=8.7"
@@ -697,7 +705,8 @@ mod tests {
     #[test]
     fn ptx_only_needs_the_toolkit_driver() {
         let rt = v("12.8.57");
-        let packages = [Package { name: "nvidia-cuda-runtime-cu12", version: &rt, platform: Platform::LinuxAmd64 }];
+        let packages =
+            [Package { name: "nvidia-cuda-runtime-cu12", version: &rt, platform: Platform::LinuxAmd64 }];
         let c = code(&[], &["8.0"]);
         let floor = driver_floor_with(&packages, Some(&c)).unwrap();
         assert!(!floor.minor_compat);
@@ -723,7 +732,8 @@ mod tests {
         assert_eq!(library_component("nvidia-cudnn-cu13"), Some("cudnn"));
         let cublas = v("13.1.0.3");
         assert_eq!(library_release("nvidia-cublas", &cublas).unwrap().major_minor(), (13, 0));
-        let packages = [Package { name: "nvidia-cuda-runtime", version: &rt, platform: Platform::LinuxAmd64 }];
+        let packages =
+            [Package { name: "nvidia-cuda-runtime", version: &rt, platform: Platform::LinuxAmd64 }];
         let reqs = requirements(&packages, &HostRules::default());
         assert_eq!(reqs[0].expr, "cuda>=13.0 driver>=580");
     }
@@ -732,7 +742,8 @@ mod tests {
     #[test]
     fn newer_cuda_gets_the_newest_floor_and_a_warning() {
         let rt = v("13.9.10");
-        let packages = [Package { name: "nvidia-cuda-runtime", version: &rt, platform: Platform::LinuxAmd64 }];
+        let packages =
+            [Package { name: "nvidia-cuda-runtime", version: &rt, platform: Platform::LinuxAmd64 }];
         let floor = driver_floor(&packages).unwrap();
         assert!(floor.estimated.is_some());
         let newest = kb::cuda_toolkits().last().unwrap();
@@ -740,10 +751,53 @@ mod tests {
         let reqs = requirements(&packages, &HostRules::default());
         assert!(reqs[0].reasons.iter().any(|r| r.starts_with("warning: CUDA 13.9 is newer")), "{reqs:?}");
         let rt = v("14.1.5");
-        let packages = [Package { name: "nvidia-cuda-runtime", version: &rt, platform: Platform::LinuxAmd64 }];
+        let packages =
+            [Package { name: "nvidia-cuda-runtime", version: &rt, platform: Platform::LinuxAmd64 }];
         let floor = driver_floor(&packages).unwrap();
         assert!(!floor.minor_compat && floor.estimated.is_some());
         assert_eq!(requirements(&packages, &HostRules::default())[0].expr, "cuda>=14.1");
+    }
+
+    /// The hook's own evaluation of what torch 2.7.0+cu128 writes: an A100 (8.0) on R550 runs
+    /// its cubin under minor-version compatibility; Orin (8.7) and Thor (11.0) have no code; a
+    /// GPU reached only through the PTX JIT needs a CUDA 12.8 driver.
+    #[test]
+    fn the_hook_reads_the_requirements_as_meant() {
+        use stackhook::contract::require::{GpuFacts, HostFacts, RequirementSet};
+        let t = v("2.7.0+cu128");
+        let packages = [Package { name: "torch", version: &t, platform: Platform::LinuxAmd64 }];
+        let mut set = RequirementSet::default();
+        for r in requirements(&packages, &HostRules::default()) {
+            set.push(r.variable, &r.expr).unwrap();
+        }
+        let host = |driver: &str, cuda: &str, gpu: &str| HostFacts {
+            driver: Some(driver.parse().unwrap()),
+            cuda: Some(cuda.parse().unwrap()),
+            gpus: vec![GpuFacts { arch: Some(cc(gpu)), brand: None }],
+            ..HostFacts::default()
+        };
+        assert!(set.evaluate(&host("550.54.15", "12.4", "8.0")).is_empty());
+        assert!(set.evaluate(&host("550.54.15", "12.4", "8.9")).is_empty());
+        assert!(!set.evaluate(&host("580.65.06", "13.0", "8.7")).is_empty());
+        assert!(!set.evaluate(&host("580.65.06", "13.0", "11.0")).is_empty());
+        assert!(!set.evaluate(&host("550.54.15", "12.4", "13.0")).is_empty());
+        assert!(set.evaluate(&host("570.26", "12.8", "13.0")).is_empty());
+    }
+
+    /// `stackbuild affinity` turns the exact requirements into node selectors within its limit.
+    #[test]
+    fn affinity_expresses_the_exact_requirements() {
+        use stackhook::contract::require::RequirementSet;
+        for version in ["2.1.0", "2.7.0+cu128", "2.11.0", "2.0.0+cu118"] {
+            let t = v(version);
+            let packages = [Package { name: "torch", version: &t, platform: Platform::LinuxAmd64 }];
+            let mut set = RequirementSet::default();
+            for r in requirements(&packages, &HostRules::default()) {
+                set.push(r.variable, &r.expr).unwrap();
+            }
+            let affinity = crate::affinity::node_affinity(&set, &crate::affinity::Options::default());
+            assert!(affinity.is_ok(), "{version}: {affinity:?}");
+        }
     }
 
     #[test]

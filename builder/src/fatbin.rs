@@ -16,7 +16,7 @@
 //! - Each container holds *entries*, one after the other: `u16 kind` (1 = PTX, 2 = ELF, i.e.
 //!   a cubin), `u16 version`, `u32 header_size` (64 or more), `u64 payload size`, `u32
 //!   compressed size`, `u32` (reserved), `u16 minor`, `u16 major` (of the format), `u32 arch`
-//!   (the compute capability as `10 * major + minor`: 80 for sm_80, 120 for sm_120), then the
+//!   (the compute capability as `10 * major + minor`: 80 for `sm_80`, 120 for `sm_120`), then the
 //!   name offset and length, `u64 flags` (`0x2000`: the payload is compressed) and the
 //!   decompressed size. The next entry starts `header_size + payload size` bytes later.
 //!
@@ -53,7 +53,7 @@ const ENTRY_HEADER: u64 = 48;
 const MAX_SECTIONS: u64 = 1 << 16;
 /// Largest section-name table read.
 const MAX_SHSTRTAB: u64 = 1 << 20;
-/// Most entries read from one `.nv_fatbin` (libtorch_cuda.so has some tens of thousands).
+/// Most entries read from one `.nv_fatbin` (`libtorch_cuda.so` has some tens of thousands).
 const MAX_ENTRIES: usize = 1 << 20;
 /// Largest library extracted from a wheel to read its fat binary.
 const MAX_MEMBER: u64 = 16 << 30;
@@ -130,9 +130,10 @@ impl ReadAt for [u8] {
 
 /// `len` bytes at `offset`, which must lie inside `size`.
 fn read_range<R: ReadAt + ?Sized>(src: &R, size: u64, offset: u64, len: u64) -> Result<Vec<u8>, String> {
-    let end = offset.checked_add(len).filter(|&e| e <= size).ok_or_else(|| {
-        format!("{len} bytes at {offset:#x} run past the end of the file ({size} bytes)")
-    })?;
+    let end = offset
+        .checked_add(len)
+        .filter(|&e| e <= size)
+        .ok_or_else(|| format!("{len} bytes at {offset:#x} run past the end of the file ({size} bytes)"))?;
     let _ = end;
     let len = usize::try_from(len).map_err(|_| format!("{len} bytes do not fit in memory"))?;
     let mut buf = vec![0; len];
@@ -163,7 +164,10 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 fn find_section<R: ReadAt + ?Sized>(src: &R, size: u64) -> Result<Option<(u64, u64)>, String> {
     let head = read_range(src, size, 0, size.min(64))?;
     let header = Elf::parse_header(&head).map_err(|e| e.to_string())?;
-    let ctx = Ctx::new(header.container().map_err(|e| e.to_string())?, header.endianness().map_err(|e| e.to_string())?);
+    let ctx = Ctx::new(
+        header.container().map_err(|e| e.to_string())?,
+        header.endianness().map_err(|e| e.to_string())?,
+    );
     let count = u64::from(header.e_shnum);
     if count == 0 {
         return Ok(None);
@@ -173,14 +177,15 @@ fn find_section<R: ReadAt + ?Sized>(src: &R, size: u64) -> Result<Option<(u64, u
     }
     let entsize = SectionHeader::size(ctx) as u64;
     let table = read_range(src, size, header.e_shoff, count * entsize)?;
-    let sections = SectionHeader::parse_from(&table, 0, usize::from(header.e_shnum), ctx).map_err(|e| e.to_string())?;
+    let sections =
+        SectionHeader::parse_from(&table, 0, usize::from(header.e_shnum), ctx).map_err(|e| e.to_string())?;
     let Some(names) = sections.get(usize::from(header.e_shstrndx)) else { return Ok(None) };
     if names.sh_size > MAX_SHSTRTAB {
         return Err(format!("section name table of {} bytes", names.sh_size));
     }
     let names = read_range(src, size, names.sh_offset, names.sh_size)?;
     let found = sections.iter().find(|s| {
-        let start = usize::try_from(s.sh_name).unwrap_or(usize::MAX);
+        let start = s.sh_name;
         names.get(start..).is_some_and(|rest| rest.split(|&b| b == 0).next() == Some(b".nv_fatbin"))
     });
     // SHT_NOBITS (8) has no bytes in the file.
@@ -207,9 +212,10 @@ fn parse_containers<R: ReadAt + ?Sized>(
         let header_size = u64::from(u16_at(&head, 6));
         let body = u64_at(&head, 8);
         let body_start = at.checked_add(header_size).ok_or("container header overflows")?;
-        let body_end = body_start.checked_add(body).filter(|&e| e <= end).ok_or_else(|| {
-            format!("container at {at:#x} of {body} bytes runs past the section")
-        })?;
+        let body_end = body_start
+            .checked_add(body)
+            .filter(|&e| e <= end)
+            .ok_or_else(|| format!("container at {at:#x} of {body} bytes runs past the section"))?;
         if header_size < CONTAINER_HEADER {
             return Err(format!("container at {at:#x} has a {header_size}-byte header"));
         }
@@ -282,16 +288,17 @@ fn is_torch_library(name: &str) -> bool {
     name.strip_prefix("torch/lib/").is_some_and(|f| !f.contains('/') && f.contains(".so"))
 }
 
-/// The GPU code of a torch wheel: the fat binaries of its `torch/lib/*.so*` libraries,
-/// each extracted in turn to a temporary file under `tmp` (their headers are read by
-/// offset). `None` when no library carries GPU code (a CPU build).
+/// The GPU code of a torch wheel: the fat binary of its `torch/lib/libtorch_cuda.so`, else
+/// of all its `torch/lib/*.so*` libraries together, each extracted in turn to a temporary file
+/// under `tmp` (their headers are read by offset). `None` when no library carries GPU code (a
+/// CPU build).
 pub fn torch_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCode>, FatbinError> {
     let werr = |why: String| FatbinError::Wheel { path: wheel.to_owned(), why };
     let file = File::open(wheel).map_err(|source| FatbinError::Io { path: wheel.to_owned(), source })?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| werr(e.to_string()))?;
-    let names: Vec<String> = archive.file_names().filter(|n| is_torch_library(n)).map(str::to_owned).collect();
-    let mut entries = Vec::new();
-    let mut read = Vec::new();
+    let names: Vec<String> =
+        archive.file_names().filter(|n| is_torch_library(n)).map(str::to_owned).collect();
+    let mut read: Vec<(String, Vec<Entry>)> = Vec::new();
     for name in names {
         let mut member = archive.by_name(&name).map_err(|e| werr(e.to_string()))?;
         if member.size() > MAX_MEMBER {
@@ -308,15 +315,24 @@ pub fn torch_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCode>, Fat
         let found = entries_of(out.as_file(), copied)
             .map_err(|why| FatbinError::Malformed { path: wheel.join(&name), why })?;
         if !found.is_empty() {
-            read.push(name);
-            entries.extend(found);
+            read.push((name, found));
         }
     }
+    // torch's kernels live in libtorch_cuda.so, built for TORCH_CUDA_ARCH_LIST (what
+    // `torch.cuda.get_arch_list()` reports); other libraries it bundles may carry code for other
+    // architectures, which does not make torch run there.
+    let main = read.iter().position(|(name, _)| name == "torch/lib/libtorch_cuda.so");
+    let chosen: Vec<(String, Vec<Entry>)> = match main {
+        Some(i) => vec![read.swap_remove(i)],
+        None => read,
+    };
+    let names: Vec<&str> = chosen.iter().map(|(n, _)| n.as_str()).collect();
     let from = format!(
         "the fat binaries (.nv_fatbin) of {} in {}",
-        read.join(", "),
+        names.join(", "),
         wheel.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned())
     );
+    let entries: Vec<Entry> = chosen.iter().flat_map(|(_, e)| e.iter().copied()).collect();
     Ok(code_of(&entries, from))
 }
 

@@ -33,7 +33,9 @@ fn compatible_recipe_exits_0() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("NVIDIA_REQUIRE_CUDA=cuda>=12.1 driver>=525.60.13"), "{out}");
     assert!(
-        out.contains("STACKBUILD_REQUIRE_ARCH=arch>=5.0,arch<10.0,arch!=5.3,arch!=6.2,arch!=7.2,arch!=8.7,arch>=8.0"),
+        out.contains(
+            "STACKBUILD_REQUIRE_ARCH=arch>=5.0,arch<10.0,arch!=5.3,arch!=6.2,arch!=7.2,arch!=8.7,arch>=8.0"
+        ),
         "{out}"
     );
     assert!(out.trim_end().ends_with("result: compatible"), "{out}");

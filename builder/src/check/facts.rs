@@ -14,6 +14,7 @@ use stackcontract::version::{PackageSpecifiers, PackageVersion};
 
 use super::TorchBuild;
 use crate::derive;
+pub(crate) use crate::derive::{component_version, library_component};
 use crate::lock::Lock;
 use crate::recipe::{Platform, Recipe};
 use crate::solve::{Pinned, Target};
@@ -120,15 +121,14 @@ impl Requires {
 
 impl TorchFacts {
     /// The knowledge base's view of torch `version` for `target`. The table's pins are those
-    /// of the Linux `x86_64` wheel; before torch 2.11 their markers name `x86_64`, so aarch64
-    /// gets them only for builds that publish an aarch64 CUDA wheel (markers `platform_system ==
-    /// "Linux"` only, PyPI metadata of torch 2.11).
+    /// of the Linux `x86_64` wheel; before torch 2.11 their markers name `x86_64`, so `aarch64`
+    /// gets them only for builds that publish an `aarch64` CUDA wheel (from torch 2.11, whose
+    /// markers say only `platform_system == "Linux"`).
     fn new(version: PackageVersion, target: &Target) -> Self {
         let release = kb::torch_release(&version);
         let variant = release.and_then(|r| derive::torch_build(r, &version, target.platform));
-        let pins_apply = |v: &kb::TorchVariant| {
-            target.platform == Platform::LinuxAmd64 || !v.aarch64_arch.is_empty()
-        };
+        let pins_apply =
+            |v: &kb::TorchVariant| target.platform == Platform::LinuxAmd64 || !v.aarch64_arch.is_empty();
         let (requires, requires_from) = match variant {
             Some(v) if !v.pins.is_empty() && pins_apply(v) => {
                 let pins = v
@@ -180,7 +180,10 @@ impl TorchFacts {
             variant: self.variant.map(|v| v.tag.clone()),
             cuda: self.variant.map(|v| v.cuda.to_string()),
             cudnn: self.cudnn().map(|(_, v, _)| v.to_string()),
-            arch: code.as_ref().map(|c| c.cubins.iter().map(ToString::to_string).collect()).unwrap_or_default(),
+            arch: code
+                .as_ref()
+                .map(|c| c.cubins.iter().map(ToString::to_string).collect())
+                .unwrap_or_default(),
             ptx: code.as_ref().is_some_and(|c| !c.ptx.is_empty()),
             runs_on: code.as_ref().map(|c| c.arch_set().describe()),
             requires_from: self.requires_from.as_ref().map(|r| match r {
@@ -476,5 +479,3 @@ fn requires_dist(text: &str) -> Vec<String> {
 pub(crate) fn library_cuda(name: &str, version: &PackageVersion) -> Option<(u64, u64)> {
     derive::library_release(name, version).map(|c| c.major_minor())
 }
-
-pub(crate) use derive::{component_version, library_component};

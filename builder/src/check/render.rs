@@ -136,7 +136,10 @@ fn stack_text(out: &mut String, stack: &PlatformStack) {
     let _ = writeln!(out, "host requirements (what the build writes into the image):");
     if stack.requirements.iter().any(|r| r.expr.contains(' ')) {
         // NVIDIA's requirement language (libnvidia-container src/cli/dsl.c).
-        let _ = writeln!(out, "  (space-separated terms are alternatives; comma-separated factors must all hold)");
+        let _ = writeln!(
+            out,
+            "  (space-separated terms are alternatives; comma-separated factors must all hold)"
+        );
     }
     for r in &stack.requirements {
         wrap(out, "  ", "    ", &format!("{}={}", r.variable, r.expr));

@@ -3,7 +3,7 @@
 //! the knowledge-base fact it collides with) and a fix.
 //!
 //! Facts come from `contract/kb/*.toml` through [`kb`]; every row there names its source, and
-//! `shared/reference/compatibility.md` lists the figures.
+//! the README's "Checking a stack" section summarizes them.
 
 use std::collections::BTreeSet;
 use std::str::FromStr;

@@ -404,8 +404,8 @@ fn nvjitlink_ships_with_the_nvrtc_version() {
     }
 }
 
-/// torch 2.11's PyPI wheel is a CUDA 13 build through `cuda-toolkit[...]==13.0.2`: its stack
-/// needs CUDA 13.0, on x86_64 and (from 2.11) on aarch64 too.
+/// torch 2.11's wheel on the Python Package Index is a CUDA 13 build through `cuda-toolkit[...]==13.0.2`: its stack
+/// needs CUDA 13.0, on `x86_64` and (from 2.11) on `aarch64` too.
 #[test]
 fn torch_2_11_derives_cuda_13() {
     for platform in ["linux/amd64", "linux/arm64"] {
@@ -435,7 +435,8 @@ fn torch_2_11_derives_cuda_13() {
 /// The same stack as a resolution gives it: CUDA 13 wheels without a `-cu13` suffix.
 #[test]
 fn resolved_cuda_13_wheels_are_seen() {
-    let recipe = recipe_text("3.12", r#"["torch==2.11.0"]"#, "[cuda]\nversion = \"13.0\"\ncudnn = \"9.19\"\n");
+    let recipe =
+        recipe_text("3.12", r#"["torch==2.11.0"]"#, "[cuda]\nversion = \"13.0\"\ncudnn = \"9.19\"\n");
     let pins = [
         pin("torch", "2.11.0"),
         pin("cuda-toolkit", "13.0.2"),
@@ -460,7 +461,8 @@ fn resolved_cuda_13_wheels_are_seen() {
 #[test]
 fn unknown_torch_is_checked_from_its_wheels() {
     let recipe = recipe_text("3.12", r#"["torch==2.99.0"]"#, "[cuda]\nversion = \"13.0\"\ncudnn = \"9.1\"\n");
-    let pins = [pin("torch", "2.99.0"), pin("nvidia-cuda-runtime", "13.0.96"), pin("nvidia-cudnn-cu13", "9.30.0.1")];
+    let pins =
+        [pin("torch", "2.99.0"), pin("nvidia-cuda-runtime", "13.0.96"), pin("nvidia-cudnn-cu13", "9.30.0.1")];
     let findings = resolved_findings(&recipe, &pins);
     let kinds: Vec<_> = findings.iter().map(|f| (f.severity, f.kind)).collect();
     assert_eq!(
@@ -479,7 +481,11 @@ fn unknown_torch_is_checked_from_its_wheels() {
 /// torch 2.4 had a CUDA 12.4 build (RELEASE.md): `torch==2.4.0+cu124` is compatible.
 #[test]
 fn torch_2_4_cu124_is_compatible() {
-    let report = offline(&recipe_text("3.11", r#"["torch==2.4.0+cu124"]"#, "[cuda]\nversion = \"12.4\"\ncudnn = \"9.1.0.70\"\n"));
+    let report = offline(&recipe_text(
+        "3.11",
+        r#"["torch==2.4.0+cu124"]"#,
+        "[cuda]\nversion = \"12.4\"\ncudnn = \"9.1.0.70\"\n",
+    ));
     assert!(report.compatible, "{}", report.to_text());
     assert!(report.findings.is_empty(), "{}", findings_text(&report.findings));
     let torch = report.stacks[0].torch.as_ref().unwrap();

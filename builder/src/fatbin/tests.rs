@@ -94,7 +94,7 @@ fn cc(s: &str) -> ComputeCapability {
     s.parse().unwrap()
 }
 
-/// Cubins for sm_80, sm_86, sm_90 (one compressed) and PTX for compute_90, in two containers
+/// Cubins for `sm_80`, `sm_86`, `sm_90` (one compressed) and PTX for `compute_90`, in two containers
 /// with alignment padding between them.
 fn torch_like() -> Vec<u8> {
     let mut section = container(&[entry(2, 80, 0x11, 40), entry(2, 86, 0x2011, 13)]);
@@ -180,11 +180,39 @@ fn reads_files_and_wheels() {
     zip.write_all(&torch_like()).unwrap();
     zip.start_file("torch/lib/libc10.so", options).unwrap();
     zip.write_all(&elf(".text", b"code")).unwrap();
+    // A bundled library with code for other architectures does not widen torch's set.
+    zip.start_file("torch/lib/libnvshmem_host.so.3", options).unwrap();
+    zip.write_all(&elf(".nv_fatbin", &container(&[entry(2, 100, 0, 8)]))).unwrap();
     zip.start_file("torch/lib/libtext.so.1", options).unwrap();
     zip.write_all(b"not ELF").unwrap();
     zip.finish().unwrap();
     let code = torch_wheel_code(&wheel, dir.path()).unwrap().unwrap();
     assert_eq!(code.arch_set().to_string(), "arch>=8.0,arch!=8.7");
     assert!(code.from.contains("torch/lib/libtorch_cuda.so"), "{}", code.from);
-    assert!(!code.from.contains("libc10"), "{}", code.from);
+    assert!(!code.from.contains("libc10") && !code.from.contains("nvshmem"), "{}", code.from);
+    // Without libtorch_cuda.so, every library with GPU code counts.
+    let other = dir.path().join("torch-9.9.1-cp312-cp312-manylinux_2_28_x86_64.whl");
+    let mut zip = zip::ZipWriter::new(File::create(&other).unwrap());
+    for (name, arch) in [("torch/lib/liba.so", 80), ("torch/lib/libb.so", 100)] {
+        zip.start_file(name, options).unwrap();
+        zip.write_all(&elf(".nv_fatbin", &container(&[entry(2, arch, 0, 8)]))).unwrap();
+    }
+    zip.finish().unwrap();
+    let code = torch_wheel_code(&other, dir.path()).unwrap().unwrap();
+    assert_eq!(code.cubins, [cc("8.0"), cc("10.0")].into());
+}
+
+/// A real CUDA library (a `.so`, or a torch wheel) named by `STACKBUILD_FATBIN_SAMPLE`: every
+/// entry has a plausible architecture, and the code summary is printed.
+#[test]
+#[ignore = "needs a real CUDA library: STACKBUILD_FATBIN_SAMPLE=/path/to/libX.so"]
+fn reads_a_real_library() {
+    let path = PathBuf::from(std::env::var("STACKBUILD_FATBIN_SAMPLE").unwrap());
+    let entries = read_elf(&path).unwrap();
+    assert!(!entries.is_empty());
+    assert!(entries.iter().all(|e| (3..=15).contains(&e.arch.major)), "{entries:?}");
+    let compressed = entries.iter().filter(|e| e.compressed).count();
+    let code = code_of(&entries, path.display().to_string()).unwrap();
+    eprintln!("{} entries ({compressed} compressed): {}", entries.len(), code.describe());
+    eprintln!("runs on {}", code.arch_set().describe());
 }

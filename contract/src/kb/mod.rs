@@ -289,9 +289,9 @@ pub struct TorchVariant {
     /// the Python Package Index; empty where the pins were not read from the artifact.
     #[serde(default)]
     pub pins: BTreeMap<String, String>,
-    /// Compute capabilities with cubins in the Linux aarch64 wheel of this build, where the
-    /// index publishes one (the PyPI wheels from torch 2.11, whose CUDA pins hold on aarch64
-    /// too; PTX as `ptx` says); empty: no aarch64 CUDA wheel of this build.
+    /// Compute capabilities with cubins in the Linux `aarch64` wheel of this build, where the
+    /// index publishes one (the package index's wheels from torch 2.11, whose CUDA pins hold on `aarch64`
+    /// too; PTX as `ptx` says); empty: no `aarch64` CUDA wheel of this build.
     #[serde(default)]
     pub aarch64_arch: Vec<ComputeCapability>,
     /// Where the row comes from.
