@@ -128,10 +128,11 @@ pub fn disables_requirements(value: &str) -> bool {
     matches!(value, "1" | "t" | "T" | "TRUE" | "true" | "True")
 }
 
-/// `CUDA_VERSION` of a legacy image as NVIDIA reads it (toolkit `parseMajorMinorVersion`): one
-/// leading `v` dropped, then a semantic version (`major[.minor[.patch]]`, numbers without
-/// leading zeros, a pre-release or build suffix only after a patch), major and minor fitting in
-/// 32 bits; `8` reads as `8.0`. `None` for anything else, which NVIDIA refuses.
+/// `CUDA_VERSION` of a legacy image as NVIDIA reads it (toolkit `parseMajorMinorVersion`, a
+/// semantic version as Masterminds' `semver.NewVersion` reads one): an optional leading `v`, then
+/// `major[.minor[.patch]]` (numbers without leading zeros) with an optional pre-release and build
+/// suffix, major and minor fitting in 32 bits; `8` reads as `8.0`. `None` for anything else,
+/// which NVIDIA refuses.
 pub fn legacy_cuda_version(value: &str) -> Option<(u32, u32)> {
     let v = value.strip_prefix('v').unwrap_or(value);
     let (core, suffix) = match v.find(['-', '+']) {
@@ -145,7 +146,7 @@ pub fn legacy_cuda_version(value: &str) -> Option<(u32, u32)> {
         return None;
     }
     if let Some(suffix) = suffix {
-        if parts.len() != 3 || !semver_suffix_ok(suffix) {
+        if !semver_suffix_ok(suffix) {
             return None;
         }
     }
@@ -466,7 +467,8 @@ mod tests {
         for (v, want) in [("8", Some((8, 0))), ("v11.6", Some((11, 6))), ("9.0.116-rc1+b2", Some((9, 0)))] {
             assert_eq!(legacy_cuda_version(v), want, "{v}");
         }
-        for v in ["", "v", "vv8", "08", "9.0-rc1", "1.2.3.4", "9.4294967296", "9.0.01"] {
+        assert_eq!(legacy_cuda_version("12.4-rc1"), Some((12, 4)));
+        for v in ["", "v", "vv8", "08", "9.0-", "1.2.3.4", "9.4294967296", "9.0.01"] {
             assert_eq!(legacy_cuda_version(v), None, "{v}");
         }
     }

@@ -122,6 +122,9 @@ fn device_selection() -> Vec<Row> {
     let not_null = format!("+mount:/not/dev/null:{ROOT}/0");
     let other_prefix = "+mount:/dev/null:/other/prefix/0".to_owned();
     let only_root = format!("+mount:/dev/null:{ROOT}");
+    let cdi_mount = format!("+mount:/dev/null:{ROOT}/cdi/nvidia.com/gpu/0");
+    let cdi_all_mount = format!("+mount:/dev/null:{ROOT}/nvidia.com/gpu=1");
+    let imex_mount = format!("+mount:/dev/null:{ROOT}/imex/0");
 
     let c = "NVIDIA_REQUIRE_CUDA=cuda>=9.0";
     let arch9 = "NVIDIA_REQUIRE_ARCH=arch>=9.0";
@@ -163,6 +166,9 @@ fn device_selection() -> Vec<Row> {
         row("TestGetDevicesFromMounts/Container path is not prefixed by 'root'", H100, &[&nvd_root, &other_prefix, arch9], Allow),
         row("TestGetDevicesFromMounts/Container path is only 'root'", H100, &[&nvd_root, &only_root, arch10], Block("L4-ARCH-REQUIREMENT")),
         row("TestGetDevicesFromMounts/No mounts (root path, GPUs differ: per-GPU checks unverifiable)", Mig, &[&nvd_root, arch9], Warn("L4-REQUIREMENT-UNVERIFIABLE")),
+        row("TestGetVisibleDevicesFromMounts/cdi devices are included", H100x2, &[&nvd_root, &cdi_mount, &cdi_all_mount, arch9], Allow),
+        row("TestGetVisibleDevicesFromMounts/cdi devices are included (cdi/<vendor>/<class>/<device>)", Mig, &[&nvd_root, &cdi_mount, arch9], Block("L4-ARCH-REQUIREMENT")),
+        row("TestGetVisibleDevicesFromMounts/imex devices are ignored", Mig, &[&nvd_root, &imex_mount, &m1, arch9], Allow),
         row("TestDeviceListSourcePriority/Mount devices, unprivileged, accept unprivileged, no accept mounts (env wins)", Mig, &["NVIDIA_VISIBLE_DEVICES=1", &m0, arch9], Allow),
         row("TestDeviceListSourcePriority/Mount devices, accept mounts (env names the mounts' root)", Mig, &[&nvd_root, &m1, arch9], Allow),
         row("TestDeviceListSourcePriority/No mount devices, unprivileged, accept unprivileged", H100x2, &["NVIDIA_VISIBLE_DEVICES=0,1"], Allow),
