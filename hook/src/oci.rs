@@ -259,6 +259,34 @@ mod tests {
     }
 
     #[test]
+    fn privilege_and_volume_mount_devices() {
+        let config = |json: &str| serde_json::from_str::<Config>(json).unwrap();
+        let c = config(r#"{"process":{"capabilities":{"bounding":["CAP_SYS_ADMIN"]}}}"#);
+        assert!(c.privileged());
+        // runtime-spec 1.0.0-rc1..rc4 wrote a flat list.
+        assert!(config(r#"{"process":{"capabilities":["CAP_CHOWN","CAP_SYS_ADMIN"]}}"#).privileged());
+        assert!(!config(r#"{"process":{"capabilities":{"effective":["CAP_SYS_ADMIN"]}}}"#).privileged());
+        assert!(!config("{}").privileged());
+        let c = config(
+            r#"{"mounts":[
+                {"source":"/dev/null","destination":"/var/run/nvidia-container-devices/GPU0"},
+                {"source":"/dev//null","destination":"/var/run/nvidia-container-devices//GPU1-MIG0/0/1/"},
+                {"source":"/not/dev/null","destination":"/var/run/nvidia-container-devices/GPU2"},
+                {"source":"/dev/null","destination":"/other/prefix/GPU3"},
+                {"source":"/dev/null","destination":"/var/run/nvidia-container-devices"},
+                {"source":"/dev/null","destination":"/var/run/nvidia-container-devices/imex/0"},
+                {"source":"/dev/null","destination":"/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/0"},
+                {"source":"/dev/null","destination":"/var/run/nvidia-container-devices/cdi/nvidia.com/gpu=all"},
+                {"source":"/dev/null","destination":"/var/run/nvidia-container-devices/GPU0"}
+            ]}"#,
+        );
+        assert_eq!(
+            c.volume_mount_devices(),
+            ["GPU0", "GPU1-MIG0/0/1", "nvidia.com/gpu=0", "nvidia.com/gpu=all"]
+        );
+    }
+
+    #[test]
     fn config_is_read_without_following_symlinks() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
