@@ -200,6 +200,24 @@ pub enum StartError {
          privileged container may configure or monitor MIG, as NVIDIA's hook enforces"
     )]
     MigUnprivileged(&'static str),
+    /// `NVIDIA_DRIVER_CAPABILITIES` names a capability NVIDIA's hook does not know: it refuses
+    /// the container ("unsupported capabilities found", `getDriverCapabilities`).
+    #[error(
+        "NVIDIA_DRIVER_CAPABILITIES={0:?} names an unsupported capability (supported: all, compat32, compute, \
+         display, graphics, ngx, utility, video)"
+    )]
+    UnsupportedCapability(String),
+}
+
+/// The driver capabilities NVIDIA's hook supports by default (`SupportedDriverCapabilities`).
+pub const DRIVER_CAPABILITIES: [&str; 7] =
+    ["compat32", "compute", "display", "graphics", "ngx", "utility", "video"];
+
+/// Whether NVIDIA's hook accepts `NVIDIA_DRIVER_CAPABILITIES=value`: empty, containing `all`, or
+/// only supported capabilities (comma-separated, trimmed, empty entries skipped).
+pub fn driver_capabilities_supported(value: &str) -> bool {
+    let caps: Vec<&str> = value.split(',').map(str::trim).filter(|c| !c.is_empty()).collect();
+    caps.contains(&"all") || caps.iter().all(|c| DRIVER_CAPABILITIES.contains(c))
 }
 
 /// Everything a container's configuration says about its GPU needs.
@@ -310,8 +328,10 @@ impl ContainerRequest {
     /// What the hook checks at a container's start, in the order NVIDIA's hook decides
     /// (`getNvidiaConfig`): first whether a GPU is requested (device volume mounts, then
     /// `NVIDIA_VISIBLE_DEVICES`, then the legacy default), and not a GPU container means nothing
-    /// more is read; then `NVIDIA_DISABLE_REQUIRE`; only then are the requirements parsed, so a
-    /// malformed one blocks only a GPU container that has checks on.
+    /// more is read; then the MIG configuration variables and the driver capabilities, which
+    /// NVIDIA refuses whatever `NVIDIA_DISABLE_REQUIRE` says; then `NVIDIA_DISABLE_REQUIRE`; only
+    /// then are the requirements parsed, so a malformed one blocks only a GPU container that has
+    /// checks on.
     ///
     /// `privileged`: the container has `CAP_SYS_ADMIN` in its bounding set (NVIDIA's
     /// `IsPrivileged`), which `NVIDIA_MIG_CONFIG_DEVICES` and `NVIDIA_MIG_MONITOR_DEVICES` need.
@@ -331,6 +351,11 @@ impl ContainerRequest {
             if !privileged && vars.get(var).is_some_and(|v| !v.is_empty()) {
                 return Err(StartError::MigUnprivileged(var));
             }
+        }
+        if let Some(caps) =
+            vars.get("NVIDIA_DRIVER_CAPABILITIES").filter(|c| !driver_capabilities_supported(c))
+        {
+            return Err(StartError::UnsupportedCapability((*caps).to_owned()));
         }
         request.disabled = vars.get(DISABLE_REQUIRE).is_some_and(|v| disables_requirements(v));
         if !request.disabled {

@@ -159,6 +159,16 @@ fn device_selection() -> Vec<Row> {
         row("TestGetNvidiaConfig/Modern image, devices 'all', migMonitor set, privileged", H100, &[c, "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=mig0,mig1", "+privileged"], Allow),
         row("TestGetNvidiaConfig/Modern image, devices 'all', migMonitor set, unprivileged", H100, &[c, "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=mig0,mig1"], Block("NVIDIA_MIG_MONITOR_DEVICES is set")),
         row("TestGetNvidiaConfig (no GPU: MIG_CONFIG_DEVICES of a non-GPU container is never read)", H100, &["NVIDIA_MIG_CONFIG_DEVICES=all"], Skip),
+        // Driver capabilities: NVIDIA's hook refuses a GPU container asking for one it does not know.
+        row("TestGetDriverCapabilities/Env is set for modern image", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=display,video"], Allow),
+        row("TestGetDriverCapabilities/Env is all for modern image", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"], Allow),
+        row("TestGetDriverCapabilities/Env is empty for modern image", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES="], Allow),
+        row("TestGetDriverCapabilities/Env unset for legacy image is 'all'", H100, &["CUDA_VERSION=11.0"], Allow),
+        row("TestGetDriverCapabilities/Invalid capabilities panic", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,not-utility"], Block("unsupported capability")),
+        row("TestGetDriverCapabilities/Invalid capabilities panic (even with requirements disabled)", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=gpu", "NVIDIA_DISABLE_REQUIRE=true"], Block("unsupported capability")),
+        row("TestGetDriverCapabilities (all among unknown ones is all)", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=foo,all"], Allow),
+        row("TestGetDriverCapabilities (entries trimmed, empty ones skipped)", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES= compute , utility,,ngx"], Allow),
+        row("TestGetDriverCapabilities (no GPU: never read)", H100, &["NVIDIA_DRIVER_CAPABILITIES=foo"], Skip),
         // Volume mounts.
         row("TestGetDevicesFromMounts/Discover 2 devices", H100x2, &[&nvd_root, &m0, &m1, arch9], Allow),
         row("TestGetDevicesFromMounts/Discover 2 devices (their GPU is the one checked)", Mig, &[&nvd_root, &m0, arch9], Block("L4-ARCH-REQUIREMENT")),
