@@ -859,6 +859,14 @@ impl<'a> Checks<'a> {
                 ),
             ),
         };
+        if u.id.starts_with(crate::contract::image::VOLUME_MOUNT_DEVICES_ROOT) {
+            f = f.with("NVIDIA_VISIBLE_DEVICES", &u.id);
+            self.push(f.remedy(
+                "the device plugin passes devices as volume mounts, but none is mounted under that path: check \
+                 its volume-mount setting",
+            ));
+            return;
+        }
         f = f.with(&format!("/{}", probe::MIG_RECORD_PATH), "no line for this device");
         self.push(f.remedy(format!(
             "record which GPU each MIG device is on: nvidia-smi -L | sudo tee /{} (again after each MIG change)",
