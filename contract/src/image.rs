@@ -128,10 +128,11 @@ pub fn disables_requirements(value: &str) -> bool {
     matches!(value, "1" | "t" | "T" | "TRUE" | "true" | "True")
 }
 
-/// `CUDA_VERSION` of a legacy image as NVIDIA reads it (toolkit `parseMajorMinorVersion`): one
-/// leading `v` dropped, then a semantic version (`major[.minor[.patch]]`, numbers without
-/// leading zeros, a pre-release or build suffix only after a patch), major and minor fitting in
-/// 32 bits; `8` reads as `8.0`. `None` for anything else, which NVIDIA refuses.
+/// `CUDA_VERSION` of a legacy image as NVIDIA reads it (toolkit `parseMajorMinorVersion`, a
+/// semantic version as Masterminds' `semver.NewVersion` reads one): an optional leading `v`, then
+/// `major[.minor[.patch]]` (numbers without leading zeros) with an optional pre-release and build
+/// suffix, major and minor fitting in 32 bits; `8` reads as `8.0`. `None` for anything else,
+/// which NVIDIA refuses.
 pub fn legacy_cuda_version(value: &str) -> Option<(u32, u32)> {
     let v = value.strip_prefix('v').unwrap_or(value);
     let (core, suffix) = match v.find(['-', '+']) {
@@ -145,7 +146,7 @@ pub fn legacy_cuda_version(value: &str) -> Option<(u32, u32)> {
         return None;
     }
     if let Some(suffix) = suffix {
-        if parts.len() != 3 || !semver_suffix_ok(suffix) {
+        if !semver_suffix_ok(suffix) {
             return None;
         }
     }
@@ -199,6 +200,24 @@ pub enum StartError {
          privileged container may configure or monitor MIG, as NVIDIA's hook enforces"
     )]
     MigUnprivileged(&'static str),
+    /// `NVIDIA_DRIVER_CAPABILITIES` names a capability NVIDIA's hook does not know: it refuses
+    /// the container ("unsupported capabilities found", `getDriverCapabilities`).
+    #[error(
+        "NVIDIA_DRIVER_CAPABILITIES={0:?} names an unsupported capability (supported: all, compat32, compute, \
+         display, graphics, ngx, utility, video)"
+    )]
+    UnsupportedCapability(String),
+}
+
+/// The driver capabilities NVIDIA's hook supports by default (`SupportedDriverCapabilities`).
+pub const DRIVER_CAPABILITIES: [&str; 7] =
+    ["compat32", "compute", "display", "graphics", "ngx", "utility", "video"];
+
+/// Whether NVIDIA's hook accepts `NVIDIA_DRIVER_CAPABILITIES=value`: empty, containing `all`, or
+/// only supported capabilities (comma-separated, trimmed, empty entries skipped).
+pub fn driver_capabilities_supported(value: &str) -> bool {
+    let caps: Vec<&str> = value.split(',').map(str::trim).filter(|c| !c.is_empty()).collect();
+    caps.contains(&"all") || caps.iter().all(|c| DRIVER_CAPABILITIES.contains(c))
 }
 
 /// Everything a container's configuration says about its GPU needs.
@@ -309,8 +328,10 @@ impl ContainerRequest {
     /// What the hook checks at a container's start, in the order NVIDIA's hook decides
     /// (`getNvidiaConfig`): first whether a GPU is requested (device volume mounts, then
     /// `NVIDIA_VISIBLE_DEVICES`, then the legacy default), and not a GPU container means nothing
-    /// more is read; then `NVIDIA_DISABLE_REQUIRE`; only then are the requirements parsed, so a
-    /// malformed one blocks only a GPU container that has checks on.
+    /// more is read; then the MIG configuration variables and the driver capabilities, which
+    /// NVIDIA refuses whatever `NVIDIA_DISABLE_REQUIRE` says; then `NVIDIA_DISABLE_REQUIRE`; only
+    /// then are the requirements parsed, so a malformed one blocks only a GPU container that has
+    /// checks on.
     ///
     /// `privileged`: the container has `CAP_SYS_ADMIN` in its bounding set (NVIDIA's
     /// `IsPrivileged`), which `NVIDIA_MIG_CONFIG_DEVICES` and `NVIDIA_MIG_MONITOR_DEVICES` need.
@@ -330,6 +351,11 @@ impl ContainerRequest {
             if !privileged && vars.get(var).is_some_and(|v| !v.is_empty()) {
                 return Err(StartError::MigUnprivileged(var));
             }
+        }
+        if let Some(caps) =
+            vars.get("NVIDIA_DRIVER_CAPABILITIES").filter(|c| !driver_capabilities_supported(c))
+        {
+            return Err(StartError::UnsupportedCapability((*caps).to_owned()));
         }
         request.disabled = vars.get(DISABLE_REQUIRE).is_some_and(|v| disables_requirements(v));
         if !request.disabled {
@@ -466,7 +492,8 @@ mod tests {
         for (v, want) in [("8", Some((8, 0))), ("v11.6", Some((11, 6))), ("9.0.116-rc1+b2", Some((9, 0)))] {
             assert_eq!(legacy_cuda_version(v), want, "{v}");
         }
-        for v in ["", "v", "vv8", "08", "9.0-rc1", "1.2.3.4", "9.4294967296", "9.0.01"] {
+        assert_eq!(legacy_cuda_version("12.4-rc1"), Some((12, 4)));
+        for v in ["", "v", "vv8", "08", "9.0-", "1.2.3.4", "9.4294967296", "9.0.01"] {
             assert_eq!(legacy_cuda_version(v), None, "{v}");
         }
     }

@@ -11,7 +11,10 @@
 //!    `nvidia_uvm` and `/dev/nvidia-uvm`; `module` requirements. On WSL2, `/dev/dxg` and the
 //!    libraries Windows provides instead.
 //! 3. **L3 GPUs**: the GPUs `NVIDIA_VISIBLE_DEVICES` selects exist, have a known model and are not
-//!    excluded; `gpus` requirements.
+//!    excluded; `gpus` requirements. A MIG device stands for its parent GPU, as
+//!    libnvidia-container checks requirements on the parent; one whose parent the host does not
+//!    tell is checked as the model all its candidate GPUs share, else its `arch`/`brand` checks
+//!    are unverifiable (a warning). `none` selects no GPU: only `cuda`/`driver` apply.
 //! 4. **L4 versions**: `cuda`, `driver`, `arch`, `brand`, `machine` and `platform` requirements;
 //!    forward compatibility, which works only on data-center GPUs and Jetson; PCI Express links
 //!    running below their maximum.
@@ -856,6 +859,14 @@ impl<'a> Checks<'a> {
                 ),
             ),
         };
+        if u.id.starts_with(crate::contract::image::VOLUME_MOUNT_DEVICES_ROOT) {
+            f = f.with("NVIDIA_VISIBLE_DEVICES", &u.id);
+            self.push(f.remedy(
+                "the device plugin passes devices as volume mounts, but none is mounted under that path: check \
+                 its volume-mount setting",
+            ));
+            return;
+        }
         f = f.with(&format!("/{}", probe::MIG_RECORD_PATH), "no line for this device");
         self.push(f.remedy(format!(
             "record which GPU each MIG device is on: nvidia-smi -L | sudo tee /{} (again after each MIG change)",

@@ -122,6 +122,9 @@ fn device_selection() -> Vec<Row> {
     let not_null = format!("+mount:/not/dev/null:{ROOT}/0");
     let other_prefix = "+mount:/dev/null:/other/prefix/0".to_owned();
     let only_root = format!("+mount:/dev/null:{ROOT}");
+    let cdi_mount = format!("+mount:/dev/null:{ROOT}/cdi/nvidia.com/gpu/0");
+    let cdi_all_mount = format!("+mount:/dev/null:{ROOT}/nvidia.com/gpu=1");
+    let imex_mount = format!("+mount:/dev/null:{ROOT}/imex/0");
 
     let c = "NVIDIA_REQUIRE_CUDA=cuda>=9.0";
     let arch9 = "NVIDIA_REQUIRE_ARCH=arch>=9.0";
@@ -156,6 +159,16 @@ fn device_selection() -> Vec<Row> {
         row("TestGetNvidiaConfig/Modern image, devices 'all', migMonitor set, privileged", H100, &[c, "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=mig0,mig1", "+privileged"], Allow),
         row("TestGetNvidiaConfig/Modern image, devices 'all', migMonitor set, unprivileged", H100, &[c, "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=mig0,mig1"], Block("NVIDIA_MIG_MONITOR_DEVICES is set")),
         row("TestGetNvidiaConfig (no GPU: MIG_CONFIG_DEVICES of a non-GPU container is never read)", H100, &["NVIDIA_MIG_CONFIG_DEVICES=all"], Skip),
+        // Driver capabilities: NVIDIA's hook refuses a GPU container asking for one it does not know.
+        row("TestGetDriverCapabilities/Env is set for modern image", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=display,video"], Allow),
+        row("TestGetDriverCapabilities/Env is all for modern image", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"], Allow),
+        row("TestGetDriverCapabilities/Env is empty for modern image", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES="], Allow),
+        row("TestGetDriverCapabilities/Env unset for legacy image is 'all'", H100, &["CUDA_VERSION=11.0"], Allow),
+        row("TestGetDriverCapabilities/Invalid capabilities panic", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,not-utility"], Block("unsupported capability")),
+        row("TestGetDriverCapabilities/Invalid capabilities panic (even with requirements disabled)", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=gpu", "NVIDIA_DISABLE_REQUIRE=true"], Block("unsupported capability")),
+        row("TestGetDriverCapabilities (all among unknown ones is all)", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=foo,all"], Allow),
+        row("TestGetDriverCapabilities (entries trimmed, empty ones skipped)", H100, &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES= compute , utility,,ngx"], Allow),
+        row("TestGetDriverCapabilities (no GPU: never read)", H100, &["NVIDIA_DRIVER_CAPABILITIES=foo"], Skip),
         // Volume mounts.
         row("TestGetDevicesFromMounts/Discover 2 devices", H100x2, &[&nvd_root, &m0, &m1, arch9], Allow),
         row("TestGetDevicesFromMounts/Discover 2 devices (their GPU is the one checked)", Mig, &[&nvd_root, &m0, arch9], Block("L4-ARCH-REQUIREMENT")),
@@ -163,6 +176,9 @@ fn device_selection() -> Vec<Row> {
         row("TestGetDevicesFromMounts/Container path is not prefixed by 'root'", H100, &[&nvd_root, &other_prefix, arch9], Allow),
         row("TestGetDevicesFromMounts/Container path is only 'root'", H100, &[&nvd_root, &only_root, arch10], Block("L4-ARCH-REQUIREMENT")),
         row("TestGetDevicesFromMounts/No mounts (root path, GPUs differ: per-GPU checks unverifiable)", Mig, &[&nvd_root, arch9], Warn("L4-REQUIREMENT-UNVERIFIABLE")),
+        row("TestGetVisibleDevicesFromMounts/cdi devices are included", H100x2, &[&nvd_root, &cdi_mount, &cdi_all_mount, arch9], Allow),
+        row("TestGetVisibleDevicesFromMounts/cdi devices are included (cdi/<vendor>/<class>/<device>)", Mig, &[&nvd_root, &cdi_mount, arch9], Block("L4-ARCH-REQUIREMENT")),
+        row("TestGetVisibleDevicesFromMounts/imex devices are ignored", Mig, &[&nvd_root, &imex_mount, &m1, arch9], Allow),
         row("TestDeviceListSourcePriority/Mount devices, unprivileged, accept unprivileged, no accept mounts (env wins)", Mig, &["NVIDIA_VISIBLE_DEVICES=1", &m0, arch9], Allow),
         row("TestDeviceListSourcePriority/Mount devices, accept mounts (env names the mounts' root)", Mig, &[&nvd_root, &m1, arch9], Allow),
         row("TestDeviceListSourcePriority/No mount devices, unprivileged, accept unprivileged", H100x2, &["NVIDIA_VISIBLE_DEVICES=0,1"], Allow),

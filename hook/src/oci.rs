@@ -169,18 +169,35 @@ impl Config {
     }
 
     /// The devices a device plugin passed as volume mounts: a mount of `/dev/null` at
-    /// `/var/run/nvidia-container-devices/<id>` per device (NVIDIA's hook, `getDevicesFromMounts`).
+    /// `/var/run/nvidia-container-devices/<id>` per device (nvidia-container-toolkit
+    /// `visibleDevicesFromMounts`): `imex/…` entries are IMEX channels, not devices;
+    /// `cdi/<vendor>/<class>/<device>` is the CDI device `<vendor>/<class>=<device>`.
     pub fn volume_mount_devices(&self) -> Vec<String> {
         let root = crate::contract::image::VOLUME_MOUNT_DEVICES_ROOT;
-        self.mounts
-            .iter()
-            .filter(|m| clean(&m.source) == "/dev/null")
-            .filter_map(|m| {
-                let dest = clean(&m.destination);
-                let id = dest.strip_prefix(root)?.trim_start_matches('/');
-                (!id.is_empty()).then(|| id.to_owned())
-            })
-            .collect()
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        for m in self.mounts.iter().filter(|m| clean(&m.source) == "/dev/null") {
+            let dest = clean(&m.destination);
+            if seen.contains(&dest) {
+                continue;
+            }
+            let Some(id) = dest.strip_prefix(root).map(|d| d.trim_matches('/').to_owned()) else { continue };
+            seen.push(dest.clone());
+            if id.is_empty() || id.starts_with("imex/") {
+                continue;
+            }
+            match id.strip_prefix("cdi/") {
+                Some(name) if name.contains('=') => out.push(name.to_owned()),
+                Some(name) => {
+                    let parts: Vec<&str> = name.splitn(3, '/').collect();
+                    if let [vendor, class, device] = parts[..] {
+                        out.push(format!("{vendor}/{class}={device}"));
+                    }
+                }
+                None => out.push(id),
+            }
+        }
+        out
     }
 
     /// The rootfs directory, resolved against the bundle.
@@ -239,6 +256,34 @@ mod tests {
         assert!(matches!(State::read(&br#"{"bundle": 5}"#[..]), Err(OciError::Json { .. })));
         let huge = vec![b' '; usize::try_from(MAX_STATE_BYTES).unwrap() + 1];
         assert!(matches!(State::read(&huge[..]), Err(OciError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn privilege_and_volume_mount_devices() {
+        let config = |json: &str| serde_json::from_str::<Config>(json).unwrap();
+        let c = config(r#"{"process":{"capabilities":{"bounding":["CAP_SYS_ADMIN"]}}}"#);
+        assert!(c.privileged());
+        // runtime-spec 1.0.0-rc1..rc4 wrote a flat list.
+        assert!(config(r#"{"process":{"capabilities":["CAP_CHOWN","CAP_SYS_ADMIN"]}}"#).privileged());
+        assert!(!config(r#"{"process":{"capabilities":{"effective":["CAP_SYS_ADMIN"]}}}"#).privileged());
+        assert!(!config("{}").privileged());
+        let c = config(
+            r#"{"mounts":[
+                {"source":"/dev/null","destination":"/var/run/nvidia-container-devices/GPU0"},
+                {"source":"/dev//null","destination":"/var/run/nvidia-container-devices//GPU1-MIG0/0/1/"},
+                {"source":"/not/dev/null","destination":"/var/run/nvidia-container-devices/GPU2"},
+                {"source":"/dev/null","destination":"/other/prefix/GPU3"},
+                {"source":"/dev/null","destination":"/var/run/nvidia-container-devices"},
+                {"source":"/dev/null","destination":"/var/run/nvidia-container-devices/imex/0"},
+                {"source":"/dev/null","destination":"/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/0"},
+                {"source":"/dev/null","destination":"/var/run/nvidia-container-devices/cdi/nvidia.com/gpu=all"},
+                {"source":"/dev/null","destination":"/var/run/nvidia-container-devices/GPU0"}
+            ]}"#,
+        );
+        assert_eq!(
+            c.volume_mount_devices(),
+            ["GPU0", "GPU1-MIG0/0/1", "nvidia.com/gpu=0", "nvidia.com/gpu=all"]
+        );
     }
 
     #[test]

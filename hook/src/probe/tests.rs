@@ -367,3 +367,51 @@ fn eight_gpu_probe_is_fast() {
     eprintln!("probe of 8 GPUs: best of 50 = {best:?}");
     assert!(best < Duration::from_millis(5), "{best:?}");
 }
+
+#[test]
+fn mig_devices_from_capability_files_and_the_record() {
+    use crate::fixture::fixture_mig_uuid;
+    let (_d, p) = probe_of(&Preset::MigNode.spec());
+    let instances: Vec<(u32, u32, u32)> = p.mig.instances.iter().map(|i| (i.gpu_minor, i.gi, i.ci)).collect();
+    assert_eq!(instances, [(0, 1, 0), (0, 2, 0), (1, 1, 0)]);
+    assert_eq!(p.mig.records.len(), 3);
+    assert_eq!(p.mig.records[1].uuid, fixture_mig_uuid(0, 1));
+    assert_eq!(
+        (p.mig.records[1].parent_uuid.as_str(), p.mig.records[1].index),
+        (fixture_uuid(0).as_str(), 1)
+    );
+    let sel = |ids: &[&str]| DeviceSelection::List(ids.iter().map(|s| (*s).to_owned()).collect());
+    let idx = |s: &DeviceSelection| p.select(s).map(|v| v.iter().map(|g| g.index).collect::<Vec<_>>());
+    assert_eq!(idx(&sel(&[&fixture_mig_uuid(1, 0), &fixture_mig_uuid(0, 1)])), Ok(vec![1, 0]));
+    assert_eq!(idx(&sel(&["0:1", "1:0"])), Ok(vec![0, 1]));
+    assert!(matches!(idx(&sel(&["1:1"])), Err(SelectionError::NoSuchMig { gpu: 1, count: 1, .. })));
+    // R450's MIG UUIDs name their parent.
+    assert_eq!(idx(&sel(&[&format!("MIG-{}/2/0", fixture_uuid(1))])), Ok(vec![1]));
+    assert!(matches!(idx(&sel(&["MIG-GPU-nope/1/0"])), Err(SelectionError::NoSuchGpu { .. })));
+    // Not recorded: unresolved, with the GPUs that have MIG instances as candidates.
+    let (_d, p) = probe_of(&Preset::MigNode.spec().mig_unrecorded());
+    let r = p.resolve(&sel(&[&fixture_mig_uuid(0, 0)])).unwrap();
+    assert!(r.gpus.is_empty());
+    assert_eq!(r.unresolved[0].candidates.len(), 2);
+    assert!(r.unresolved[0].common_model().is_none());
+    let facts = p.facts(&sel(&[&fixture_mig_uuid(0, 0)])).unwrap();
+    assert_eq!(facts.gpus, [GpuFacts::default()]);
+}
+
+#[test]
+fn nvidia_smi_list_and_mig_index() {
+    let text = "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-aaaa)\n  MIG 3g.20gb     Device  0: (UUID: MIG-bbbb)\n\
+                \x20 MIG 1g.5gb      Device  1: (UUID: MIG-cccc)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-dddd)\n\
+                garbage line\n  MIG 7g.80gb Device 0: (UUID: MIG-GPU-dddd/0/0)\n";
+    let r = parse::nvidia_smi_list(text);
+    let got: Vec<(&str, &str, usize)> =
+        r.iter().map(|m| (m.uuid.as_str(), m.parent_uuid.as_str(), m.index)).collect();
+    assert_eq!(
+        got,
+        [("MIG-bbbb", "GPU-aaaa", 0), ("MIG-cccc", "GPU-aaaa", 1), ("MIG-GPU-dddd/0/0", "GPU-dddd", 0)]
+    );
+    assert_eq!(parse::mig_index("0:1"), Some((0, 1)));
+    for bad in ["0:", ":1", "a:1", "0:1:2", "0000:18:00.0", "1"] {
+        assert_eq!(parse::mig_index(bad), None, "{bad}");
+    }
+}
