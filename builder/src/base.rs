@@ -54,6 +54,17 @@ pub enum BaseError {
         #[source]
         source: crate::layer::LayerError,
     },
+    /// A base layer could not be read or decompressed.
+    #[error("{layer}: reading {}: {source}", path.display())]
+    LayerRead {
+        /// Which layer of which base.
+        layer: String,
+        /// The blob.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A base layer's bytes are not the ones its image names.
     #[error(
         "{layer}: its {what} is {actual}, but the image says {expected}; the layer was altered or is \
@@ -311,6 +322,43 @@ mod tests {
     }
 
     #[test]
+    fn base_layers_are_checked_against_their_digests_whatever_the_compression() {
+        for compression in [Compression::Gzip, Compression::Zstd, Compression::None] {
+            let dir = tempfile::tempdir().unwrap();
+            let cache = Cache::open(dir.path()).unwrap();
+            let mut w = LayerWriter::new(&cache, 0);
+            w.add_file("/etc/motd", vec![b'h'; 4096], 0o644).unwrap();
+            let blob = w.finish(compression).unwrap();
+            check_layout_layers(std::slice::from_ref(&blob), &cache, "base").unwrap();
+            // The size, the blob digest and the diff_id are each checked.
+            let mut wrong = blob.clone();
+            wrong.size += 1;
+            let err = check_layout_layers(&[wrong], &cache, "base").unwrap_err();
+            assert!(err.to_string().contains("its size is"), "{err}");
+            let mut wrong = blob.clone();
+            wrong.diff_id = format!("sha256:{}", "0".repeat(64));
+            let err = check_layout_layers(&[wrong], &cache, "base").unwrap_err();
+            assert!(err.to_string().contains("diff_id"), "{err}");
+            // A copy with one byte changed (its size kept).
+            let copy = dir.path().join("copy");
+            let mut bytes = std::fs::read(&blob.path).unwrap();
+            let last = bytes.len() - 1;
+            bytes[last] ^= 1;
+            std::fs::write(&copy, bytes).unwrap();
+            let tampered = LayerBlob { path: copy, ..blob.clone() };
+            let err = check_layout_layers(&[tampered], &cache, "base").unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    BaseError::LayerDigest { .. } | BaseError::LayerRead { .. } | BaseError::BadLayer { .. }
+                ),
+                "{err}"
+            );
+            assert!(err.to_string().contains("base layer 0"), "{err}");
+        }
+    }
+
+    #[test]
     fn scans_python_from_a_rootfs_tar() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.tar");
@@ -465,7 +513,7 @@ pub fn read_base_layer(
     layer: &str,
     writer: &mut LayerWriter,
 ) -> Result<(), BaseError> {
-    let tar_err = |source| BaseError::Tar { path: path.to_owned(), source };
+    let tar_err = |source| BaseError::LayerRead { layer: layer.to_owned(), path: path.to_owned(), source };
     let file = crate::input::open_regular(path, "base layer blob")?;
     let mut raw = HashingReader::new(std::io::BufReader::with_capacity(1 << 20, file));
     let diff = {
@@ -535,6 +583,9 @@ pub fn cached_import(key: &LayerKey, cache: &Cache) -> Option<ImportedBase> {
     Some(base)
 }
 
+/// One layer of an image archive: its file, its compression and what it must hash to.
+type Source = (PathBuf, Option<Compression>, LayerExpect);
+
 /// Imports an image archive (`docker save` of any Docker version, or an OCI layout archive):
 /// every layer is transcoded entry by entry into a deterministic layer of ours, so the result
 /// does not depend on how the archive was compressed or ordered. Cached under `key`.
@@ -555,7 +606,6 @@ pub fn import_archive(
         .map_err(|source| BaseError::Tar { path: cache.root().to_owned(), source })?;
     extract_image_archive(archive, tmp.path())?;
     let bad = |why: String| BaseError::Tar { path: archive.to_owned(), source: std::io::Error::other(why) };
-    type Source = (PathBuf, Option<Compression>, LayerExpect);
     let (config, sources): (crate::oci::RuntimeConfig, Vec<Source>) =
         if tmp.path().join("index.json").is_file() {
             let image = crate::oci::read_layout(tmp.path(), None).map_err(|e| bad(e.to_string()))?;

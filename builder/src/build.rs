@@ -1102,16 +1102,20 @@ fn patch_identity(change: &PatchChange) -> Result<String, BuildError> {
             }
         }
         PatchChange::Diff { path } => {
-            h.update(crate::input::read_capped(path, crate::input::MAX_TEXT, "patch")?)
+            h.update(crate::input::read_capped(path, crate::input::MAX_TEXT, "patch")?);
         }
     }
     Ok(hex::encode(h.finalize()))
 }
 
+/// Fetches the wheels of some locked packages, by normalized name.
+type FetchWheels<'a> = dyn Fn(&Cache, &[&Wheel]) -> Result<BTreeMap<String, Artifact>, BuildError> + 'a;
+
 /// Refuses a lock that installs packages the recipe never asks for: every locked wheel must be
 /// a requirement or a `[[python.wheel]]` of the recipe, or be reachable from one through the
 /// wheels' `Requires-Dist`. The answer depends only on the recipe's requirements and the locked
 /// files, so it is remembered in the cache and the wheels are read once per lock.
+#[allow(clippy::result_large_err)] // BuildError, as every step of a build returns
 fn check_lock_graph(
     recipe: &Recipe,
     py: &crate::recipe::PythonSection,
@@ -1119,7 +1123,7 @@ fn check_lock_graph(
     platform: Platform,
     wheels: &[Wheel],
     cache: &Cache,
-    fetch: &dyn Fn(&Cache, &[&Wheel]) -> Result<BTreeMap<String, Artifact>, BuildError>,
+    fetch: &FetchWheels<'_>,
 ) -> Result<(), BuildError> {
     let mut roots: Vec<String> = py.packages.iter().map(|r| r.name.to_string()).collect();
     roots.extend(py.wheels.iter().filter(|w| w.fits(platform)).map(|w| w.name.to_string()));

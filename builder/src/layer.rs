@@ -41,6 +41,13 @@ const ZSTD_LEVEL: i32 = 3;
 const ZSTD_MAX_WORKERS: u32 = 8;
 /// Most links followed to resolve a hardlink to a hardlink.
 const MAX_HARDLINK_HOPS: usize = 64;
+/// Longest entry name (Linux's `PATH_MAX`): a longer one cannot be opened by a runtime, and
+/// every one of its parents becomes an entry, so names are what a hostile tar would inflate.
+const MAX_NAME: usize = 4096;
+/// Longest name component (Linux's `NAME_MAX`).
+const MAX_COMPONENT: usize = 255;
+/// Most entries in one layer (a CUDA + torch rootfs has a few hundred thousand).
+const MAX_ENTRIES: usize = 8 << 20;
 
 /// Compression of a layer blob.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -281,11 +288,15 @@ fn normalize(raw: &[u8], allow_absolute: bool) -> Result<Vec<u8>, LayerError> {
     if raw.contains(&0) {
         return Err(unsafe_name("NUL byte in name"));
     }
+    if raw.len() > MAX_NAME {
+        return Err(unsafe_name("name longer than 4096 bytes (PATH_MAX)"));
+    }
     let mut out = Vec::with_capacity(raw.len());
     for component in raw.split(|&b| b == b'/') {
         match component {
             b"" | b"." => {}
             b".." => return Err(unsafe_name("`..` component")),
+            c if c.len() > MAX_COMPONENT => return Err(unsafe_name("name component longer than 255 bytes")),
             c => {
                 if !out.is_empty() {
                     out.push(b'/');
@@ -488,6 +499,12 @@ impl LayerWriter {
             }
         }
         self.entries.insert(path, node);
+        if self.entries.len() > MAX_ENTRIES {
+            return Err(LayerError::Unsupported {
+                entry: String::new(),
+                what: format!("layer with more than {MAX_ENTRIES} entries"),
+            });
+        }
         Ok(())
     }
 

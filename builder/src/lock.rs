@@ -559,4 +559,44 @@ dest = "/app"
         old.version = 0;
         assert!(old.is_stale(&recipe(RECIPE)));
     }
+    #[test]
+    fn packages_nothing_asks_for_are_found() {
+        let lock = Lock::parse(
+            "x.lock",
+            &format!(
+                "version = 1\nrecipe_hash = \"{h}\"\nplatforms = [\"linux/amd64\"]\n{}{}{}{}",
+                pkg("six"),
+                pkg("requests"),
+                pkg("idna"),
+                pkg("evil-miner"),
+                h = "0".repeat(64)
+            ),
+        )
+        .unwrap();
+        let requires: std::collections::BTreeMap<String, Vec<String>> =
+            [("requests".to_owned(), vec!["IDNA".to_owned()]), ("idna".to_owned(), vec![])]
+                .into_iter()
+                .collect();
+        let names = |roots: &[&str]| -> Vec<String> {
+            let roots: Vec<String> = roots.iter().map(|r| (*r).to_owned()).collect();
+            let mut names: Vec<String> = lock
+                .unrequested(Platform::LinuxAmd64, &roots, &requires)
+                .iter()
+                .map(|p| p.name.to_string())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(&["six", "Requests"]), ["evil-miner"]);
+        assert_eq!(names(&["six", "requests", "evil_miner"]), Vec::<String>::new());
+        assert_eq!(names(&["six"]), ["evil-miner", "idna", "requests"]);
+    }
+
+    fn pkg(name: &str) -> String {
+        format!(
+            "\n[[package]]\nname = \"{name}\"\nversion = \"1.0\"\nplatform = \"linux/amd64\"\nfilename = \"{}-1.0-py3-none-any.whl\"\nsha256 = \"{}\"\nsize = 1\n",
+            name.replace('-', "_"),
+            "a".repeat(64)
+        )
+    }
 }

@@ -928,6 +928,9 @@ mod tests {
         assert!(stage_path(&src, "/opt/link/x", &stage).is_err());
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
     }
+    /// Symlinks to create and the error expected (`None`: accepted).
+    type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>);
+
     /// The classic: `d/l -> ..` is harmless alone and lexically `esc`'s target stays inside, but
     /// walked the way the kernel resolves it, `d/l/d/l/../..` climbs two levels above the root.
     #[test]
@@ -942,7 +945,7 @@ mod tests {
         assert!(err.ends_with(r#"unsafe entry "esc": symlink pointing outside the source tree"#), "{err}");
 
         // More of the class: chains, loops, links to links that leave, absolute hops.
-        let cases: &[(&[(&str, &str)], Option<&str>)] = &[
+        let cases: &[Case<'_>] = &[
             (&[("a", "b"), ("b", "..")], Some("outside")),
             (&[("a", "b/../.."), ("b", "c")], Some("outside")),
             (&[("up", "x/.."), ("x", "y"), ("y", "..")], Some("outside")),
@@ -1060,8 +1063,8 @@ mod tests {
         assert!(!stage.join("w/.cache").exists());
         assert!(stage.join("w/images").is_dir() && !stage.join("w/images/out").exists());
         // Without being told of the cache, the stage itself is still never copied into itself.
-        let stage2 = cache.join("tmp/stage-2");
-        stage_path(&src, "/w", &stage2).unwrap();
-        assert!(!stage2.join("w/.cache/tmp/stage-2").exists());
+        let second = cache.join("tmp/stage-2");
+        stage_path(&src, "/w", &second).unwrap();
+        assert!(!second.join("w/.cache/tmp/stage-2").exists());
     }
 }

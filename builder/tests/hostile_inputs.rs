@@ -17,7 +17,7 @@ use stackbuild::oci::{Image, ImageConfig};
 
 const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 /// Longest any of these runs may take; they all end in seconds.
-const TIMEOUT: Duration = Duration::from_secs(60);
+const TIMEOUT: Duration = Duration::from_mins(1);
 
 struct Run {
     ok: bool,
@@ -323,7 +323,7 @@ fn sha256(bytes: &[u8]) -> String {
 }
 
 /// Writes an OCI layout at `dir` whose layers are the uncompressed tars `layers`;
-/// `diff_id_of` may lie about a layer's diff_id.
+/// `lie` names a layer whose `diff_id` the config misstates.
 fn layout(dir: &Path, layers: &[Vec<u8>], lie: Option<usize>) {
     let blobs = dir.with_extension("blobs");
     std::fs::create_dir_all(&blobs).unwrap();

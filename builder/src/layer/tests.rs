@@ -523,3 +523,20 @@ fn epochs_past_year_9999_are_refused() {
         assert!(err.contains(&late.to_string()) && err.contains("9999-12-31T23:59:59Z"), "{err}");
     }
 }
+
+#[test]
+fn oversized_names_are_refused_before_their_parents_are_made() {
+    let (_c, cache) = cache();
+    // 4097 bytes of `a/a/...`: 2049 parents, each a key, if it were accepted.
+    let deep = "a/".repeat(2048) + "a";
+    for name in [deep, format!("d/{}", "x".repeat(256))] {
+        let mut w = LayerWriter::new(&cache, 0);
+        let err = w.add_tar(&pax_path(&name, "innocent")[..], &TarImport::default()).unwrap_err();
+        assert!(matches!(err, LayerError::UnsafeName { .. }), "{err}");
+        assert!(w.is_empty());
+    }
+    // At the limits, accepted.
+    let mut w = LayerWriter::new(&cache, 0);
+    let name = format!("{}/{}", "y".repeat(255), "z/".repeat(1500) + "f");
+    w.add_tar(&pax_path(&name, "innocent")[..], &TarImport::default()).unwrap();
+}
