@@ -342,3 +342,150 @@ fn healthy_host_starts_and_broken_host_is_blocked_through_the_runc_shim() {
     assert!(stderr.contains(code), "{code} missing from ctr's error: {stderr}");
     assert_eq!(decision, "blocked");
 }
+
+/// `name:tag` of the node image recipe.
+fn node_image_reference() -> String {
+    let recipe = std::fs::read_to_string(e2e::workspace().join("recipes/stackhook-node.toml")).unwrap();
+    let value = |key: &str| {
+        recipe
+            .lines()
+            .find_map(|l| l.strip_prefix(key).and_then(|r| r.trim().strip_prefix('=')))
+            .map(|v| v.trim().trim_matches('"').to_owned())
+            .unwrap_or_else(|| panic!("no {key} in recipes/stackhook-node.toml"))
+    };
+    format!("{}:{}", value("name"), value("tag"))
+}
+
+#[test]
+fn the_daemonset_runs_the_image_the_node_recipe_builds() {
+    let reference = node_image_reference();
+    let daemonset =
+        std::fs::read_to_string(e2e::workspace().join("deploy/kubernetes/daemonset.yaml")).unwrap();
+    let images: Vec<&str> =
+        daemonset.lines().filter_map(|l| l.trim().strip_prefix("image:")).map(str::trim).collect();
+    assert_eq!(images.len(), 2, "{images:?}");
+    assert!(images.iter().all(|i| *i == reference), "{images:?} is not {reference}");
+    let kustomization =
+        std::fs::read_to_string(e2e::workspace().join("deploy/kubernetes/kustomization.yaml")).unwrap();
+    let (name, _) = reference.split_once(':').unwrap();
+    assert!(kustomization.contains(&format!("name: {name}")), "{kustomization}");
+}
+
+/// The init container's shell script, as the DaemonSet has it.
+fn init_script() -> String {
+    let daemonset =
+        std::fs::read_to_string(e2e::workspace().join("deploy/kubernetes/daemonset.yaml")).unwrap();
+    let mut lines = daemonset.lines().skip_while(|l| l.trim() != "- |").skip(1);
+    let first = lines.next().unwrap();
+    let indent = first.len() - first.trim_start().len();
+    let mut script = format!("{}\n", first.trim_start());
+    for line in lines {
+        if !line.trim().is_empty() && line.len() - line.trim_start().len() < indent {
+            break;
+        }
+        script.push_str(line.get(indent..).unwrap_or(""));
+        script.push('\n');
+    }
+    script
+}
+
+/// The node image under containerd: built from recipes/stackhook-node.toml as
+/// deploy/kubernetes/build-image.sh does (static hook, static busybox, scratch), imported, and
+/// its init container's script run against a bind-mounted empty "host": the binary lands in the
+/// host's /usr/local/bin, `stackhook install containerd` runs chrooted there, and the drop-in
+/// with the runtime handler is written.
+#[test]
+fn the_node_image_installs_the_runtime_under_containerd() {
+    if !runnable() {
+        return;
+    }
+    let hook = binary("stackhook");
+    let file = Command::new("file").arg(&hook).output().map(|o| text(&o.stdout)).unwrap_or_default();
+    if !(file.contains("statically linked") || file.contains("static-pie")) {
+        eprintln!(
+            "skipped: {} is not statically linked (set STACKHOOK_BIN to the static hook)",
+            hook.display()
+        );
+        return;
+    }
+    let dir = tempfile::Builder::new().prefix("shnode").tempdir_in("/tmp").unwrap();
+    let stage = dir.path().join("stage");
+    std::fs::create_dir_all(stage.join("bin")).unwrap();
+    std::fs::create_dir_all(stage.join("usr-local-bin")).unwrap();
+    std::fs::copy(&hook, stage.join("usr-local-bin/stackhook")).unwrap();
+    std::fs::copy("/bin/busybox", stage.join("bin/busybox")).unwrap();
+    for applet in
+        ["sh", "cp", "chmod", "mv", "chroot", "sed", "grep", "mkdir", "cat", "dirname", "echo", "rm"]
+    {
+        std::os::unix::fs::symlink("busybox", stage.join("bin").join(applet)).unwrap();
+    }
+    let archive = dir.path().join("node.tar");
+    let out = Command::new(builder())
+        .arg("build")
+        .arg(e2e::workspace().join("recipes/stackhook-node.toml"))
+        .args(["--quiet", "--out"])
+        .arg(dir.path().join("layout"))
+        .arg("--archive")
+        .arg(&archive)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .arg("--source")
+        .arg(format!("busybox={}", stage.join("bin").display()))
+        .arg("--source")
+        .arg(format!("stackhook={}", stage.join("usr-local-bin").display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "stackbuild recipes/stackhook-node.toml: {}", text(&out.stderr));
+    let daemon =
+        Containerd::start(&dir.path().join("ctd"), &Containerd::base_config(&dir.path().join("ctd")), &[])
+            .unwrap();
+    daemon.import(&archive);
+    let image = node_image_reference();
+    let host = dir.path().join("host");
+    std::fs::create_dir_all(host.join("usr/local/bin")).unwrap();
+    std::fs::create_dir_all(host.join("etc/containerd")).unwrap();
+    std::fs::create_dir_all(host.join("proc")).unwrap();
+    let out = daemon
+        .ctr()
+        .args(["run", "--rm", "--mount"])
+        .arg(format!("type=bind,src={},dst=/host,options=rbind:rw", host.display()))
+        // A node's hostPath `/` brings the host's /proc along (the chrooted install reads
+        // /proc/self/exe); the fake host gets the machine's.
+        .args(["--mount", "type=bind,src=/proc,dst=/host/proc,options=rbind:ro"])
+        .args([&image, &format!("node-{}", std::process::id()), "/bin/sh", "-c", &init_script()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the init script failed: {}{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr),
+        daemon.log_tail(20)
+    );
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("stackhook: installed"), "{stderr}");
+    assert!(host.join("usr/local/bin/stackhook").is_file());
+    assert_eq!(
+        std::fs::read_link(host.join("usr/local/bin/stackhook-runtime")).unwrap(),
+        Path::new("stackhook")
+    );
+    let dropin = std::fs::read_to_string(host.join("etc/containerd/conf.d/stackhook.toml")).unwrap();
+    assert!(dropin.starts_with("version = 2\n"), "{dropin}");
+    assert!(dropin.contains("BinaryName = \"/usr/local/bin/stackhook-runtime\""), "{dropin}");
+    // The labels container's binary answers in the image too.
+    let out = daemon
+        .ctr()
+        .args([
+            "run",
+            "--rm",
+            &image,
+            &format!("node-v-{}", std::process::id()),
+            "/usr/local/bin/stackhook",
+            "--version",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success() && text(&out.stdout).starts_with("stackhook "), "{}", text(&out.stderr));
+}

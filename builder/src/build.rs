@@ -22,6 +22,7 @@ use crate::lock::Lock;
 use crate::oci::{self, History, Image, ImageConfig, RuntimeConfig};
 use crate::patch::{self, PatchSpec};
 use crate::recipe::{Base, PatchChange, PatchTarget, Platform, Recipe, SourceOrigin};
+use crate::sbom;
 use crate::solve::{self, Pinned, Target};
 use crate::source;
 use crate::wheel::{self, Scheme};
@@ -163,6 +164,8 @@ pub struct BuildOptions {
     pub compression: Compression,
     /// `--source NAME=PATH`: local directories that replace recipe sources.
     pub source_overrides: BTreeMap<String, PathBuf>,
+    /// `--sbom DIR`: also write the image's SBOM documents (the ones inside it) here.
+    pub sbom_dir: Option<PathBuf>,
 }
 
 impl Default for BuildOptions {
@@ -178,6 +181,7 @@ impl Default for BuildOptions {
             cache_dir: None,
             compression: Compression::Gzip,
             source_overrides: BTreeMap::new(),
+            sbom_dir: None,
         }
     }
 }
@@ -212,6 +216,12 @@ pub struct BuildReport {
     pub audit: Option<crate::audit::AuditReport>,
     /// The registry push, when asked for.
     pub push: Option<crate::registry::PushReport>,
+    /// The SBOM documents attached to the pushed image as OCI referrers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub referrers: Vec<crate::registry::ReferrerReport>,
+    /// The SBOM files `--sbom DIR` wrote.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sbom_files: Vec<PathBuf>,
     /// Seconds taken.
     pub seconds: f64,
     /// Each platform's image, when the recipe lists several (`manifest_digest` is then the
@@ -239,6 +249,7 @@ struct PlatformBuild {
     image: Image,
     layers: Vec<LayerReport>,
     stack: StackManifest,
+    sbom: sbom::Sbom,
 }
 
 /// A Python package layer group, in layer order.
@@ -408,6 +419,11 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     if let Some(image) = archived.and_then(|i| images.get(i)) {
         write_archive_and_load(image, &reference, &cache, opts)?;
     }
+    // Before the push: a failed push still leaves the documents of the image just written.
+    let sbom_files = match &opts.sbom_dir {
+        Some(dir) => write_sbom_files(&builds, dir, &recipe.image.name)?,
+        None => Vec::new(),
+    };
     let push = match &opts.push {
         Some(dest) => {
             let dest = crate::registry::Reference::parse(dest)?;
@@ -424,6 +440,11 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         }
         None => None,
     };
+    let referrers = match &opts.push {
+        Some(dest) => push_sbom_referrers(&builds, dest, opts)?,
+        None => Vec::new(),
+    };
+
     let mut platforms = Vec::new();
     if multi {
         for (b, audit) in builds.iter().zip(&audits) {
@@ -444,9 +465,68 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         stack: first.stack,
         audit: audits.into_iter().next().flatten(),
         push,
+        referrers,
+        sbom_files,
         seconds: started.elapsed().as_secs_f64(),
         platforms,
     })
+}
+
+/// Attaches each platform image's SBOM documents to it in the registry `dest` names (OCI 1.1
+/// referrers, or the referrers tag scheme where the registry has no referrers API).
+fn push_sbom_referrers(
+    builds: &[PlatformBuild],
+    dest: &str,
+    opts: &BuildOptions,
+) -> Result<Vec<crate::registry::ReferrerReport>, BuildError> {
+    let dest = crate::registry::Reference::parse(dest)?;
+    let client = registry_client(opts);
+    let mut reports = Vec::new();
+    for b in builds {
+        let subject = crate::registry::Subject {
+            media_type: oci::MEDIA_TYPE_MANIFEST.to_owned(),
+            digest: b.image.manifest_digest()?,
+            size: serde_json::to_vec(&b.image.manifest()?)
+                .map_err(|e| BuildError::Unsupported(e.to_string()))?
+                .len() as u64,
+        };
+        for (media_type, bytes) in
+            [(sbom::SPDX_MEDIA_TYPE, &b.sbom.spdx), (sbom::CYCLONEDX_MEDIA_TYPE, &b.sbom.cyclonedx)]
+        {
+            let report = crate::registry::push_referrer(&client, &dest, &subject, media_type, bytes)?;
+            tracing::info!(
+                "attached {media_type} to {}: {} ({})",
+                subject.digest,
+                report.digest,
+                if report.referrers_api { "referrers API" } else { "referrers tag" }
+            );
+            reports.push(report);
+        }
+    }
+    Ok(reports)
+}
+
+/// `--sbom DIR`: `<name>.spdx.json` and `<name>.cdx.json` (with `-<os>-<arch>` per platform when
+/// there are several), the same bytes as in the image.
+fn write_sbom_files(builds: &[PlatformBuild], dir: &Path, name: &str) -> Result<Vec<PathBuf>, BuildError> {
+    std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+    let base = name.rsplit('/').next().unwrap_or(name);
+    let mut files = Vec::new();
+    for b in builds {
+        let stem = if builds.len() > 1 {
+            format!("{base}-{}", b.platform.as_str().replace('/', "-"))
+        } else {
+            base.to_owned()
+        };
+        for (ext, bytes) in [("spdx.json", &b.sbom.spdx), ("cdx.json", &b.sbom.cyclonedx)] {
+            let path = dir.join(format!("{stem}.{ext}"));
+            let tmp = dir.join(format!(".{stem}.{ext}.tmp"));
+            std::fs::write(&tmp, bytes).map_err(io("writing", &tmp))?;
+            std::fs::rename(&tmp, &path).map_err(io("renaming", &tmp))?;
+            files.push(path);
+        }
+    }
+    Ok(files)
 }
 
 /// `--archive` and `--load` of one image.
@@ -493,15 +573,16 @@ fn build_platform(
 ) -> Result<PlatformBuild, BuildError> {
     let compression = opts.compression;
 
-    let mut layers: Vec<(LayerReport, LayerBlob, String)> = Vec::new();
-    let mut push = |name: &str, created_by: String, blob: LayerBlob, built: bool| {
+    // A cell: the SBOM reads the layers so far while `push` is still to add the last one.
+    let layers: std::cell::RefCell<Vec<(LayerReport, LayerBlob, String)>> = std::cell::RefCell::default();
+    let push = |name: &str, created_by: String, blob: LayerBlob, built: bool| {
         tracing::info!(
             "layer {name:<8} {} {} ({} bytes)",
             if built { "built " } else { "reused" },
             blob.digest,
             blob.size
         );
-        layers.push((
+        layers.borrow_mut().push((
             LayerReport { name: name.to_owned(), digest: blob.digest.clone(), size: blob.size, built },
             blob,
             created_by,
@@ -834,8 +915,13 @@ fn build_platform(
     stack_json.push(b'\n');
     let package_patches: Vec<_> =
         recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Package(_))).collect();
-    let mut key =
-        LayerKey::builder("config/v1").number(epoch).str(&compression.cache_id()).bytes(&stack_json);
+    let sbom = platform_sbom(&stack, &layers.borrow(), platform, epoch);
+    let mut key = LayerKey::builder("config/v1")
+        .number(epoch)
+        .str(&compression.cache_id())
+        .bytes(&stack_json)
+        .bytes(&sbom.spdx)
+        .bytes(&sbom.cyclonedx);
     for p in &package_patches {
         key = key.str(&p.name).str(&patch_identity(&p.change)?);
     }
@@ -845,6 +931,8 @@ fn build_platform(
     } else {
         let mut writer = LayerWriter::new(cache, epoch);
         writer.add_file(STACK_JSON_PATH, stack_json.clone(), 0o644)?;
+        writer.add_file(sbom::SPDX_PATH, sbom.spdx.clone(), 0o644)?;
+        writer.add_file(sbom::CYCLONEDX_PATH, sbom.cyclonedx.clone(), 0o644)?;
         // The writer reads file contents in `finish`: the stage must outlive it.
         let stage = tempdir(cache)?;
         if !package_patches.is_empty() {
@@ -954,6 +1042,7 @@ fn build_platform(
             .insert(format!("{LABEL_PREFIX}require.{}", r.variable.to_ascii_lowercase()), r.expr.clone());
     }
     let created = oci::rfc3339(epoch);
+    let layers = layers.into_inner();
     let history = layers
         .iter()
         .map(|(_, _, by)| History {
@@ -979,7 +1068,42 @@ fn build_platform(
     let (reports, blobs): (Vec<LayerReport>, Vec<LayerBlob>) =
         layers.into_iter().map(|(r, b, _)| (r, b)).unzip();
     let image = Image::new(image_config, blobs, annotations)?;
-    Ok(PlatformBuild { platform, image, layers: reports, stack })
+    Ok(PlatformBuild { platform, image, layers: reports, stack, sbom })
+}
+
+/// The SBOM of one platform's image: the layers built so far by digest, then the configuration
+/// layer that will hold it; each component placed in the layer that holds it.
+fn platform_sbom(
+    stack: &StackManifest,
+    layers: &[(LayerReport, LayerBlob, String)],
+    platform: Platform,
+    epoch: u64,
+) -> sbom::Sbom {
+    let mut list: Vec<sbom::SbomLayer> = layers
+        .iter()
+        .map(|(r, _, _)| sbom::SbomLayer { name: r.name.clone(), digest: Some(r.digest.clone()) })
+        .collect();
+    let config = list.len();
+    list.push(sbom::SbomLayer { name: "config".into(), digest: None });
+    let find = |name: &str| list.iter().position(|l| l.name == name).unwrap_or(config);
+    let placement: Vec<usize> = stack
+        .components
+        .iter()
+        .map(|c| match c.kind.as_str() {
+            "base" | "deb" => find("base"),
+            "wheel" => find(Group::of(&c.name).name()),
+            "source" => find("sources"),
+            "patch" if c.source.starts_with("source ") => find("sources"),
+            _ => config,
+        })
+        .collect();
+    sbom::Sbom::new(&sbom::SbomInput {
+        stack,
+        layers: &list,
+        placement: &placement,
+        deb_arch: debian_arch(platform),
+        epoch,
+    })
 }
 
 fn registry_client(opts: &BuildOptions) -> crate::registry::Client {

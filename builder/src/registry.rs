@@ -38,7 +38,10 @@ use std::path::PathBuf;
 pub use auth::{parse_www_authenticate, Challenge, Credentials};
 pub use client::{Client, DEFAULT_CHUNK_SIZE};
 pub use pull::{pull, pull_with, PullOptions, PulledImage};
-pub use push::{push_layout, push_layout_with, PushOptions, PushReport};
+pub use push::{
+    push_layout, push_layout_with, push_referrer, referrers_tag, PushOptions, PushReport, ReferrerReport,
+    Subject, MEDIA_TYPE_EMPTY,
+};
 pub use reference::Reference;
 
 use crate::oci::OciError;

@@ -45,6 +45,9 @@ pub struct Args {
     /// Write the build report (layers built or reused, the stack) as JSON to this file.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
+    /// Also write the image's SBOM (SPDX 2.3 and CycloneDX 1.6 JSON, as in /etc/stackbuild/) here.
+    #[arg(long, value_name = "DIR")]
+    sbom: Option<PathBuf>,
 }
 
 impl Args {
@@ -74,6 +77,7 @@ impl Args {
             cache_dir: self.cache_dir,
             compression: self.compression,
             source_overrides,
+            sbom_dir: self.sbom,
         };
         let report = build(&recipe, &opts)?;
         if let Some(file) = &self.report {

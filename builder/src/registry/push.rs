@@ -11,6 +11,9 @@ use super::{io_err, Client, Reference, RegistryError};
 use crate::cache::sha256_hex;
 use crate::oci::{self, MEDIA_TYPE_INDEX, MEDIA_TYPE_MANIFEST};
 
+mod referrers;
+pub use referrers::{push_referrer, referrers_tag, ReferrerReport, Subject, MEDIA_TYPE_EMPTY};
+
 /// Largest manifest pushed or pulled (distribution's default limit is 4 MiB).
 pub(super) const MAX_MANIFEST: u64 = 4 * 1024 * 1024;
 
