@@ -504,7 +504,7 @@ fn layout_subdir(path: &Path) -> Result<(), OciError> {
     }
 }
 
-/// An entry of `index.json`: one this writer made, or another tag's, kept exactly as it was.
+/// An entry of `index.json`: one this writer made, or another tag's, kept with every field.
 #[derive(Serialize)]
 #[serde(untagged)]
 enum IndexEntry {
@@ -553,7 +553,8 @@ pub fn write_layout(dir: &Path, image: &Image, tag: &str) -> Result<String, OciE
 /// `blobs/sha256/` once complete; the nested index of a multi-platform image last among them),
 /// and `index.json` is replaced atomically at the end, under an exclusive lock on `dir` so that
 /// two builds into one layout do not lose each other's tags. Nothing is deleted: the other tags'
-/// entries are kept byte for byte, and blobs only the replaced tag used stay.
+/// entries are kept with every field (keys in sorted order), and blobs only the replaced tag used
+/// stay.
 pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<String, OciError> {
     check_tag(tag)?;
     if images.is_empty() {
