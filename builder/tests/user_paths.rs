@@ -109,7 +109,7 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 }
 
 fn set_old(path: &Path) {
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(5 * 3600);
+    let old = std::time::SystemTime::now() - std::time::Duration::from_hours(5);
     std::fs::File::open(path).unwrap().set_modified(old).unwrap();
 }
 
@@ -392,6 +392,7 @@ fn a_control_character_in_a_wheel_path_is_refused_without_leaking() {
 
 /// A minimal pure-Python wheel of `demo-pkg` 1.0 at `path`.
 fn write_demo_wheel(path: &Path) {
+    use std::fmt::Write as _;
     use std::io::Write as _;
     use zip::write::SimpleFileOptions;
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -409,7 +410,7 @@ fn write_demo_wheel(path: &Path) {
         zip.start_file(name, SimpleFileOptions::default()).unwrap();
         zip.write_all(content.as_bytes()).unwrap();
         let digest = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(content));
-        record.push_str(&format!("{name},sha256={},{}\n", urlsafe_b64(&digest), content.len()));
+        let _ = writeln!(record, "{name},sha256={},{}", urlsafe_b64(&digest), content.len());
     }
     record.push_str("demo_pkg-1.0.dist-info/RECORD,,\n");
     zip.start_file("demo_pkg-1.0.dist-info/RECORD", SimpleFileOptions::default()).unwrap();
