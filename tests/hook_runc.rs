@@ -156,3 +156,61 @@ fn the_hook_binary_is_static() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("statically linked") || text.contains("static-pie"), "{text}");
 }
+
+/// A shared object whose constructor creates `marker` when a dynamic loader loads it.
+fn preload_library(dir: &std::path::Path, marker: &std::path::Path) -> Option<std::path::PathBuf> {
+    let src = dir.join("preload.c");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <fcntl.h>\n#include <unistd.h>\n__attribute__((constructor)) static void preloaded(void) \
+             {{ int fd = open(\"{}\", O_CREAT | O_WRONLY, 0644); if (fd >= 0) close(fd); }}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let so = dir.join("preload.so");
+    let built = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .is_ok_and(|s| s.success());
+    built.then_some(so)
+}
+
+#[test]
+fn an_ld_preload_library_is_not_loaded_into_the_hook() {
+    let hook = binary("stackhook");
+    // No PT_INTERP: the kernel starts the hook itself, no loader runs.
+    stackhook::install::check_static(&hook).unwrap();
+    if !have("cc") {
+        eprintln!("skipped: no C compiler (cc) to build the LD_PRELOAD library");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("preload-ran");
+    let so = preload_library(dir.path(), &marker).expect("cc builds a shared object");
+    // The control: a dynamically linked program does load it, so a load would be seen.
+    let control =
+        std::process::Command::new("sh").args(["-c", "true"]).env("LD_PRELOAD", &so).status().unwrap();
+    assert!(control.success() && marker.exists(), "the preload library did not run in sh");
+    std::fs::remove_file(&marker).unwrap();
+
+    let host = Preset::Healthy.build(&dir.path().join("host")).unwrap();
+    let runs: [&[&str]; 3] =
+        [&["--help"], &["doctor", "--host-root"], &["install", "--dry-run", "podman", "--prefix"]];
+    for args in runs {
+        let mut cmd = std::process::Command::new(&hook);
+        cmd.args(args).env("LD_PRELOAD", &so).env("LD_LIBRARY_PATH", dir.path());
+        match args[0] {
+            "doctor" => cmd.arg(host.root()),
+            "install" => cmd.arg(dir.path().join("prefix")),
+            _ => &mut cmd,
+        };
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "stackhook {args:?}: {stderr}");
+        assert!(!marker.exists(), "stackhook {args:?} loaded the LD_PRELOAD library");
+    }
+}

@@ -232,7 +232,7 @@ pub enum LayerError {
         "SOURCE_DATE_EPOCH={0} is after 9999-12-31T23:59:59Z ({MAX_EPOCH}), the last time an image's \
          RFC 3339 `created` date can express"
     )]
-    EpochTooLate(u64),
+    EpochTooLate(String),
     /// Unknown compression name.
     #[error("unknown compression {0:?} (expected gzip, zstd or none)")]
     UnknownCompression(String),
@@ -254,7 +254,14 @@ fn lossy(bytes: &[u8]) -> String {
 pub fn source_date_epoch() -> Result<u64, LayerError> {
     let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
         Ok(v) if v.trim().is_empty() => 0,
-        Ok(v) => v.trim().parse().map_err(|_| LayerError::BadEpoch(v))?,
+        Ok(v) => match v.trim().parse() {
+            Ok(epoch) => epoch,
+            // All digits, yet no u64: later still than the last date.
+            Err(_) if v.trim().bytes().all(|b| b.is_ascii_digit()) => {
+                return Err(LayerError::EpochTooLate(v.trim().to_owned()))
+            }
+            Err(_) => return Err(LayerError::BadEpoch(v)),
+        },
         Err(std::env::VarError::NotPresent) => 0,
         Err(std::env::VarError::NotUnicode(v)) => {
             return Err(LayerError::BadEpoch(v.to_string_lossy().into_owned()))
@@ -271,7 +278,7 @@ pub const MAX_EPOCH: u64 = 253_402_300_799;
 /// `epoch` if an image date can express it.
 pub fn check_epoch(epoch: u64) -> Result<u64, LayerError> {
     if epoch > MAX_EPOCH {
-        Err(LayerError::EpochTooLate(epoch))
+        Err(LayerError::EpochTooLate(epoch.to_string()))
     } else {
         Ok(epoch)
     }

@@ -481,7 +481,7 @@ fn clean_layout_temps(dir: &Path) {
         for entry in entries.flatten() {
             let ours = cache::is_temp_name(&entry.file_name().to_string_lossy(), TEMP_PREFIX);
             let file = entry.file_type().is_ok_and(|t| t.is_file());
-            if ours && file && cache::modified_before(&entry, std::time::Duration::from_secs(3600)) {
+            if ours && file && cache::modified_before(&entry, std::time::Duration::from_hours(1)) {
                 let _ = fs::remove_file(entry.path());
             }
         }
@@ -504,7 +504,7 @@ fn layout_subdir(path: &Path) -> Result<(), OciError> {
     }
 }
 
-/// An entry of `index.json`: one this writer made, or another tag's, kept exactly as it was.
+/// An entry of `index.json`: one this writer made, or another tag's, kept with every field.
 #[derive(Serialize)]
 #[serde(untagged)]
 enum IndexEntry {
@@ -553,7 +553,8 @@ pub fn write_layout(dir: &Path, image: &Image, tag: &str) -> Result<String, OciE
 /// `blobs/sha256/` once complete; the nested index of a multi-platform image last among them),
 /// and `index.json` is replaced atomically at the end, under an exclusive lock on `dir` so that
 /// two builds into one layout do not lose each other's tags. Nothing is deleted: the other tags'
-/// entries are kept byte for byte, and blobs only the replaced tag used stay.
+/// entries are kept with every field (keys in sorted order), and blobs only the replaced tag used
+/// stay.
 pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<String, OciError> {
     check_tag(tag)?;
     if images.is_empty() {
@@ -595,21 +596,20 @@ pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<St
         write_small(&docs.manifest, &docs.manifest_digest)?;
         descriptors.push(image.index_descriptor(&docs, BTreeMap::new()));
     }
-    let mut top = match descriptors.as_slice() {
-        [only] => only.clone(),
-        _ => {
-            let nested = Index {
-                schema_version: 2,
-                media_type: Some(MEDIA_TYPE_INDEX.to_string()),
-                manifests: descriptors,
-                annotations: BTreeMap::new(),
-            };
-            let bytes = serde_json::to_vec(&nested)
-                .map_err(|source| OciError::Json { path: "image index".into(), source })?;
-            let digest = sha256_bytes(&bytes);
-            write_small(&bytes, &digest)?;
-            Descriptor::new(MEDIA_TYPE_INDEX, digest, bytes.len() as u64)
-        }
+    let mut top = if let [only] = descriptors.as_slice() {
+        only.clone()
+    } else {
+        let nested = Index {
+            schema_version: 2,
+            media_type: Some(MEDIA_TYPE_INDEX.to_string()),
+            manifests: descriptors,
+            annotations: BTreeMap::new(),
+        };
+        let bytes = serde_json::to_vec(&nested)
+            .map_err(|source| OciError::Json { path: "image index".into(), source })?;
+        let digest = sha256_bytes(&bytes);
+        write_small(&bytes, &digest)?;
+        Descriptor::new(MEDIA_TYPE_INDEX, digest, bytes.len() as u64)
     };
     cache::sync_dir(&blobs).map_err(io_err("syncing", &blobs))?;
 
@@ -824,7 +824,7 @@ fn clean_archive_temps(dir: &Path, prefix: &str) {
             continue;
         }
         let unlocked = File::open(entry.path()).is_ok_and(|f| f.try_lock().is_ok());
-        if unlocked && cache::modified_before(&entry, std::time::Duration::from_secs(60)) {
+        if unlocked && cache::modified_before(&entry, std::time::Duration::from_mins(1)) {
             let _ = fs::remove_file(entry.path());
         }
     }

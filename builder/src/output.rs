@@ -29,7 +29,7 @@ use crate::oci::{self, Image, OciError};
 
 /// A leftover of a killed build next to the output is removed once this old (a live build
 /// writes its temporary layout for minutes at most).
-const STALE_SIBLING: Duration = Duration::from_secs(3600);
+const STALE_SIBLING: Duration = Duration::from_hours(1);
 
 /// Largest `oci-layout` read when deciding whether a directory is a layout.
 const MAX_OCI_LAYOUT: u64 = 4096;
@@ -229,7 +229,7 @@ fn write_new_layout(out: &Path, images: &[Image], tag: &str) -> Result<String, O
 
 /// `.<name>.stackbuild-tmp-`: the temporary names of `out`'s siblings.
 fn sibling_prefix(out: &Path) -> String {
-    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "image".into());
+    let name = out.file_name().map_or_else(|| "image".into(), |n| n.to_string_lossy().into_owned());
     // Short enough that the stamp still fits NAME_MAX (255 bytes).
     let name: String = name.chars().take(100).collect();
     format!(".{name}.stackbuild-tmp-")
