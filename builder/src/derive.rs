@@ -763,7 +763,7 @@ mod tests {
     /// GPU reached only through the PTX JIT needs a CUDA 12.8 driver.
     #[test]
     fn the_hook_reads_the_requirements_as_meant() {
-        use stackhook::contract::require::{GpuFacts, HostFacts, RequirementSet};
+        use stackcontract::require::{GpuFacts, HostFacts, RequirementSet};
         let t = v("2.7.0+cu128");
         let packages = [Package { name: "torch", version: &t, platform: Platform::LinuxAmd64 }];
         let mut set = RequirementSet::default();
@@ -787,7 +787,7 @@ mod tests {
     /// `stackbuild affinity` turns the exact requirements into node selectors within its limit.
     #[test]
     fn affinity_expresses_the_exact_requirements() {
-        use stackhook::contract::require::RequirementSet;
+        use stackcontract::require::RequirementSet;
         for version in ["2.1.0", "2.7.0+cu128", "2.11.0", "2.0.0+cu118"] {
             let t = v(version);
             let packages = [Package { name: "torch", version: &t, platform: Platform::LinuxAmd64 }];

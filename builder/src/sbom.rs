@@ -23,7 +23,7 @@
 
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
-use stackhook::contract::image::{Component, StackManifest};
+use stackcontract::image::{Component, StackManifest};
 
 /// Where the SPDX document goes in the image (next to `stack.json`).
 pub const SPDX_PATH: &str = "etc/stackbuild/sbom.spdx.json";
