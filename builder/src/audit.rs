@@ -1455,7 +1455,7 @@ const LAYER_CACHE_FORMAT: u32 = 1;
 
 /// A layer's changes from `cache` (by digest), else read from its blob and stored there. The
 /// cache is only an accelerator: an entry that does not parse is read again and replaced.
-fn layer_ops(layer: &crate::layer::LayerBlob, spool_above: u64, cache: Option<&Path>) -> LayerResult {
+fn layer_ops(layer: &crate::blob::LayerBlob, spool_above: u64, cache: Option<&Path>) -> LayerResult {
     let entry = cache.and_then(|dir| {
         let hex = layer.digest.strip_prefix("sha256:")?;
         Some(dir.join(format!("v{LAYER_CACHE_FORMAT}-{hex}.json")))
@@ -1505,7 +1505,7 @@ pub fn audit_image_cached(image: &oci::Image, layer_cache: &Path) -> Result<Audi
 
 fn audit_layers(
     config: &oci::ImageConfig,
-    layers: &[crate::layer::LayerBlob],
+    layers: &[crate::blob::LayerBlob],
     spool_above: u64,
     layer_cache: Option<&Path>,
     started: Instant,

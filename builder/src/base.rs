@@ -12,8 +12,9 @@ use std::process::{Command, Stdio};
 
 use stackcontract::version::PythonVersion;
 
+use crate::blob::LayerBlob;
 use crate::cache::{Cache, LayerKey};
-use crate::layer::{Compression, LayerBlob, LayerWriter, TarImport};
+use crate::layer::{Compression, LayerWriter, TarImport};
 
 /// Why a base could not be prepared.
 #[derive(Debug, thiserror::Error)]
@@ -454,7 +455,7 @@ struct SavedRootFs {
 /// The sha256 of a base archive file, which identifies it in the cache (`sha256:<hex>`-less).
 pub fn archive_identity(path: &Path) -> Result<String, BaseError> {
     let file = crate::input::open_regular(path, "base archive")?;
-    let (digest, _) = crate::cache::sha256_reader(std::io::BufReader::with_capacity(1 << 20, file))
+    let (digest, _) = crate::blob::sha256_reader(std::io::BufReader::with_capacity(1 << 20, file))
         .map_err(|source| BaseError::Tar { path: path.to_owned(), source })?;
     Ok(digest.trim_start_matches("sha256:").to_owned())
 }

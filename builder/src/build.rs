@@ -14,10 +14,11 @@ use sha2::{Digest, Sha256};
 use stackcontract::image::{Component, StackManifest, LABEL_PREFIX, STACK_JSON_PATH};
 
 use crate::base::{BaseFacts, DebianBase};
+use crate::blob::LayerBlob;
 use crate::cache::{Cache, LayerKey};
 use crate::derive;
 use crate::fetch::{self, Artifact};
-use crate::layer::{self, Compression, LayerBlob, LayerWriter};
+use crate::layer::{self, Compression, LayerWriter};
 use crate::lock::Lock;
 use crate::oci::{self, History, Image, ImageConfig, RuntimeConfig};
 use crate::patch::{self, PatchSpec};

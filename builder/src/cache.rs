@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime};
 
 use sha2::{Digest as _, Sha256};
 
-use crate::layer::LayerBlob;
+use crate::blob::LayerBlob;
 
 /// Largest key file accepted by [`Cache::get_layer`]; real ones are a few hundred bytes.
 const MAX_KEY_FILE: u64 = 64 * 1024;
@@ -138,24 +138,6 @@ pub fn sha256_hex(digest: &str) -> Result<&str, CacheError> {
     } else {
         Err(CacheError::InvalidDigest(digest.to_string()))
     }
-}
-
-/// Hashes everything `reader` yields; returns (`sha256:<hex>`, byte count).
-pub fn sha256_reader(mut reader: impl Read) -> io::Result<(String, u64)> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut total = 0u64;
-    loop {
-        let n = match reader.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..n]);
-        total += n as u64;
-    }
-    Ok((format!("sha256:{}", hex::encode(hasher.finalize())), total))
 }
 
 /// The key of a layer: a sha256 over a kind string and an ordered list of inputs.
@@ -728,7 +710,8 @@ impl Cache {
         let hex = sha256_hex(digest)?;
         let path = self.blob_dir().join(hex);
         let file = File::open(&path).map_err(io_err("opening", &path))?;
-        let (actual, _) = sha256_reader(BufReader::new(file)).map_err(io_err("reading", &path))?;
+        let (actual, _) =
+            crate::blob::sha256_reader(BufReader::new(file)).map_err(io_err("reading", &path))?;
         if actual.strip_prefix("sha256:") == Some(hex) {
             Ok(())
         } else {
@@ -758,7 +741,7 @@ mod tests {
     const HELLO_SHA: &str = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
 
     fn blob(cache: &Cache, bytes: &[u8]) -> LayerBlob {
-        let (digest, size) = sha256_reader(bytes).unwrap();
+        let (digest, size) = crate::blob::sha256_reader(bytes).unwrap();
         let path = cache.put_artifact(bytes, &digest).unwrap();
         LayerBlob {
             digest: digest.clone(),

@@ -10,13 +10,11 @@
 //! The function boundary ([`fetch_wheels`]) hides pip, so a direct HTTP client can replace it.
 
 use std::collections::BTreeMap;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::str::FromStr;
 
 use pep508_rs::PackageName;
-use sha2::{Digest, Sha256};
 use stackcontract::version::PackageVersion;
 
 use crate::solve::{Pinned, Target};
@@ -115,20 +113,7 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FetchEr
     move |source| FetchError::Io { what, path, source }
 }
 
-/// Lowercase hex sha256 of a file, read in chunks.
-pub fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hex::encode(hasher.finalize()))
-}
+pub use crate::blob::sha256_file;
 
 /// The parts of a wheel file name (PEP 427): `{name}-{version}(-{build})?-{py}-{abi}-{plat}.whl`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -494,7 +479,7 @@ mod tests {
     fn reuses_present_artifacts() {
         let dest = tempfile::tempdir().unwrap();
         let content = b"not really a wheel";
-        let hash = hex::encode(Sha256::digest(content));
+        let hash = crate::blob::sha256_bytes(content).trim_start_matches("sha256:").to_owned();
         let dir = dest.path().join(&hash);
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join("six-1.16.0-py2.py3-none-any.whl"), content).unwrap();

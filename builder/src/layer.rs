@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use tar::{EntryType, Header};
 
+use crate::blob::LayerBlob;
 use crate::cache::{Cache, CacheError, TempFile};
 
 /// Default gzip level (gzip's own default).
@@ -129,22 +130,6 @@ impl std::str::FromStr for Compression {
             other => Err(LayerError::UnknownCompression(other.to_string())),
         }
     }
-}
-
-/// A finished layer blob in the cache.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LayerBlob {
-    /// Digest of the (compressed) blob, `sha256:<hex>`.
-    pub digest: String,
-    /// Digest of the uncompressed tar, `sha256:<hex>` (the config's `rootfs.diff_ids`).
-    pub diff_id: String,
-    /// Size of the blob in bytes.
-    pub size: u64,
-    /// The layer media type.
-    pub media_type: String,
-    /// Where the blob is on disk (not serialized: it depends on where the cache is).
-    #[serde(skip)]
-    pub path: PathBuf,
 }
 
 /// Errors of layer building.

@@ -12,6 +12,7 @@
 //! - [`patch`]: strict find/replace and unified-diff patches applied to a staged tree.
 //! - [`base`]: the image's base: scratch, an OCI layout, or a Debian rootfs by mmdebstrap.
 //! - [`build`]: the build itself: recipe -> lock -> layers -> image layout.
+//! - [`blob`]: the record of a finished layer blob, and `sha256:` digests.
 //! - [`cache`]: the content-addressed cache of artifacts and layer blobs.
 //! - [`layer`]: deterministic layer tars and their compression.
 //! - [`load`]: `--load`, streaming an image archive into the local Docker daemon.
@@ -25,6 +26,7 @@
 pub mod affinity;
 pub mod audit;
 pub mod base;
+pub mod blob;
 pub mod build;
 pub mod cache;
 pub mod check;

@@ -16,10 +16,9 @@ use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
-use sha2::{Digest as _, Sha256};
 
+use crate::blob::{sha256_bytes, LayerBlob};
 use crate::cache::{self, sha256_hex, unique_temp_name, write_atomic_in};
-use crate::layer::LayerBlob;
 
 /// Media type of an OCI image manifest.
 pub const MEDIA_TYPE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -320,10 +319,6 @@ struct Documents {
     config_digest: String,
     manifest: Vec<u8>,
     manifest_digest: String,
-}
-
-fn sha256_bytes(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
 impl Image {
@@ -1043,7 +1038,8 @@ pub fn read_layout_for(
 /// Re-hashes a layer blob read by [`read_layout`].
 pub fn verify_layout_blob(blob: &LayerBlob) -> Result<(), OciError> {
     let file = File::open(&blob.path).map_err(io_err("opening", &blob.path))?;
-    let (actual, _) = cache::sha256_reader(BufReader::new(file)).map_err(io_err("reading", &blob.path))?;
+    let (actual, _) =
+        crate::blob::sha256_reader(BufReader::new(file)).map_err(io_err("reading", &blob.path))?;
     if actual == blob.digest {
         Ok(())
     } else {

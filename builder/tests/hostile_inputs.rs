@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
-use stackbuild::layer::LayerBlob;
+use stackbuild::blob::LayerBlob;
 use stackbuild::oci::{Image, ImageConfig};
 
 const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");

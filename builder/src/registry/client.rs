@@ -20,6 +20,9 @@ use super::{io_err, RegistryError};
 /// Default size of one `PATCH` of a chunked upload; blobs up to this size go in one `PUT`.
 pub const DEFAULT_CHUNK_SIZE: u64 = 16 * 1024 * 1024;
 /// Default number of attempts of a request (or of one chunk) before giving up.
+/// Largest manifest pushed or pulled (distribution's default limit is 4 MiB).
+pub(super) const MAX_MANIFEST: u64 = 4 * 1024 * 1024;
+
 const DEFAULT_ATTEMPTS: u32 = 5;
 /// Default delay before the first retry; it doubles with each further attempt.
 const DEFAULT_BACKOFF: Duration = Duration::from_millis(500);

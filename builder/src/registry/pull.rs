@@ -8,9 +8,10 @@ use std::path::Path;
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
+use super::client::MAX_MANIFEST;
 use super::client::{http_error, is_retryable_status, Body, Req, Session};
-use super::push::MAX_MANIFEST;
 use super::{io_err, Client, Reference, RegistryError};
+use crate::blob::sha256_bytes;
 use crate::cache::{self, sha256_hex, unique_temp_name, write_atomic};
 use crate::oci::{
     self, Descriptor, Index, LayoutImage, Platform, ANNOTATION_REF_NAME, MEDIA_TYPE_DOCKER_LIST,
@@ -225,11 +226,6 @@ fn update_index(dir: &Path, descriptor: Descriptor, tag: &str) -> Result<(), Reg
     write_atomic(&path, &json).map_err(io_err("writing", &path))
 }
 
-/// `sha256:<hex>` of `bytes`.
-pub(super) fn sha256_bytes(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
 fn check_digest(what: &str, expected: &str, bytes: &[u8]) -> Result<(), RegistryError> {
     let actual = sha256_bytes(bytes);
     if actual == expected {
@@ -392,7 +388,7 @@ impl Puller<'_, '_> {
         if fs::symlink_metadata(&final_path).is_ok_and(|m| m.is_file() && m.len() == desc.size) {
             let file = File::open(&final_path).map_err(io_err("opening", &final_path))?;
             let (actual, _) =
-                cache::sha256_reader(BufReader::new(file)).map_err(io_err("reading", &final_path))?;
+                crate::blob::sha256_reader(BufReader::new(file)).map_err(io_err("reading", &final_path))?;
             if actual == desc.digest {
                 return Ok(false);
             }

@@ -5,6 +5,7 @@ use std::fs::{self, File};
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
+use super::client::MAX_MANIFEST;
 use super::client::{http_error, is_retryable_status, resolve_location, with_query, Body, Req, Session};
 use super::reference::check_repository;
 use super::{io_err, Client, Reference, RegistryError};
@@ -13,9 +14,6 @@ use crate::oci::{self, MEDIA_TYPE_INDEX, MEDIA_TYPE_MANIFEST};
 
 mod referrers;
 pub use referrers::{push_referrer, referrers_tag, ReferrerReport, Subject, MEDIA_TYPE_EMPTY};
-
-/// Largest manifest pushed or pulled (distribution's default limit is 4 MiB).
-pub(super) const MAX_MANIFEST: u64 = 4 * 1024 * 1024;
 
 /// Options of [`push_layout_with`].
 #[derive(Clone, Debug, Default)]
@@ -188,7 +186,7 @@ fn read_manifest_blob(path: &Path, digest: &str) -> Result<Vec<u8>, RegistryErro
             reason: format!("larger than {MAX_MANIFEST} bytes"),
         });
     }
-    let actual = super::pull::sha256_bytes(&bytes);
+    let actual = crate::blob::sha256_bytes(&bytes);
     if actual != digest {
         return Err(RegistryError::DigestMismatch {
             what: format!("manifest {}", path.display()),

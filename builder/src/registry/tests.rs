@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::fake::{Reply, Request, Server};
-use super::pull::sha256_bytes;
 use super::*;
-use crate::layer::LayerBlob;
+use crate::blob::sha256_bytes;
+use crate::blob::LayerBlob;
 use crate::oci::{self, Image, ImageConfig, Platform};
 
 #[derive(Default)]

@@ -13,8 +13,9 @@
 use std::io::Read as _;
 
 use super::super::client::{http_error, Body};
-use super::{check_digest_header, Blob, PushReport, Pusher, Target, MAX_MANIFEST};
+use super::{check_digest_header, Blob, PushReport, Pusher, Target};
 use crate::oci::{MEDIA_TYPE_INDEX, MEDIA_TYPE_MANIFEST};
+use crate::registry::client::MAX_MANIFEST;
 use crate::registry::{io_err, Client, Reference, RegistryError};
 
 /// The empty descriptor's media type (image-spec 1.1).
@@ -56,7 +57,7 @@ pub fn artifact_manifest(subject: &Subject, artifact_type: &str, bytes: &[u8]) -
         "mediaType": MEDIA_TYPE_MANIFEST,
         "artifactType": artifact_type,
         "config": { "mediaType": MEDIA_TYPE_EMPTY, "digest": EMPTY_DIGEST, "size": 2, "data": "e30=" },
-        "layers": [{ "mediaType": artifact_type, "digest": crate::registry::pull::sha256_bytes(bytes), "size": bytes.len() }],
+        "layers": [{ "mediaType": artifact_type, "digest": crate::blob::sha256_bytes(bytes), "size": bytes.len() }],
         "subject": { "mediaType": subject.media_type, "digest": subject.digest, "size": subject.size },
     });
     serde_json::to_vec(&manifest).unwrap_or_default()
@@ -93,13 +94,13 @@ pub fn push_referrer(
     };
     let dir = tempfile::tempdir().map_err(io_err("creating", &std::env::temp_dir()))?;
     for content in [&b"{}"[..], bytes] {
-        let digest = crate::registry::pull::sha256_bytes(content);
+        let digest = crate::blob::sha256_bytes(content);
         let path = dir.path().join(digest.trim_start_matches("sha256:"));
         std::fs::write(&path, content).map_err(io_err("writing", &path))?;
         pusher.push_blob(&Blob { digest, size: content.len() as u64, path }, None)?;
     }
     let manifest = artifact_manifest(subject, artifact_type, bytes);
-    let digest = crate::registry::pull::sha256_bytes(&manifest);
+    let digest = crate::blob::sha256_bytes(&manifest);
     let indexed = pusher.put_with_subject(&digest, &manifest, &digest)?;
     let mut report = ReferrerReport {
         digest: digest.clone(),
@@ -126,7 +127,7 @@ pub fn push_referrer(
             list.push(descriptor);
             let bytes = serde_json::to_vec(&index)
                 .map_err(|e| RegistryError::Manifest { what: tag.clone(), reason: e.to_string() })?;
-            let index_digest = crate::registry::pull::sha256_bytes(&bytes);
+            let index_digest = crate::blob::sha256_bytes(&bytes);
             pusher.put_manifest(&tag, &bytes, MEDIA_TYPE_INDEX, &index_digest)?;
         }
         report.fallback_tag = Some(tag);
@@ -192,7 +193,7 @@ mod tests {
         let m: serde_json::Value =
             serde_json::from_slice(&artifact_manifest(&subject, "application/spdx+json", b"{}")).unwrap();
         assert_eq!(m["artifactType"], "application/spdx+json");
-        assert_eq!(m["config"]["digest"], crate::registry::pull::sha256_bytes(b"{}"));
+        assert_eq!(m["config"]["digest"], crate::blob::sha256_bytes(b"{}"));
         assert_eq!(m["subject"]["digest"], subject.digest);
         assert_eq!(m["layers"][0]["size"], 2);
         assert_eq!(referrers_tag(&subject.digest), format!("sha256-{}", "a".repeat(64)));
