@@ -320,6 +320,9 @@ pub fn diagnose(probe: &HostProbe, request: &Request) -> Diagnosis {
              they need the driver loaded (fix the errors above first)",
         ));
     }
+    if driver_up {
+        c.kb_age();
+    }
     c.requirements(driver_up, selected.as_ref().ok().map(Vec::as_slice));
     if let Ok(gpus) = &selected {
         c.l4_links(gpus);
@@ -765,6 +768,47 @@ impl<'a> Checks<'a> {
                 format!("reinstall the user-space libraries of driver {module} (or reboot, if a newer module is installed)")
             }));
         }
+    }
+
+    /// L4: the loaded driver is of a branch newer than every row of the knowledge base (built-in
+    /// and `kb.d`): its CUDA version is then only known as a lower bound, unless `nvidia-smi`'s
+    /// answer was recorded.
+    fn kb_age(&mut self) {
+        let p = self.p;
+        let Some(d) = &p.driver else { return };
+        let newest =
+            kb::newest_branch().map_or(0, |b| b.branch).max(p.kb_extension.newest_branch().unwrap_or(0));
+        if d.value.branch() <= newest {
+            return;
+        }
+        let recorded = p.recorded.as_ref().is_some_and(|r| r.cuda_version.is_some());
+        let (severity, tail) = if recorded {
+            (Severity::Info, "the CUDA version comes from the recorded nvidia-smi facts")
+        } else {
+            (
+                Severity::Warning,
+                "its CUDA version is known only as a lower bound, and requirements above it are reported, not enforced",
+            )
+        };
+        let f = Finding::new(
+            "L4-KB-OLDER-THAN-DRIVER",
+            Layer::L4Versions,
+            severity,
+            format!(
+                "driver branch {} is newer than the knowledge base of {} (newest branch {newest}): {tail}",
+                d.value.branch(),
+                kb::KB_DATE
+            ),
+        )
+        .with_evidence(&d.evidence);
+        self.push(if recorded {
+            f
+        } else {
+            f.remedy(
+                "sudo stackhook doctor --record (saves nvidia-smi's CUDA version for the hook), or add a [[branch]] row \
+                 with its source in /etc/stackhook/kb.d/, or update stackhook",
+            )
+        });
     }
 
     /// L3: the selected GPUs. `Err` when the selection cannot be resolved or there are none.

@@ -18,10 +18,24 @@ pub struct Args {
     /// Print the diagnosis as JSON.
     #[arg(long)]
     json: bool,
+    /// First run the host's nvidia-smi and save what it reports (the driver's CUDA version, each
+    /// GPU's compute capability) to /var/lib/stackhook/host-facts.json under the host root, where
+    /// the hook reads it while the driver version and boot id still match.
+    #[arg(long)]
+    record: bool,
+    /// The nvidia-smi to run with --record (looked up in PATH).
+    #[arg(long, value_name = "PATH", default_value = "nvidia-smi", requires = "record")]
+    nvidia_smi: PathBuf,
 }
 
 impl Args {
     pub fn run(self) -> i32 {
+        if self.record {
+            if let Err(e) = stackhook::record::record(&self.host_root, &self.nvidia_smi) {
+                eprintln!("stackhook doctor: --record: {e}");
+                return 2;
+            }
+        }
         let color = !self.json && std::io::stdout().is_terminal();
         let (text, code) =
             stackhook::diagnose::doctor(&self.host_root, &self.requires, &self.gpus, self.json, color);
