@@ -402,7 +402,7 @@ impl FixtureSpec {
     }
 
     /// The Jetson Linux (L4T) release `etc/nv_tegra_release` names: `R<major>`, `REVISION:
-    /// <revision>` (`l4t(32, "7.1")` for L4T R32.7.1, JetPack 4.6.1).
+    /// <revision>` (`l4t(32, "7.1")` for L4T R32.7.1, `JetPack` 4.6.1).
     #[must_use]
     pub fn l4t(mut self, major: u32, revision: &str) -> Self {
         self.l4t = (major, revision.to_owned());
@@ -719,7 +719,7 @@ pub enum Preset {
     /// A GPU model no table knows (PCI id 0x3ff0) and a torch image's `arch` requirement: it starts,
     /// with an unverifiable-requirement warning.
     UnknownGpu,
-    /// A Jetson TX2 NX on L4T R32.7.1 (JetPack 4.6.1, CUDA 10.2, no CUDA upgrade package) and an
+    /// A Jetson TX2 NX on L4T R32.7.1 (`JetPack` 4.6.1, CUDA 10.2, no CUDA upgrade package) and an
     /// image that needs `cuda>=11.4`: blocked.
     JetsonTx2,
 }
@@ -834,9 +834,7 @@ impl Preset {
             | Preset::R610Cuda133
             | Preset::RtxA6000Torch21
             | Preset::Rtx6000AdaTorch21 => None,
-            Preset::UnknownGpu => Some("L4-REQUIREMENT-UNVERIFIABLE"),
-            Preset::JetsonTx2 => Some("L4-CUDA-REQUIREMENT"),
-            Preset::DriverTooOld => Some("L4-CUDA-REQUIREMENT"),
+            Preset::DriverTooOld | Preset::JetsonTx2 => Some("L4-CUDA-REQUIREMENT"),
             Preset::Nouveau => Some("L1-NOUVEAU-LOADED"),
             Preset::UvmMissing => Some("L2-UVM-NOT-LOADED"),
             Preset::LibcudaMissing => Some("L2-LIBCUDA-MISSING"),
@@ -845,7 +843,7 @@ impl Preset {
             Preset::KernelDenied => Some("L1-KERNEL-REQUIREMENT"),
             Preset::ArchTooNew => Some("L4-ARCH-REQUIREMENT"),
             Preset::ModelUnknown => Some("L3-GPU-MODEL-UNKNOWN"),
-            Preset::Wsl2 => Some("L4-REQUIREMENT-UNVERIFIABLE"),
+            Preset::Wsl2 | Preset::UnknownGpu => Some("L4-REQUIREMENT-UNVERIFIABLE"),
             Preset::ForwardCompatGeforce => Some("L4-FORWARD-COMPAT-UNSUPPORTED"),
         }
     }

@@ -1007,7 +1007,10 @@ impl Reader {
         let mut names: Vec<String> = self
             .list(dir, kb::extra::MAX_FILES)
             .into_iter()
-            .filter(|n| n.ends_with(".toml") && !n.starts_with('.'))
+            .filter(|n| {
+                !n.starts_with('.')
+                    && Path::new(n).extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"))
+            })
             .collect();
         names.sort();
         for name in names {
@@ -1219,7 +1222,7 @@ impl HostProbe {
     /// The highest CUDA version the driver supports: what `nvidia-smi` recorded, else an admin
     /// branch row, else the knowledge base's branch table (exact for a branch it lists, a range
     /// otherwise); on a Jetson without a driver version, the CUDA of its L4T release (a range
-    /// where the SoC runs the CUDA upgrade package).
+    /// where the SOC runs the CUDA upgrade package).
     pub fn host_cuda(&self) -> HostCuda {
         if let Some(r) = &self.recorded {
             if let Some(c) = &r.cuda_version {

@@ -572,7 +572,7 @@ impl Term {
         self.0.iter().find(|f| f.truth(host, gpu) == Truth::Fails)
     }
 
-    /// The term's truth: all factors ANDed.
+    /// The term's truth: its factors joined by AND.
     pub fn truth(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> Truth {
         self.0.iter().fold(Truth::Holds, |acc, f| acc.and(f.truth(host, gpu)))
     }
@@ -588,7 +588,7 @@ impl Term {
 }
 
 impl Expr {
-    /// The expression's truth: its terms ORed.
+    /// The expression's truth: its terms joined by OR.
     pub fn truth(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> Truth {
         self.0.iter().fold(Truth::Fails, |acc, t| acc.or(t.truth(host, gpu)))
     }

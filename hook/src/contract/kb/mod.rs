@@ -217,12 +217,12 @@ pub struct L4tRelease {
     /// The first L4T release of the line (`32.4`); the row applies up to the next row of the
     /// same major.
     pub release: CudaVersion,
-    /// The JetPack version of that release (`4.4`).
+    /// The `JetPack` version of that release (`4.4`).
     pub jetpack: String,
     /// The CUDA it ships (`10.2`).
     pub cuda: CudaVersion,
     /// Whether NVIDIA's CUDA upgrade (compatibility) package exists for this release line
-    /// (JetPack 5.0 and later); `None`: not known.
+    /// (`JetPack` 5.0 and later); `None`: not known.
     #[serde(default)]
     pub cuda_compat: Option<bool>,
     /// Where the row comes from.
@@ -270,9 +270,9 @@ pub struct JetsonSoc {
     /// Where the row comes from.
     pub source: String,
     /// Whether the GPU runs a CUDA newer than its L4T release ships through the CUDA upgrade
-    /// package (JetPack 5.0 and later, Xavier and Orin); `None`: not known.
+    /// package (`JetPack` 5.0 and later, Xavier and Orin); `None`: not known.
     pub forward_compat: Option<bool>,
-    /// The CUDA version from which the upgrade package no longer serves this SoC (Xavier: 13.0).
+    /// The CUDA version from which the upgrade package no longer serves this SOC (Xavier: 13.0).
     pub cuda_compat_below: Option<CudaVersion>,
     /// The integrated GPU as a knowledge-base model (compute capability, architecture, brand),
     /// for the code that reads GPU models.
@@ -291,7 +291,7 @@ impl JetsonSoc {
     }
 
     /// The integrated GPU as a [`GpuModel`]: no PCI ids, not a data-center part, and
-    /// forward-compatible where the SoC row says so (JetPack 5+ boards: Xavier and Orin).
+    /// forward-compatible where the SOC's row says so (`JetPack` 5+ boards: Xavier and Orin).
     pub fn gpu(&self) -> &GpuModel {
         &self.gpu
     }
