@@ -323,6 +323,7 @@ pub fn diagnose(probe: &HostProbe, request: &Request) -> Diagnosis {
     if driver_up {
         c.kb_age();
     }
+    c.stale_facts();
     c.requirements(driver_up, selected.as_ref().ok().map(Vec::as_slice));
     if let Ok(gpus) = &selected {
         c.l4_links(gpus);
@@ -768,6 +769,22 @@ impl<'a> Checks<'a> {
                 format!("reinstall the user-space libraries of driver {module} (or reboot, if a newer module is installed)")
             }));
         }
+    }
+
+    /// L4: a recorded facts file exists but was not used (stale after a driver change or reboot,
+    /// unreadable, or malformed): the facts it held are looked up in the tables instead.
+    fn stale_facts(&mut self) {
+        let Some(why) = &self.p.recorded_ignored else { return };
+        self.push(
+            Finding::new(
+                "L4-RECORDED-FACTS-IGNORED",
+                Layer::L4Versions,
+                Severity::Info,
+                format!("the recorded nvidia-smi facts were not used: {why}"),
+            )
+            .with(&format!("/{}", probe::recorded::FACTS_PATH), why)
+            .remedy("sudo stackhook doctor --record"),
+        );
     }
 
     /// L4: the loaded driver is of a branch newer than every row of the knowledge base (built-in

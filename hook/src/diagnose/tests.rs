@@ -501,6 +501,7 @@ fn recorded_facts_are_used_while_driver_and_boot_id_match() {
     assert_eq!(d.verdict(), Verdict::Allow, "{:#?}", d.findings);
     assert_eq!(d.host.cuda.as_deref(), Some(">= 13.3"));
     assert!(d.has("L4-REQUIREMENT-UNVERIFIABLE"));
+    assert!(d.has("L4-RECORDED-FACTS-IGNORED"), "{:?}", codes(&d));
     let upgraded = facts_json("620.1.1", FIXTURE_BOOT_ID, "13.6", "12.0");
     let p = {
         let dir = tempfile::tempdir().unwrap();

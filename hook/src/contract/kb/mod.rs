@@ -3,9 +3,9 @@
 //! a torch wheel was built for and pins.
 //!
 //! The facts live as data in `hook/kb/*.toml`. Every row carries a `source` naming where it comes
-//! from (a release-notes table, a wheel's `Requires-Dist`, `pci.ids`); `shared/reference/
-//! compatibility.md` lists the figures and the errors of the project's origin documents that
-//! must not be encoded. Prefer the artifact over a table: torch rows were read from the wheels
+//! from (a release-notes table, a wheel's `Requires-Dist`, `pci.ids`), a public page, never a file
+//! outside the repository; the tables' comments name the errors of the project's origin documents
+//! that must not be encoded. Prefer the artifact over a table: torch rows were read from the wheels
 //! on the Python Package Index (metadata, and the `-gencode` flags compiled into
 //! `libtorch_cuda.so`).
 //!
@@ -20,7 +20,10 @@
 //! accessors `expect` a valid table.
 //!
 //! Lookups are total over their input: a version older or newer than the tables answers
-//! `None` (or, where documented, the nearest row below), never an invented value.
+//! `None` (or, where documented, the nearest row below or a flagged lower bound), never an
+//! invented value. The hook treats what the tables do not know as unknown, not as failed
+//! ([`DriverCuda::Bounded`]); an administrator adds rows without a rebuild in
+//! `/etc/stackhook/kb.d` ([`extra`]).
 
 use std::collections::BTreeMap;
 use std::str::FromStr;

@@ -1,4 +1,5 @@
-//! Invariants of the embedded tables and spot values from `shared/reference/compatibility.md`.
+//! Invariants of the embedded tables and spot values from NVIDIA's, PyTorch's and the PCI ID
+//! Repository's public tables.
 
 use std::collections::BTreeSet;
 use std::str::FromStr;
@@ -94,6 +95,21 @@ fn every_row_names_its_source() {
         sources.extend(release.variants.iter().map(|v| v.source.as_str()));
     }
     assert!(sources.iter().all(|s| !s.trim().is_empty()));
+}
+
+#[test]
+fn host_table_rows_cite_public_sources() {
+    // No row may cite a file outside the repository (or this repository's own notes).
+    let mut sources: Vec<&str> = Vec::new();
+    sources.extend(cuda_toolkits().iter().map(|r| r.source.as_str()));
+    sources.extend(kb().minor_compat.iter().map(|r| r.source.as_str()));
+    sources.extend(driver_branches().iter().map(|r| r.source.as_str()));
+    sources.extend(all_gpus().iter().map(|r| r.source.as_str()));
+    sources.extend(jetson_socs().iter().map(|r| r.source.as_str()));
+    sources.extend(l4t_releases().iter().map(|r| r.source.as_str()));
+    for s in sources {
+        assert!(!s.contains("shared/") && !s.contains("reference/"), "{s}");
+    }
 }
 
 #[test]
