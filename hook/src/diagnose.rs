@@ -881,21 +881,38 @@ impl<'a> Checks<'a> {
             self.l3_gpu(g);
         }
         for other in p.other_pci_gpus.iter().filter(|g| g.pci.driver.as_deref() != Some("nouveau")) {
-            self.push(
-                Finding::new(
-                    "L3-GPU-NOT-OWNED",
-                    Layer::L3Gpus,
-                    Severity::Warning,
-                    format!(
-                        "the NVIDIA GPU at {} is bound to {}, not nvidia: containers cannot use it",
-                        other.bus_id,
-                        other.pci.driver.as_deref().unwrap_or("no driver")
-                    ),
-                )
-                .with(&format!("{}/driver", other.pci.path), other.pci.driver.as_deref().unwrap_or("(none)")),
-            );
+            let mut f = Finding::new(
+                "L3-GPU-NOT-OWNED",
+                Layer::L3Gpus,
+                Severity::Warning,
+                format!(
+                    "the NVIDIA GPU at {} is bound to {}, not nvidia: containers cannot use it",
+                    other.bus_id,
+                    other.pci.driver.as_deref().unwrap_or("no driver")
+                ),
+            )
+            .with(&format!("{}/driver", other.pci.path), other.pci.driver.as_deref().unwrap_or("(none)"));
+            if let Some(why) = self.architecture_dropped(other.pci.device_id()) {
+                f.message.push_str(&format!("; {why}"));
+                f = f.remedy("install a driver of a branch that still supports this GPU's architecture");
+            }
+            self.push(f);
         }
         Ok(selected)
+    }
+
+    /// Why the loaded driver does not drive a GPU of this PCI id, when its architecture's last
+    /// branch (`driver_branches.toml`, `[[architecture]]`) is older than the loaded one.
+    fn architecture_dropped(&self, device_id: Option<u16>) -> Option<String> {
+        let model = device_id.and_then(kb::gpu_by_pci_id)?;
+        let last = kb::architecture_support(&model.architecture)?;
+        let driver = self.p.driver.as_ref()?;
+        (driver.value.branch() > last.last_branch).then(|| {
+            format!(
+                "it is a {} GPU ({}), and R{} was the last driver branch for {} (the loaded driver is {})",
+                model.architecture, model.name, last.last_branch, model.architecture, driver.value
+            )
+        })
     }
 
     /// L3: one selected GPU.

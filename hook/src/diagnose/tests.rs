@@ -548,3 +548,28 @@ source = "nvidia-smi --query-gpu=compute_cap on this fleet, 2026-11-30"
     assert_eq!(d.verdict(), Verdict::Allow);
     assert!(d.findings.iter().all(|f| f.severity == Severity::Info), "{:#?}", d.findings);
 }
+
+#[test]
+fn a_gpu_whose_architecture_the_driver_dropped_is_explained() {
+    // A Tesla V100 (Volta) left unbound by a driver of branch 590: R580 was Volta's last branch.
+    let spec = FixtureSpec::healthy_h100().driver("590.44.01");
+    let dir = tempfile::tempdir().unwrap();
+    let host = spec.build(dir.path()).unwrap();
+    if !host.real_device_nodes() {
+        eprintln!("skipped: mknod is not permitted here, so device-node checks cannot pass");
+        return;
+    }
+    let d = dir.path().join("sys/devices/pci0000:3b/0000:3b:00.0");
+    std::fs::create_dir_all(&d).unwrap();
+    for (attr, value) in [("vendor", "0x10de\n"), ("device", "0x1db4\n"), ("class", "0x030200\n")] {
+        std::fs::write(d.join(attr), value).unwrap();
+    }
+    std::os::unix::fs::symlink(
+        "../../../devices/pci0000:3b/0000:3b:00.0",
+        dir.path().join("sys/bus/pci/devices/0000:3b:00.0"),
+    )
+    .unwrap();
+    let diagnosis = diagnose(&probe::probe(dir.path()), &request(&[], DeviceSelection::All));
+    let f = diagnosis.findings.iter().find(|f| f.code == "L3-GPU-NOT-OWNED").expect("finding");
+    assert!(f.message.contains("R580 was the last driver branch for Volta"), "{}", f.message);
+}
