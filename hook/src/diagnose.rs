@@ -893,7 +893,7 @@ impl<'a> Checks<'a> {
             )
             .with(&format!("{}/driver", other.pci.path), other.pci.driver.as_deref().unwrap_or("(none)"));
             if let Some(why) = self.architecture_dropped(other.pci.device_id()) {
-                f.message.push_str(&format!("; {why}"));
+                f.message = format!("{}; {why}", f.message);
                 f = f.remedy("install a driver of a branch that still supports this GPU's architecture");
             }
             self.push(f);

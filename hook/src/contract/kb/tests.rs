@@ -1,5 +1,5 @@
-//! Invariants of the embedded tables and spot values from NVIDIA's, PyTorch's and the PCI ID
-//! Repository's public tables.
+//! Invariants of the embedded tables and spot values from the public tables of NVIDIA, the torch
+//! project and the PCI ID Repository.
 
 use std::collections::BTreeSet;
 use std::str::FromStr;
