@@ -8,11 +8,11 @@ pub struct Args {
     /// Host root to probe.
     #[arg(long, env = "STACKHOOK_HOST_ROOT", default_value = "/")]
     host_root: PathBuf,
-    /// A requirement to check, in NVIDIA_REQUIRE_* syntax (`cuda>=12.1`, `driver>=535`,
-    /// `module=nvidia_uvm`); repeat for several (ANDed).
+    /// A requirement to check, in `NVIDIA_REQUIRE_*` syntax (`cuda>=12.1`, `driver>=535`,
+    /// `module=nvidia_uvm`); repeat for several (all must hold).
     #[arg(long = "require", value_name = "EXPR")]
     requires: Vec<String>,
-    /// Which GPUs to check, as NVIDIA_VISIBLE_DEVICES would select them.
+    /// Which GPUs to check, as `NVIDIA_VISIBLE_DEVICES` would select them.
     #[arg(long, default_value = "all")]
     gpus: String,
     /// Print the diagnosis as JSON.
