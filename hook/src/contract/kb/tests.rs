@@ -621,6 +621,10 @@ fn gpus_of_todays_hosts_are_known() {
         ("NVIDIA GeForce RTX 2060", 0x1e89, "7.5"),
         ("NVIDIA GeForce RTX 2070 SUPER", 0x1e84, "7.5"),
         ("NVIDIA GeForce RTX 4050 Laptop GPU", 0x28a1, "8.9"),
+        ("Quadro RTX 8000", 0x1e30, "7.5"),
+        ("NVIDIA TITAN RTX", 0x1e02, "7.5"),
+        ("NVIDIA RTX A4500", 0x2232, "8.6"),
+        ("Tesla K80", 0x102d, "3.7"),
     ] {
         let by_name = gpu_by_model_name(model).unwrap_or_else(|| panic!("{model}"));
         let by_id = gpu_by_pci_id(id).unwrap_or_else(|| panic!("{id:#06x}"));
@@ -631,5 +635,6 @@ fn gpus_of_todays_hosts_are_known() {
     assert_eq!(gpu_by_model_name("NVIDIA H200").unwrap().name, "NVIDIA H200");
     assert_eq!(gpu_by_model_name("Tesla P40").unwrap().name, "NVIDIA Tesla P40");
     assert_eq!(gpu_by_model_name("NVIDIA GB100").map(|g| g.name.as_str()), None);
-    assert_eq!(gpu_by_model_name("Quadro RTX 6000").map(|g| g.name.as_str()), None);
+    assert_eq!(gpu_by_model_name("Quadro RTX 6000").unwrap().compute_capability, cc("7.5"));
+    assert_eq!(gpu_by_model_name("NVIDIA RTX 6000 Ada Generation").unwrap().compute_capability, cc("8.9"));
 }
