@@ -1321,13 +1321,18 @@ impl<'a> Checks<'a> {
                          with a newer CUDA)"
                     ));
                 }
-                let min = need.as_ref().and_then(kb::cuda_min_driver);
+                // An admin toolkit row first, then the built-in table.
+                let min = need.as_ref().and_then(|n| {
+                    p.kb_extension
+                        .toolkit(n)
+                        .map(|(t, _)| t.driver.clone())
+                        .or_else(|| kb::cuda_min_driver(n).map(|row| row.toolkit_driver))
+                });
                 Some(match (min, host) {
-                    (Some(row), Some(h)) => format!(
-                        "install driver {} or newer (CUDA {wanted}'s minimum), or use an image built for CUDA {h} or older",
-                        row.toolkit_driver
+                    (Some(driver), Some(h)) => format!(
+                        "install driver {driver} or newer (CUDA {wanted}'s minimum), or use an image built for CUDA {h} or older"
                     ),
-                    (Some(row), None) => format!("install driver {} or newer (CUDA {wanted}'s minimum)", row.toolkit_driver),
+                    (Some(driver), None) => format!("install driver {driver} or newer (CUDA {wanted}'s minimum)"),
                     (None, _) => format!("install a driver that supports CUDA {wanted} (nvidia-smi shows the CUDA version)"),
                 })
             }

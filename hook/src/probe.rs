@@ -1261,14 +1261,27 @@ impl HostProbe {
                 cuda: Some(cuda),
                 bound: CudaBound::Exact,
             },
-            kb::DriverCuda::Bounded { at_least, below, why } => HostCuda {
-                how: Provenance {
-                    path: "(knowledge base) driver_branches.toml".to_owned(),
-                    value: format!("{why}; confirm with nvidia-smi (stackhook doctor --record saves it)"),
-                },
-                cuda: at_least,
-                bound: CudaBound::Range { below },
+            kb::DriverCuda::Bounded { at_least, below, why } => {
+                // Admin rows narrow the range: a branch row below the driver raises the floor,
+                // a toolkit whose minimum is of a newer branch lowers the ceiling.
+                let ext = &self.kb_extension;
+                let at_least =
+                    at_least.into_iter().chain(ext.cuda_at_or_below(driver.branch()).cloned()).max();
+                let below = below.into_iter().chain(ext.toolkit_above(driver.branch()).cloned()).min();
+                Self::bounded_cuda(at_least, below, &why)
+            }
+        }
+    }
+
+    /// A [`HostCuda`] known only as a range, with why.
+    fn bounded_cuda(at_least: Option<CudaVersion>, below: Option<CudaVersion>, why: &str) -> HostCuda {
+        HostCuda {
+            how: Provenance {
+                path: "(knowledge base) driver_branches.toml".to_owned(),
+                value: format!("{why}; confirm with nvidia-smi (stackhook doctor --record saves it)"),
             },
+            cuda: at_least,
+            bound: CudaBound::Range { below },
         }
     }
 

@@ -573,3 +573,33 @@ fn a_gpu_whose_architecture_the_driver_dropped_is_explained() {
     let f = diagnosis.findings.iter().find(|f| f.code == "L3-GPU-NOT-OWNED").expect("finding");
     assert!(f.message.contains("R580 was the last driver branch for Volta"), "{}", f.message);
 }
+
+#[test]
+fn an_admin_kb_d_branch_row_makes_a_newer_driver_exact() {
+    let row = r#"
+[[branch]]
+branch = 630
+max_cuda = "13.6"
+source = "nvidia-smi 'CUDA Version: 13.6' on driver 630.10.01, this fleet"
+
+[[toolkit]]
+cuda = "13.7"
+driver = "640.10"
+source = "CUDA 13.7 release notes, table 3"
+"#;
+    let files = [("etc/stackhook/kb.d/branches.toml", row)];
+    let spec = FixtureSpec::healthy_h100().driver("630.10.01");
+    let Some(d) = run_with(&spec, &files, &["cuda>=13.6"]) else { return };
+    assert_eq!(d.verdict(), Verdict::Allow, "{:#?}", d.findings);
+    assert_eq!(d.host.cuda.as_deref(), Some("13.6"));
+    assert_eq!(d.host.cuda_source.path, "(kb.d) /etc/stackhook/kb.d/branches.toml");
+    // The admin toolkit row names 13.7's minimum in the remedy.
+    let d = run_with(&spec, &files, &["cuda>=13.7"]).unwrap();
+    assert_eq!(d.verdict(), Verdict::Block);
+    let f = d.findings.iter().find(|f| f.code == "L4-CUDA-REQUIREMENT").unwrap();
+    assert!(
+        f.remedy.as_deref().is_some_and(|r| r.contains("install driver 640.10 or newer")),
+        "{:?}",
+        f.remedy
+    );
+}

@@ -113,6 +113,22 @@ impl Extension {
             .map(|(t, f)| (t, f.as_str()))
     }
 
+    /// The highest CUDA an admin branch row at or below `branch` gives: a lower bound for a
+    /// driver of that branch.
+    pub fn cuda_at_or_below(&self, branch: u64) -> Option<&CudaVersion> {
+        self.branches
+            .iter()
+            .filter(|(b, _)| b.branch <= branch)
+            .filter_map(|(b, _)| b.max_cuda.as_ref())
+            .max()
+    }
+
+    /// The oldest admin toolkit whose minimum driver is of a branch newer than `branch`: a driver
+    /// of `branch` reports less than it.
+    pub fn toolkit_above(&self, branch: u64) -> Option<&CudaVersion> {
+        self.toolkits.iter().filter(|(t, _)| t.driver.branch() > branch).map(|(t, _)| &t.cuda).min()
+    }
+
     /// The newest branch an admin row names.
     pub fn newest_branch(&self) -> Option<u64> {
         self.branches.iter().map(|(b, _)| b.branch).max()
