@@ -963,6 +963,56 @@ mod tests {
     }
 
     #[test]
+    fn unknown_is_not_failure() {
+        let cuda = |v: &str| Some(v.parse::<CudaVersion>().unwrap());
+        let range = |low: Option<CudaVersion>, below: Option<CudaVersion>| HostFacts {
+            cuda: low,
+            cuda_bound: CudaBound::Range { below },
+            driver: Some("630.10.01".parse().unwrap()),
+            gpus: vec![GpuFacts::default()],
+            ..HostFacts::default()
+        };
+        let truth = |h: &HostFacts, v: &str| Expr::parse(v).unwrap().truth(h, h.gpus.first());
+        // At least 13.3, upper bound unknown (a branch newer than the tables).
+        let newer = range(cuda("13.3"), None);
+        assert_eq!(truth(&newer, "cuda>=13.3"), Truth::Holds);
+        assert_eq!(truth(&newer, "cuda>13.2"), Truth::Holds);
+        assert_eq!(truth(&newer, "cuda>=13.5"), Truth::Unknown);
+        assert_eq!(truth(&newer, "cuda<13.3"), Truth::Fails);
+        assert_eq!(truth(&newer, "cuda<=13.2"), Truth::Fails);
+        assert_eq!(truth(&newer, "cuda=13.2"), Truth::Fails);
+        assert_eq!(truth(&newer, "cuda!=13.2"), Truth::Holds);
+        assert_eq!(truth(&newer, "cuda=13.4"), Truth::Unknown);
+        // Between 12.2 and 12.3 (exclusive): a branch between two rows.
+        let between = range(cuda("12.2"), cuda("12.3"));
+        assert_eq!(truth(&between, "cuda>=12.3"), Truth::Fails);
+        assert_eq!(truth(&between, "cuda<12.3"), Truth::Holds);
+        assert_eq!(truth(&between, "cuda>=12.2"), Truth::Holds);
+        // Below 9.0, no lower bound: a driver older than the tables.
+        let old = range(None, cuda("9.0"));
+        assert_eq!(truth(&old, "cuda>=12.1"), Truth::Fails);
+        assert_eq!(truth(&old, "cuda>=8.0"), Truth::Unknown);
+        // An unknown GPU model: arch and brand are unknown; with no GPU at all they fail.
+        assert_eq!(truth(&newer, "arch>=5.0,arch<10.0"), Truth::Unknown);
+        assert_eq!(truth(&newer, "brand=tesla"), Truth::Unknown);
+        assert_eq!(Expr::parse("arch>=5.0").unwrap().truth(&newer, None), Truth::Fails);
+        // AND: a known failure wins over an unknown; OR: a known hold wins over an unknown.
+        assert_eq!(truth(&newer, "arch>=5.0,driver<600"), Truth::Fails);
+        assert_eq!(truth(&newer, "arch>=5.0 cuda>=13.0"), Truth::Holds);
+        assert_eq!(truth(&newer, "arch>=5.0 cuda>=14.0"), Truth::Unknown);
+
+        let set = set("STACKBUILD_REQUIRE_ARCH", "arch>=5.0,arch<10.0");
+        let assessed = set.assess(&newer);
+        assert!(assessed.failures.is_empty() && set.evaluate(&newer).is_empty());
+        assert_eq!(
+            assessed.unverifiable[0].to_string(),
+            "GPU 0: cannot tell whether arch>=5.0 (host has no known compute capability), arch<10.0 (host has no \
+             known compute capability) holds"
+        );
+        assert_eq!(set.check(&newer), Outcome::Satisfied);
+    }
+
+    #[test]
     fn parse_errors_point_at_the_column() {
         let err = |s: &str| Expr::parse(s).unwrap_err().to_string();
         insta::assert_snapshot!(
