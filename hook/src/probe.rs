@@ -8,7 +8,12 @@
 //! probe costs a bounded number of system calls (about 15 per GPU).
 //!
 //! [`HostProbe::facts`] turns a probe into the [`HostFacts`] that requirement expressions are
-//! evaluated against, for the GPUs a container selects.
+//! evaluated against, for the GPUs a container selects. Facts the files do not hold come, in this
+//! order, from the `nvidia-smi` answers an administrator recorded ([`recorded`], used only while
+//! the driver version and boot id match), from admin rows in `/etc/stackhook/kb.d`
+//! ([`kb::extra`]), and from the built-in tables; what none of them knows stays unknown (a range
+//! for the CUDA version, `None` for a compute capability), which makes a requirement unverifiable,
+//! not failed. [`HostProbe::host_cuda`] and [`HostProbe::gpu_arch`] say how each was obtained.
 
 mod hostfs;
 pub mod parse;
