@@ -402,27 +402,18 @@ pub struct DriverFloor {
 /// The toolkit minimum, the minor-compatibility minimum (if the major is known), their source,
 /// and the warning for a release newer than the table (whose newest row stands in).
 fn driver_rows(cuda: &CudaVersion) -> Option<(DriverVersion, Option<DriverVersion>, String, Option<String>)> {
-    if let Some(row) = kb::cuda_min_driver(cuda) {
-        return Some((row.toolkit_driver, Some(row.minor_compat_driver), row.source, None));
-    }
-    let newest = kb::cuda_toolkits().iter().max_by(|a, b| a.cuda.cmp(&b.cuda))?;
-    if cuda.major_minor() <= newest.cuda.major_minor() {
-        // A release inside the table's span that it lacks (there is no 12.7 toolkit).
-        return None;
-    }
-    let last_update = newest.updates.iter().map(|u| (&u.cuda, &u.driver)).max_by(|a, b| a.0.cmp(b.0));
-    let (known, driver) = last_update.unwrap_or((&newest.cuda, &newest.driver));
-    let minor = kb::minor_compat(cuda.part(0));
-    let (major, minor_v) = cuda.major_minor();
-    let warning = format!(
-        "CUDA {major}.{minor_v} is newer than the knowledge base's driver table: the minimum of CUDA {known} \
-         (driver>={driver}) stands in as a lower bound, and the release's own minimum may be higher"
-    );
-    let source = match minor {
-        Some(m) => format!("{}; {}", newest.source, m.source),
-        None => newest.source.clone(),
-    };
-    Some((driver.clone(), minor.map(|m| m.driver.clone()), source, Some(warning)))
+    // The knowledge base answers a release newer than its verified rows with the newest
+    // verified floor, flagged: a newer toolkit never needs an older driver.
+    let row = kb::cuda_min_driver(cuda)?;
+    let minor = kb::minor_compat(cuda.part(0)).map(|_| row.minor_compat_driver.clone());
+    let warning = row.unverified.map(|why| {
+        let (major, minor_v) = cuda.major_minor();
+        format!(
+            "CUDA {major}.{minor_v} is newer than the knowledge base's verified driver minimums: {why}, and the \
+             release's own minimum may be higher"
+        )
+    });
+    Some((row.toolkit_driver, minor, row.source, warning))
 }
 
 /// The oldest driver that runs the stack's CUDA libraries with the torch build of the knowledge

@@ -40,7 +40,10 @@ pub const DRIVER_MAJOR: &str = "stackbuild.io/driver.major";
 pub const DRIVER_CODE: &str = "stackbuild.io/driver.version.code";
 /// `proprietary` or `open`.
 pub const DRIVER_MODULE: &str = "stackbuild.io/driver.module";
-/// The highest CUDA the loaded driver supports, from the knowledge base (`12.2`).
+/// The highest CUDA the loaded driver supports (`12.2`): recorded `nvidia-smi` facts, else the
+/// knowledge base. Where only a lower bound is known (a driver branch newer than the tables, a
+/// Jetson that runs newer CUDA through the upgrade package), the lower bound: a pod placed by it
+/// needs no more than the host is known to support.
 pub const CUDA_MAX: &str = "stackbuild.io/cuda.max";
 /// Its major number.
 pub const CUDA_MAX_MAJOR: &str = "stackbuild.io/cuda.max.major";

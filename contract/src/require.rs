@@ -407,11 +407,72 @@ fn parse_arch(raw: &str) -> Result<ComputeCapability, VersionError> {
     Ok(ComputeCapability::new(conv(d.part(0))?, conv(d.part(1))?))
 }
 
+/// Whether a factor, term or expression holds on a host. `Unknown`: the host cannot tell and the
+/// knowledge base does not know (a GPU model without a row, a driver branch newer than the
+/// tables); such a requirement is unverifiable, which the hook reports as a warning and does not
+/// block on. Only what is known to be wrong fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Truth {
+    /// Known to hold.
+    Holds,
+    /// Known not to hold.
+    Fails,
+    /// Cannot be told.
+    Unknown,
+}
+
+impl Truth {
+    fn of(holds: bool) -> Self {
+        if holds {
+            Truth::Holds
+        } else {
+            Truth::Fails
+        }
+    }
+
+    /// AND: any failure fails, else any unknown is unknown.
+    fn and(self, other: Truth) -> Truth {
+        match (self, other) {
+            (Truth::Fails, _) | (_, Truth::Fails) => Truth::Fails,
+            (Truth::Unknown, _) | (_, Truth::Unknown) => Truth::Unknown,
+            _ => Truth::Holds,
+        }
+    }
+
+    /// OR: any hold holds, else any unknown is unknown.
+    fn or(self, other: Truth) -> Truth {
+        match (self, other) {
+            (Truth::Holds, _) | (_, Truth::Holds) => Truth::Holds,
+            (Truth::Unknown, _) | (_, Truth::Unknown) => Truth::Unknown,
+            _ => Truth::Fails,
+        }
+    }
+}
+
+/// How far [`HostFacts::cuda`] is known.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CudaBound {
+    /// `cuda` is the driver's value (`None`: no driver, so no CUDA).
+    #[default]
+    Exact,
+    /// The driver's value is not known exactly: it is at least `cuda` (when set) and below
+    /// `below` (when set). A comparison that the whole range decides is decided; any other is
+    /// unknown.
+    Range {
+        /// Exclusive upper bound.
+        below: Option<CudaVersion>,
+    },
+}
+
 /// What the host is, as far as requirements can see.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct HostFacts {
-    /// Highest CUDA version the loaded driver supports.
+    /// Highest CUDA version the loaded driver supports (a lower bound when `cuda_bound` is a range).
     pub cuda: Option<CudaVersion>,
+    /// Whether `cuda` is exact or bounds a value the host and the tables cannot tell.
+    pub cuda_bound: CudaBound,
     /// Loaded driver version.
     pub driver: Option<DriverVersion>,
     /// Kernel release.
@@ -434,15 +495,70 @@ pub struct HostFacts {
 /// One selected GPU.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GpuFacts {
-    /// Compute capability, when the model is known.
+    /// Compute capability, when the model is known (`None`: unknown, so `arch` factors are
+    /// unverifiable on this GPU, never failed).
     pub arch: Option<ComputeCapability>,
-    /// Brand as NVML names it, lowercase.
+    /// Brand as NVML names it, lowercase (`None`: unknown).
     pub brand: Option<String>,
 }
 
+/// Whether `h op want` holds for every host value `h` with `low <= h < below` (an absent bound is
+/// open): `Holds` if for all, `Fails` if for none, else `Unknown`.
+fn range_truth<T: Ord>(op: Op, low: Option<&T>, below: Option<&T>, want: &T) -> Truth {
+    use std::cmp::Ordering::Greater;
+    let below_le_want = below.is_some_and(|b| b <= want);
+    let (all, none) = match op {
+        Op::Ge | Op::Gt => (low.is_some_and(|l| op.holds(l.cmp(want))), below_le_want),
+        Op::Lt | Op::Le => (below_le_want, low.is_some_and(|l| !op.holds(l.cmp(want)))),
+        Op::Eq | Op::Ne => {
+            let outside = low.is_some_and(|l| l.cmp(want) == Greater) || below_le_want;
+            if op == Op::Eq {
+                (false, outside)
+            } else {
+                (outside, false)
+            }
+        }
+    };
+    if all {
+        Truth::Holds
+    } else if none {
+        Truth::Fails
+    } else {
+        Truth::Unknown
+    }
+}
+
 impl Factor {
-    /// Whether the factor holds on `host` (for GPU `gpu` when the key is per-GPU).
+    /// Whether the factor is known to hold on `host` (for GPU `gpu` when the key is per-GPU).
     pub fn holds(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> bool {
+        self.truth(host, gpu) == Truth::Holds
+    }
+
+    /// Whether the factor holds, fails or cannot be told on `host`. A GPU whose compute
+    /// capability or brand is unknown makes `arch` and `brand` unknown (with no GPU at all they
+    /// fail); a CUDA version known only as a range makes `cuda` unknown where the range does not
+    /// decide it.
+    pub fn truth(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> Truth {
+        match (&self.value, self.key, &host.cuda_bound) {
+            (Value::Cuda(want), _, CudaBound::Range { below }) => {
+                range_truth(self.op, host.cuda.as_ref(), below.as_ref(), want)
+            }
+            (Value::Arch(want), _, _) => match gpu {
+                None => Truth::Fails,
+                Some(GpuFacts { arch: None, .. }) => Truth::Unknown,
+                Some(GpuFacts { arch: Some(h), .. }) => Truth::of(self.op.holds(h.cmp(want))),
+            },
+            (Value::Name(want), Key::Brand, _) => match gpu {
+                None => Truth::Fails,
+                Some(GpuFacts { brand: None, .. }) => Truth::Unknown,
+                Some(GpuFacts { brand: Some(b), .. }) => Truth::of(self.name_holds(Some(b), want)),
+            },
+            _ => Truth::of(self.known_holds(host, gpu)),
+        }
+    }
+
+    /// [`Factor::holds`] for the keys whose host value is either known or absent (absent fails).
+    fn known_holds(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> bool {
         match (&self.value, self.key) {
             (Value::Cuda(want), _) => host.cuda.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
             (Value::Driver(want), _) => host.driver.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
@@ -479,7 +595,15 @@ impl Factor {
             v.map_or_else(|| format!("no {what}"), ToString::to_string)
         }
         match self.key {
-            Key::Cuda => or_unknown(host.cuda.as_ref(), "CUDA (driver not loaded or unknown)"),
+            Key::Cuda => match (&host.cuda_bound, &host.cuda) {
+                (CudaBound::Exact, cuda) => or_unknown(cuda.as_ref(), "CUDA (driver not loaded or unknown)"),
+                (CudaBound::Range { below }, low) => match (low, below) {
+                    (Some(l), Some(b)) => format!("at least {l} and below {b}"),
+                    (Some(l), None) => format!("at least {l}"),
+                    (None, Some(b)) => format!("below {b}"),
+                    (None, None) => "an unknown CUDA version".to_owned(),
+                },
+            },
             Key::Driver => or_unknown(host.driver.as_ref(), "driver loaded"),
             Key::Kernel => or_unknown(host.kernel.as_ref(), "kernel release"),
             Key::Machine => or_unknown(host.machine.as_ref(), "machine"),
@@ -517,9 +641,30 @@ impl MinEq for std::cmp::Ordering {
 }
 
 impl Term {
-    /// The first factor that fails, or `None` when the term holds.
+    /// The first factor that is known to fail, or `None` when none does.
     pub fn first_failure(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> Option<&Factor> {
-        self.0.iter().find(|f| !f.holds(host, gpu))
+        self.0.iter().find(|f| f.truth(host, gpu) == Truth::Fails)
+    }
+
+    /// The term's truth: its factors joined by AND.
+    pub fn truth(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> Truth {
+        self.0.iter().fold(Truth::Holds, |acc, f| acc.and(f.truth(host, gpu)))
+    }
+
+    /// The factors whose truth is unknown.
+    fn unknown_factors<'a>(
+        &'a self,
+        host: &'a HostFacts,
+        gpu: Option<&'a GpuFacts>,
+    ) -> impl Iterator<Item = &'a Factor> {
+        self.0.iter().filter(move |f| f.truth(host, gpu) == Truth::Unknown)
+    }
+}
+
+impl Expr {
+    /// The expression's truth: its terms joined by OR.
+    pub fn truth(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> Truth {
+        self.0.iter().fold(Truth::Fails, |acc, t| acc.or(t.truth(host, gpu)))
     }
 }
 
@@ -583,6 +728,47 @@ impl fmt::Display for Unsatisfied {
     }
 }
 
+/// A requirement that neither holds nor fails on this host: what it hinges on is unknown.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Unverifiable {
+    /// The variable or annotation it came from.
+    pub source: String,
+    /// The whole expression.
+    pub expr: String,
+    /// Index into the selected GPUs, for per-GPU requirements.
+    pub gpu: Option<usize>,
+    /// The factors that could not be told, with what the host has (no term holds, and these keep
+    /// the others from failing).
+    pub unknown: Vec<FactorFailure>,
+}
+
+impl Unverifiable {
+    /// The key to lead with.
+    pub fn key(&self) -> Option<Key> {
+        self.unknown.first().map(|f| f.key)
+    }
+}
+
+impl fmt::Display for Unverifiable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(gpu) = self.gpu {
+            write!(f, "GPU {gpu}: ")?;
+        }
+        let factors: Vec<String> =
+            self.unknown.iter().map(|u| format!("{} (host has {})", u.factor, u.host)).collect();
+        write!(f, "cannot tell whether {} holds", factors.join(", "))
+    }
+}
+
+/// What [`RequirementSet::assess`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Assessment {
+    /// Requirements known not to hold.
+    pub failures: Vec<Unsatisfied>,
+    /// Requirements that cannot be told.
+    pub unverifiable: Vec<Unverifiable>,
+}
+
 /// Every requirement an image and its annotations carry; all must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequirementSet {
@@ -620,9 +806,17 @@ impl RequirementSet {
     }
 
     /// Evaluates every requirement; per-GPU requirements once for each selected GPU (once with
-    /// no GPU when none is selected, so that their GPU factors fail).
+    /// no GPU when none is selected, so that their GPU factors fail). Returns the requirements
+    /// known to fail; see [`RequirementSet::assess`] for the unverifiable ones as well.
     pub fn evaluate(&self, host: &HostFacts) -> Vec<Unsatisfied> {
+        self.assess(host).failures
+    }
+
+    /// Evaluates every requirement as [`RequirementSet::evaluate`] does, and also lists those
+    /// whose truth is unknown: no term holds, and at least one term does not fail.
+    pub fn assess(&self, host: &HostFacts) -> Assessment {
         let mut failures = Vec::new();
+        let mut unverifiable = Vec::new();
         for req in &self.entries {
             let gpus: Vec<Option<usize>> = if req.expr.per_gpu() && !host.gpus.is_empty() {
                 (0..host.gpus.len()).map(Some).collect()
@@ -631,32 +825,43 @@ impl RequirementSet {
             };
             for gpu in gpus {
                 let facts = gpu.and_then(|i| host.gpus.get(i));
-                let mut alternatives = Vec::new();
-                let mut held = false;
-                for term in &req.expr.0 {
-                    match term.first_failure(host, facts) {
-                        None => {
-                            held = true;
-                            break;
-                        }
-                        Some(f) => alternatives.push(FactorFailure {
-                            factor: f.to_string(),
-                            key: f.key,
-                            host: f.host_value(host, facts),
-                        }),
-                    }
-                }
-                if !held {
-                    failures.push(Unsatisfied {
+                let gpu = if req.expr.per_gpu() { gpu } else { None };
+                let failure = |f: &Factor| FactorFailure {
+                    factor: f.to_string(),
+                    key: f.key,
+                    host: f.host_value(host, facts),
+                };
+                match req.expr.truth(host, facts) {
+                    Truth::Holds => {}
+                    Truth::Unknown => unverifiable.push(Unverifiable {
                         source: req.source.clone(),
                         expr: req.expr.to_string(),
-                        gpu: if req.expr.per_gpu() { gpu } else { None },
-                        alternatives,
-                    });
+                        gpu,
+                        unknown: req
+                            .expr
+                            .0
+                            .iter()
+                            .filter(|t| t.truth(host, facts) == Truth::Unknown)
+                            .flat_map(|t| t.unknown_factors(host, facts))
+                            .map(failure)
+                            .collect(),
+                    }),
+                    Truth::Fails => failures.push(Unsatisfied {
+                        source: req.source.clone(),
+                        expr: req.expr.to_string(),
+                        gpu,
+                        alternatives: req
+                            .expr
+                            .0
+                            .iter()
+                            .filter_map(|t| t.first_failure(host, facts))
+                            .map(failure)
+                            .collect(),
+                    }),
                 }
             }
         }
-        failures
+        Assessment { failures, unverifiable }
     }
 
     /// Checks the set the way the hook does: nothing applies when no GPU is selected (unless the
@@ -687,7 +892,7 @@ impl RequirementSet {
                 if host.gpus.is_empty() { vec![None] } else { (0..host.gpus.len()).map(Some).collect() };
             for gpu in gpus {
                 let facts = gpu.and_then(|i| host.gpus.get(i));
-                let passing = req.expr.0.iter().find(|t| t.first_failure(host, facts).is_none());
+                let passing = req.expr.0.iter().find(|t| t.truth(host, facts) == Truth::Holds);
                 if let Some(term) = passing {
                     if !term.has(Key::Cuda) {
                         out.push((req.source.clone(), gpu, term.to_string()));
@@ -836,6 +1041,56 @@ mod tests {
             req.evaluate(&h)[0].to_string(),
             "needs cuda>=12.1; host has no CUDA (driver not loaded or unknown)"
         );
+    }
+
+    #[test]
+    fn unknown_is_not_failure() {
+        let cuda = |v: &str| Some(v.parse::<CudaVersion>().unwrap());
+        let range = |low: Option<CudaVersion>, below: Option<CudaVersion>| HostFacts {
+            cuda: low,
+            cuda_bound: CudaBound::Range { below },
+            driver: Some("630.10.01".parse().unwrap()),
+            gpus: vec![GpuFacts::default()],
+            ..HostFacts::default()
+        };
+        let truth = |h: &HostFacts, v: &str| Expr::parse(v).unwrap().truth(h, h.gpus.first());
+        // At least 13.3, upper bound unknown (a branch newer than the tables).
+        let newer = range(cuda("13.3"), None);
+        assert_eq!(truth(&newer, "cuda>=13.3"), Truth::Holds);
+        assert_eq!(truth(&newer, "cuda>13.2"), Truth::Holds);
+        assert_eq!(truth(&newer, "cuda>=13.5"), Truth::Unknown);
+        assert_eq!(truth(&newer, "cuda<13.3"), Truth::Fails);
+        assert_eq!(truth(&newer, "cuda<=13.2"), Truth::Fails);
+        assert_eq!(truth(&newer, "cuda=13.2"), Truth::Fails);
+        assert_eq!(truth(&newer, "cuda!=13.2"), Truth::Holds);
+        assert_eq!(truth(&newer, "cuda=13.4"), Truth::Unknown);
+        // Between 12.2 and 12.3 (exclusive): a branch between two rows.
+        let between = range(cuda("12.2"), cuda("12.3"));
+        assert_eq!(truth(&between, "cuda>=12.3"), Truth::Fails);
+        assert_eq!(truth(&between, "cuda<12.3"), Truth::Holds);
+        assert_eq!(truth(&between, "cuda>=12.2"), Truth::Holds);
+        // Below 9.0, no lower bound: a driver older than the tables.
+        let old = range(None, cuda("9.0"));
+        assert_eq!(truth(&old, "cuda>=12.1"), Truth::Fails);
+        assert_eq!(truth(&old, "cuda>=8.0"), Truth::Unknown);
+        // An unknown GPU model: arch and brand are unknown; with no GPU at all they fail.
+        assert_eq!(truth(&newer, "arch>=5.0,arch<10.0"), Truth::Unknown);
+        assert_eq!(truth(&newer, "brand=tesla"), Truth::Unknown);
+        assert_eq!(Expr::parse("arch>=5.0").unwrap().truth(&newer, None), Truth::Fails);
+        // AND: a known failure wins over an unknown; OR: a known hold wins over an unknown.
+        assert_eq!(truth(&newer, "arch>=5.0,driver<600"), Truth::Fails);
+        assert_eq!(truth(&newer, "arch>=5.0 cuda>=13.0"), Truth::Holds);
+        assert_eq!(truth(&newer, "arch>=5.0 cuda>=14.0"), Truth::Unknown);
+
+        let set = set("STACKBUILD_REQUIRE_ARCH", "arch>=5.0,arch<10.0");
+        let assessed = set.assess(&newer);
+        assert!(assessed.failures.is_empty() && set.evaluate(&newer).is_empty());
+        assert_eq!(
+            assessed.unverifiable[0].to_string(),
+            "GPU 0: cannot tell whether arch>=5.0 (host has no known compute capability), arch<10.0 (host has no \
+             known compute capability) holds"
+        );
+        assert_eq!(set.check(&newer), Outcome::Satisfied);
     }
 
     #[test]

@@ -36,7 +36,7 @@ use serde::Serialize;
 
 use crate::contract::image::{ContainerRequest, DeviceSelection};
 use crate::contract::kb;
-use crate::contract::require::{Key, RequirementSet, Unsatisfied, Value};
+use crate::contract::require::{CudaBound, Key, RequirementSet, Unsatisfied, Value};
 use crate::contract::version::{CudaVersion, DriverVersion};
 use crate::probe::{
     self, ChainEnd, GpuProbe, HostProbe, LibraryProbe, NodeState, Platform, UnresolvedDevice,
@@ -155,8 +155,11 @@ pub struct GpuSummary {
     pub bus_id: String,
     /// The driver's model name.
     pub model: String,
-    /// Compute capability from the knowledge base.
+    /// Compute capability (recorded `nvidia-smi` facts, else the knowledge base).
     pub compute_capability: Option<String>,
+    /// How the compute capability was obtained.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compute_capability_source: Option<Evidence>,
     /// Whether the container gets it.
     pub selected: bool,
 }
@@ -174,10 +177,23 @@ pub struct HostSummary {
     pub driver: Option<String>,
     /// `proprietary` or `open`.
     pub module: Option<&'static str>,
-    /// Highest CUDA the driver supports.
+    /// Highest CUDA the driver supports (`>= 13.2` where only a lower bound is known).
     pub cuda: Option<String>,
+    /// How `cuda` was obtained (recorded facts, a table row, or why it is not known).
+    pub cuda_source: Evidence,
     /// The GPUs the driver lists.
     pub gpus: Vec<GpuSummary>,
+    /// The knowledge base the facts were looked up in.
+    pub knowledge_base: KbSummary,
+}
+
+/// Which knowledge base a report used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KbSummary {
+    /// The date the built-in tables were checked against their sources.
+    pub date: &'static str,
+    /// Admin files of `/etc/stackhook/kb.d` whose rows were added.
+    pub kb_d: Vec<String>,
 }
 
 /// The result of [`diagnose`].
@@ -322,6 +338,10 @@ pub fn diagnose(probe: &HostProbe, request: &Request) -> Diagnosis {
              they need the driver loaded (fix the errors above first)",
         ));
     }
+    if driver_up {
+        c.kb_age();
+    }
+    c.stale_facts();
     c.requirements(driver_up, selected.as_ref().ok().map(Vec::as_slice));
     if let Ok(gpus) = &selected {
         c.l4_links(gpus);
@@ -378,11 +398,19 @@ impl<'a> Checks<'a> {
             .select(&self.req.selection)
             .map_or_else(|_| Vec::new(), |gpus| gpus.iter().map(|g| g.index).collect());
         let driver = p.driver.as_ref().map(|d| d.value.clone());
+        let cuda = p.host_cuda();
         HostSummary {
             platform: p.platform.name(),
             machine: p.machine.value.clone(),
             kernel: p.kernel.as_ref().map(|k| k.value.to_string()),
-            cuda: driver.as_ref().and_then(kb::driver_max_cuda).map(|c| c.to_string()),
+            cuda: match (&cuda.cuda, &cuda.bound) {
+                (Some(c), CudaBound::Exact) => Some(c.to_string()),
+                (Some(c), CudaBound::Range { below: Some(b) }) => Some(format!(">= {c}, < {b}")),
+                (Some(c), CudaBound::Range { below: None }) => Some(format!(">= {c}")),
+                (None, _) => None,
+            },
+            cuda_source: cuda.how.into(),
+            knowledge_base: KbSummary { date: kb::KB_DATE, kb_d: p.kb_files.clone() },
             driver: driver.map(|d| d.to_string()),
             module: p.module_flavor.as_ref().map(|m| match m.value {
                 probe::ModuleFlavor::Proprietary => "proprietary",
@@ -391,12 +419,16 @@ impl<'a> Checks<'a> {
             gpus: p
                 .gpus
                 .iter()
-                .map(|g| GpuSummary {
-                    index: g.index,
-                    bus_id: g.bus_id.clone(),
-                    model: g.model.clone().unwrap_or_else(|| "(no model)".to_owned()),
-                    compute_capability: g.kb_model().map(|m| m.compute_capability.to_string()),
-                    selected: selected.contains(&g.index),
+                .map(|g| {
+                    let arch = p.gpu_arch(g);
+                    GpuSummary {
+                        index: g.index,
+                        bus_id: g.bus_id.clone(),
+                        model: g.model.clone().unwrap_or_else(|| "(no model)".to_owned()),
+                        compute_capability: arch.as_ref().map(|a| a.value.to_string()),
+                        compute_capability_source: arch.map(|a| a.how.into()),
+                        selected: selected.contains(&g.index),
+                    }
                 })
                 .collect(),
         }
@@ -757,6 +789,63 @@ impl<'a> Checks<'a> {
         }
     }
 
+    /// L4: a recorded facts file exists but was not used (stale after a driver change or reboot,
+    /// unreadable, or malformed): the facts it held are looked up in the tables instead.
+    fn stale_facts(&mut self) {
+        let Some(why) = &self.p.recorded_ignored else { return };
+        self.push(
+            Finding::new(
+                "L4-RECORDED-FACTS-IGNORED",
+                Layer::L4Versions,
+                Severity::Info,
+                format!("the recorded nvidia-smi facts were not used: {why}"),
+            )
+            .with(&format!("/{}", probe::recorded::FACTS_PATH), why)
+            .remedy("sudo stackhook doctor --record"),
+        );
+    }
+
+    /// L4: the loaded driver is of a branch newer than every row of the knowledge base (built-in
+    /// and `kb.d`): its CUDA version is then only known as a lower bound, unless `nvidia-smi`'s
+    /// answer was recorded.
+    fn kb_age(&mut self) {
+        let p = self.p;
+        let Some(d) = &p.driver else { return };
+        let newest =
+            kb::newest_branch().map_or(0, |b| b.branch).max(p.kb_extension.newest_branch().unwrap_or(0));
+        if d.value.branch() <= newest {
+            return;
+        }
+        let recorded = p.recorded.as_ref().is_some_and(|r| r.cuda_version.is_some());
+        let (severity, tail) = if recorded {
+            (Severity::Info, "the CUDA version comes from the recorded nvidia-smi facts")
+        } else {
+            (
+                Severity::Warning,
+                "its CUDA version is known only as a lower bound, and requirements above it are reported, not enforced",
+            )
+        };
+        let f = Finding::new(
+            "L4-KB-OLDER-THAN-DRIVER",
+            Layer::L4Versions,
+            severity,
+            format!(
+                "driver branch {} is newer than the knowledge base of {} (newest branch {newest}): {tail}",
+                d.value.branch(),
+                kb::KB_DATE
+            ),
+        )
+        .with_evidence(&d.evidence);
+        self.push(if recorded {
+            f
+        } else {
+            f.remedy(
+                "sudo stackhook doctor --record (saves nvidia-smi's CUDA version for the hook), or add a [[branch]] row \
+                 with its source in /etc/stackhook/kb.d/, or update stackhook",
+            )
+        });
+    }
+
     /// L3: the selected GPUs. `Err` when the selection cannot be resolved or there are none.
     fn l3_gpus(&mut self) -> Result<Vec<&'a GpuProbe>, ()> {
         let p: &'a HostProbe = self.p;
@@ -814,19 +903,22 @@ impl<'a> Checks<'a> {
             self.l3_unresolved(u);
         }
         for other in p.other_pci_gpus.iter().filter(|g| g.pci.driver.as_deref() != Some("nouveau")) {
-            self.push(
-                Finding::new(
-                    "L3-GPU-NOT-OWNED",
-                    Layer::L3Gpus,
-                    Severity::Warning,
-                    format!(
-                        "the NVIDIA GPU at {} is bound to {}, not nvidia: containers cannot use it",
-                        other.bus_id,
-                        other.pci.driver.as_deref().unwrap_or("no driver")
-                    ),
-                )
-                .with(&format!("{}/driver", other.pci.path), other.pci.driver.as_deref().unwrap_or("(none)")),
-            );
+            let mut f = Finding::new(
+                "L3-GPU-NOT-OWNED",
+                Layer::L3Gpus,
+                Severity::Warning,
+                format!(
+                    "the NVIDIA GPU at {} is bound to {}, not nvidia: containers cannot use it",
+                    other.bus_id,
+                    other.pci.driver.as_deref().unwrap_or("no driver")
+                ),
+            )
+            .with(&format!("{}/driver", other.pci.path), other.pci.driver.as_deref().unwrap_or("(none)"));
+            if let Some(why) = self.architecture_dropped(other.pci.device_id()) {
+                f.message = format!("{}; {why}", f.message);
+                f = f.remedy("install a driver of a branch that still supports this GPU's architecture");
+            }
+            self.push(f);
         }
         Ok(selected)
     }
@@ -874,6 +966,20 @@ impl<'a> Checks<'a> {
         )));
     }
 
+    /// Why the loaded driver does not drive a GPU of this PCI id, when its architecture's last
+    /// branch (`driver_branches.toml`, `[[architecture]]`) is older than the loaded one.
+    fn architecture_dropped(&self, device_id: Option<u16>) -> Option<String> {
+        let model = device_id.and_then(kb::gpu_by_pci_id)?;
+        let last = kb::architecture_support(&model.architecture)?;
+        let driver = self.p.driver.as_ref()?;
+        (driver.value.branch() > last.last_branch).then(|| {
+            format!(
+                "it is a {} GPU ({}), and R{} was the last driver branch for {} (the loaded driver is {})",
+                model.architecture, model.name, last.last_branch, model.architecture, driver.value
+            )
+        })
+    }
+
     /// L3: one selected GPU.
     fn l3_gpu(&mut self, g: &GpuProbe) {
         if g.model_unknown() {
@@ -905,22 +1011,39 @@ impl<'a> Checks<'a> {
                 .remedy("check NVreg_ExcludedGpus in /etc/modprobe.d and the driver's health checks (dmesg)"),
             );
         }
-        if g.kb_model().is_none() {
-            self.push(
-                Finding::new(
-                    "L3-GPU-NOT-IN-KB",
-                    Layer::L3Gpus,
-                    Severity::Warning,
-                    format!(
-                        "GPU {} ({}) is not in the knowledge base: its compute capability and brand are unknown, \
-                         so arch and brand requirements fail",
-                        g.index,
-                        g.model.as_deref().unwrap_or("")
-                    ),
-                )
-                .with_evidence(&g.evidence)
-                .with(&format!("{}/device", g.pci.path), g.pci.device.map_or("?".to_owned(), |d| format!("0x{d:04x}"))),
+        if self.p.gpu_model(g).is_none() {
+            let known_arch = self.p.gpu_arch(g);
+            let what = if known_arch.is_some() {
+                "its brand is unknown (its compute capability comes from the recorded nvidia-smi facts), so \
+                 brand requirements cannot be verified"
+            } else {
+                "its compute capability and brand are unknown, so arch and brand requirements cannot be verified \
+                 (they are reported, not enforced)"
+            };
+            let mut f = Finding::new(
+                "L3-GPU-NOT-IN-KB",
+                Layer::L3Gpus,
+                Severity::Warning,
+                format!(
+                    "GPU {} ({}) is not in the knowledge base of {}: {what}",
+                    g.index,
+                    g.model.as_deref().unwrap_or(""),
+                    kb::KB_DATE
+                ),
+            )
+            .with_evidence(&g.evidence)
+            .with(
+                &format!("{}/device", g.pci.path),
+                g.pci.device.map_or("?".to_owned(), |d| format!("0x{d:04x}")),
             );
+            if let Some(a) = known_arch {
+                f = f.with_evidence(&a.how.into());
+            }
+            self.push(f.remedy(
+                "confirm with nvidia-smi --query-gpu=name,pci.device_id,compute_cap --format=csv \
+                 (sudo stackhook doctor --record saves it for the hook), or add a [[gpu]] row with its source \
+                 in /etc/stackhook/kb.d/",
+            ));
         }
     }
 
@@ -1020,7 +1143,16 @@ impl<'a> Checks<'a> {
         let unlisted = (p.is_wsl2() || p.is_jetson()) && p.gpus.is_empty();
         let unresolved = p.resolve(selection).map(|r| r.unresolved).unwrap_or_default();
         let resolved_count = selected.map_or(0, <[_]>::len);
-        for u in reqs.evaluate(&facts) {
+        let assessment = reqs.assess(&facts);
+        for u in &assessment.unverifiable {
+            let Some(key) = u.key() else { continue };
+            if key.per_gpu() && !gpus_known {
+                continue;
+            }
+            let f = self.unverifiable_finding(u, key, selected);
+            self.push(f);
+        }
+        for u in assessment.failures {
             let Some(primary) = u.primary() else { continue };
             let key = primary.key;
             let needs_driver = matches!(key, Key::Cuda | Key::Driver | Key::Arch | Key::Brand | Key::Gpus);
@@ -1032,9 +1164,10 @@ impl<'a> Checks<'a> {
                 continue; // the selection itself failed (L3)
             }
             let device = u.gpu.and_then(|i| i.checked_sub(resolved_count)).and_then(|i| unresolved.get(i));
-            let unverifiable = (matches!(key, Key::Cuda | Key::Driver)
-                && facts.driver.is_none()
-                && (p.is_wsl2() || p.is_jetson()))
+            // The version a WSL2 or Jetson host cannot read from files; a Jetson's CUDA known from
+            // its L4T release is checked.
+            let unknown_version = key == Key::Driver || (key == Key::Cuda && facts.cuda.is_none());
+            let unverifiable = (unknown_version && facts.driver.is_none() && (p.is_wsl2() || p.is_jetson()))
                 || (per_gpu && unlisted)
                 || device.is_some_and(|d| d.common_model().is_none());
             let mut f = self.requirement_finding(&u, key, unverifiable, selected);
@@ -1046,6 +1179,53 @@ impl<'a> Checks<'a> {
         if let Some(gpus) = selected {
             self.forward_compat(&facts, gpus);
         }
+    }
+
+    /// A requirement whose truth the host and the knowledge base cannot tell: a warning that
+    /// says what is unknown and how to confirm it; the container is not blocked.
+    fn unverifiable_finding(
+        &self,
+        u: &crate::contract::require::Unverifiable,
+        key: Key,
+        selected: Option<&[&GpuProbe]>,
+    ) -> Finding {
+        let gpu = u.gpu.and_then(|i| selected.and_then(|s| s.get(i)));
+        let subject = gpu.map_or_else(String::new, |g| {
+            format!("GPU {} ({}): ", g.index, g.model.as_deref().unwrap_or("?"))
+        });
+        let factors: Vec<String> =
+            u.unknown.iter().map(|f| format!("{} (host has {})", f.factor, f.host)).collect();
+        let mut f = Finding::new(
+            "L4-REQUIREMENT-UNVERIFIABLE",
+            Layer::L4Versions,
+            Severity::Warning,
+            format!("{}: {subject}cannot tell whether {} holds; not enforced", u.source, factors.join(", ")),
+        )
+        .with(&u.source, shorten(&u.expr, 120));
+        let remedy = match key {
+            Key::Arch | Key::Brand => {
+                if let Some(g) = gpu {
+                    f = f.with_evidence(&g.evidence).with(
+                        &format!("{}/device", g.pci.path),
+                        format!(
+                            "{} (not in the knowledge base)",
+                            g.pci.device.map_or("?".to_owned(), |d| format!("0x{d:04x}"))
+                        ),
+                    );
+                }
+                "confirm with nvidia-smi --query-gpu=name,compute_cap --format=csv; sudo stackhook doctor --record \
+                 saves the answer for the hook, or add a [[gpu]] row with its source in /etc/stackhook/kb.d/"
+            }
+            _ => {
+                if let Some(d) = &self.p.driver {
+                    f = f.with_evidence(&d.evidence);
+                }
+                f = f.with_evidence(&self.p.host_cuda().how.into());
+                "confirm with nvidia-smi (its header prints \"CUDA Version\"); sudo stackhook doctor --record saves it \
+                 for the hook, or add a [[branch]] row with its source in /etc/stackhook/kb.d/"
+            }
+        };
+        f.remedy(remedy)
     }
 
     fn requirement_finding(
@@ -1115,14 +1295,11 @@ impl<'a> Checks<'a> {
             Key::Cuda | Key::Driver => {
                 if let Some(d) = &p.driver {
                     f = f.with_evidence(&d.evidence);
-                    if key == Key::Cuda {
-                        if let Some(c) = kb::driver_max_cuda(&d.value) {
-                            f = f.with(
-                                "(knowledge base)",
-                                format!("driver branch {} supports CUDA up to {c}", d.value.branch()),
-                            );
-                        }
-                    }
+                } else if let Some(e) = p.platform.evidence().filter(|_| key == Key::Cuda) {
+                    f = f.with_evidence(e);
+                }
+                if key == Key::Cuda {
+                    f = f.with_evidence(&p.host_cuda().how.into());
                 }
             }
             Key::Kernel => {
@@ -1151,6 +1328,13 @@ impl<'a> Checks<'a> {
             }
             Key::Arch | Key::Brand => {
                 if let Some(g) = gpu {
+                    if key == Key::Arch {
+                        if let Some(a) = p.gpu_arch(g).filter(|a| !a.how.path.starts_with("(knowledge base)"))
+                        {
+                            // From the recorded nvidia-smi facts or an admin row: say so.
+                            return f.with_evidence(&a.how.into());
+                        }
+                    }
                     let model = g.kb_model();
                     if let Some(soc) = &g.soc {
                         // An integrated GPU: the SoC string and what the knowledge base says of it.
@@ -1199,15 +1383,28 @@ impl<'a> Checks<'a> {
         let p = self.p;
         match key {
             Key::Cuda => {
-                let host = p.driver.as_ref().and_then(|d| kb::driver_max_cuda(&d.value));
+                let host = p.host_cuda().cuda;
                 let need = wanted.parse::<CudaVersion>().ok();
-                let min = need.as_ref().and_then(kb::cuda_min_driver);
+                if p.driver.is_none() && p.is_jetson() {
+                    let h = host.map_or_else(|| "its L4T release's".to_owned(), |h| h.to_string());
+                    return Some(format!(
+                        "use an image built for CUDA {h} or older: this board's Jetson Linux (L4T) release ships CUDA {h} \
+                         and it has no CUDA upgrade package for CUDA {wanted} (or flash a JetPack that the board supports \
+                         with a newer CUDA)"
+                    ));
+                }
+                // An admin toolkit row first, then the built-in table.
+                let min = need.as_ref().and_then(|n| {
+                    p.kb_extension
+                        .toolkit(n)
+                        .map(|(t, _)| t.driver.clone())
+                        .or_else(|| kb::cuda_min_driver(n).map(|row| row.toolkit_driver))
+                });
                 Some(match (min, host) {
-                    (Some(row), Some(h)) => format!(
-                        "install driver {} or newer (CUDA {wanted}'s minimum), or use an image built for CUDA {h} or older",
-                        row.toolkit_driver
+                    (Some(driver), Some(h)) => format!(
+                        "install driver {driver} or newer (CUDA {wanted}'s minimum), or use an image built for CUDA {h} or older"
                     ),
-                    (Some(row), None) => format!("install driver {} or newer (CUDA {wanted}'s minimum)", row.toolkit_driver),
+                    (Some(driver), None) => format!("install driver {driver} or newer (CUDA {wanted}'s minimum)"),
                     (None, _) => format!("install a driver that supports CUDA {wanted} (nvidia-smi shows the CUDA version)"),
                 })
             }
@@ -1277,8 +1474,12 @@ impl<'a> Checks<'a> {
                 );
                 continue;
             }
-            let model = g.kb_model();
-            let supported = p.is_jetson() || model.is_some_and(|m| m.forward_compat);
+            let model = p.gpu_model(g).map(|(m, _)| m);
+            // A Jetson SoC whose upgrade-package support is not known counts as an unknown model.
+            let soc_unknown =
+                g.soc.as_deref().and_then(kb::jetson_soc).is_some_and(|s| s.forward_compat.is_none());
+            let model = model.filter(|_| !soc_unknown);
+            let supported = model.is_some_and(|m| m.forward_compat);
             let mut f = match (model, supported) {
                 (_, true) => Finding::new(
                     "L4-FORWARD-COMPAT",

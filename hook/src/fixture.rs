@@ -31,6 +31,8 @@ pub struct FixtureError {
 
 /// The dynamic major the fixture gives `nvidia-uvm` (as on the reference host).
 pub const UVM_MAJOR: u32 = 510;
+/// The kernel boot id every fixture host has (`proc/sys/kernel/random/boot_id`).
+pub const FIXTURE_BOOT_ID: &str = "5eed0b00-0000-4000-8000-00000000b001";
 /// The NVIDIA frontend major (fixed).
 pub const NVIDIA_MAJOR: u32 = 195;
 
@@ -83,6 +85,7 @@ pub struct FixtureSpec {
     machine: String,
     wsl2: bool,
     jetson: Option<Vec<String>>,
+    l4t: (u32, String),
     uvm_node: bool,
     device_nodes: bool,
     /// MIG devices per GPU index: (GPU instance id, compute instance id) each.
@@ -95,6 +98,11 @@ pub struct FixtureSpec {
 /// with module p3701-0005, then the SOC, most specific first as device trees list them.
 pub const JETSON_AGX_ORIN_COMPATIBLE: [&str; 3] =
     ["nvidia,p3737-0000+p3701-0005", "nvidia,p3701-0005", "nvidia,tegra234"];
+
+/// The root `compatible` property of a Jetson TX2 NX on its carrier board (Linux
+/// `tegra186-p3509-0000+p3636-0001.dts`).
+pub const JETSON_TX2_NX_COMPATIBLE: [&str; 3] =
+    ["nvidia,p3509-0000+p3636-0001", "nvidia,p3636-0001", "nvidia,tegra186"];
 
 /// The modules a healthy host with the proprietary driver has loaded.
 const DRIVER_MODULES: [&str; 4] = ["nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia"];
@@ -123,6 +131,7 @@ impl FixtureSpec {
             machine: "x86_64".to_owned(),
             wsl2: false,
             jetson: None,
+            l4t: (35, "4.1".to_owned()),
             uvm_node: true,
             device_nodes: true,
             mig: Vec::new(),
@@ -404,7 +413,10 @@ impl FixtureSpec {
             // As L4T writes it (the first line is what the probe reads).
             w.file(
                 "etc/nv_tegra_release",
-                "# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64\n",
+                format!(
+                    "# R{} (release), REVISION: {}, GCID: 33958178, BOARD: t186ref, EABI: aarch64\n",
+                    self.l4t.0, self.l4t.1
+                ),
             )?;
             // A device-tree string property: each string NUL-terminated.
             let property: String = compatible.iter().flat_map(|c| [c.as_str(), "\0"]).collect();
@@ -469,9 +481,18 @@ impl FixtureSpec {
         self.modules.iter().any(|m| m == "nvidia_uvm")
     }
 
+    /// The Jetson Linux (L4T) release `etc/nv_tegra_release` names: `R<major>`, `REVISION:
+    /// <revision>` (`l4t(32, "7.1")` for L4T R32.7.1, `JetPack` 4.6.1).
+    #[must_use]
+    pub fn l4t(mut self, major: u32, revision: &str) -> Self {
+        self.l4t = (major, revision.to_owned());
+        self
+    }
+
     fn write_kernel(&self, w: &mut Writer) -> Result<(), FixtureError> {
         w.file("proc/sys/kernel/osrelease", format!("{}\n", self.kernel))?;
         w.file("proc/sys/kernel/arch", format!("{}\n", self.machine))?;
+        w.file("proc/sys/kernel/random/boot_id", format!("{FIXTURE_BOOT_ID}\n"))?;
         // Bits of `tainted`: P = 1, O = 4096, E = 8192 (Documentation/admin-guide/tainted-kernels).
         let mut tainted = 0u32;
         if self.module_loaded {
@@ -779,6 +800,19 @@ pub enum Preset {
     /// A MIG node: GPU 0 an A100 (compute capability 8.0) with two MIG devices, GPU 1 an H100
     /// (9.0) with one, `nvidia-smi -L` recorded; an image that needs `arch>=8.0`.
     MigNode,
+    /// Driver 610.43.02 (R610 reports CUDA 13.3) and a CUDA 13.3 image: it starts.
+    R610Cuda133,
+    /// An RTX A6000 (8.6, driver 535) and a torch 2.1+cu121 image (`cuda>=12.1 driver>=525.60.13`,
+    /// `arch>=5.0,arch<10.0`, as `stackbuild` derives them): it starts.
+    RtxA6000Torch21,
+    /// An RTX 6000 Ada (8.9, driver 535) and a torch 2.1+cu118 image: it starts.
+    Rtx6000AdaTorch21,
+    /// A GPU model no table knows (PCI id 0x3ff0) and a torch image's `arch` requirement: it starts,
+    /// with an unverifiable-requirement warning.
+    UnknownGpu,
+    /// A Jetson TX2 NX on L4T R32.7.1 (`JetPack` 4.6.1, CUDA 10.2, no CUDA upgrade package) and an
+    /// image that needs `cuda>=11.4`: blocked.
+    JetsonTx2,
 }
 
 /// `NVIDIA_REQUIRE_CUDA` of the official CUDA 12.1.1 images, cut to the 470 branch's terms.
@@ -788,7 +822,7 @@ pub const CUDA_12_1_REQUIRE: &str = "cuda>=12.1 brand=tesla,driver>=470,driver<4
 
 impl Preset {
     /// Every preset.
-    pub const ALL: [Preset; 15] = [
+    pub const ALL: [Preset; 20] = [
         Preset::Healthy,
         Preset::DriverTooOld,
         Preset::Nouveau,
@@ -804,6 +838,11 @@ impl Preset {
         Preset::ForwardCompatGeforce,
         Preset::JetsonOrin,
         Preset::MigNode,
+        Preset::R610Cuda133,
+        Preset::RtxA6000Torch21,
+        Preset::Rtx6000AdaTorch21,
+        Preset::UnknownGpu,
+        Preset::JetsonTx2,
     ];
 
     /// A short name (for directories and snapshot names).
@@ -824,6 +863,11 @@ impl Preset {
             Preset::ForwardCompatGeforce => "forward_compat_geforce",
             Preset::JetsonOrin => "jetson_orin",
             Preset::MigNode => "mig_node",
+            Preset::R610Cuda133 => "r610_cuda_13_3",
+            Preset::RtxA6000Torch21 => "rtx_a6000_torch_2_1",
+            Preset::Rtx6000AdaTorch21 => "rtx_6000_ada_torch_2_1",
+            Preset::UnknownGpu => "unknown_gpu",
+            Preset::JetsonTx2 => "jetson_tx2",
         }
     }
 
@@ -847,6 +891,11 @@ impl Preset {
             }
             Preset::JetsonOrin => FixtureSpec::bare().jetson(&JETSON_AGX_ORIN_COMPATIBLE),
             Preset::MigNode => FixtureSpec::mig_node(),
+            Preset::R610Cuda133 => h100.driver("610.43.02"),
+            Preset::RtxA6000Torch21 => h100.gpus_of(1, 0x2230, "NVIDIA RTX A6000"),
+            Preset::Rtx6000AdaTorch21 => h100.gpus_of(1, 0x26b1, "NVIDIA RTX 6000 Ada Generation"),
+            Preset::UnknownGpu => h100.driver("570.133.07").gpus_of(1, 0x3ff0, "NVIDIA Future GPU 9000"),
+            Preset::JetsonTx2 => FixtureSpec::bare().jetson(&JETSON_TX2_NX_COMPATIBLE).l4t(32, "7.1"),
         }
     }
 
@@ -860,6 +909,12 @@ impl Preset {
             Preset::ArchTooNew => &["arch<=9.0"],
             Preset::ForwardCompatGeforce => &[CUDA_12_1_REQUIRE],
             Preset::JetsonOrin => &["arch>=8.7"],
+            Preset::R610Cuda133 => &["cuda>=13.3"],
+            Preset::RtxA6000Torch21 | Preset::UnknownGpu => {
+                &["cuda>=12.1 driver>=525.60.13", "arch>=5.0,arch<10.0"]
+            }
+            Preset::Rtx6000AdaTorch21 => &["cuda>=11.8 driver>=450.80.02", "arch>=5.0,arch<10.0"],
+            Preset::JetsonTx2 => &["cuda>=11.4"],
             _ => &["cuda>=12.1"],
         }
     }
@@ -868,8 +923,14 @@ impl Preset {
     /// above `Info`.
     pub fn expected_code(self) -> Option<&'static str> {
         match self {
-            Preset::Healthy | Preset::EightGpus | Preset::JetsonOrin | Preset::MigNode => None,
-            Preset::DriverTooOld => Some("L4-CUDA-REQUIREMENT"),
+            Preset::Healthy
+            | Preset::EightGpus
+            | Preset::JetsonOrin
+            | Preset::R610Cuda133
+            | Preset::RtxA6000Torch21
+            | Preset::Rtx6000AdaTorch21
+            | Preset::MigNode => None,
+            Preset::DriverTooOld | Preset::JetsonTx2 => Some("L4-CUDA-REQUIREMENT"),
             Preset::Nouveau => Some("L1-NOUVEAU-LOADED"),
             Preset::UvmMissing => Some("L2-UVM-NOT-LOADED"),
             Preset::LibcudaMissing => Some("L2-LIBCUDA-MISSING"),
@@ -878,7 +939,7 @@ impl Preset {
             Preset::KernelDenied => Some("L1-KERNEL-REQUIREMENT"),
             Preset::ArchTooNew => Some("L4-ARCH-REQUIREMENT"),
             Preset::ModelUnknown => Some("L3-GPU-MODEL-UNKNOWN"),
-            Preset::Wsl2 => Some("L4-REQUIREMENT-UNVERIFIABLE"),
+            Preset::Wsl2 | Preset::UnknownGpu => Some("L4-REQUIREMENT-UNVERIFIABLE"),
             Preset::ForwardCompatGeforce => Some("L4-FORWARD-COMPAT-UNSUPPORTED"),
         }
     }
@@ -887,7 +948,15 @@ impl Preset {
     pub fn allowed(self) -> bool {
         matches!(
             self,
-            Preset::Healthy | Preset::EightGpus | Preset::Wsl2 | Preset::JetsonOrin | Preset::MigNode
+            Preset::Healthy
+                | Preset::EightGpus
+                | Preset::Wsl2
+                | Preset::JetsonOrin
+                | Preset::R610Cuda133
+                | Preset::RtxA6000Torch21
+                | Preset::Rtx6000AdaTorch21
+                | Preset::UnknownGpu
+                | Preset::MigNode
         )
     }
 
@@ -911,7 +980,11 @@ mod tests {
         for p in Preset::ALL {
             let host = p.build(&dir.path().join(p.name())).unwrap();
             assert!(host.root().join("proc/sys/kernel/osrelease").is_file(), "{}", p.name());
-            assert_eq!(p.allowed(), p.expected_code().is_none() || p == Preset::Wsl2);
+            // Allowed with a warning: the host cannot tell (WSL2's driver, an unknown GPU).
+            assert_eq!(
+                p.allowed(),
+                p.expected_code().is_none() || matches!(p, Preset::Wsl2 | Preset::UnknownGpu)
+            );
         }
     }
 

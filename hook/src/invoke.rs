@@ -262,6 +262,71 @@ mod tests {
         assert!(typo.stderr.contains("unknown platform \"wls2\""), "{}", typo.stderr);
     }
 
+    /// The preset's image requirements as the container's environment.
+    fn preset_env(preset: Preset) -> Vec<String> {
+        let mut env = vec!["NVIDIA_VISIBLE_DEVICES=all".to_owned()];
+        env.extend(preset.requires().iter().enumerate().map(|(i, r)| format!("STACKBUILD_REQUIRE_T{i}={r}")));
+        env
+    }
+
+    #[test]
+    fn todays_hosts_start_and_unknown_facts_do_not_block() {
+        for preset in
+            [Preset::R610Cuda133, Preset::RtxA6000Torch21, Preset::Rtx6000AdaTorch21, Preset::UnknownGpu]
+        {
+            let env = preset_env(preset);
+            let out = hook(preset, &env.iter().map(String::as_str).collect::<Vec<_>>());
+            assert_eq!(out.code, 0, "{}: {}", preset.name(), out.stderr);
+        }
+    }
+
+    #[test]
+    fn a_jetson_tx2_on_jetpack_4_blocks_a_cuda_11_4_image() {
+        let env = preset_env(Preset::JetsonTx2);
+        let out = hook(Preset::JetsonTx2, &env.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(out.code, 1, "{}", out.stderr);
+        let first = out.stderr.lines().next().unwrap_or("");
+        assert!(first.contains("needs cuda>=11.4; host has 10.2 [L4-CUDA-REQUIREMENT]"), "{first}");
+        assert!(out.stderr.contains("L4T R32.7.1 = JetPack 4 = CUDA 10.2"), "{}", out.stderr);
+    }
+
+    #[test]
+    fn the_report_says_how_each_fact_was_obtained() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Preset::UnknownGpu.build(&dir.path().join("host")).unwrap();
+        let bundle = dir.path().join("bundle");
+        std::fs::create_dir_all(&bundle).unwrap();
+        let env = preset_env(Preset::UnknownGpu);
+        std::fs::write(
+            bundle.join("config.json"),
+            serde_json::json!({ "process": { "env": env } }).to_string(),
+        )
+        .unwrap();
+        let state =
+            serde_json::json!({ "ociVersion": "1.0.2", "id": "c1", "status": "creating", "bundle": bundle });
+        let reports = dir.path().join("reports");
+        let config = HookConfig {
+            host_root: host.root().to_path_buf(),
+            policy: Policy::Enforce,
+            report_dir: Some(reports.clone()),
+        };
+        let out = run(state.to_string().as_bytes(), &config);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(reports.join("c1.json")).unwrap()).unwrap();
+        assert_eq!(report["decision"], "allowed");
+        let host = &report["diagnosis"]["host"];
+        assert_eq!(host["cuda_source"]["path"], "(knowledge base) driver_branches.toml");
+        assert_eq!(host["knowledge_base"]["date"], crate::contract::kb::KB_DATE);
+        let codes: Vec<&str> = report["diagnosis"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["code"].as_str())
+            .collect();
+        assert!(codes.contains(&"L4-REQUIREMENT-UNVERIFIABLE"), "{codes:?}");
+    }
+
     #[test]
     fn arch_requirement_on_a_jetson_orin() {
         let ok =

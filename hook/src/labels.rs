@@ -166,12 +166,17 @@ fn gpu_labels(
             put(GPU_COMPUTE_MAX_CODE, hi.to_string());
         }
     }
-    // As the doctor decides it: Jetson always, else the knowledge base's model.
-    let models: Vec<Option<&kb::GpuModel>> =
-        probe.gpus.iter().map(crate::probe::GpuProbe::kb_model).collect();
-    let forward_compat = if probe.is_jetson() {
-        Some(true)
-    } else if models.iter().any(|m| m.is_some_and(|m| !m.forward_compat)) {
+    // As the doctor decides it: the knowledge base's model (admin rows first); a Jetson SoC by
+    // its row (JetPack 5+ boards only; unknown where the row does not say).
+    let models: Vec<Option<&kb::GpuModel>> = probe
+        .gpus
+        .iter()
+        .map(|g| match g.soc.as_deref().and_then(kb::jetson_soc) {
+            Some(soc) if soc.forward_compat.is_none() => None,
+            _ => probe.gpu_model(g).map(|(m, _)| m),
+        })
+        .collect();
+    let forward_compat = if models.iter().any(|m| m.is_some_and(|m| !m.forward_compat)) {
         Some(false)
     } else if models.iter().all(Option::is_some) {
         Some(true)

@@ -12,6 +12,8 @@
 //! - [`runtime`]: the runc wrapper for Docker and containerd (adds the hook on `create`).
 //! - [`install`]: wiring the hook into Docker, Podman, CRI-O and containerd.
 //! - [`labels`]: Kubernetes node labels from a probe, for node affinity on image requirements.
+//! - [`record`]: `doctor --record`/`labels --record`: host facts from `nvidia-smi`, which the hook
+//!   reads back (the hook itself never runs a program).
 
 pub mod atomic;
 pub use stackcontract as contract;
@@ -22,6 +24,7 @@ pub mod invoke;
 pub mod labels;
 pub mod oci;
 pub mod probe;
+pub mod record;
 pub mod rootfs;
 pub mod runtime;
 pub use stackcontract::time;

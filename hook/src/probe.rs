@@ -8,10 +8,16 @@
 //! probe costs a bounded number of system calls (about 15 per GPU).
 //!
 //! [`HostProbe::facts`] turns a probe into the [`HostFacts`] that requirement expressions are
-//! evaluated against, for the GPUs a container selects.
+//! evaluated against, for the GPUs a container selects. Facts the files do not hold come, in this
+//! order, from the `nvidia-smi` answers an administrator recorded ([`recorded`], used only while
+//! the driver version and boot id match), from admin rows in `/etc/stackhook/kb.d`
+//! ([`kb::extra`]), and from the built-in tables; what none of them knows stays unknown (a range
+//! for the CUDA version, `None` for a compute capability), which makes a requirement unverifiable,
+//! not failed. [`HostProbe::host_cuda`] and [`HostProbe::gpu_arch`] say how each was obtained.
 
 mod hostfs;
 pub mod parse;
+pub mod recorded;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::OwnedFd;
@@ -25,8 +31,10 @@ pub use hostfs::ReadError;
 
 use crate::contract::image::DeviceSelection;
 use crate::contract::kb;
-use crate::contract::require::{GpuFacts, HostFacts};
-use crate::contract::version::{DriverVersion, KernelRelease};
+use crate::contract::kb::extra::Extension;
+use crate::contract::require::{CudaBound, GpuFacts, HostFacts};
+use crate::contract::version::{ComputeCapability, CudaVersion, DriverVersion, KernelRelease};
+use recorded::RecordedFacts;
 
 /// Cap for one file read (proc and sysfs files are a few hundred bytes).
 const FILE_CAP: usize = 64 * 1024;
@@ -362,6 +370,19 @@ pub struct HostProbe {
     /// MIG devices, from the driver's capability files and a recorded `nvidia-smi -L`.
     #[serde(skip_serializing_if = "MigProbe::is_empty")]
     pub mig: MigProbe,
+    /// Facts `stackhook doctor --record` saved from `nvidia-smi`, when they still describe the
+    /// running driver (same driver version and boot id); see [`recorded`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<RecordedFacts>,
+    /// Why a facts file that exists was not used (stale, unreadable, malformed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded_ignored: Option<String>,
+    /// Rows an administrator added in `/etc/stackhook/kb.d/*.toml`.
+    #[serde(skip)]
+    pub kb_extension: Extension,
+    /// The `kb.d` files whose rows were accepted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kb_files: Vec<String>,
     /// Reads that failed other than by absence.
     pub notes: Vec<ProbeNote>,
 }
@@ -453,6 +474,41 @@ enum Found<'a> {
     Unresolved(UnresolvedDevice<'a>),
 }
 
+/// How a fact the requirements use was obtained, as reports show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Provenance {
+    /// Where: a host file, `(knowledge base)`, `(kb.d) <file>` or the recorded facts file.
+    pub path: String,
+    /// What it said.
+    pub value: String,
+}
+
+impl From<Provenance> for Evidence {
+    fn from(p: Provenance) -> Self {
+        Evidence { path: p.path, value: p.value }
+    }
+}
+
+/// The highest CUDA version the host's driver supports, as far as it can be told, and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostCuda {
+    /// The value, or the lower bound when `bound` is a range.
+    pub cuda: Option<CudaVersion>,
+    /// Exact, or the range the value lies in.
+    pub bound: CudaBound,
+    /// How it was obtained.
+    pub how: Provenance,
+}
+
+/// A GPU's compute capability and how it was obtained.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuArch {
+    /// The compute capability.
+    pub value: ComputeCapability,
+    /// How it was obtained.
+    pub how: Provenance,
+}
+
 /// `NVIDIA_VISIBLE_DEVICES` names a GPU the host does not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectionError {
@@ -540,6 +596,10 @@ pub fn probe(host_root: &Path) -> HostProbe {
         secure_boot: None,
         setup_mode: None,
         mig: MigProbe::default(),
+        recorded: None,
+        recorded_ignored: None,
+        kb_extension: Extension::default(),
+        kb_files: Vec::new(),
         notes: Vec::new(),
     };
     let fs = match HostFs::open(host_root) {
@@ -562,6 +622,8 @@ pub fn probe(host_root: &Path) -> HostProbe {
     r.libraries(&mut p);
     r.secure_boot(&mut p);
     r.mig(&mut p);
+    r.recorded(&mut p);
+    r.kb_d(&mut p);
     p.notes.append(&mut r.notes);
     p
 }
@@ -1048,6 +1110,53 @@ impl Reader {
         }
     }
 
+    /// The facts file `stackhook doctor --record` writes, used only while its driver version and
+    /// boot id match the running host's.
+    fn recorded(&mut self, p: &mut HostProbe) {
+        let text = match self.fs.read_text(recorded::FACTS_PATH, recorded::FACTS_CAP) {
+            Ok(t) => t,
+            Err(ReadError::NotFound) => return,
+            Err(e) => {
+                p.recorded_ignored = Some(e.to_string());
+                return;
+            }
+        };
+        let boot_id = self.text(recorded::BOOT_ID_PATH, FILE_CAP);
+        let facts = RecordedFacts::parse(&text)
+            .and_then(|f| f.current(p.driver.as_ref().map(|d| &d.value), boot_id.as_deref()).map(|()| f));
+        match facts {
+            Ok(f) => p.recorded = Some(f),
+            Err(why) => p.recorded_ignored = Some(why),
+        }
+    }
+
+    /// `etc/stackhook/kb.d/*.toml`: read only when the directory exists, at most
+    /// [`kb::extra::MAX_FILES`] regular files of at most [`kb::extra::MAX_FILE`] bytes, in name
+    /// order. A file that does not read or check is left out with a note.
+    fn kb_d(&mut self, p: &mut HostProbe) {
+        let dir = kb::extra::KB_D;
+        if self.exists(dir).is_none() {
+            return;
+        }
+        let mut names: Vec<String> = self
+            .list(dir, kb::extra::MAX_FILES)
+            .into_iter()
+            .filter(|n| {
+                !n.starts_with('.')
+                    && Path::new(n).extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"))
+            })
+            .collect();
+        names.sort();
+        for name in names {
+            let rel = format!("{dir}/{name}");
+            let Some(text) = self.text(&rel, kb::extra::MAX_FILE) else { continue };
+            match p.kb_extension.add(&abs(&rel), &text) {
+                Ok(()) => p.kb_files.push(abs(&rel)),
+                Err(e) => self.notes.push(ProbeNote { path: abs(&rel), problem: format!("ignored: {e}") }),
+            }
+        }
+    }
+
     fn secure_boot(&mut self, p: &mut HostProbe) {
         let var = |name: &str| format!("sys/firmware/efi/efivars/{name}-{EFI_GLOBAL}");
         // efivarfs: 4 bytes of attributes, then the value; one byte for these two variables.
@@ -1231,28 +1340,33 @@ impl HostProbe {
 
     /// The facts requirement expressions are evaluated against, for the selected GPUs.
     ///
-    /// A GPU's compute capability comes from its PCI device id through the knowledge base, or
-    /// else from its model name; its brand from the knowledge base's model; `cuda` is the
-    /// highest CUDA the loaded driver supports, from the knowledge base.
+    /// A GPU's compute capability comes from the recorded `nvidia-smi` facts, else the knowledge
+    /// base (admin rows of `kb.d` first) by PCI device id or model name; its brand from the
+    /// knowledge base. `cuda` comes from [`HostProbe::host_cuda`]. What none of them knows stays
+    /// unknown, which makes the requirements that need it unverifiable rather than failed.
     ///
     /// Devices whose GPU is not known come after the GPUs: as their candidates' common model when
     /// they share one, else with nothing known. With `none`, the facts have no GPU and
     /// [`HostFacts::no_devices`] set.
     pub fn facts(&self, selection: &DeviceSelection) -> Result<HostFacts, SelectionError> {
-        let of = |model: Option<&kb::GpuModel>| GpuFacts {
-            arch: model.map(|m| m.compute_capability),
-            brand: model.map(|m| m.brand.clone()),
-        };
         let resolved = self.resolve(selection)?;
         let gpus = resolved
             .gpus
             .iter()
-            .map(|g| of(g.kb_model()))
-            .chain(resolved.unresolved.iter().map(|u| of(u.common_model())))
+            .map(|g| GpuFacts {
+                arch: self.gpu_arch(g).map(|a| a.value),
+                brand: self.gpu_model(g).map(|(m, _)| m.brand.clone()),
+            })
+            .chain(resolved.unresolved.iter().map(|u| {
+                let model = u.common_model();
+                GpuFacts { arch: model.map(|m| m.compute_capability), brand: model.map(|m| m.brand.clone()) }
+            }))
             .collect();
         let driver = self.driver.as_ref().map(|d| d.value.clone());
+        let cuda = self.host_cuda();
         Ok(HostFacts {
-            cuda: driver.as_ref().and_then(kb::driver_max_cuda),
+            cuda: cuda.cuda,
+            cuda_bound: cuda.bound,
             driver,
             kernel: self.kernel.as_ref().map(|k| k.value.clone()),
             machine: Some(self.machine.value.clone()),
@@ -1261,6 +1375,207 @@ impl HostProbe {
             gpus,
             no_devices: matches!(selection, DeviceSelection::NoDevices),
         })
+    }
+
+    /// The knowledge base's row for a GPU (admin rows of `kb.d` first), and where it comes from.
+    pub fn gpu_model<'a>(&'a self, g: &'a GpuProbe) -> Option<(&'a kb::GpuModel, Provenance)> {
+        let ext = &self.kb_extension;
+        let id = g.pci.device_id();
+        let model = g.model.as_deref().filter(|_| !g.model_unknown() && g.soc.is_none());
+        let admin =
+            id.and_then(|id| ext.gpu_by_pci_id(id)).or_else(|| model.and_then(|m| ext.gpu_by_model_name(m)));
+        if let Some((m, file)) = admin {
+            return Some((
+                m,
+                Provenance { path: format!("(kb.d) {file}"), value: format!("{} = {}", gpu_key(g), m.name) },
+            ));
+        }
+        let m = g.kb_model()?;
+        let table = if g.soc.is_some() { "jetson_socs.toml" } else { "gpus.toml" };
+        Some((
+            m,
+            Provenance {
+                path: format!("(knowledge base) {table}"),
+                value: format!("{} = {}", gpu_key(g), m.name),
+            },
+        ))
+    }
+
+    /// A GPU's compute capability: what `nvidia-smi` recorded for it, else the knowledge base's.
+    pub fn gpu_arch(&self, g: &GpuProbe) -> Option<GpuArch> {
+        if let Some(cc) = self
+            .recorded
+            .as_ref()
+            .and_then(|r| r.gpu(g.uuid.as_deref(), &g.bus_id))
+            .and_then(|r| r.compute_cap)
+        {
+            return Some(GpuArch {
+                value: cc,
+                how: Provenance {
+                    path: format!("/{}", recorded::FACTS_PATH),
+                    value: format!(
+                        "nvidia-smi compute_cap {cc} (recorded for driver {})",
+                        self.recorded.as_ref().map_or(String::new(), |r| r.driver_version.to_string())
+                    ),
+                },
+            });
+        }
+        let (m, how) = self.gpu_model(g)?;
+        Some(GpuArch {
+            value: m.compute_capability,
+            how: Provenance {
+                value: format!("{}, compute capability {}", how.value, m.compute_capability),
+                ..how
+            },
+        })
+    }
+
+    /// The highest CUDA version the driver supports: what `nvidia-smi` recorded, else an admin
+    /// branch row, else the knowledge base's branch table (exact for a branch it lists, a range
+    /// otherwise); on a Jetson without a driver version, the CUDA of its L4T release (a range
+    /// where the SOC runs the CUDA upgrade package).
+    pub fn host_cuda(&self) -> HostCuda {
+        if let Some(r) = &self.recorded {
+            if let Some(c) = &r.cuda_version {
+                return HostCuda {
+                    cuda: Some(c.clone()),
+                    bound: CudaBound::Exact,
+                    how: Provenance {
+                        path: format!("/{}", recorded::FACTS_PATH),
+                        value: format!(
+                            "nvidia-smi: CUDA Version {c} (driver {}, recorded {})",
+                            r.driver_version, r.recorded_at
+                        ),
+                    },
+                };
+            }
+        }
+        let Some(driver) = self.driver.as_ref().map(|d| &d.value) else {
+            return self.host_cuda_without_driver();
+        };
+        if let Some((c, file)) = self.kb_extension.branch_cuda(driver) {
+            return HostCuda {
+                cuda: Some(c.clone()),
+                bound: CudaBound::Exact,
+                how: Provenance {
+                    path: format!("(kb.d) {file}"),
+                    value: format!("driver branch {} supports CUDA up to {c}", driver.branch()),
+                },
+            };
+        }
+        match kb::driver_cuda(driver) {
+            kb::DriverCuda::Exact { cuda, branch, .. } => HostCuda {
+                how: Provenance {
+                    path: "(knowledge base) driver_branches.toml".to_owned(),
+                    value: format!("driver branch {branch} supports CUDA up to {cuda}"),
+                },
+                cuda: Some(cuda),
+                bound: CudaBound::Exact,
+            },
+            kb::DriverCuda::Bounded { at_least, below, why } => {
+                // Admin rows narrow the range: a branch row below the driver raises the floor,
+                // a toolkit whose minimum is of a newer branch lowers the ceiling.
+                let ext = &self.kb_extension;
+                let at_least =
+                    at_least.into_iter().chain(ext.cuda_at_or_below(driver.branch()).cloned()).max();
+                let below = below.into_iter().chain(ext.toolkit_above(driver.branch()).cloned()).min();
+                Self::bounded_cuda(at_least, below, &why)
+            }
+        }
+    }
+
+    /// A [`HostCuda`] known only as a range, with why.
+    fn bounded_cuda(at_least: Option<CudaVersion>, below: Option<CudaVersion>, why: &str) -> HostCuda {
+        HostCuda {
+            how: Provenance {
+                path: "(knowledge base) driver_branches.toml".to_owned(),
+                value: format!("{why}; confirm with nvidia-smi (stackhook doctor --record saves it)"),
+            },
+            cuda: at_least,
+            bound: CudaBound::Range { below },
+        }
+    }
+
+    /// [`HostProbe::host_cuda`] with no driver version: Jetson's L4T release, WSL2's unknown
+    /// Windows driver, or no driver (no CUDA).
+    fn host_cuda_without_driver(&self) -> HostCuda {
+        let unknown = |why: &str| HostCuda {
+            cuda: None,
+            bound: CudaBound::Range { below: None },
+            how: Provenance { path: "(knowledge base)".to_owned(), value: why.to_owned() },
+        };
+        if self.is_wsl2() {
+            return unknown("WSL2: the Windows driver's version cannot be read from files");
+        }
+        if !self.is_jetson() {
+            return HostCuda {
+                cuda: None,
+                bound: CudaBound::Exact,
+                how: Provenance {
+                    path: "/proc/driver/nvidia/version".to_owned(),
+                    value: "no driver loaded".to_owned(),
+                },
+            };
+        }
+        let Some(release) = self.l4t_version() else {
+            return unknown("Jetson: the L4T release is not known");
+        };
+        let Some(row) = kb::l4t_release(&release) else {
+            return unknown(&format!("Jetson Linux (L4T) R{release} is not in the knowledge base"));
+        };
+        let soc = self.gpus.first().and_then(|g| g.soc.as_deref()).and_then(kb::jetson_soc);
+        let compat = match (row.cuda_compat, soc.and_then(|s| s.forward_compat)) {
+            (Some(false), _) | (_, Some(false)) => Some(false),
+            (Some(true), Some(true)) => Some(true),
+            _ => None,
+        };
+        let jetpack = row.jetpack.split('.').next().unwrap_or(&row.jetpack);
+        let base = format!("L4T R{release} = JetPack {jetpack} = CUDA {}", row.cuda);
+        let (bound, value) = match compat {
+            Some(false) => {
+                (CudaBound::Exact, format!("{base}; no CUDA upgrade package for this board and release"))
+            }
+            Some(true) => (
+                CudaBound::Range { below: soc.and_then(|s| s.cuda_compat_below.clone()) },
+                format!("{base}; newer CUDA runs only through the CUDA upgrade (cuda-compat) package"),
+            ),
+            None => (
+                CudaBound::Range { below: None },
+                format!("{base}; whether newer CUDA runs through cuda-compat is not known"),
+            ),
+        };
+        HostCuda {
+            cuda: Some(row.cuda.clone()),
+            bound,
+            how: Provenance { path: "(knowledge base) jetson_socs.toml".to_owned(), value },
+        }
+    }
+
+    /// The L4T release as a version (`35.4.1`): `proc/driver/nvidia/version`'s number, else the
+    /// first line of `etc/nv_tegra_release` (`# R35 (release), REVISION: 4.1, ...`).
+    pub fn l4t_version(&self) -> Option<CudaVersion> {
+        if let Some(f) = &self.l4t_release {
+            if let Ok(v) = f.value.parse() {
+                return Some(v);
+            }
+        }
+        let Platform::Jetson { release: Some(line), .. } = &self.platform else { return None };
+        let major = line.trim_start_matches('R').split(|c: char| !c.is_ascii_digit()).next()?;
+        let revision = line.split("REVISION:").nth(1).map(|r| r.split(',').next().unwrap_or("").trim());
+        let text = match revision {
+            Some(r) if !r.is_empty() => format!("{major}.{r}"),
+            _ => major.to_owned(),
+        };
+        text.parse().ok()
+    }
+}
+
+/// How a GPU is named in provenance: its PCI id when it has one.
+fn gpu_key(g: &GpuProbe) -> String {
+    match (&g.soc, g.pci.device) {
+        (Some(soc), _) => soc.clone(),
+        (None, Some(d)) => format!("PCI 0x{d:04x}"),
+        (None, None) => format!("model {:?}", g.model.as_deref().unwrap_or("")),
     }
 }
 

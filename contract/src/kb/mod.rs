@@ -3,9 +3,9 @@
 //! a torch wheel was built for and pins.
 //!
 //! The facts live as data in `contract/kb/*.toml`. Every row carries a `source` naming where it comes
-//! from (a release-notes table, a wheel's `Requires-Dist`, `pci.ids`); `shared/reference/
-//! compatibility.md` lists the figures and the errors of the project's origin documents that
-//! must not be encoded. Prefer the artifact over a table: torch rows were read from the wheels
+//! from (a release-notes table, a wheel's `Requires-Dist`, `pci.ids`), a public page, never a file
+//! outside the repository; the tables' comments name the errors of the project's origin documents
+//! that must not be encoded. Prefer the artifact over a table: torch rows were read from the wheels
 //! on the Python Package Index (metadata, and the `-gencode` flags compiled into
 //! `libtorch_cuda.so`).
 //!
@@ -20,7 +20,10 @@
 //! accessors `expect` a valid table.
 //!
 //! Lookups are total over their input: a version older or newer than the tables answers
-//! `None` (or, where documented, the nearest row below), never an invented value.
+//! `None` (or, where documented, the nearest row below or a flagged lower bound), never an
+//! invented value. The hook treats what the tables do not know as unknown, not as failed
+//! ([`DriverCuda::Bounded`]); an administrator adds rows without a rebuild in
+//! `/etc/stackhook/kb.d` ([`extra`]).
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -32,6 +35,7 @@ use super::version::{
     ComputeCapability, CudaVersion, DriverVersion, PackageSpecifiers, PackageVersion, PythonVersion,
 };
 
+pub mod extra;
 #[cfg(test)]
 mod tests;
 
@@ -149,6 +153,17 @@ pub struct MinorCompat {
     pub source: String,
 }
 
+/// A CUDA release known to exist whose minimum driver was not verified (`[[unverified]]` of
+/// `cuda_driver.toml`): no number is invented for it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnverifiedToolkit {
+    /// The release's `major.minor`.
+    pub cuda: CudaVersion,
+    /// Where it is known from.
+    pub source: String,
+}
+
 /// The drivers a CUDA release needs, as [`cuda_min_driver`] answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CudaDriverRow {
@@ -160,6 +175,9 @@ pub struct CudaDriverRow {
     pub minor_compat_driver: DriverVersion,
     /// Where both values come from.
     pub source: String,
+    /// `Some(why)` when `toolkit_driver` is only a lower bound: the release is newer than every
+    /// verified row (or has no verified minimum), so the newest verified floor is answered.
+    pub unverified: Option<String>,
 }
 
 /// A driver branch and the highest CUDA it supports (`nvidia-smi` "CUDA Version").
@@ -168,14 +186,48 @@ pub struct CudaDriverRow {
 pub struct DriverBranch {
     /// The branch: the driver's major number (535).
     pub branch: u64,
-    /// The highest CUDA version drivers of this branch report.
-    pub max_cuda: CudaVersion,
+    /// The highest CUDA version drivers of this branch report; `None` where the branch is known
+    /// to exist but that value was not verified (it is then at least the previous row's).
+    #[serde(default)]
+    pub max_cuda: Option<CudaVersion>,
     /// A long-term support branch of the data-center driver lifecycle.
     #[serde(default)]
     pub lts: bool,
     /// End of life (`YYYY-MM`), where known.
     #[serde(default)]
     pub eol: Option<String>,
+    /// Where the row comes from.
+    pub source: String,
+}
+
+/// The last driver branch that drives GPUs of an architecture (`[[architecture]]` of
+/// `driver_branches.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchitectureSupport {
+    /// The architecture as `gpus.toml` names it (`Pascal`).
+    pub name: String,
+    /// The last branch that supports it (580).
+    pub last_branch: u64,
+    /// Where the row comes from.
+    pub source: String,
+}
+
+/// A Jetson Linux (L4T) release line and the CUDA it ships (`[[l4t]]` of `jetson_socs.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct L4tRelease {
+    /// The first L4T release of the line (`32.4`); the row applies up to the next row of the
+    /// same major.
+    pub release: CudaVersion,
+    /// The `JetPack` version of that release (`4.4`).
+    pub jetpack: String,
+    /// The CUDA it ships (`10.2`).
+    pub cuda: CudaVersion,
+    /// Whether NVIDIA's CUDA upgrade (compatibility) package exists for this release line
+    /// (`JetPack` 5.0 and later); `None`: not known.
+    #[serde(default)]
+    pub cuda_compat: Option<bool>,
     /// Where the row comes from.
     pub source: String,
 }
@@ -220,6 +272,11 @@ pub struct JetsonSoc {
     pub modules: Vec<String>,
     /// Where the row comes from.
     pub source: String,
+    /// Whether the GPU runs a CUDA newer than its L4T release ships through the CUDA upgrade
+    /// package (`JetPack` 5.0 and later, Xavier and Orin); `None`: not known.
+    pub forward_compat: Option<bool>,
+    /// The CUDA version from which the upgrade package no longer serves this SOC (Xavier: 13.0).
+    pub cuda_compat_below: Option<CudaVersion>,
     /// The integrated GPU as a knowledge-base model (compute capability, architecture, brand),
     /// for the code that reads GPU models.
     gpu: GpuModel,
@@ -237,8 +294,7 @@ impl JetsonSoc {
     }
 
     /// The integrated GPU as a [`GpuModel`]: no PCI ids, not a data-center part, and
-    /// forward-compatible (NVIDIA's CUDA compatibility guide names Jetson among the platforms
-    /// that run `cuda-compat`).
+    /// forward-compatible where the SOC's row says so (`JetPack` 5+ boards: Xavier and Orin).
     pub fn gpu(&self) -> &GpuModel {
         &self.gpu
     }
@@ -401,16 +457,102 @@ pub fn jetson_socs() -> &'static [JetsonSoc] {
     &loaded(&JETSON_SOCS).rows
 }
 
-/// The highest CUDA version a driver supports, by its branch. For a branch between two rows,
-/// the row below it; `None` for a branch older than the table. A branch newer than the table
-/// gets the newest row's value, a lower bound.
+/// The date the built-in tables were last checked against their sources (`stackhook doctor`
+/// prints it, and warns when the host is newer than the tables).
+pub const KB_DATE: &str = "2026-12-01";
+
+/// The highest CUDA version a driver supports, by its branch: the exact value of its own branch's
+/// row, else the nearest verified value below it (a lower bound: see [`driver_cuda`] for what is
+/// known exactly). `None` for a branch older than the table.
 pub fn driver_max_cuda(driver: &DriverVersion) -> Option<CudaVersion> {
-    driver_branch(driver).map(|row| row.max_cuda.clone())
+    loaded(&BRANCHES)
+        .rows
+        .iter()
+        .rev()
+        .filter(|row| row.branch <= driver.branch())
+        .find_map(|row| row.max_cuda.clone())
 }
 
 /// The branch row that applies to a driver: its own branch, or the nearest one below it.
 pub fn driver_branch(driver: &DriverVersion) -> Option<&'static DriverBranch> {
     loaded(&BRANCHES).rows.iter().rev().find(|row| row.branch <= driver.branch())
+}
+
+/// What the tables tell of the highest CUDA a driver supports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriverCuda {
+    /// The driver's own branch has a verified row.
+    Exact {
+        /// The CUDA version drivers of the branch report.
+        cuda: CudaVersion,
+        /// The row.
+        branch: u64,
+        /// Where the row comes from.
+        source: String,
+    },
+    /// The branch has no verified row (newer than the table, between rows, older than the table,
+    /// or a row without `max_cuda`): the driver supports at least `at_least` (the nearest verified
+    /// row below) and less than `below` (the first toolkit whose minimum driver is of a newer
+    /// branch), where known.
+    Bounded {
+        /// A lower bound, `None` below the table.
+        at_least: Option<CudaVersion>,
+        /// An exclusive upper bound, `None` when no newer toolkit's minimum is known.
+        below: Option<CudaVersion>,
+        /// Why the value is not known, for reports.
+        why: String,
+    },
+}
+
+/// What the branch and toolkit tables tell of `driver`'s CUDA version. A toolkit's minimum
+/// driver belongs to the branch that first reports it, and branches report increasing CUDA, so a
+/// driver of an older branch than a toolkit's minimum reports less than that toolkit.
+pub fn driver_cuda(driver: &DriverVersion) -> DriverCuda {
+    let branch = driver.branch();
+    let rows = &loaded(&BRANCHES).rows;
+    if let Some(row) = rows.iter().find(|row| row.branch == branch) {
+        if let Some(cuda) = &row.max_cuda {
+            return DriverCuda::Exact { cuda: cuda.clone(), branch, source: row.source.clone() };
+        }
+    }
+    let at_least = driver_max_cuda(driver);
+    let below = cuda_toolkits().iter().find(|t| t.driver.branch() > branch).map(|t| t.cuda.clone());
+    let newest = rows.last().map_or(0, |r| r.branch);
+    let why = if branch > newest {
+        format!("driver branch {branch} is newer than the knowledge base (newest branch: {newest})")
+    } else if rows.iter().any(|r| r.branch == branch) {
+        format!("the CUDA version of driver branch {branch} is not verified in the knowledge base")
+    } else if at_least.is_none() {
+        format!("driver branch {branch} is older than the knowledge base")
+    } else {
+        format!("driver branch {branch} is not in the knowledge base")
+    };
+    DriverCuda::Bounded { at_least, below, why }
+}
+
+/// The newest driver branch row.
+pub fn newest_branch() -> Option<&'static DriverBranch> {
+    driver_branches().last()
+}
+
+/// The last driver branch that drives GPUs of `architecture` (`Pascal` -> 580), if the table
+/// names one; other architectures are driven by every branch in the table.
+pub fn architecture_support(architecture: &str) -> Option<&'static ArchitectureSupport> {
+    loaded(&BRANCHES).architectures.iter().find(|a| a.name.eq_ignore_ascii_case(architecture))
+}
+
+/// The L4T release line a Jetson Linux release (`32.7.1`, `35.4.1`) belongs to: the row of the
+/// same major with the highest release at or below it. `None` for a major the table lacks.
+pub fn l4t_release(release: &CudaVersion) -> Option<&'static L4tRelease> {
+    l4t_releases()
+        .iter()
+        .filter(|row| row.release.part(0) == release.part(0) && row.release <= *release)
+        .max_by(|a, b| a.release.cmp(&b.release))
+}
+
+/// Every L4T row, ascending.
+pub fn l4t_releases() -> &'static [L4tRelease] {
+    &loaded(&JETSON_SOCS).l4t
 }
 
 /// Every driver branch row, ascending.
@@ -422,23 +564,63 @@ pub fn driver_branches() -> &'static [DriverBranch] {
 /// compatibility minimum of its major.
 ///
 /// `12.1` answers the GA row; a full version (`12.2.2`) answers the highest known update at or
-/// below it, or the GA row (an update without a value in the table may need more than GA).
-/// `None` for a release the table does not know (there is no 12.7 toolkit).
+/// below it, or the GA row (the table lists every update whose minimum differs from GA).
+/// A release newer than every verified row, or one known to exist without a verified minimum
+/// (`[[unverified]]`), answers the newest verified floor with [`CudaDriverRow::unverified`] set:
+/// a newer toolkit never needs an older driver. `None` for a release inside the table's range that
+/// it does not know (there is no 12.7 toolkit) or older than the table. Before CUDA 11 there is
+/// no minor-version compatibility: the minor-compat driver is the toolkit's own.
 pub fn cuda_min_driver(cuda: &CudaVersion) -> Option<CudaDriverRow> {
-    let toolkit =
-        loaded(&CUDA_DRIVER).toolkits.iter().find(|row| row.cuda.major_minor() == cuda.major_minor())?;
-    let minor = minor_compat(cuda.part(0))?;
+    let table = loaded(&CUDA_DRIVER);
+    let Some(toolkit) = table.toolkits.iter().find(|row| row.cuda.major_minor() == cuda.major_minor()) else {
+        return newer_than_table(cuda);
+    };
     let (release, driver) = toolkit
         .updates
         .iter()
         .filter(|update| update.cuda <= *cuda)
         .max_by(|a, b| a.cuda.cmp(&b.cuda))
         .map_or((&toolkit.cuda, &toolkit.driver), |update| (&update.cuda, &update.driver));
+    let (minor_driver, source) = match minor_compat(cuda.part(0)) {
+        Some(minor) => (minor.driver.clone(), format!("{}; {}", toolkit.source, minor.source)),
+        None => (driver.clone(), toolkit.source.clone()),
+    };
     Some(CudaDriverRow {
         cuda: release.clone(),
         toolkit_driver: driver.clone(),
-        minor_compat_driver: minor.driver.clone(),
-        source: format!("{}; {}", toolkit.source, minor.source),
+        minor_compat_driver: minor_driver,
+        source,
+        unverified: None,
+    })
+}
+
+/// [`cuda_min_driver`] of a release above the verified rows: the newest verified floor.
+fn newer_than_table(cuda: &CudaVersion) -> Option<CudaDriverRow> {
+    let table = loaded(&CUDA_DRIVER);
+    let newest = table.toolkits.last()?;
+    if cuda.major_minor() <= newest.cuda.major_minor() {
+        return None;
+    }
+    let floor = newest.updates.last().map_or(&newest.driver, |u| &u.driver);
+    let known = table.unverified.iter().find(|u| u.cuda.major_minor() == cuda.major_minor());
+    let why = match known {
+        Some(_) => format!(
+            "CUDA {cuda}'s minimum driver is not verified in the knowledge base; {floor} (CUDA {}'s) is a lower bound",
+            newest.cuda
+        ),
+        None => format!(
+            "CUDA {cuda} is newer than the knowledge base (newest: CUDA {}); {floor} (CUDA {}'s minimum) is a lower bound",
+            table.unverified.last().map_or(&newest.cuda, |u| &u.cuda),
+            newest.cuda
+        ),
+    };
+    let minor = minor_compat(cuda.part(0)).filter(|m| m.driver <= *floor);
+    Some(CudaDriverRow {
+        cuda: cuda.clone(),
+        toolkit_driver: floor.clone(),
+        minor_compat_driver: minor.map_or_else(|| floor.clone(), |m| m.driver.clone()),
+        source: known.map_or_else(|| newest.source.clone(), |k| format!("{}; {}", k.source, newest.source)),
+        unverified: Some(why),
     })
 }
 
@@ -638,11 +820,13 @@ fn kb() -> KbView {
 struct CudaDriverTable {
     toolkits: Vec<CudaToolkit>,
     minor_compat: Vec<MinorCompat>,
+    unverified: Vec<UnverifiedToolkit>,
 }
 
 /// `driver_branches.toml`.
 struct BranchTable {
     rows: Vec<DriverBranch>,
+    architectures: Vec<ArchitectureSupport>,
 }
 
 /// `torch.toml`.
@@ -669,6 +853,7 @@ struct ComponentsTable {
 /// `jetson_socs.toml`.
 struct JetsonSocTable {
     rows: Vec<JetsonSoc>,
+    l4t: Vec<L4tRelease>,
 }
 
 #[derive(Deserialize)]
@@ -676,12 +861,16 @@ struct JetsonSocTable {
 struct CudaDriverFile {
     minor_compat: Vec<MinorCompat>,
     toolkit: Vec<CudaToolkit>,
+    #[serde(default)]
+    unverified: Vec<UnverifiedToolkit>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BranchFile {
     branch: Vec<DriverBranch>,
+    #[serde(default)]
+    architecture: Vec<ArchitectureSupport>,
 }
 
 #[derive(Deserialize)]
@@ -743,6 +932,8 @@ struct ComponentsFile {
 #[serde(deny_unknown_fields)]
 struct JetsonSocFile {
     soc: Vec<RawJetsonSoc>,
+    #[serde(default)]
+    l4t: Vec<L4tRelease>,
 }
 
 #[derive(Deserialize)]
@@ -754,6 +945,10 @@ struct RawJetsonSoc {
     compute_capability: ComputeCapability,
     architecture: String,
     brand: String,
+    #[serde(default)]
+    forward_compat: Option<bool>,
+    #[serde(default)]
+    cuda_compat_below: Option<CudaVersion>,
     source: String,
 }
 
@@ -792,7 +987,18 @@ impl Table for CudaDriverTable {
                 }
             }
         }
-        Ok(Self { toolkits: file.toolkit, minor_compat: file.minor_compat })
+        let newest = file.toolkit.last().map(|t| t.cuda.clone());
+        for row in &file.unverified {
+            require_source(Self::FILE, row.cuda.as_str(), &row.source)?;
+            if newest.as_ref().is_some_and(|n| row.cuda <= *n) {
+                return Err(invalid(
+                    Self::FILE,
+                    &row.cuda,
+                    "unverified releases must be newer than every toolkit row",
+                ));
+            }
+        }
+        Ok(Self { toolkits: file.toolkit, minor_compat: file.minor_compat, unverified: file.unverified })
     }
 }
 
@@ -804,7 +1010,10 @@ impl Table for BranchTable {
         for row in &file.branch {
             require_source(Self::FILE, &row.branch.to_string(), &row.source)?;
         }
-        Ok(Self { rows: file.branch })
+        for row in &file.architecture {
+            require_source(Self::FILE, &row.name, &row.source)?;
+        }
+        Ok(Self { rows: file.branch, architectures: file.architecture })
     }
 }
 
@@ -907,7 +1116,7 @@ impl Table for JetsonSocTable {
                 architecture: raw.architecture,
                 brand: raw.brand,
                 datacenter: false,
-                forward_compat: true,
+                forward_compat: raw.forward_compat.unwrap_or(false),
                 source: raw.source.clone(),
             };
             rows.push(JetsonSoc {
@@ -915,10 +1124,15 @@ impl Table for JetsonSocTable {
                 name: raw.name,
                 modules: raw.modules,
                 source: raw.source,
+                forward_compat: raw.forward_compat,
+                cuda_compat_below: raw.cuda_compat_below,
                 gpu,
             });
         }
-        Ok(Self { rows })
+        for row in &file.l4t {
+            require_source(Self::FILE, row.release.as_str(), &row.source)?;
+        }
+        Ok(Self { rows, l4t: file.l4t })
     }
 }
 

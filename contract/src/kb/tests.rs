@@ -1,4 +1,5 @@
-//! Invariants of the embedded tables and spot values from `shared/reference/compatibility.md`.
+//! Invariants of the embedded tables and spot values from the public tables of NVIDIA, the torch
+//! project and the PCI ID Repository.
 
 use std::collections::BTreeSet;
 use std::str::FromStr;
@@ -97,6 +98,21 @@ fn every_row_names_its_source() {
 }
 
 #[test]
+fn host_table_rows_cite_public_sources() {
+    // No row may cite a file outside the repository (or this repository's own notes).
+    let mut sources: Vec<&str> = Vec::new();
+    sources.extend(cuda_toolkits().iter().map(|r| r.source.as_str()));
+    sources.extend(kb().minor_compat.iter().map(|r| r.source.as_str()));
+    sources.extend(driver_branches().iter().map(|r| r.source.as_str()));
+    sources.extend(all_gpus().iter().map(|r| r.source.as_str()));
+    sources.extend(jetson_socs().iter().map(|r| r.source.as_str()));
+    sources.extend(l4t_releases().iter().map(|r| r.source.as_str()));
+    for s in sources {
+        assert!(!s.contains("shared/") && !s.contains("reference/"), "{s}");
+    }
+}
+
+#[test]
 fn cuda_min_driver_is_monotone() {
     let rows = cuda_toolkits();
     for pair in rows.windows(2) {
@@ -128,8 +144,13 @@ fn driver_branch_max_cuda_is_monotone() {
     let rows = driver_branches();
     for pair in rows.windows(2) {
         assert!(pair[0].branch < pair[1].branch, "branches out of order at {}", pair[1].branch);
-        assert!(pair[0].max_cuda < pair[1].max_cuda, "max CUDA does not grow at {}", pair[1].branch);
+        if let (Some(a), Some(b)) = (&pair[0].max_cuda, &pair[1].max_cuda) {
+            assert!(a < b, "max CUDA does not grow at {}", pair[1].branch);
+        }
     }
+    // Only branches newer than every verified one may lack a verified CUDA version.
+    let last_verified = rows.iter().rposition(|r| r.max_cuda.is_some()).unwrap();
+    assert!(rows[..last_verified].iter().all(|r| r.max_cuda.is_some()));
     // Every toolkit's own GA driver reports at least that toolkit.
     for toolkit in cuda_toolkits() {
         let max = driver_max_cuda(&toolkit.driver).unwrap();
@@ -149,17 +170,108 @@ fn cuda_min_driver_spot_values() {
     assert_eq!(cuda_min_driver(&cuda("12.2")).unwrap().toolkit_driver, driver("535.54.03"));
     let u2 = cuda_min_driver(&cuda("12.2.2")).unwrap();
     assert_eq!((u2.cuda.as_str(), u2.toolkit_driver.as_str()), ("12.2.2", "535.104.05"));
-    // An update without a value falls back to the GA row.
-    assert_eq!(cuda_min_driver(&cuda("12.2.1")).unwrap().toolkit_driver, driver("535.54.03"));
+    // Update releases whose minimum differs from GA (CUDA release notes, table 3).
+    for (release, minimum) in [
+        ("12.2.1", "535.86.09"),
+        ("12.4.1", "550.54.15"),
+        ("12.8.1", "570.124.06"),
+        ("12.6.2", "560.35.03"),
+        ("12.6.3", "560.35.05"),
+        ("13.0.2", "580.95.05"),
+        ("11.4.4", "470.82.01"),
+        ("11.7.1", "515.48.07"),
+    ] {
+        let row = cuda_min_driver(&cuda(release)).unwrap();
+        assert_eq!(row.toolkit_driver, driver(minimum), "{release}");
+        assert!(row.unverified.is_none());
+    }
+    // An update the table lists no value for has its GA minimum.
     assert_eq!(cuda_min_driver(&cuda("12.1.1")).unwrap().cuda, cuda("12.1"));
+    assert_eq!(cuda_min_driver(&cuda("13.3")).unwrap().toolkit_driver, driver("610.43.02"));
 
     assert_eq!(cuda_min_driver(&cuda("11.0")).unwrap().minor_compat_driver, driver("450.80.02"));
     assert_eq!(cuda_min_driver(&cuda("11.8")).unwrap().toolkit_driver, driver("520.61.05"));
     assert_eq!(cuda_min_driver(&cuda("12.8")).unwrap().toolkit_driver, driver("570.26"));
     assert_eq!(cuda_min_driver(&cuda("13.0")).unwrap().minor_compat_driver, driver("580"));
     assert!(cuda_min_driver(&cuda("12.7")).is_none(), "there is no 12.7 toolkit");
-    assert!(cuda_min_driver(&cuda("10.2")).is_none());
-    assert!(cuda_min_driver(&cuda("14.0")).is_none());
+    // Before CUDA 11 there is no minor-version compatibility.
+    let old = cuda_min_driver(&cuda("10.2")).unwrap();
+    assert_eq!((old.toolkit_driver.as_str(), old.minor_compat_driver.as_str()), ("440.33", "440.33"));
+    assert!(cuda_min_driver(&cuda("8.0")).is_none());
+    // Releases without a verified minimum, and releases newer than the table, get the newest
+    // verified floor, flagged, never an invented number and never "none".
+    for newer in ["13.4", "13.5", "13.6.1", "14.0"] {
+        let row = cuda_min_driver(&cuda(newer)).unwrap();
+        assert_eq!(row.toolkit_driver, driver("610.43.02"), "{newer}");
+        assert!(row.unverified.as_deref().is_some_and(|w| w.contains("lower bound")), "{newer}");
+    }
+    assert_eq!(cuda_min_driver(&cuda("13.4")).unwrap().minor_compat_driver, driver("580"));
+    assert!(cuda_min_driver(&cuda("13.4")).unwrap().unverified.unwrap().contains("not verified"));
+    assert!(cuda_min_driver(&cuda("14.0"))
+        .unwrap()
+        .unverified
+        .unwrap()
+        .contains("newer than the knowledge base"));
+}
+
+#[test]
+fn driver_cuda_is_exact_only_for_verified_branches() {
+    let exact = |d: &str| match driver_cuda(&driver(d)) {
+        DriverCuda::Exact { cuda, .. } => Some(cuda),
+        DriverCuda::Bounded { .. } => None,
+    };
+    assert_eq!(exact("610.43.02"), Some(cuda("13.3")));
+    assert_eq!(exact("535.104.05"), Some(cuda("12.2")));
+    assert_eq!(exact("418.39"), Some(cuda("10.1")));
+    assert_eq!(exact("384.81"), Some(cuda("9.0")));
+    let bounded = |d: &str| match driver_cuda(&driver(d)) {
+        DriverCuda::Bounded { at_least, below, why } => (at_least, below, why),
+        DriverCuda::Exact { .. } => panic!("{d} is exact"),
+    };
+    // R615/R620 exist but their CUDA is not verified: at least 13.3, no upper bound known.
+    let (low, below, why) = bounded("615.10");
+    assert_eq!((low, below), (Some(cuda("13.3")), None));
+    assert!(why.contains("not verified"), "{why}");
+    // Newer than the table: at least the newest verified value.
+    let (low, below, why) = bounded("650.1");
+    assert_eq!((low, below), (Some(cuda("13.3")), None));
+    assert!(why.contains("newer than the knowledge base"), "{why}");
+    // Between rows: bounded by the toolkit tables on both sides.
+    assert_eq!(bounded("540.1").0, Some(cuda("12.2")));
+    assert_eq!(bounded("540.1").1, Some(cuda("12.3")));
+    // Older than the table: no lower bound, but below CUDA 9.0.
+    assert_eq!(bounded("375.26").0, None);
+    assert_eq!(bounded("375.26").1, Some(cuda("9.0")));
+}
+
+#[test]
+fn branch_lifecycle_and_architectures() {
+    let eol = |b: &str| driver_branch(&driver(b)).unwrap().eol.clone();
+    // R580: end of life June 2028 (not the superseded August 2028).
+    assert_eq!(eol("580.95.05").as_deref(), Some("2028-06"));
+    assert_eq!(eol("620.1").as_deref(), Some("2029-09"));
+    assert!(driver_branch(&driver("620.1")).unwrap().lts);
+    assert_eq!(architecture_support("Kepler").unwrap().last_branch, 470);
+    for arch in ["Maxwell", "Pascal", "Volta"] {
+        assert_eq!(architecture_support(arch).unwrap().last_branch, 580, "{arch}");
+    }
+    assert!(architecture_support("Turing").is_none());
+    assert_eq!(newest_branch().unwrap().branch, 620);
+}
+
+#[test]
+fn l4t_releases_map_to_cuda() {
+    let l4t = |r: &str| l4t_release(&cuda(r)).map(|row| row.cuda.to_string());
+    assert_eq!(l4t("32.7.1").as_deref(), Some("10.2"));
+    assert_eq!(l4t("32.2.1").as_deref(), Some("10.0"));
+    assert_eq!(l4t("35.4.1").as_deref(), Some("11.4"));
+    assert_eq!(l4t("36.3").as_deref(), Some("12.2"));
+    assert_eq!(l4t("36.4.3").as_deref(), Some("12.6"));
+    assert_eq!(l4t("38.2.1").as_deref(), Some("13.0"));
+    assert_eq!(l4t("39.2"), None, "a line the table lacks is not guessed");
+    assert_eq!(l4t("28.2"), None);
+    assert_eq!(l4t_release(&cuda("32.7.1")).unwrap().cuda_compat, Some(false));
+    assert_eq!(l4t_release(&cuda("35.4.1")).unwrap().cuda_compat, Some(true));
 }
 
 #[test]
@@ -170,9 +282,12 @@ fn driver_max_cuda_spot_values() {
     assert_eq!(driver_max_cuda(&driver("565.57.01")), Some(cuda("12.7")));
     assert_eq!(driver_max_cuda(&driver("570.26")), Some(cuda("12.8")));
     assert_eq!(driver_max_cuda(&driver("595.45.04")), Some(cuda("13.2")));
-    // Between rows: the row below.
+    // Between rows: the row below; newer than the table or unverified: the newest verified row.
     assert_eq!(driver_max_cuda(&driver("540.1")), Some(cuda("12.2")));
-    assert_eq!(driver_max_cuda(&driver("418.87.01")), None);
+    assert_eq!(driver_max_cuda(&driver("418.87.01")), Some(cuda("10.1")));
+    assert_eq!(driver_max_cuda(&driver("610.43.02")), Some(cuda("13.3")));
+    assert_eq!(driver_max_cuda(&driver("620.1")), Some(cuda("13.3")));
+    assert_eq!(driver_max_cuda(&driver("375.26")), None);
     assert!(driver_branch(&driver("535.230.02")).unwrap().lts);
     assert!(driver_branch(&driver("580.65.06")).unwrap().lts);
     assert!(!driver_branch(&driver("550.54.14")).unwrap().lts);
@@ -223,7 +338,8 @@ fn model_names_match_at_word_boundaries() {
     assert_eq!(name("NVIDIA L40S"), Some("NVIDIA L40S"));
     assert_eq!(name("NVIDIA L4"), Some("NVIDIA L4"));
     assert_eq!(name("Tesla V100S-PCIE-32GB"), Some("Tesla V100S"));
-    assert_eq!(name("NVIDIA RTX A6000"), None);
+    assert_eq!(name("NVIDIA RTX A6000"), Some("NVIDIA RTX A6000"));
+    assert_eq!(name("NVIDIA RTX A60000"), None);
     assert_eq!(name("NVIDIA GeForce RTX 40900"), None);
     assert_eq!(name(""), None);
 }
@@ -461,26 +577,86 @@ fn cuda_components_spot_values() {
 #[test]
 fn jetson_soc_spot_values() {
     // developer.nvidia.com/cuda-gpus, Jetson products.
-    for (compatible, name, cap) in [
-        ("nvidia,tegra234", "Jetson Orin (tegra234)", "8.7"),
-        ("nvidia,tegra194", "Jetson Xavier (tegra194)", "7.2"),
-        ("nvidia,tegra186", "Jetson TX2 (tegra186)", "6.2"),
-        ("nvidia,tegra210", "Jetson Nano / TX1 (tegra210)", "5.3"),
+    // Forward compatibility (the CUDA upgrade package) only on JetPack 5+ boards: Orin, and
+    // Xavier below CUDA 13; TX1, TX2 and Nano stop at JetPack 4 / CUDA 10.2.
+    for (compatible, name, cap, compat) in [
+        ("nvidia,tegra264", "Jetson Thor (tegra264)", "11.0", None),
+        ("nvidia,tegra234", "Jetson Orin (tegra234)", "8.7", Some(true)),
+        ("nvidia,tegra194", "Jetson Xavier (tegra194)", "7.2", Some(true)),
+        ("nvidia,tegra186", "Jetson TX2 (tegra186)", "6.2", Some(false)),
+        ("nvidia,tegra210", "Jetson Nano / TX1 (tegra210)", "5.3", Some(false)),
     ] {
         let soc = jetson_soc(compatible).unwrap_or_else(|| panic!("{compatible}"));
         assert_eq!((soc.model_name().as_str(), soc.gpu().compute_capability), (name, cc(cap)));
         let gpu = soc.gpu();
         assert_eq!((gpu.compute_capability, gpu.pci_ids.len()), (cc(cap), 0));
-        assert!(gpu.forward_compat && !gpu.datacenter);
+        assert_eq!(soc.forward_compat, compat, "{compatible}");
+        assert_eq!(gpu.forward_compat, compat == Some(true), "{compatible}");
+        assert!(!gpu.datacenter);
     }
+    assert_eq!(jetson_soc("nvidia,tegra194").unwrap().cuda_compat_below, Some(cuda("13.0")));
     assert_eq!(jetson_soc(" nvidia,tegra234\n").map(JetsonSoc::soc), Some("tegra234"));
     // Board and module strings of the same property are not SoCs; a newer SoC is not guessed.
     assert!(jetson_soc("nvidia,p3701-0005").is_none());
-    assert!(jetson_soc("nvidia,tegra264").is_none());
+    assert!(jetson_soc("nvidia,tegra274").is_none());
     assert!(jetson_soc("NVIDIA,TEGRA234").is_none());
     // The Orin row of gpus.toml (nvidia-smi's "Orin (nvgpu)") agrees with the SoC table.
     let orin = gpu_by_model_name("Orin (nvgpu)").unwrap();
     assert_eq!(orin.compute_capability, jetson_soc("nvidia,tegra234").unwrap().gpu().compute_capability);
     // "RTX 4060 Ti is 8.7" is wrong: 8.7 belongs to Orin alone.
     assert_eq!(jetson_socs().iter().filter(|s| s.gpu().compute_capability == cc("8.7")).count(), 1);
+}
+
+#[test]
+fn gpus_of_todays_hosts_are_known() {
+    // developer.nvidia.com/cuda-gpus; PCI ids from pci.ids 2026.08.22.
+    for (model, id, cap) in [
+        ("NVIDIA RTX A6000", 0x2230, "8.6"),
+        ("NVIDIA RTX A5000", 0x2231, "8.6"),
+        ("NVIDIA RTX A4000", 0x24b0, "8.6"),
+        ("NVIDIA A16", 0x25b6, "8.6"),
+        ("NVIDIA A2", 0x25b6, "8.6"),
+        ("NVIDIA RTX 6000 Ada Generation", 0x26b1, "8.9"),
+        ("NVIDIA RTX 5000 Ada Generation", 0x26b2, "8.9"),
+        ("NVIDIA RTX 4500 Ada Generation", 0x27b1, "8.9"),
+        ("NVIDIA RTX 4000 Ada Generation", 0x27b2, "8.9"),
+        ("NVIDIA RTX 2000 Ada Generation", 0x28b0, "8.9"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 0x2bb5, "12.0"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 0x2bb1, "12.0"),
+        ("NVIDIA RTX PRO 5000 Blackwell", 0x2bb3, "12.0"),
+        ("NVIDIA RTX PRO 4500 Blackwell", 0x2c31, "12.0"),
+        ("NVIDIA RTX PRO 4000 Blackwell", 0x2c34, "12.0"),
+        ("NVIDIA RTX PRO 2000 Blackwell", 0x2d30, "12.0"),
+        ("NVIDIA H20", 0x2329, "9.0"),
+        ("NVIDIA H800", 0x2324, "9.0"),
+        ("NVIDIA A800-SXM4-80GB", 0x20f3, "8.0"),
+        ("NVIDIA L20", 0x26b7, "8.9"),
+        ("NVIDIA T4G", 0x1eb4, "7.5"),
+        ("NVIDIA GB10", 0x2e12, "12.1"),
+        ("NVIDIA Thor", 0x2b00, "11.0"),
+        ("Tesla P100-PCIE-16GB", 0x15f8, "6.0"),
+        ("Tesla P40", 0x1b38, "6.1"),
+        ("Tesla P4", 0x1bb3, "6.1"),
+        ("NVIDIA TITAN V", 0x1d81, "7.0"),
+        ("NVIDIA GeForce GTX 1660 SUPER", 0x21c4, "7.5"),
+        ("NVIDIA GeForce GTX 1650", 0x1f82, "7.5"),
+        ("NVIDIA GeForce RTX 2060", 0x1e89, "7.5"),
+        ("NVIDIA GeForce RTX 2070 SUPER", 0x1e84, "7.5"),
+        ("NVIDIA GeForce RTX 4050 Laptop GPU", 0x28a1, "8.9"),
+        ("Quadro RTX 8000", 0x1e30, "7.5"),
+        ("NVIDIA TITAN RTX", 0x1e02, "7.5"),
+        ("NVIDIA RTX A4500", 0x2232, "8.6"),
+        ("Tesla K80", 0x102d, "3.7"),
+    ] {
+        let by_name = gpu_by_model_name(model).unwrap_or_else(|| panic!("{model}"));
+        let by_id = gpu_by_pci_id(id).unwrap_or_else(|| panic!("{id:#06x}"));
+        assert_eq!(by_name.name, by_id.name, "{model}");
+        assert_eq!(by_name.compute_capability, cc(cap), "{model}");
+    }
+    // Word boundaries keep neighbours apart.
+    assert_eq!(gpu_by_model_name("NVIDIA H200").unwrap().name, "NVIDIA H200");
+    assert_eq!(gpu_by_model_name("Tesla P40").unwrap().name, "NVIDIA Tesla P40");
+    assert_eq!(gpu_by_model_name("NVIDIA GB100").map(|g| g.name.as_str()), None);
+    assert_eq!(gpu_by_model_name("Quadro RTX 6000").unwrap().compute_capability, cc("7.5"));
+    assert_eq!(gpu_by_model_name("NVIDIA RTX 6000 Ada Generation").unwrap().compute_capability, cc("8.9"));
 }

@@ -35,6 +35,14 @@ pub struct Args {
     /// Probe again and rewrite the output every this many seconds, until killed.
     #[arg(long, value_name = "SECONDS", requires = "output", value_parser = clap::value_parser!(u64).range(1..))]
     interval: Option<u64>,
+    /// Before each probe, run the host's nvidia-smi and save what it reports to
+    /// /var/lib/stackhook/host-facts.json under the host root (as `doctor --record`), so the
+    /// labels and the hook use the driver's own CUDA version and compute capabilities.
+    #[arg(long)]
+    record: bool,
+    /// The nvidia-smi to run with --record (looked up in PATH).
+    #[arg(long, value_name = "PATH", default_value = "nvidia-smi", requires = "record")]
+    nvidia_smi: PathBuf,
 }
 
 impl Args {
@@ -49,6 +57,12 @@ impl Args {
     }
 
     fn once(&self) -> i32 {
+        if self.record {
+            // A failure leaves the last facts in place (the hook checks they are current).
+            if let Err(e) = stackhook::record::record(&self.host_root, &self.nvidia_smi) {
+                eprintln!("stackhook labels: --record: {e}");
+            }
+        }
         let probe = stackhook::probe::probe(&self.host_root);
         let node = labels::node_labels(&probe);
         let format = match self.format {

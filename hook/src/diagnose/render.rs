@@ -46,12 +46,22 @@ pub fn human(d: &Diagnosis, color: bool) -> String {
     };
     let cuda = h.cuda.as_deref().map_or(String::new(), |c| format!(", CUDA {c}"));
     let _ = writeln!(out, "  driver  {driver}{cuda}");
+    let _ = writeln!(out, "  cuda    {}: {}", h.cuda_source.path, h.cuda_source.value);
     for g in &h.gpus {
         let cc =
             g.compute_capability.as_deref().map_or(String::new(), |c| format!(", compute capability {c}"));
         let sel = if g.selected { "" } else { " (not selected)" };
         let _ = writeln!(out, "  GPU {}   {} at {}{cc}{sel}", g.index, g.model, g.bus_id);
+        if let Some(src) = &g.compute_capability_source {
+            let _ = writeln!(out, "          {}: {}", src.path, src.value);
+        }
     }
+    let kb_d = if h.knowledge_base.kb_d.is_empty() {
+        String::new()
+    } else {
+        format!(", with {}", h.knowledge_base.kb_d.join(", "))
+    };
+    let _ = writeln!(out, "  kb      built-in tables of {}{kb_d}", h.knowledge_base.date);
     for layer in Layer::ALL {
         let findings: Vec<&Finding> = d.findings.iter().filter(|f| f.layer == layer).collect();
         out.push('\n');

@@ -47,6 +47,26 @@ fn preset(p: Preset) {
 }
 
 #[test]
+fn preset_r610_cuda_13_3() {
+    preset(Preset::R610Cuda133);
+}
+#[test]
+fn preset_rtx_a6000_torch_2_1() {
+    preset(Preset::RtxA6000Torch21);
+}
+#[test]
+fn preset_rtx_6000_ada_torch_2_1() {
+    preset(Preset::Rtx6000AdaTorch21);
+}
+#[test]
+fn preset_unknown_gpu() {
+    preset(Preset::UnknownGpu);
+}
+#[test]
+fn preset_jetson_tx2() {
+    preset(Preset::JetsonTx2);
+}
+#[test]
 fn preset_healthy() {
     preset(Preset::Healthy);
 }
@@ -112,7 +132,7 @@ fn preset_mig_node() {
 #[test]
 fn every_preset_has_a_test() {
     // Keeps the list above in step with `Preset::ALL`.
-    assert_eq!(Preset::ALL.len(), 15);
+    assert_eq!(Preset::ALL.len(), 20);
 }
 
 #[test]
@@ -372,4 +392,224 @@ fn doctor_on_a_jetson_orin() {
     let (text, code) = doctor(dir.path(), &["platform=wls2".to_owned()], "all", false, false);
     assert_eq!(code, 2);
     assert!(text.contains("unknown platform \"wls2\""), "{text}");
+}
+
+/// The diagnosis of `spec` with `files` (path under the root, text) added to the host tree.
+fn run_with(spec: &FixtureSpec, files: &[(&str, &str)], requires: &[&str]) -> Option<Diagnosis> {
+    let dir = tempfile::tempdir().unwrap();
+    let host = spec.build(dir.path()).unwrap();
+    if !host.real_device_nodes() {
+        eprintln!("skipped: mknod is not permitted here, so device-node checks cannot pass");
+        return None;
+    }
+    for (rel, text) in files {
+        let path = dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    Some(diagnose(&probe::probe(dir.path()), &request(requires, DeviceSelection::All)))
+}
+
+const FUTURE_GPU: u16 = 0x3ff0;
+
+fn future_gpu_host(driver: &str) -> FixtureSpec {
+    FixtureSpec::healthy_h100().driver(driver).gpus_of(1, FUTURE_GPU, "NVIDIA Future GPU 9000")
+}
+
+#[test]
+fn a_driver_branch_newer_than_the_tables_is_not_read_as_the_last_row() {
+    let spec = FixtureSpec::healthy_h100().driver("630.10.01");
+    // Known to hold: R630 supports at least what R610 does (13.3).
+    let Some(d) = run_with(&spec, &[], &["cuda>=13.3"]) else { return };
+    assert_eq!(d.verdict(), Verdict::Allow, "{:#?}", d.findings);
+    // The doctor says the knowledge base is older than the driver, and nothing else.
+    assert_eq!(codes(&d), ["L4-KB-OLDER-THAN-DRIVER"]);
+    assert_eq!(d.host.cuda.as_deref(), Some(">= 13.3"));
+    // Not known: a warning that says how to confirm it; the container starts.
+    let d = run_with(&spec, &[], &["cuda>=13.5"]).unwrap();
+    assert_eq!(d.verdict(), Verdict::Allow, "{:#?}", d.findings);
+    let f = d.findings.iter().find(|f| f.code == "L4-REQUIREMENT-UNVERIFIABLE").unwrap();
+    assert_eq!(f.severity, Severity::Warning);
+    assert!(f.message.contains("cuda>=13.5 (host has at least 13.3)"), "{}", f.message);
+    assert!(
+        f.evidence.iter().any(|e| e.value.contains("newer than the knowledge base")),
+        "{:#?}",
+        f.evidence
+    );
+    assert!(f.remedy.as_deref().is_some_and(|r| r.contains("nvidia-smi")));
+    insta::assert_snapshot!("driver_newer_than_tables", d.render_human(false));
+}
+
+#[test]
+fn a_driver_known_to_be_too_old_still_blocks() {
+    // Branch 600 is in no table; 13.3's minimum (610.43.02) is of a newer branch, so 600 reports
+    // less than 13.3: known wrong.
+    let Some(d) = run_with(&FixtureSpec::healthy_h100().driver("600.20.01"), &[], &["cuda>=13.3"]) else {
+        return;
+    };
+    assert_eq!(d.verdict(), Verdict::Block, "{:#?}", d.findings);
+    assert!(d.has("L4-CUDA-REQUIREMENT"));
+    let d = run_with(&FixtureSpec::healthy_h100().driver("535.104.05"), &[], &["cuda>=13.3"]).unwrap();
+    assert_eq!(d.verdict(), Verdict::Block);
+}
+
+#[test]
+fn an_unknown_gpu_is_a_warning_and_known_wrong_arch_blocks() {
+    let Some(d) = run_with(&future_gpu_host("570.133.07"), &[], &["arch>=5.0,arch<10.0"]) else { return };
+    assert_eq!(d.verdict(), Verdict::Allow, "{:#?}", d.findings);
+    assert!(d.has("L3-GPU-NOT-IN-KB") && d.has("L4-REQUIREMENT-UNVERIFIABLE"), "{:?}", codes(&d));
+    // A known GPU outside the range still blocks (RTX 5090, 12.0).
+    let spec = FixtureSpec::healthy_h100().driver("570.133.07").gpus_of(1, 0x2b85, "NVIDIA GeForce RTX 5090");
+    let d = run_with(&spec, &[], &["arch>=5.0,arch<10.0"]).unwrap();
+    assert_eq!(d.verdict(), Verdict::Block);
+}
+
+/// The facts `stackhook doctor --record` writes for one GPU.
+fn facts_json(driver: &str, boot_id: &str, cuda: &str, cc: &str) -> String {
+    serde_json::json!({
+        "schema": 1,
+        "recorded_at": "2026-12-01T08:00:00Z",
+        "boot_id": boot_id,
+        "driver_version": driver,
+        "cuda_version": cuda,
+        "gpus": [{
+            "index": 0,
+            "uuid": crate::fixture::fixture_uuid(0),
+            "pci_bus_id": "00000000:18:00.0",
+            "name": "NVIDIA Future GPU 9000",
+            "compute_cap": cc,
+        }],
+    })
+    .to_string()
+}
+
+#[test]
+fn recorded_facts_are_used_while_driver_and_boot_id_match() {
+    use crate::fixture::FIXTURE_BOOT_ID;
+    use crate::probe::recorded::FACTS_PATH;
+    let spec = future_gpu_host("630.10.01");
+    let requires = ["cuda>=13.6", "arch>=5.0,arch<10.0"];
+    let current = facts_json("630.10.01", FIXTURE_BOOT_ID, "13.6", "12.0");
+    let Some(d) = run_with(&spec, &[(FACTS_PATH, &current)], &requires) else { return };
+    // nvidia-smi said CUDA 13.6 and compute capability 12.0: both known; the arch one fails.
+    assert_eq!(d.host.cuda.as_deref(), Some("13.6"));
+    assert!(d.host.cuda_source.path.ends_with("host-facts.json"), "{:?}", d.host.cuda_source);
+    assert_eq!(d.host.gpus[0].compute_capability.as_deref(), Some("12.0"));
+    assert_eq!(d.verdict(), Verdict::Block, "{:#?}", d.findings);
+    let arch = d.findings.iter().find(|f| f.code == "L4-ARCH-REQUIREMENT").unwrap();
+    assert!(
+        arch.evidence.iter().any(|e| e.value.contains("nvidia-smi compute_cap 12.0")),
+        "{:#?}",
+        arch.evidence
+    );
+    assert!(!d.has("L4-REQUIREMENT-UNVERIFIABLE"), "{:?}", codes(&d));
+    insta::assert_snapshot!("recorded_facts", d.render_human(false));
+
+    // After a reboot (another boot id) or a driver change, the facts are stale and ignored.
+    let rebooted = facts_json("630.10.01", "another-boot", "13.6", "12.0");
+    let d = run_with(&spec, &[(FACTS_PATH, &rebooted)], &requires).unwrap();
+    assert_eq!(d.verdict(), Verdict::Allow, "{:#?}", d.findings);
+    assert_eq!(d.host.cuda.as_deref(), Some(">= 13.3"));
+    assert!(d.has("L4-REQUIREMENT-UNVERIFIABLE"));
+    assert!(d.has("L4-RECORDED-FACTS-IGNORED"), "{:?}", codes(&d));
+    let upgraded = facts_json("620.1.1", FIXTURE_BOOT_ID, "13.6", "12.0");
+    let p = {
+        let dir = tempfile::tempdir().unwrap();
+        spec.build(dir.path()).unwrap();
+        let path = dir.path().join(FACTS_PATH);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, upgraded).unwrap();
+        probe::probe(dir.path())
+    };
+    assert!(p.recorded.is_none());
+    assert_eq!(
+        p.recorded_ignored.as_deref(),
+        Some("recorded for driver 620.1.1, the loaded driver is 630.10.01")
+    );
+}
+
+#[test]
+fn an_admin_kb_d_row_makes_an_unknown_gpu_known() {
+    let row = r#"
+[[gpu]]
+name = "NVIDIA Future GPU 9000"
+patterns = ["Future GPU 9000"]
+pci_ids = [0x3ff0]
+compute_capability = "10.0"
+architecture = "Blackwell"
+brand = "nvidia"
+datacenter = true
+source = "nvidia-smi --query-gpu=compute_cap on this fleet, 2026-11-30"
+"#;
+    let no_source = row.replace(
+        "source = \"nvidia-smi --query-gpu=compute_cap on this fleet, 2026-11-30\"",
+        "source = \"\"",
+    );
+    let files =
+        [("etc/stackhook/kb.d/fleet.toml", row), ("etc/stackhook/kb.d/broken.toml", no_source.as_str())];
+    let Some(d) = run_with(&future_gpu_host("570.133.07"), &files, &["arch>=5.0,arch<10.0"]) else { return };
+    // 10.0 is outside arch<10.0: the admin row makes it known, and known wrong blocks.
+    assert_eq!(d.verdict(), Verdict::Block, "{:#?}", d.findings);
+    assert!(!d.has("L3-GPU-NOT-IN-KB"));
+    assert_eq!(d.host.knowledge_base.kb_d, ["/etc/stackhook/kb.d/fleet.toml"]);
+    let src = d.host.gpus[0].compute_capability_source.as_ref().unwrap();
+    assert_eq!(src.path, "(kb.d) /etc/stackhook/kb.d/fleet.toml");
+    let d = run_with(&future_gpu_host("570.133.07"), &files, &["arch>=5.0,arch<12.0"]).unwrap();
+    assert_eq!(d.verdict(), Verdict::Allow);
+    assert!(d.findings.iter().all(|f| f.severity == Severity::Info), "{:#?}", d.findings);
+}
+
+#[test]
+fn a_gpu_whose_architecture_the_driver_dropped_is_explained() {
+    // A Tesla V100 (Volta) left unbound by a driver of branch 590: R580 was Volta's last branch.
+    let spec = FixtureSpec::healthy_h100().driver("590.44.01");
+    let dir = tempfile::tempdir().unwrap();
+    let host = spec.build(dir.path()).unwrap();
+    if !host.real_device_nodes() {
+        eprintln!("skipped: mknod is not permitted here, so device-node checks cannot pass");
+        return;
+    }
+    let d = dir.path().join("sys/devices/pci0000:3b/0000:3b:00.0");
+    std::fs::create_dir_all(&d).unwrap();
+    for (attr, value) in [("vendor", "0x10de\n"), ("device", "0x1db4\n"), ("class", "0x030200\n")] {
+        std::fs::write(d.join(attr), value).unwrap();
+    }
+    std::os::unix::fs::symlink(
+        "../../../devices/pci0000:3b/0000:3b:00.0",
+        dir.path().join("sys/bus/pci/devices/0000:3b:00.0"),
+    )
+    .unwrap();
+    let diagnosis = diagnose(&probe::probe(dir.path()), &request(&[], DeviceSelection::All));
+    let f = diagnosis.findings.iter().find(|f| f.code == "L3-GPU-NOT-OWNED").expect("finding");
+    assert!(f.message.contains("R580 was the last driver branch for Volta"), "{}", f.message);
+}
+
+#[test]
+fn an_admin_kb_d_branch_row_makes_a_newer_driver_exact() {
+    let row = r#"
+[[branch]]
+branch = 630
+max_cuda = "13.6"
+source = "nvidia-smi 'CUDA Version: 13.6' on driver 630.10.01, this fleet"
+
+[[toolkit]]
+cuda = "13.7"
+driver = "640.10"
+source = "CUDA 13.7 release notes, table 3"
+"#;
+    let files = [("etc/stackhook/kb.d/branches.toml", row)];
+    let spec = FixtureSpec::healthy_h100().driver("630.10.01");
+    let Some(d) = run_with(&spec, &files, &["cuda>=13.6"]) else { return };
+    assert_eq!(d.verdict(), Verdict::Allow, "{:#?}", d.findings);
+    assert_eq!(d.host.cuda.as_deref(), Some("13.6"));
+    assert_eq!(d.host.cuda_source.path, "(kb.d) /etc/stackhook/kb.d/branches.toml");
+    // The admin toolkit row names 13.7's minimum in the remedy.
+    let d = run_with(&spec, &files, &["cuda>=13.7"]).unwrap();
+    assert_eq!(d.verdict(), Verdict::Block);
+    let f = d.findings.iter().find(|f| f.code == "L4-CUDA-REQUIREMENT").unwrap();
+    assert!(
+        f.remedy.as_deref().is_some_and(|r| r.contains("install driver 640.10 or newer")),
+        "{:?}",
+        f.remedy
+    );
 }

@@ -244,7 +244,11 @@ fn jetson_integrated_gpu_comes_from_the_soc() {
     assert_eq!(f.machine.as_deref(), Some("aarch64"));
     assert_eq!((f.gpus.len(), f.gpus[0].arch.map(|a| a.to_string())), (1, Some("8.7".to_owned())));
     assert_eq!(f.gpus[0].brand.as_deref(), Some("unknown"));
-    assert!(f.driver.is_none() && f.cuda.is_none());
+    // No driver version on this Jetson: its CUDA comes from the L4T release (R35 = JetPack 5 =
+    // CUDA 11.4), a lower bound since Orin runs newer CUDA through the upgrade package.
+    assert!(f.driver.is_none());
+    assert_eq!(f.cuda.as_ref().map(ToString::to_string).as_deref(), Some("11.4"));
+    assert_eq!(f.cuda_bound, crate::contract::require::CudaBound::Range { below: None });
 
     // `all` and `0` select it; anything else names a GPU the board does not have.
     let sel = |ids: &[&str]| DeviceSelection::List(ids.iter().map(|s| (*s).to_owned()).collect());
