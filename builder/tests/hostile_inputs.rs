@@ -528,3 +528,21 @@ fn a_lock_that_installs_unrequested_packages_is_refused() {
     );
     fails_with(&refused, &["idna 3.6", "nothing in the recipe asks for"]);
 }
+
+/// A `[[python.wheel]]` that is a FIFO or a device is refused before uv is pointed at it.
+#[test]
+fn a_fifo_or_device_as_a_recipe_wheel_is_refused_at_once() {
+    if !have("uv") {
+        eprintln!("skipped: needs uv (run .ci/install)");
+        return;
+    }
+    let p = Project::new();
+    fifo(&p.path("demo-1.0-py3-none-any.whl"));
+    let body = "[base]\nscratch = true\n\n[python]\nversion = \"3.11\"\npackages = [\"six==1.16.0\"]\n\n\
+                [[python.wheel]]\npath = \"demo-1.0-py3-none-any.whl\"\n";
+    let recipe = p.recipe("wheel", body);
+    fails_with(&p.build(&recipe), &["demo-1.0-py3-none-any.whl", "is a FIFO"]);
+    std::fs::remove_file(p.path("demo-1.0-py3-none-any.whl")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", p.path("demo-1.0-py3-none-any.whl")).unwrap();
+    fails_with(&p.build(&recipe), &["demo-1.0-py3-none-any.whl", "is a symlink"]);
+}
