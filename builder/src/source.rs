@@ -991,7 +991,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let src = tmp.path().join("src");
         fs::create_dir(&src).unwrap();
-        rustix::fs::mkfifoat(rustix::fs::CWD, &src.join("pipe"), rustix::fs::Mode::from_raw_mode(0o600))
+        rustix::fs::mkfifoat(rustix::fs::CWD, src.join("pipe"), rustix::fs::Mode::from_raw_mode(0o600))
             .unwrap();
         let stage = tmp.path().join("stage");
         let (s, st) = (src.clone(), stage.clone());
