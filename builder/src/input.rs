@@ -164,6 +164,18 @@ pub fn read_text(path: &Path, cap: u64, what: &'static str) -> Result<String, In
     })
 }
 
+/// Runs `f` on a thread and fails the test if it has not returned within `secs` seconds: a
+/// regression that blocks on a FIFO must fail, not hang the suite.
+#[cfg(test)]
+pub(crate) fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("still blocked after {secs} s (or panicked)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,7 +200,8 @@ mod tests {
     fn a_fifo_is_refused_without_blocking() {
         let dir = tempfile::tempdir().unwrap();
         let p = fifo(dir.path());
-        let e = read_capped(&p, MAX_TEXT, "recipe").unwrap_err();
+        let path = p.clone();
+        let e = within(10, move || read_capped(&path, MAX_TEXT, "recipe")).unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("is a FIFO") && msg.contains("must be a regular file"), "{msg}");
         assert!(msg.contains(&p.display().to_string()), "{msg}");
@@ -196,7 +209,7 @@ mod tests {
 
     #[test]
     fn devices_directories_and_symlinks_are_refused() {
-        let e = read_capped(Path::new("/dev/zero"), MAX_TEXT, "patch").unwrap_err();
+        let e = within(10, || read_capped(Path::new("/dev/zero"), MAX_TEXT, "patch")).unwrap_err();
         assert!(e.to_string().contains("is a character device"), "{e}");
         let e = read_capped(Path::new("/dev/null"), MAX_TEXT, "patch").unwrap_err();
         assert!(e.to_string().contains("is a character device"), "{e}");

@@ -989,6 +989,23 @@ mod tests {
     }
 
     #[test]
+    fn fifos_sockets_and_devices_in_a_tree_are_refused_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("src");
+        fs::create_dir(&src).unwrap();
+        rustix::fs::mkfifoat(rustix::fs::CWD, src.join("pipe"), rustix::fs::Mode::from_raw_mode(0o600))
+            .unwrap();
+        let stage = tmp.path().join("stage");
+        let (s, st) = (src.clone(), stage.clone());
+        let err = crate::input::within(10, move || stage_path(&s, "/s", &st)).unwrap_err();
+        assert!(err.to_string().contains(r#"unsafe entry "pipe": not a regular file"#), "{err}");
+        fs::remove_file(src.join("pipe")).unwrap();
+        let _sock = std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
+        let err = stage_path(&src, "/s", &tmp.path().join("stage2")).unwrap_err();
+        assert!(err.to_string().contains(r#"unsafe entry "sock""#), "{err}");
+    }
+
+    #[test]
     fn a_symlinked_source_directory_is_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let real = tmp.path().join("real");

@@ -1709,8 +1709,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let fifo = tmp.path().join("demo-1.0-py3-none-any.whl");
         rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
-        for path in [fifo.as_path(), Path::new("/dev/zero")] {
-            let err = install_wheel(path, &scheme(), &tmp.path().join("stage")).unwrap_err();
+        for path in [fifo.clone(), PathBuf::from("/dev/zero")] {
+            let stage = tmp.path().join("stage");
+            let err = crate::input::within(10, move || install_wheel(&path, &scheme(), &stage)).unwrap_err();
             assert!(matches!(err, WheelError::Input(_)), "{err}");
             assert!(err.to_string().contains("must be a regular file"), "{err}");
         }

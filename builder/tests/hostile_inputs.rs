@@ -480,3 +480,69 @@ fn archive_base_layers_get_the_same_checks() {
     let recipe = p.recipe("evil", "[base]\narchive = \"evil.tar\"\n");
     fails_with(&p.build(&recipe), &["absolute name"]);
 }
+
+fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A lock edited to install a package the recipe never asks for (here `idna`, which nothing in
+/// `six` requires) is refused, though its recipe hash still matches the recipe.
+#[test]
+fn a_lock_that_installs_unrequested_packages_is_refused() {
+    if !have("uv") || !have("pip") {
+        eprintln!("skipped: needs uv and pip with a package index (run .ci/install)");
+        return;
+    }
+    let p = Project::new();
+    let recipe = p.recipe(
+        "extra",
+        "[base]\nscratch = true\n\n[python]\nversion = \"3.11\"\npackages = [\"six==1.16.0\"]\n",
+    );
+    let cache = p.path("cache");
+    let locked =
+        run(p.dir.path(), &["lock", recipe.to_str().unwrap(), "--cache-dir", cache.to_str().unwrap()]);
+    assert!(locked.ok, "{}", locked.stderr);
+    let run = p.build(&recipe);
+    assert!(run.ok, "{}", run.stderr);
+    let lock_path = p.path("extra.toml.lock");
+    let mut lock = std::fs::read_to_string(&lock_path).unwrap();
+    lock.push_str(
+        "\n[[package]]\nname = \"idna\"\nversion = \"3.6\"\nplatform = \"linux/amd64\"\n\
+         filename = \"idna-3.6-py3-none-any.whl\"\n\
+         sha256 = \"c05567e9c24a6b9faaa835c4821bad0590fbb9d5779e7caa6e1cc4978e7eb24f\"\nsize = 61567\n",
+    );
+    std::fs::write(&lock_path, lock).unwrap();
+    let refused = self::run(
+        p.dir.path(),
+        &[
+            recipe.to_str().unwrap(),
+            "--locked",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--out",
+            p.path("images/extra2").to_str().unwrap(),
+        ],
+    );
+    fails_with(&refused, &["idna 3.6", "nothing in the recipe asks for"]);
+}
+
+/// A `[[python.wheel]]` that is a FIFO or a device is refused before uv is pointed at it.
+#[test]
+fn a_fifo_or_device_as_a_recipe_wheel_is_refused_at_once() {
+    if !have("uv") {
+        eprintln!("skipped: needs uv (run .ci/install)");
+        return;
+    }
+    let p = Project::new();
+    fifo(&p.path("demo-1.0-py3-none-any.whl"));
+    let body = "[base]\nscratch = true\n\n[python]\nversion = \"3.11\"\npackages = [\"six==1.16.0\"]\n\n\
+                [[python.wheel]]\npath = \"demo-1.0-py3-none-any.whl\"\n";
+    let recipe = p.recipe("wheel", body);
+    fails_with(&p.build(&recipe), &["demo-1.0-py3-none-any.whl", "is a FIFO"]);
+    std::fs::remove_file(p.path("demo-1.0-py3-none-any.whl")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", p.path("demo-1.0-py3-none-any.whl")).unwrap();
+    fails_with(&p.build(&recipe), &["demo-1.0-py3-none-any.whl", "is a symlink"]);
+}
