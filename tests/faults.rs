@@ -908,8 +908,9 @@ fn malicious_images_do_not_steer_the_hook() {
     std::fs::write(decoy.join("stack.json"), serde_json::to_vec(&decoy_stack).unwrap()).unwrap();
     // The hook's own environment carries a real preloadable library: a static hook never loads it.
     let marker = dir.path().join("preload-ran");
-    // Only a static hook is immune to its own LD_PRELOAD; a dynamic build (a plain `cargo build`
-    // without `.ci/test`'s static step) is `the_hook_binary_is_static`'s failure, not this test's.
+    // Only a static hook is immune to its own LD_PRELOAD (every build of it is, see hook/build.rs);
+    // a dynamic one, from a toolchain without static archives, is `the_hook_binary_is_static`'s
+    // failure, not this test's.
     let static_hook = hook_is_static();
     let preload = if static_hook { evil_preload(dir.path(), &marker) } else { None };
     if !static_hook {

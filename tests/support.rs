@@ -9,7 +9,7 @@ pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_owned()
 }
 
-/// A release binary of ours, built by `.ci/test` (`cargo build --release` and the static hook).
+/// A release binary of ours, built by `cargo build --release` (as `.ci/test` does; the hook is static).
 pub fn binary(name: &str) -> PathBuf {
     let var = format!("{}_BIN", name.to_ascii_uppercase());
     let path =

@@ -362,6 +362,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     crate::output::check_layout_dir(&out)?;
     if let Some(archive) = &opts.archive {
         crate::output::check_output_file("--archive", archive)?;
+        crate::output::check_distinct(archive, &out)?;
     }
     let lock = lock_recipe(recipe, opts.locked, false, &cache)?;
     let reference = format!("{}:{}", recipe.image.name, recipe.image.tag);

@@ -55,8 +55,8 @@ const CACHEDIR_TAG: &[u8] = b"Signature: 8a477f597d28d172789f06886806bc55\n\
 # For information about cache directory tags, see https://bford.info/cachedir/\n";
 
 /// Entries of the root of a cache made by a version without [`MARKER`]: a directory holding
-/// only these (and at least `blobs` and `keys`, which every such cache had) is adopted. Names
-/// ending in `-` are prefixes of scratch directories.
+/// only these, at least one of them a directory of cached content ([`LEGACY_CONTENT`]), is
+/// adopted. Names ending in `-` are prefixes of scratch directories.
 const LEGACY_ENTRIES: &[&str] = &[
     "blobs",
     "keys",
@@ -71,6 +71,9 @@ const LEGACY_ENTRIES: &[&str] = &[
     "mmdebstrap-",
     "import-",
 ];
+
+/// The entries only a cache has (a seeded cache may hold just its downloaded `artifacts`).
+const LEGACY_CONTENT: &[&str] = &["blobs", "keys", "artifacts"];
 
 /// Errors of the cache.
 #[derive(Debug, thiserror::Error)]
@@ -354,7 +357,7 @@ fn inspect_dir(dir: &Path) -> Result<CacheDir, CacheError> {
     let is_dir = |name: &str| fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_dir());
     if names.is_empty() {
         Ok(CacheDir::Adoptable { empty: true })
-    } else if names.iter().all(legacy) && is_dir("blobs") && is_dir("keys") {
+    } else if names.iter().all(legacy) && LEGACY_CONTENT.iter().any(|n| is_dir(n)) {
         Ok(CacheDir::Adoptable { empty: false })
     } else {
         Ok(CacheDir::Foreign(format!(
@@ -688,7 +691,9 @@ impl Cache {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(source) => {
-                    return Err(CacheError::Io { op: "reading artifact for", path: tmp.path.clone(), source })
+                    // The stream failed, not the temporary file: name where it was going.
+                    let path = self.blob_dir().join(&expected_hex);
+                    return Err(CacheError::Io { op: "reading the artifact for", path, source });
                 }
             };
             hasher.update(&buf[..n]);
@@ -940,6 +945,10 @@ mod tests {
         fs::write(legacy.join("lock"), b"").unwrap();
         Cache::open(&legacy).unwrap();
         assert!(legacy.join(MARKER).is_file());
+        // Nor is a directory of generic names alone.
+        let generic = dir.path().join("generic");
+        fs::create_dir_all(generic.join("tmp")).unwrap();
+        assert!(Cache::open(&generic).unwrap_err().to_string().contains("\"tmp\""));
         // The same with one foreign entry is not.
         let almost = dir.path().join("almost");
         for sub in ["blobs/sha256", "keys", "Documents"] {

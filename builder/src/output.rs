@@ -129,6 +129,9 @@ pub enum LayoutTarget {
 pub fn check_layout_dir(out: &Path) -> Result<LayoutTarget, OutputError> {
     let refused =
         |what: String| OutputError::Refused { option: "--out", path: out.to_owned(), what, hint: OUT_HINT };
+    if out.as_os_str().is_empty() {
+        return Err(refused("an empty path".into()));
+    }
     let meta = match fs::symlink_metadata(out) {
         Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LayoutTarget::New),
@@ -213,13 +216,25 @@ fn write_new_layout(out: &Path, images: &[Image], tag: &str) -> Result<String, O
     remove_stale_siblings(parent, &prefix);
     let tmp = parent.join(unique_temp_name(&prefix));
     fs::create_dir(&tmp).map_err(io_err("creating a directory next to", out))?;
-    let result = oci::write_layout_images(&tmp, images, tag)
-        .map_err(|e| OutputError::from(name_user_path(e, &tmp, out)))
-        .and_then(|digest| {
-            fs::rename(&tmp, out).map_err(io_err("moving the new layout into place at", out))?;
-            cache::sync_dir(parent).map_err(io_err("syncing", parent))?;
-            Ok(digest)
-        });
+    let written = oci::write_layout_images(&tmp, images, tag).map_err(|e| name_user_path(e, &tmp, out));
+    let result = match written {
+        Ok(digest) => match fs::rename(&tmp, out) {
+            Ok(()) => cache::sync_dir(parent).map(|()| digest).map_err(io_err("syncing", parent)),
+            // Another build made `out` meanwhile (rename replaces only an empty directory): add
+            // this tag to what is there now, as into any existing layout.
+            Err(e) if matches!(e.kind(), io::ErrorKind::DirectoryNotEmpty | io::ErrorKind::AlreadyExists) => {
+                let _ = fs::remove_dir_all(&tmp);
+                return match check_layout_dir(out)? {
+                    LayoutTarget::New => Err(io_err("moving the new layout into place at", out)(e)),
+                    LayoutTarget::Empty | LayoutTarget::Layout => {
+                        Ok(oci::write_layout_images(out, images, tag)?)
+                    }
+                };
+            }
+            Err(e) => Err(io_err("moving the new layout into place at", out)(e)),
+        },
+        Err(e) => Err(e.into()),
+    };
     if result.is_err() {
         // Only what this build created: the temporary directory it made above.
         let _ = fs::remove_dir_all(&tmp);
@@ -262,6 +277,15 @@ fn remove_stale_siblings(parent: &Path, prefix: &str) {
 /// Checks that `path` (given as `option`) may be written as a file: nothing there, or a regular
 /// file to replace.
 pub fn check_output_file(option: &'static str, path: &Path) -> Result<(), OutputError> {
+    if path.file_name().is_none() {
+        let what = if path.as_os_str().is_empty() { "an empty path" } else { "a path without a file name" };
+        return Err(OutputError::Refused {
+            option,
+            path: path.to_owned(),
+            what: what.into(),
+            hint: FILE_HINT,
+        });
+    }
     match fs::symlink_metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io_err("reading", path)(e)),
@@ -273,6 +297,24 @@ pub fn check_output_file(option: &'static str, path: &Path) -> Result<(), Output
             hint: FILE_HINT,
         }),
     }
+}
+
+/// Refuses an `--archive` that is the `--out` directory itself (which the build is about to
+/// make), compared as absolute paths.
+pub fn check_distinct(archive: &Path, out: &Path) -> Result<(), OutputError> {
+    let same = match (std::path::absolute(archive), std::path::absolute(out)) {
+        (Ok(a), Ok(o)) => a == o,
+        _ => archive == out,
+    };
+    if same {
+        return Err(OutputError::Refused {
+            option: "--archive",
+            path: archive.to_owned(),
+            what: "the --out directory of the same build".into(),
+            hint: FILE_HINT,
+        });
+    }
+    Ok(())
 }
 
 /// Writes `bytes` to the file `path` given as `option`, after [`check_output_file`], through a
@@ -330,5 +372,9 @@ mod tests {
         assert!(err.contains("a symlink to /etc/passwd"), "{err}");
         let err = check_output_file("--report", Path::new("/dev/null")).unwrap_err().to_string();
         assert!(err.contains("a character device"), "{err}");
+        for nameless in ["", "/", "x/.."] {
+            assert!(check_output_file("--archive", Path::new(nameless)).is_err(), "{nameless:?}");
+        }
+        assert!(check_layout_dir(Path::new("")).is_err());
     }
 }

@@ -235,6 +235,7 @@ fn an_archive_replaces_only_its_own_file() {
     std::os::unix::fs::symlink("x.tmp", p.path("l.tar")).unwrap();
     refused(&p.build("img2", &["--archive", "l.tar"]), &["a symlink to x.tmp is there"]);
     assert_eq!(std::fs::read_to_string(p.path("x.tmp")).unwrap(), "unrelated user file");
+    refused(&p.build("same", &["--archive", "same"]), &["the --out directory of the same build"]);
     // A missing directory is named as the user wrote it, not by a temporary name.
     let out = p.build("img3", &["--archive", "no/such/x.tar"]);
     let text = stderr(&out);
