@@ -12,9 +12,9 @@
 //! - SPDX 2.3 (<https://spdx.github.io/spdx-spec/v2.3/>): one package for the image (described by
 //!   the document), one per layer, one per component; `CONTAINS` from the image to each layer and
 //!   from a layer to what it holds; `PATCH_APPLIED` from a patch to what it patched.
-//! - `CycloneDX` 1.6 (<https://cyclonedx.org/docs/1.6/json/>): the image is `metadata.component`,
-//!   the layers are its components with their packages nested inside them (an assembly, which is
-//!   `CycloneDX`'s "contains"); patches are the `pedigree.patches` of what they patched.
+//! - `CycloneDX` 1.6 (<https://cyclonedx.org/docs/1.6/json/>): the image is `metadata.component`
+//!   (the BOM's subject), the layers are the BOM's components with their packages nested inside
+//!   them (an assembly, which is `CycloneDX`'s "contains"); patches are the `pedigree.patches` of what they patched.
 //! - Package URLs (<https://github.com/package-url/purl-spec>): `pkg:deb/debian/NAME@VERSION?arch=..`,
 //!   `pkg:pypi/NAME@VERSION`.
 //!
@@ -410,9 +410,10 @@ fn cyclonedx(input: &SbomInput<'_>, items: &[Item<'_>], seed: &str) -> Value {
                 "name": image_name,
                 "version": image_tag,
                 "description": format!("OCI image for {}", input.stack.platform),
-                "components": layers,
             },
         },
+        // What the BOM's subject (the image) holds: its layers, each with its packages nested.
+        "components": layers,
     })
 }
 
@@ -570,7 +571,7 @@ mod tests {
         let serial = doc["serialNumber"].as_str().unwrap();
         assert_eq!(serial.len(), "urn:uuid:".len() + 36);
         assert_eq!(&serial[23..24], "5");
-        let layers = doc["metadata"]["component"]["components"].as_array().unwrap();
+        let layers = doc["components"].as_array().unwrap();
         assert_eq!(layers.len(), 4);
         assert_eq!(layers[0]["components"].as_array().unwrap().len(), 3);
         let wheel = &layers[1]["components"][0];
