@@ -1,4 +1,4 @@
-//! stackhook under containerd, as Kubernetes uses it: a RuntimeClass handler is a runtime of
+//! stackhook under containerd, as Kubernetes uses it: a `RuntimeClass` handler is a runtime of
 //! type `io.containerd.runc.v2` whose `BinaryName` is the stackhook wrapper, so the runc v2 shim
 //! runs the wrapper in place of runc, and the wrapper adds the hook to the container's bundle.
 //!
@@ -347,11 +347,10 @@ fn healthy_host_starts_and_broken_host_is_blocked_through_the_runc_shim() {
 fn node_image_reference() -> String {
     let recipe = std::fs::read_to_string(e2e::workspace().join("recipes/stackhook-node.toml")).unwrap();
     let value = |key: &str| {
-        recipe
-            .lines()
-            .find_map(|l| l.strip_prefix(key).and_then(|r| r.trim().strip_prefix('=')))
-            .map(|v| v.trim().trim_matches('"').to_owned())
-            .unwrap_or_else(|| panic!("no {key} in recipes/stackhook-node.toml"))
+        recipe.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.trim().strip_prefix('='))).map_or_else(
+            || panic!("no {key} in recipes/stackhook-node.toml"),
+            |v| v.trim().trim_matches('"').to_owned(),
+        )
     };
     format!("{}:{}", value("name"), value("tag"))
 }
@@ -371,7 +370,7 @@ fn the_daemonset_runs_the_image_the_node_recipe_builds() {
     assert!(kustomization.contains(&format!("name: {name}")), "{kustomization}");
 }
 
-/// The init container's shell script, as the DaemonSet has it.
+/// The init container's shell script, as the `DaemonSet` has it.
 fn init_script() -> String {
     let daemonset =
         std::fs::read_to_string(e2e::workspace().join("deploy/kubernetes/daemonset.yaml")).unwrap();

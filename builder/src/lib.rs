@@ -20,7 +20,7 @@
 //! - [`output`]: the paths a build writes (`--out`, `--archive`, `--report`): only where it may.
 //! - [`audit`]: a static `ldd` over an image's root filesystem (unresolved, shadowed and stub libraries).
 //! - [`registry`]: an OCI distribution client: push a layout to a registry, pull an image from one.
-//! - [`sbom`]: the image's SBOM (SPDX 2.3 and CycloneDX 1.6 JSON), a pure function of the build's inputs.
+//! - [`sbom`]: the image's SBOM (SPDX 2.3 and `CycloneDX` 1.6 JSON), a pure function of the build's inputs.
 //! - [`affinity`]: Kubernetes node affinity from an image's requirements, over `stackhook labels`.
 
 pub mod affinity;

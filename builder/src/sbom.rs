@@ -1,4 +1,4 @@
-//! The image's software bill of materials: SPDX 2.3 JSON and CycloneDX 1.6 JSON, written into the
+//! The image's software bill of materials: SPDX 2.3 JSON and `CycloneDX` 1.6 JSON, written into the
 //! image under `/etc/stackbuild/` next to `stack.json` (and, with `--sbom DIR`, beside it), and
 //! attached on `--push` as OCI 1.1 referrers (see [`crate::registry::push_referrers`]).
 //!
@@ -6,20 +6,22 @@
 //! (every Debian package of the base from its dpkg status, every locked wheel with its sha256,
 //! every source with its repository URL and commit or tree hash, every patch), the layers that
 //! come before the configuration layer (by digest), the platform and `SOURCE_DATE_EPOCH`. No
-//! clock, no random ids: the SPDX namespace and the CycloneDX serial number are derived from a
+//! clock, no random ids: the SPDX namespace and the `CycloneDX` serial number are derived from a
 //! hash of the inputs, so the same inputs give the same bytes and the same image digest.
 //!
 //! - SPDX 2.3 (<https://spdx.github.io/spdx-spec/v2.3/>): one package for the image (described by
 //!   the document), one per layer, one per component; `CONTAINS` from the image to each layer and
 //!   from a layer to what it holds; `PATCH_APPLIED` from a patch to what it patched.
-//! - CycloneDX 1.6 (<https://cyclonedx.org/docs/1.6/json/>): the image is `metadata.component`,
-//!   the layers are its components with their packages nested inside them (an assembly, which is
-//!   CycloneDX's "contains"); patches are the `pedigree.patches` of what they patched.
+//! - `CycloneDX` 1.6 (<https://cyclonedx.org/docs/1.6/json/>): the image is `metadata.component`
+//!   (the BOM's subject), the layers are the BOM's components with their packages nested inside
+//!   them (an assembly, which is `CycloneDX`'s "contains"); patches are the `pedigree.patches` of what they patched.
 //! - Package URLs (<https://github.com/package-url/purl-spec>): `pkg:deb/debian/NAME@VERSION?arch=..`,
 //!   `pkg:pypi/NAME@VERSION`.
 //!
 //! The layer holding these files cannot name its own digest, nor can the image: the image is
 //! named by `name:tag`, and the registry copy is bound to the manifest by the referrer's `subject`.
+
+use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
@@ -27,11 +29,11 @@ use stackcontract::image::{Component, StackManifest};
 
 /// Where the SPDX document goes in the image (next to `stack.json`).
 pub const SPDX_PATH: &str = "etc/stackbuild/sbom.spdx.json";
-/// Where the CycloneDX document goes in the image.
+/// Where the `CycloneDX` document goes in the image.
 pub const CYCLONEDX_PATH: &str = "etc/stackbuild/sbom.cdx.json";
 /// The SPDX JSON media type (IANA: `application/spdx+json`), the referrer's `artifactType`.
 pub const SPDX_MEDIA_TYPE: &str = "application/spdx+json";
-/// The CycloneDX JSON media type (IANA: `application/vnd.cyclonedx+json`).
+/// The `CycloneDX` JSON media type (IANA: `application/vnd.cyclonedx+json`).
 pub const CYCLONEDX_MEDIA_TYPE: &str = "application/vnd.cyclonedx+json";
 
 /// A layer as the SBOM lists it.
@@ -63,7 +65,7 @@ pub struct SbomInput<'a> {
 pub struct Sbom {
     /// SPDX 2.3 JSON.
     pub spdx: Vec<u8>,
-    /// CycloneDX 1.6 JSON.
+    /// `CycloneDX` 1.6 JSON.
     pub cyclonedx: Vec<u8>,
 }
 
@@ -163,7 +165,7 @@ fn purl_part(text: &str) -> String {
         if b.is_ascii_alphanumeric() || b"-._~+".contains(&b) {
             out.push(char::from(b));
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            let _ = write!(out, "%{b:02X}");
         }
     }
     out
@@ -191,7 +193,7 @@ fn strip_credentials(url: &str) -> String {
     }
 }
 
-/// Whether `url` is an absolute http(s) URL (what SPDX `downloadLocation` and CycloneDX
+/// Whether `url` is an absolute http(s) URL (what SPDX `downloadLocation` and `CycloneDX`
 /// external references accept without question).
 fn is_web_url(url: &str) -> bool {
     (url.starts_with("https://") || url.starts_with("http://")) && !url.contains(char::is_whitespace)
@@ -339,7 +341,7 @@ fn spdx_package(it: &Item<'_>, id: &str) -> Value {
         }
         (None, "source") => p["sourceInfo"] = json!(format!("{} ({})", c.source, c.version)),
         (None, "patch") => {
-            p["comment"] = json!(format!("patch applied to {}; sha256 of the change", c.source))
+            p["comment"] = json!(format!("patch applied to {}; sha256 of the change", c.source));
         }
         (None, _) if !c.source.is_empty() => p["sourceInfo"] = json!(format!("from {}", c.source)),
         _ => {}
@@ -408,9 +410,10 @@ fn cyclonedx(input: &SbomInput<'_>, items: &[Item<'_>], seed: &str) -> Value {
                 "name": image_name,
                 "version": image_tag,
                 "description": format!("OCI image for {}", input.stack.platform),
-                "components": layers,
             },
         },
+        // What the BOM's subject (the image) holds: its layers, each with its packages nested.
+        "components": layers,
     })
 }
 
@@ -568,7 +571,7 @@ mod tests {
         let serial = doc["serialNumber"].as_str().unwrap();
         assert_eq!(serial.len(), "urn:uuid:".len() + 36);
         assert_eq!(&serial[23..24], "5");
-        let layers = doc["metadata"]["component"]["components"].as_array().unwrap();
+        let layers = doc["components"].as_array().unwrap();
         assert_eq!(layers.len(), 4);
         assert_eq!(layers[0]["components"].as_array().unwrap().len(), 3);
         let wheel = &layers[1]["components"][0];
