@@ -6,7 +6,9 @@
 //! generic helper: every name is checked (no `..`, no absolute names), parents are created here or
 //! checked to be real directories, files are created with `create_new` (which refuses to follow a
 //! symlink), and a symlink is kept only when its target stays inside the source tree. These are
-//! the lessons of the archive advisories in `shared/reference/images-and-safety.md`.
+//! the lessons of the archive-extraction advisories: umoci CVE-2021-29136, containerd
+//! CVE-2021-32760 and the Rust `tar` advisories RUSTSEC-2018-0002 and RUSTSEC-2021-0080 (entries
+//! with `..`, absolute names, or symlinks that later entries write through).
 //!
 //! Git runs with a clean environment: no system or user configuration (`GIT_CONFIG_NOSYSTEM=1`,
 //! `HOME` pointing into the cache), no prompts (`GIT_TERMINAL_PROMPT=0`), and only the transports

@@ -21,8 +21,9 @@
 //! no absolute names, no backslashes, no NUL or control characters), symlink members are refused,
 //! files are created with `create_new` (which never follows a symlink, `O_CREAT | O_EXCL`) under
 //! directories this module created itself or checked to be real directories, so nothing is ever
-//! written outside the stage. These are the lessons of the archive-extraction advisories listed in
-//! `shared/reference/images-and-safety.md` (RUSTSEC-2018-0002, CVE-2021-29136, ...).
+//! written outside the stage. These are the lessons of the archive-extraction advisories
+//! (RUSTSEC-2018-0002 and RUSTSEC-2021-0080 for the `tar` crate, umoci CVE-2021-29136, containerd
+//! CVE-2021-32760).
 //!
 //! On error the stage is left partly written; callers stage into a scratch directory and discard
 //! it.

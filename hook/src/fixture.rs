@@ -2,7 +2,8 @@
 //!
 //! A [`FixtureSpec`] describes the host (driver, GPUs, modules, libraries, firmware); its
 //! [`build`](FixtureSpec::build) writes the files the probe reads, in the formats the kernel and
-//! the driver print them (see `shared/reference/nvidia-host.md`). [`Preset`] lists the scenarios
+//! the driver print them (`/proc/driver/nvidia/*` as NVIDIA's open-gpu-kernel-modules
+//! `kernel-open/nvidia/nv-procfs.c` writes them; `/proc/modules` and `/sys` as the kernel does). [`Preset`] lists the scenarios
 //! the doctor is tested against, each with the requirements it is paired with and the finding
 //! it must produce; end-to-end tests use the same presets.
 //!

@@ -1,7 +1,8 @@
 //! What the host is, read from a host root (`/` in production, a fixture tree in tests).
 //!
 //! [`probe`] reads a fixed list of files under `/proc`, `/sys`, `/dev` and the driver's library
-//! directories (see `shared/reference/nvidia-host.md` for where each fact comes from), records
+//! directories (the driver's procfs files as NVIDIA's open-gpu-kernel-modules `nv-procfs.c` writes
+//! them, `/proc/modules` and `/sys/module/*/taint` as the kernel's documentation describes), records
 //! each fact with the file it came from, and never fails: what it cannot read is absent, and
 //! read problems other than "does not exist" are kept as [`ProbeNote`]s. Every read is capped
 //! and resolved inside the host root ([`hostfs`]); directory listings are capped too, so a
