@@ -593,6 +593,8 @@ fn build_platform(
 
     // Base.
     let mut base_config = RuntimeConfig::default();
+    // The image-level fields of an OCI base that our build does not decide: kept.
+    let mut base_image = ImageConfig::default();
     let mut components = Vec::new();
     let mut facts = BaseFacts::default();
     match &recipe.base {
@@ -660,6 +662,7 @@ fn build_platform(
             // (entry names, links, whiteouts) and against its digest and diff_id first.
             crate::base::check_layout_layers(&image.layers, cache, &path.display().to_string())?;
             base_config = image.config.config.clone();
+            base_image = image.config.clone();
             components.push(Component {
                 kind: "base".into(),
                 name: path.display().to_string(),
@@ -1058,6 +1061,9 @@ fn build_platform(
         architecture: platform.architecture().to_owned(),
         os: platform.os().to_owned(),
         variant: None,
+        os_version: base_image.os_version,
+        os_features: base_image.os_features,
+        author: base_image.author,
         config,
         rootfs: oci::RootFs::default(),
         history,

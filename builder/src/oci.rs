@@ -162,6 +162,12 @@ pub struct RuntimeConfig {
     /// Labels.
     #[serde(default, deserialize_with = "null_default", skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Every other field of a base's config (`ExposedPorts`, `Volumes`, `StopSignal`,
+    /// `ArgsEscaped`, `Shell`, `Healthcheck`, ...; image-spec `config.md`, Docker's image spec v1.2),
+    /// kept as it is: an image built on a base keeps what it does not override. A sorted map, so
+    /// the bytes written do not depend on the order the base listed them in.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
 }
 
 /// `rootfs` of an image config.
@@ -214,6 +220,20 @@ pub struct ImageConfig {
     /// CPU variant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<String>,
+    /// The operating system's version (`os.version`, Windows images name their build here).
+    #[serde(default, rename = "os.version", skip_serializing_if = "Option::is_none")]
+    pub os_version: Option<String>,
+    /// Required OS features (`os.features`).
+    #[serde(
+        default,
+        rename = "os.features",
+        deserialize_with = "null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub os_features: Vec<String>,
+    /// Who made the image (`author`); a base's stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
     /// Execution parameters.
     #[serde(default, deserialize_with = "null_default")]
     pub config: RuntimeConfig,

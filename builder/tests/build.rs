@@ -325,6 +325,31 @@ fn bases_from_an_archive_and_the_docker_daemon() {
     let again = build(&second, &cache, &tmp.path().join("second"), &[]);
     assert_eq!(ok(&again).digest, from_archive.digest);
 
+    // An OCI layout base's config fields that the recipe does not set are kept: exposed ports,
+    // volumes, stop signal (set here with umoci, an independent writer of image configs).
+    if Command::new("umoci").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        let layout = tmp.path().join("first");
+        let out = Command::new("umoci")
+            .args(["config", "--image"])
+            .arg(format!("{}:test", layout.display()))
+            .args(["--config.exposedports", "8080/tcp", "--config.volume", "/data"])
+            .args(["--config.stopsignal", "SIGINT", "--author", "base-author"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "umoci config: {}", String::from_utf8_lossy(&out.stderr));
+        let fourth = write("fourth.toml", &format!("[base]\noci = \"{}:test\"\n", layout.display()));
+        ok(&build(&fourth, &cache, &tmp.path().join("fourth"), &[]));
+        let config = stackbuild::oci::read_layout(&tmp.path().join("fourth"), Some("test")).unwrap().config;
+        let json = serde_json::to_value(&config).unwrap();
+        assert_eq!(json["config"]["ExposedPorts"]["8080/tcp"], serde_json::json!({}), "{json}");
+        assert_eq!(json["config"]["Volumes"]["/data"], serde_json::json!({}), "{json}");
+        assert_eq!(json["config"]["StopSignal"], "SIGINT", "{json}");
+        assert_eq!(json["author"], "base-author", "{json}");
+        assert_eq!(json["config"]["Cmd"][2], "from-fourth", "the recipe's own fields win");
+    } else {
+        eprintln!("skipped the OCI base's config fields: umoci is not installed");
+    }
+
     let docker = Path::new("/usr/bin/docker");
     if !docker.exists() || !Command::new(docker).arg("version").output().is_ok_and(|o| o.status.success()) {
         eprintln!("skipped the docker base: no dockerd answering (.ci/services starts one)");

@@ -317,3 +317,34 @@ fn an_archive_replaces_only_its_own_file() {
     let err = write_archive(&dir.path().join("missing/y.tar"), &image, "x:1").unwrap_err().to_string();
     assert!(err.contains("missing/y.tar") && !err.contains("stackbuild-tmp"), "{err}");
 }
+
+/// A base's config fields that a build does not decide survive a read and a write: exposed
+/// ports, volumes, stop signal, `ArgsEscaped`, health check, `author`, `os.version`; and the bytes
+/// do not depend on the order the base listed them in.
+#[test]
+fn base_config_fields_are_kept_in_a_canonical_order() {
+    let base = r#"{"architecture":"amd64","os":"linux","os.version":"10.0.17763.1",
+        "os.features":["win32k"],"author":"someone",
+        "config":{"Env":["A=1"],"Volumes":{"/data":{}},"ExposedPorts":{"8080/tcp":{}},
+            "StopSignal":"SIGINT","ArgsEscaped":true,"Healthcheck":{"Test":["CMD","true"]}},
+        "rootfs":{"type":"layers","diff_ids":[]}}"#;
+    let reordered = r#"{"rootfs":{"type":"layers","diff_ids":[]},"author":"someone",
+        "config":{"StopSignal":"SIGINT","Healthcheck":{"Test":["CMD","true"]},"ArgsEscaped":true,
+            "ExposedPorts":{"8080/tcp":{}},"Env":["A=1"],"Volumes":{"/data":{}}},
+        "os.features":["win32k"],"os.version":"10.0.17763.1","architecture":"amd64","os":"linux"}"#;
+    let a: ImageConfig = serde_json::from_str(base).unwrap();
+    let b: ImageConfig = serde_json::from_str(reordered).unwrap();
+    let (ja, jb) = (serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap());
+    assert_eq!(ja, jb);
+    let back: serde_json::Value = serde_json::from_str(&ja).unwrap();
+    assert_eq!(back["config"]["ExposedPorts"]["8080/tcp"], serde_json::json!({}));
+    assert_eq!(back["config"]["Volumes"]["/data"], serde_json::json!({}));
+    assert_eq!(back["config"]["StopSignal"], "SIGINT");
+    assert_eq!(back["config"]["ArgsEscaped"], true);
+    assert_eq!(back["config"]["Healthcheck"]["Test"][0], "CMD");
+    assert_eq!(
+        (back["author"].as_str(), back["os.version"].as_str()),
+        (Some("someone"), Some("10.0.17763.1"))
+    );
+    assert_eq!(back["os.features"][0], "win32k");
+}
