@@ -26,7 +26,8 @@ use stackcontract::image::DerivedRequirement;
 use stackcontract::kb;
 use stackcontract::version::{ComputeCapability, CudaVersion, DriverVersion, PackageVersion};
 
-use crate::recipe::{HostRules, Platform};
+use crate::platform::Platform;
+use crate::recipe::HostRules;
 
 /// A resolved package, as far as derivation needs it.
 #[derive(Debug, Clone, Copy)]

@@ -23,6 +23,9 @@ use stackcontract::version::{
 };
 use toml::Spanned;
 
+use crate::diagnostic::Diagnostic;
+use crate::platform::Platform;
+
 // ---------------------------------------------------------------------------------------------
 // Public types
 // ---------------------------------------------------------------------------------------------
@@ -93,78 +96,6 @@ pub struct ImageSection {
     pub env: BTreeMap<String, String>,
     /// Labels (sorted by key).
     pub labels: BTreeMap<String, String>,
-}
-
-/// A target platform of the image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Platform {
-    /// `linux/amd64`
-    LinuxAmd64,
-    /// `linux/arm64`
-    LinuxArm64,
-}
-
-impl Platform {
-    /// Every supported platform.
-    pub const ALL: [Platform; 2] = [Platform::LinuxAmd64, Platform::LinuxArm64];
-
-    /// `linux/amd64`: the OCI spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::LinuxAmd64 => "linux/amd64",
-            Self::LinuxArm64 => "linux/arm64",
-        }
-    }
-
-    /// The OCI `os`.
-    pub fn os(self) -> &'static str {
-        "linux"
-    }
-
-    /// The OCI `architecture` (`amd64`, `arm64`).
-    pub fn architecture(self) -> &'static str {
-        match self {
-            Self::LinuxAmd64 => "amd64",
-            Self::LinuxArm64 => "arm64",
-        }
-    }
-
-    /// The machine name as `uname -m` and wheel tags spell it (`x86_64`, `aarch64`).
-    pub fn machine(self) -> &'static str {
-        match self {
-            Self::LinuxAmd64 => "x86_64",
-            Self::LinuxArm64 => "aarch64",
-        }
-    }
-}
-
-impl fmt::Display for Platform {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Platform {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| format!("unsupported platform {s:?}: expected \"linux/amd64\" or \"linux/arm64\""))
-    }
-}
-
-impl Serialize for Platform {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for Platform {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
 }
 
 /// `[base]`: what the image starts from.
@@ -633,85 +564,6 @@ impl<T: fmt::Display> fmt::Display for VersionRange<T> {
 // Errors
 // ---------------------------------------------------------------------------------------------
 
-/// One problem in a TOML file, located by line and column.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Diagnostic {
-    /// The file, as given.
-    pub file: PathBuf,
-    /// Line, 1-based.
-    pub line: usize,
-    /// Column in characters, 1-based.
-    pub column: usize,
-    /// What is wrong, and what was expected.
-    pub message: String,
-    /// The text of the offending line.
-    pub source_line: String,
-    /// How many characters the caret underlines (at least 1).
-    pub width: usize,
-    /// An optional hint on how to fix it.
-    pub help: Option<String>,
-}
-
-impl Diagnostic {
-    /// A diagnostic for the byte range `span` of `text`.
-    pub fn new(file: &Path, text: &str, span: Range<usize>, message: impl Into<String>) -> Self {
-        let start = floor_char_boundary(text, span.start.min(text.len()));
-        let end = floor_char_boundary(text, span.end.clamp(start, text.len()));
-        let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
-        let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
-        let source_line = text[line_start..line_end].trim_end_matches('\r').to_owned();
-        let column = text[line_start..start].chars().count() + 1;
-        let width = text[start..end.min(line_end)].trim_end_matches('\r').chars().count().max(1);
-        // toml joins the parts of some messages with a newline ("invalid table header\nduplicate
-        // key ..."); one line reads better after `FILE:LINE:COL:`.
-        let message = message.into().trim().replace('\n', ": ");
-        Self {
-            file: file.to_owned(),
-            line: text[..start].matches('\n').count() + 1,
-            column,
-            message,
-            source_line,
-            width,
-            help: None,
-        }
-    }
-
-    /// The same diagnostic with a hint.
-    #[must_use]
-    pub fn with_help(mut self, help: impl Into<String>) -> Self {
-        self.help = Some(help.into());
-        self
-    }
-
-    /// A diagnostic from a `toml` error (syntax, unknown field, wrong type, missing field).
-    pub fn from_toml(file: &Path, text: &str, err: &toml::de::Error) -> Self {
-        let message = friendlier_serde_message(err.message());
-        Self::new(file, text, err.span().unwrap_or(0..0), message)
-    }
-}
-
-impl fmt::Display for Diagnostic {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let number = self.line.to_string();
-        let pad = " ".repeat(number.len());
-        // Keep tabs in the padding so the caret lines up under tab-indented text.
-        let lead: String = self
-            .source_line
-            .chars()
-            .take(self.column - 1)
-            .map(|c| if c == '\t' { '\t' } else { ' ' })
-            .collect();
-        writeln!(f, "{}:{}:{}: {}", self.file.display(), self.line, self.column, self.message)?;
-        writeln!(f, "{pad} |")?;
-        writeln!(f, "{number} | {}", self.source_line)?;
-        write!(f, "{pad} | {lead}{}", "^".repeat(self.width))?;
-        if let Some(help) = &self.help {
-            write!(f, "\n{pad} = help: {help}")?;
-        }
-        Ok(())
-    }
-}
-
 /// Why a recipe could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum RecipeError {
@@ -743,22 +595,6 @@ fn render_all(diagnostics: &[Diagnostic]) -> String {
     out
 }
 
-/// Rewrite serde's type names into the words a recipe's author uses.
-fn friendlier_serde_message(message: &str) -> String {
-    let mut m = message.to_owned();
-    for (from, to) in [
-        ("expected i64", "expected an integer"),
-        ("expected u32", "expected a non-negative integer"),
-        ("expected a sequence", "expected an array"),
-        ("expected a map", "expected a table"),
-        ("expected struct", "expected a table for"),
-        ("expected a boolean", "expected `true` or `false`"),
-    ] {
-        m = m.replace(from, to);
-    }
-    m
-}
-
 /// A diagnostic for a `toml` error in a recipe, in the recipe's words: a missing top-level
 /// table is a missing section, and a misspelt field gets a suggestion.
 fn toml_diagnostic(file: &Path, text: &str, err: &toml::de::Error) -> Diagnostic {
@@ -776,7 +612,7 @@ fn toml_diagnostic(file: &Path, text: &str, err: &toml::de::Error) -> Diagnostic
         let closest = expected
             .split(", ")
             .map(|f| f.trim_matches('`'))
-            .map(|f| (edit_distance(given, f), f))
+            .map(|f| (strsim::levenshtein(given, f), f))
             .filter(|(d, _)| *d <= 2)
             .min();
         if let Some((_, f)) = closest {
@@ -784,27 +620,6 @@ fn toml_diagnostic(file: &Path, text: &str, err: &toml::de::Error) -> Diagnostic
         }
     }
     diagnostic
-}
-
-/// Levenshtein distance, for "did you mean" hints on short field names.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
-fn floor_char_boundary(text: &str, mut i: usize) -> usize {
-    while i > 0 && !text.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1108,23 +923,6 @@ impl Recipe {
             // Validation returns None only after recording a diagnostic.
             _ => Err(invalid(Vec::new())),
         }
-    }
-
-    /// The lock file next to the recipe: `recipes/x.toml` -> `recipes/x.toml.lock`.
-    pub fn lock_path(&self) -> PathBuf {
-        crate::lock::Lock::path_for(&self.path)
-    }
-
-    /// The targets this recipe resolves Python packages for: one per platform, when the
-    /// recipe has a `[python]` section.
-    pub fn targets(&self) -> Vec<crate::solve::Target> {
-        self.python.as_ref().map_or_else(Vec::new, |py| {
-            self.image
-                .platforms
-                .iter()
-                .map(|&platform| crate::solve::Target::new(py.version.clone(), platform))
-                .collect()
-        })
     }
 
     /// Lowercase hex sha256 of a canonical serialization of what affects resolution: the
@@ -1607,7 +1405,7 @@ fn validate_wheel(ctx: &mut Ctx, dir: &Path, raw: &RawWheel) -> Option<LocalWhee
         return None;
     }
     let filename = Path::new(written).file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    let Some(parsed) = crate::fetch::parse_wheel_name(filename) else {
+    let Some(parsed) = crate::wheel_name::parse_wheel_name(filename) else {
         ctx.error_help(
             raw.path.span(),
             format!("{written:?} is not a wheel file name"),
@@ -2119,8 +1917,8 @@ mod tests {
         for (_, e) in &exprs {
             stackcontract::require::Expr::parse(e).unwrap();
         }
-        assert_eq!(r.targets().len(), 1);
-        assert_eq!(r.targets()[0].to_string(), "cp311/x86_64-manylinux_2_28");
+        assert_eq!(crate::solve::targets(&r).len(), 1);
+        assert_eq!(crate::solve::targets(&r)[0].to_string(), "cp311/x86_64-manylinux_2_28");
         assert_eq!(r.input_hash().len(), 64);
     }
 
@@ -2134,7 +1932,7 @@ mod tests {
         assert_eq!(r.base, Base::Scratch);
         assert!(r.python.is_none() && r.cuda.is_none() && r.sources.is_empty() && r.patches.is_empty());
         assert!(r.host.is_empty());
-        assert!(r.targets().is_empty());
+        assert!(crate::solve::targets(&r).is_empty());
         assert_eq!(r.dir, Path::new(FIXTURES));
         assert_eq!(Recipe::parse("x.toml", &text).unwrap().dir, Path::new("."));
     }
