@@ -18,6 +18,7 @@ use std::str::FromStr;
 use pep508_rs::{PackageName, Requirement, VersionOrUrl};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use stackcontract::require::{Expr, Factor, Key, Op, Term, Value, PLATFORMS};
 use stackcontract::version::{
     ComputeCapability, CudaVersion, DriverVersion, KernelRelease, PackageVersion, PythonVersion,
 };
@@ -337,9 +338,6 @@ pub struct HostRules {
     pub platform: Vec<String>,
 }
 
-/// The host kinds `[host] platform` names, as the hook's probe tells them apart.
-pub const HOST_PLATFORMS: [&str; 3] = ["linux", "wsl2", "jetson"];
-
 impl HostRules {
     /// Whether the recipe states no host rule.
     pub fn is_empty(&self) -> bool {
@@ -350,70 +348,38 @@ impl HostRules {
     /// (`stackcontract::require`), one per rule, keyed by the rule's name in `[host]`:
     /// `("driver", "driver>=525.60.13,driver<560")`, `("kernel_deny", "kernel!=5.15.0-107-generic")`,
     /// `("modules", "module=nvidia_uvm")`, `("modules_deny", "module!=nouveau")`, `("gpus",
-    /// "gpus>=1")`, `("arch", "arch>=8.0,arch<=9.0")`. All factors of one expression must hold.
-    pub fn expressions(&self) -> Vec<(&'static str, String)> {
-        let list = |key: &str, op: &str, items: &mut dyn Iterator<Item = String>| {
-            items.map(|v| format!("{key}{op}{v}")).collect::<Vec<_>>().join(",")
-        };
+    /// "gpus>=1")`, `("arch", "arch>=8.0,arch<=9.0")`. All factors of one expression must hold;
+    /// `platform` lists alternatives.
+    pub fn expressions(&self) -> Vec<(&'static str, Expr)> {
+        let all = |factors: Vec<Factor>| Expr(vec![Term(factors)]);
         let mut out = Vec::new();
         if let Some(r) = &self.driver {
-            out.push(("driver", r.to_factors("driver")));
+            out.push(("driver", all(r.to_factors(Key::Driver))));
         }
         if !self.kernel_deny.is_empty() {
-            out.push((
-                "kernel_deny",
-                list("kernel", "!=", &mut self.kernel_deny.iter().map(ToString::to_string)),
-            ));
+            let factors = self.kernel_deny.iter().map(|k| Factor::new(Key::Kernel, Op::Ne, k.clone()));
+            out.push(("kernel_deny", all(factors.collect())));
         }
         if !self.modules.is_empty() {
-            out.push(("modules", list("module", "=", &mut self.modules.iter().cloned())));
+            let factors = self.modules.iter().map(|m| Factor::name(Key::Module, Op::Eq, m));
+            out.push(("modules", all(factors.collect())));
         }
         if !self.modules_deny.is_empty() {
-            out.push(("modules_deny", list("module", "!=", &mut self.modules_deny.iter().cloned())));
+            let factors = self.modules_deny.iter().map(|m| Factor::name(Key::Module, Op::Ne, m));
+            out.push(("modules_deny", all(factors.collect())));
         }
         if let Some(r) = &self.gpus {
-            out.push(("gpus", r.to_factors("gpus")));
+            out.push(("gpus", all(r.to_factors(Key::Gpus))));
         }
         if let Some(r) = &self.arch {
-            out.push(("arch", r.to_factors("arch")));
+            out.push(("arch", all(r.to_factors(Key::Arch))));
         }
         if !self.platform.is_empty() {
-            // Alternatives are separated by spaces in the NVIDIA_REQUIRE_* language.
-            let alternatives: Vec<String> = self.platform.iter().map(|p| format!("platform={p}")).collect();
-            out.push(("platform", alternatives.join(" ")));
+            // Alternatives: one term each.
+            let terms = self.platform.iter().map(|p| Term(vec![Factor::name(Key::Platform, Op::Eq, p)]));
+            out.push(("platform", Expr(terms.collect())));
         }
         out
-    }
-}
-
-/// A comparison operator of a [`VersionRange`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Op {
-    /// `==` (also written `=`, as `NVIDIA_REQUIRE_*` does)
-    Eq,
-    /// `!=`
-    Ne,
-    /// `<`
-    Lt,
-    /// `<=`
-    Le,
-    /// `>`
-    Gt,
-    /// `>=`
-    Ge,
-}
-
-impl Op {
-    /// The operator's canonical spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Eq => "==",
-            Self::Ne => "!=",
-            Self::Lt => "<",
-            Self::Le => "<=",
-            Self::Gt => ">",
-            Self::Ge => ">=",
-        }
     }
 }
 
@@ -429,15 +395,7 @@ pub struct Comparison<T> {
 impl<T: Ord> Comparison<T> {
     /// Whether `v` satisfies this comparison.
     pub fn matches(&self, v: &T) -> bool {
-        let o = v.cmp(&self.value);
-        match self.op {
-            Op::Eq => o.is_eq(),
-            Op::Ne => o.is_ne(),
-            Op::Lt => o.is_lt(),
-            Op::Le => o.is_le(),
-            Op::Gt => o.is_gt(),
-            Op::Ge => o.is_ge(),
-        }
+        self.op.holds(v.cmp(&self.value))
     }
 }
 
@@ -487,19 +445,11 @@ impl<T: Ord> VersionRange<T> {
     }
 }
 
-impl<T: fmt::Display> VersionRange<T> {
-    /// The range as factors (all must hold) in `NVIDIA_REQUIRE_*` syntax: `driver>=525.60.13,driver<560`
-    /// (equality spelled `=`, as libnvidia-container writes it).
-    pub fn to_factors(&self, key: &str) -> String {
-        let factors: Vec<String> = self
-            .comparisons
-            .iter()
-            .map(|c| {
-                let op = if c.op == Op::Eq { "=" } else { c.op.as_str() };
-                format!("{key}{op}{}", c.value)
-            })
-            .collect();
-        factors.join(",")
+impl<T: Clone + Into<Value>> VersionRange<T> {
+    /// The range as factors of `key` (all must hold), as the contract writes them:
+    /// `driver>=525.60.13,driver<560` (equality spelled `=`).
+    pub fn to_factors(&self, key: Key) -> Vec<Factor> {
+        self.comparisons.iter().map(|c| Factor::new(key, c.op, c.value.clone())).collect()
     }
 }
 
@@ -554,7 +504,9 @@ impl<T: fmt::Display> fmt::Display for VersionRange<T> {
             if i > 0 {
                 f.write_str(", ")?;
             }
-            write!(f, "{}{}", c.op.as_str(), c.value)?;
+            // The recipe's own spelling of equality (`==`, as in PEP 440 specifiers).
+            let op = if c.op == Op::Eq { "==" } else { c.op.as_str() };
+            write!(f, "{op}{}", c.value)?;
         }
         Ok(())
     }
@@ -1750,7 +1702,7 @@ fn validate_host(ctx: &mut Ctx, raw: &RawHost) -> HostRules {
             Some(names) => {
                 for name in names {
                     let lower = name.to_ascii_lowercase();
-                    if !HOST_PLATFORMS.contains(&lower.as_str()) {
+                    if !PLATFORMS.contains(&lower.as_str()) {
                         ctx.error(
                             value.span(),
                             format!("unknown host platform {name:?}: expected linux, wsl2 or jetson"),
@@ -1818,13 +1770,15 @@ mod tests {
         assert_eq!(w.sha256.as_deref(), Some(format!("ab{}", "0".repeat(62)).as_str()));
         assert!(w.fits(Platform::LinuxArm64) && !w.fits(Platform::LinuxAmd64));
         assert_eq!(r.host.platform, ["jetson"]);
-        assert_eq!(r.host.expressions(), [("platform", "platform=jetson".to_owned())]);
+        let text =
+            |h: &HostRules| h.expressions().iter().map(|(k, e)| (*k, e.to_string())).collect::<Vec<_>>();
+        assert_eq!(text(&r.host), [("platform", "platform=jetson".to_owned())]);
         let two = Recipe::parse(
             "r.toml",
             "[image]\nname = \"w\"\n[base]\nscratch = true\n[host]\nplatform = [\"linux\", \"wsl2\"]\n",
         )
         .unwrap();
-        assert_eq!(two.host.expressions(), [("platform", "platform=linux platform=wsl2".to_owned())]);
+        assert_eq!(text(&two.host), [("platform", "platform=linux platform=wsl2".to_owned())]);
     }
 
     #[test]
@@ -1915,7 +1869,7 @@ mod tests {
         );
         // The hook's parser reads every one of them.
         for (_, e) in &exprs {
-            stackcontract::require::Expr::parse(e).unwrap();
+            assert_eq!(&Expr::parse(&e.to_string()).unwrap(), e);
         }
         assert_eq!(crate::solve::targets(&r).len(), 1);
         assert_eq!(crate::solve::targets(&r)[0].to_string(), "cp311/x86_64-manylinux_2_28");
