@@ -8,6 +8,7 @@
 //! - [`check`]: the solved stack, its host requirements and its conflicts, without building.
 //! - [`derive`]: what the host must provide, derived from the stack and the `[host]` rules.
 //! - [`fetch`]: verified downloads into the cache.
+//! - [`image_arg`]: `IMAGE[:TAG]` arguments naming a local layout or archive, split by what exists.
 //! - [`input`]: opening user-named files as regular files only, with a size cap.
 //! - [`wheel`]: PEP 427 wheel installation into a staging tree, without running Python.
 //! - [`wheel_name`]: PEP 427 wheel file names and their tags.
@@ -37,6 +38,7 @@ pub mod derive;
 pub mod diagnostic;
 pub mod fatbin;
 pub mod fetch;
+pub mod image_arg;
 pub mod input;
 pub mod layer;
 pub mod load;
