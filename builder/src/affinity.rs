@@ -45,6 +45,7 @@ use stackcontract::image::{ContainerRequest, ContractError, REQUIRE_ANNOTATION_P
 use stackcontract::labels as l;
 use stackcontract::require::{Expr, Factor, Key, Op, RequirementSet, Term, Value};
 
+use crate::image_arg::ImageArg;
 use crate::oci::{self, ImageConfig, OciError};
 
 /// Most node selector terms a translation may produce.
@@ -312,17 +313,11 @@ fn shorten(s: &str, max: usize) -> String {
 /// The config of `image`: an OCI layout directory, `DIR:TAG`, an archive (an OCI layout in a
 /// tar, or `docker save`'s format, optionally gzipped), or `ARCHIVE:TAG`.
 pub fn image_config(image: &str) -> Result<ImageConfig, AffinityError> {
-    // The tag is what follows the first `:` after which the path exists (a tag may hold a
-    // `:` itself: `image.tar:name:latest`).
-    let split = image
-        .match_indices(':')
-        .map(|(i, _)| (&image[..i], &image[i + 1..]))
-        .find(|(p, t)| !p.is_empty() && !t.is_empty() && !t.contains('/') && Path::new(p).exists());
-    let (path, tag) = match split {
-        _ if Path::new(image).exists() => (PathBuf::from(image), None),
-        Some((p, t)) => (PathBuf::from(p), Some(t)),
-        None => return Err(AffinityError::NotFound { image: image.to_owned() }),
-    };
+    let ImageArg { path, tag } = ImageArg::parse(image);
+    if !path.exists() {
+        return Err(AffinityError::NotFound { image: image.to_owned() });
+    }
+    let tag = tag.as_deref();
     if path.is_dir() {
         oci::read_layout(&path, tag)
             .map(|i| i.config)

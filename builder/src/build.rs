@@ -22,7 +22,8 @@ use crate::layer::{self, Compression, LayerWriter};
 use crate::lock::Lock;
 use crate::oci::{self, History, Image, ImageConfig, RuntimeConfig};
 use crate::patch::{self, PatchSpec};
-use crate::recipe::{Base, PatchChange, PatchTarget, Platform, Recipe, SourceOrigin};
+use crate::platform::Platform;
+use crate::recipe::{Base, PatchChange, PatchTarget, Recipe, SourceOrigin};
 use crate::sbom;
 use crate::solve::{self, Pinned, Target};
 use crate::source;
@@ -308,7 +309,7 @@ struct Wheel {
 /// lock file when it had to resolve.
 /// With `refresh`, resolves again even when the lock is current (`stackbuild lock`).
 pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) -> Result<Lock, BuildError> {
-    let lock_path = recipe.lock_path();
+    let lock_path = Lock::path_for(&recipe.path);
     let existing = if refresh { None } else { Lock::load_optional(&lock_path)? };
     if let Some(lock) = &existing {
         match lock.stale_reason(recipe) {
@@ -327,7 +328,7 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
     }
     let mut lock = Lock::new(recipe);
     if let Some(python) = &recipe.python {
-        for target in recipe.targets() {
+        for target in solve::targets(recipe) {
             tracing::info!("resolving {} package(s) for {target}", python.packages.len());
             let pins = solve::resolve(python, &target)?;
             fetch::import_local_wheels(&python.wheels, &pins, &target, &artifact_dir(cache))?;
@@ -1285,7 +1286,7 @@ fn check_lock_graph(
         .collect();
     if !extra.is_empty() {
         return Err(BuildError::Lock(crate::lock::LockError::Invalid {
-            path: recipe.lock_path(),
+            path: Lock::path_for(&recipe.path),
             why: format!(
                 "it installs {} for {platform}, which nothing in the recipe asks for (neither a \
                  [python] requirement or wheel nor a dependency of one); delete the lock and run \

@@ -25,7 +25,8 @@ use serde::Serialize;
 use stackcontract::image::DerivedRequirement;
 
 use crate::lock::{Lock, LockError};
-use crate::recipe::{Base, Platform, Recipe};
+use crate::platform::Platform;
+use crate::recipe::{Base, Recipe};
 use crate::solve::{self, SolveError, Target};
 
 mod facts;
@@ -274,14 +275,14 @@ pub fn check(recipe: &Recipe, opts: &CheckOptions) -> Result<Report, CheckError>
     let artifacts = opts.cache_dir.as_ref().map(|d| d.join("artifacts"));
     let mut stacks = Vec::new();
     let mut findings = Vec::new();
-    let targets = recipe.targets();
+    let targets = solve::targets(recipe);
     if targets.is_empty() {
         for &platform in &recipe.image.platforms {
             let facts = Facts::without_python(recipe, platform);
             stacks.push(finish(&facts, Resolution::NoPython, &mut findings));
         }
     } else {
-        let lock_path = recipe.lock_path();
+        let lock_path = Lock::path_for(&recipe.path);
         let lock = Lock::load_optional(&lock_path)?;
         let stale = match &lock {
             None => Some("no lock file".to_owned()),

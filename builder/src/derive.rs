@@ -24,9 +24,11 @@ use std::fmt;
 
 use stackcontract::image::DerivedRequirement;
 use stackcontract::kb;
+use stackcontract::require::{Expr, Factor, Key, Op, Term};
 use stackcontract::version::{ComputeCapability, CudaVersion, DriverVersion, PackageVersion};
 
-use crate::recipe::{HostRules, Platform};
+use crate::platform::Platform;
+use crate::recipe::HostRules;
 
 /// A resolved package, as far as derivation needs it.
 #[derive(Debug, Clone, Copy)]
@@ -270,16 +272,19 @@ pub struct ArchTerm {
     pub except: Vec<ComputeCapability>,
 }
 
+impl ArchTerm {
+    /// The range as factors that must all hold: `arch>=7.0,arch<10.0,arch!=7.2`.
+    pub fn term(&self) -> Term {
+        let mut factors = vec![Factor::new(Key::Arch, Op::Ge, self.low)];
+        factors.extend(self.below.map(|below| Factor::new(Key::Arch, Op::Lt, below)));
+        factors.extend(self.except.iter().map(|cc| Factor::new(Key::Arch, Op::Ne, *cc)));
+        Term(factors)
+    }
+}
+
 impl fmt::Display for ArchTerm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "arch>={}", self.low)?;
-        if let Some(below) = self.below {
-            write!(f, ",arch<{below}")?;
-        }
-        for cc in &self.except {
-            write!(f, ",arch!={cc}")?;
-        }
-        Ok(())
+        self.term().fmt(f)
     }
 }
 
@@ -354,19 +359,15 @@ impl ArchSet {
             .join("; ")
     }
 
-    /// Each term with `factors` (comma-separated, all must hold) appended: the set intersected with them.
-    pub fn and(&self, factors: &str) -> String {
-        self.0
-            .iter()
-            .map(|t| if factors.is_empty() { t.to_string() } else { format!("{t},{factors}") })
-            .collect::<Vec<_>>()
-            .join(" ")
+    /// The set as an expression: one alternative per range.
+    pub fn expr(&self) -> Expr {
+        Expr(self.0.iter().map(ArchTerm::term).collect())
     }
 }
 
 impl fmt::Display for ArchSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.and(""))
+        self.expr().fmt(f)
     }
 }
 
@@ -452,7 +453,8 @@ pub fn requirements_with(
     host: &HostRules,
     code: Option<&GpuCode>,
 ) -> Vec<DerivedRequirement> {
-    let mut out = Vec::new();
+    // Each variable's expression and reasons, in the order the variables first appear.
+    let mut out: Vec<(String, Expr, Vec<String>)> = Vec::new();
     if let Some(req) = cuda_requirement(packages, code) {
         out.push(req);
     }
@@ -467,11 +469,11 @@ pub fn requirements_with(
             _ => "STACKBUILD_REQUIRE_DRIVER",
         };
         let reason = format!("[host] {rule} rule of the recipe");
-        if let Some(existing) = out.iter_mut().find(|r| r.variable == variable) {
-            existing.expr = format!("{},{expr}", existing.expr);
-            existing.reasons.push(reason);
+        if let Some((_, existing, reasons)) = out.iter_mut().find(|(v, _, _)| v == variable) {
+            *existing = existing.and(&expr);
+            reasons.push(reason);
         } else {
-            out.push(DerivedRequirement { variable: variable.into(), expr, reasons: vec![reason] });
+            out.push((variable.into(), expr, vec![reason]));
         }
     }
     let set = code.map(GpuCode::arch_set).filter(|s| !s.is_empty());
@@ -482,7 +484,7 @@ pub fn requirements_with(
             if host.is_some() {
                 reasons.push("[host] arch rule of the recipe (ANDed with each term)".into());
             }
-            Some(set.and(host.as_deref().unwrap_or("")))
+            Some(host.map_or_else(|| set.expr(), |host| set.expr().and(&host)))
         }
         (None, Some(host)) => {
             reasons.push("[host] arch rule of the recipe".into());
@@ -491,16 +493,19 @@ pub fn requirements_with(
         (None, None) => None,
     };
     if let Some(expr) = expr {
-        out.push(DerivedRequirement { variable: "STACKBUILD_REQUIRE_ARCH".into(), expr, reasons });
+        out.push(("STACKBUILD_REQUIRE_ARCH".into(), expr, reasons));
     }
-    out
+    out.into_iter()
+        .map(|(variable, expr, reasons)| DerivedRequirement { variable, expr: expr.to_string(), reasons })
+        .collect()
 }
 
 /// `NVIDIA_REQUIRE_CUDA`: `cuda>=X.Y` (a driver of the full release), or the minor-version
 /// compatibility minimum on the GPUs that run a cubin.
-fn cuda_requirement(packages: &[Package<'_>], code: Option<&GpuCode>) -> Option<DerivedRequirement> {
+fn cuda_requirement(packages: &[Package<'_>], code: Option<&GpuCode>) -> Option<(String, Expr, Vec<String>)> {
     let cuda = stack_cuda(packages)?;
     let (major, minor) = cuda.major_minor();
+    let full = Term(vec![Factor::new(Key::Cuda, Op::Ge, cuda.release())]);
     let mut reasons = vec![format!("CUDA {major}.{minor} libraries in the image")];
     let floor = driver_floor_with(packages, code);
     if let Some(warning) = floor.as_ref().and_then(|f| f.estimated.as_ref()) {
@@ -512,9 +517,9 @@ fn cuda_requirement(packages: &[Package<'_>], code: Option<&GpuCode>) -> Option<
                 "the torch build carries only PTX, which needs a driver of the full CUDA version".into(),
             );
         }
-        let expr = format!("cuda>={major}.{minor}");
-        return Some(DerivedRequirement { variable: "NVIDIA_REQUIRE_CUDA".into(), expr, reasons });
+        return Some(("NVIDIA_REQUIRE_CUDA".into(), Expr(vec![full]), reasons));
     };
+    let compat_driver = Term(vec![Factor::new(Key::Driver, Op::Ge, floor.driver.clone())]);
     let compat = format!(
         "driver>={}: CUDA {major}.{minor} libraries, minor-version compatibility ({})",
         floor.driver, floor.source
@@ -529,13 +534,12 @@ fn cuda_requirement(packages: &[Package<'_>], code: Option<&GpuCode>) -> Option<
             "cuda>={major}.{minor} on the others: they JIT-compile the build's PTX, which needs a driver of the \
              full CUDA version"
         ));
-        let terms: Vec<String> = cubins.0.iter().map(|t| format!("driver>={},{t}", floor.driver)).collect();
-        format!("cuda>={major}.{minor} {}", terms.join(" "))
+        Expr(vec![full]).or(&Expr(vec![compat_driver]).and(&cubins.expr()))
     } else {
         reasons.push(compat);
-        format!("cuda>={major}.{minor} driver>={}", floor.driver)
+        Expr(vec![full, compat_driver])
     };
-    Some(DerivedRequirement { variable: "NVIDIA_REQUIRE_CUDA".into(), expr, reasons })
+    Some(("NVIDIA_REQUIRE_CUDA".into(), expr, reasons))
 }
 
 /// Why the arch set is what it is.

@@ -12,12 +12,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::str::FromStr;
 
 use pep508_rs::PackageName;
 use stackcontract::version::PackageVersion;
 
 use crate::solve::{Pinned, Target};
+use crate::wheel_name::{parse_wheel_name, WheelName};
 
 /// A verified wheel in the artifact directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,33 +114,6 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FetchEr
 }
 
 pub use crate::blob::sha256_file;
-
-/// The parts of a wheel file name (PEP 427): `{name}-{version}(-{build})?-{py}-{abi}-{plat}.whl`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct WheelName {
-    pub name: PackageName,
-    pub version: PackageVersion,
-    pub python: Vec<String>,
-    pub abi: Vec<String>,
-    pub platform: Vec<String>,
-}
-
-pub(crate) fn parse_wheel_name(filename: &str) -> Option<WheelName> {
-    let stem = filename.strip_suffix(".whl")?;
-    let parts: Vec<&str> = stem.split('-').collect();
-    if parts.len() != 5 && parts.len() != 6 {
-        return None;
-    }
-    let n = parts.len();
-    let split = |s: &str| s.split('.').map(str::to_owned).collect::<Vec<_>>();
-    Some(WheelName {
-        name: PackageName::from_str(parts[0]).ok()?,
-        version: PackageVersion::from_str(parts[1]).ok()?,
-        python: split(parts[n - 3]),
-        abi: split(parts[n - 2]),
-        platform: split(parts[n - 1]),
-    })
-}
 
 /// How well a wheel fits `target`: `Some(rank)` when installable, lower is better (the index of
 /// its best platform tag in [`Target::platform_tags`], `any` last), `None` when not.
@@ -422,7 +395,7 @@ fn download_error(pins: &[&Pinned], target: &Target, stderr: &str) -> FetchError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recipe::Platform;
+    use crate::platform::Platform;
 
     fn target() -> Target {
         Target::new("3.11".parse().unwrap(), Platform::LinuxAmd64)
@@ -467,10 +440,6 @@ mod tests {
         assert_eq!(rank("x-1-cp311-cp311-manylinux2014_aarch64.whl"), None);
         assert_eq!(rank("x-1-cp311-cp311-manylinux_2_31_x86_64.whl"), None);
         assert_eq!(rank("x-1-cp311-cp311-win_amd64.whl"), None);
-        let w = parse_wheel_name("Typing_Extensions-4.9.0-1build-py3-none-any.whl").unwrap();
-        assert_eq!(w.name.as_ref(), "typing-extensions");
-        assert!(parse_wheel_name("six-1.16.0.tar.gz").is_none());
-        assert!(parse_wheel_name("six-py3-none-any.whl").is_none());
     }
 
     /// A present, intact artifact is used without running pip (the index here refuses

@@ -1,13 +1,17 @@
 //! stackbuild: from a recipe to a reproducible, layered OCI image.
 //!
 //! - [`recipe`]: the recipe file, with errors that point at file, line and column.
+//! - [`platform`]: the target platforms (`linux/amd64`, `linux/arm64`) and their names.
+//! - [`diagnostic`]: a problem in a TOML file, rendered with its line and a caret.
 //! - [`lock`]: the lock file that pins every artifact by sha256.
 //! - [`solve`]: resolution of Python packages for the target interpreter and platform.
 //! - [`check`]: the solved stack, its host requirements and its conflicts, without building.
 //! - [`derive`]: what the host must provide, derived from the stack and the `[host]` rules.
 //! - [`fetch`]: verified downloads into the cache.
+//! - [`image_arg`]: `IMAGE[:TAG]` arguments naming a local layout or archive, split by what exists.
 //! - [`input`]: opening user-named files as regular files only, with a size cap.
 //! - [`wheel`]: PEP 427 wheel installation into a staging tree, without running Python.
+//! - [`wheel_name`]: PEP 427 wheel file names and their tags.
 //! - [`source`]: git commits and local directories staged into a tree, with a content digest.
 //! - [`patch`]: strict find/replace and unified-diff patches applied to a staged tree.
 //! - [`base`]: the image's base: scratch, an OCI layout, or a Debian rootfs by mmdebstrap.
@@ -31,8 +35,10 @@ pub mod build;
 pub mod cache;
 pub mod check;
 pub mod derive;
+pub mod diagnostic;
 pub mod fatbin;
 pub mod fetch;
+pub mod image_arg;
 pub mod input;
 pub mod layer;
 pub mod load;
@@ -40,9 +46,11 @@ pub mod lock;
 pub mod oci;
 pub mod output;
 pub mod patch;
+pub mod platform;
 pub mod recipe;
 pub mod registry;
 pub mod sbom;
 pub mod solve;
 pub mod source;
 pub mod wheel;
+pub mod wheel_name;

@@ -37,8 +37,10 @@ use pep508_rs::PackageName;
 use serde::{Deserialize, Serialize};
 use stackcontract::version::{PackageVersion, PythonVersion};
 
+use crate::diagnostic::Diagnostic;
 use crate::fetch::Artifact;
-use crate::recipe::{Diagnostic, Platform, Recipe, SourceOrigin};
+use crate::platform::Platform;
+use crate::recipe::{Recipe, SourceOrigin};
 use crate::solve::Pinned;
 
 /// The format version this code writes and reads.
@@ -488,7 +490,7 @@ dest = "/app"
             Lock::path_for(Path::new("recipes/dreamzero.toml")),
             Path::new("recipes/dreamzero.toml.lock")
         );
-        assert_eq!(recipe(RECIPE).lock_path(), Path::new("recipes/demo.toml.lock"));
+        assert_eq!(Lock::path_for(&recipe(RECIPE).path), Path::new("recipes/demo.toml.lock"));
     }
 
     #[test]

@@ -17,11 +17,20 @@ use pep508_rs::PackageName;
 use percent_encoding::{percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use stackcontract::version::{PackageVersion, PythonVersion};
 
-use crate::recipe::{Platform, PythonSection};
+use crate::platform::Platform;
+use crate::recipe::{PythonSection, Recipe};
 
 /// The glibc baseline of the wheels we select: `manylinux_2_28` (PEP 600) covers Debian 11+,
 /// Ubuntu 20.04+ and RHEL 8+, and every older manylinux tag is compatible with it.
 pub const MANYLINUX_GLIBC_MINOR: u32 = 28;
+
+/// The targets `recipe` resolves Python packages for: one per platform, when the recipe has a
+/// `[python]` section.
+pub fn targets(recipe: &Recipe) -> Vec<Target> {
+    recipe.python.as_ref().map_or_else(Vec::new, |py| {
+        recipe.image.platforms.iter().map(|&platform| Target::new(py.version.clone(), platform)).collect()
+    })
+}
 
 /// What Python packages are resolved and fetched for: an interpreter version and a platform.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -402,8 +411,8 @@ pub(crate) fn parse_compile_output(text: &str) -> Result<Vec<Pinned>, (String, S
         let (name, version) = if let Some(url) = rest.trim_start().strip_prefix("@ ") {
             let url = url.split_whitespace().next().unwrap_or_default();
             let file = percent_decode(url.rsplit('/').next().unwrap_or_default());
-            let wheel =
-                crate::fetch::parse_wheel_name(&file).ok_or_else(|| fail("expected a wheel file URL"))?;
+            let wheel = crate::wheel_name::parse_wheel_name(&file)
+                .ok_or_else(|| fail("expected a wheel file URL"))?;
             direct = wheel.version.to_string();
             (spec, direct.as_str())
         } else {

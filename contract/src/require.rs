@@ -84,7 +84,7 @@ impl Key {
 }
 
 /// Comparison operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Op {
     /// `=` (also written `==`)
     Eq,
@@ -113,7 +113,8 @@ impl Op {
         }
     }
 
-    fn holds(self, ord: std::cmp::Ordering) -> bool {
+    /// Whether a value that compares `ord` with the factor's value satisfies the operator.
+    pub fn holds(self, ord: std::cmp::Ordering) -> bool {
         use std::cmp::Ordering::{Equal, Greater, Less};
         match self {
             Op::Eq => ord == Equal,
@@ -156,6 +157,67 @@ pub struct Factor {
     pub raw: String,
 }
 
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Cuda(v) => v.fmt(f),
+            Value::Driver(v) => v.fmt(f),
+            Value::Arch(v) => v.fmt(f),
+            Value::Kernel(v) => v.fmt(f),
+            Value::Count(n) => n.fmt(f),
+            Value::Name(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<CudaVersion> for Value {
+    fn from(v: CudaVersion) -> Self {
+        Value::Cuda(v)
+    }
+}
+
+impl From<DriverVersion> for Value {
+    fn from(v: DriverVersion) -> Self {
+        Value::Driver(v)
+    }
+}
+
+impl From<ComputeCapability> for Value {
+    fn from(v: ComputeCapability) -> Self {
+        Value::Arch(v)
+    }
+}
+
+impl From<KernelRelease> for Value {
+    fn from(v: KernelRelease) -> Self {
+        Value::Kernel(v)
+    }
+}
+
+impl From<u32> for Value {
+    fn from(n: u32) -> Self {
+        Value::Count(n)
+    }
+}
+
+impl Factor {
+    /// A factor built from its parts, as the builder writes requirements: it renders as
+    /// `key op value` (equality spelled `=`), which [`Expr::parse`] reads back. The value's type
+    /// should be the key's own ([`Value::Driver`] for `driver`, ...); names go through
+    /// [`Factor::name`].
+    pub fn new(key: Key, op: Op, value: impl Into<Value>) -> Self {
+        let value = value.into();
+        let raw = value.to_string();
+        Self { key, op, value, raw }
+    }
+
+    /// A factor on a name (`module`, `brand`, `machine`, `platform`), written as given and
+    /// compared case-insensitively, as the parser stores it.
+    pub fn name(key: Key, op: Op, name: &str) -> Self {
+        Self { key, op, value: Value::Name(name.to_ascii_lowercase()), raw: name.to_owned() }
+    }
+}
+
 impl fmt::Display for Factor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}{}{}", self.key.as_str(), self.op.as_str(), self.raw)
@@ -167,6 +229,12 @@ impl fmt::Display for Factor {
 pub struct Term(pub Vec<Factor>);
 
 impl Term {
+    /// This term and `other`: the factors of both, in order.
+    #[must_use]
+    pub fn and(&self, other: &Term) -> Term {
+        Term(self.0.iter().chain(&other.0).cloned().collect())
+    }
+
     /// Whether any factor of this term uses `key`.
     pub fn has(&self, key: Key) -> bool {
         self.0.iter().any(|f| f.key == key)
@@ -208,6 +276,23 @@ impl Expr {
 
     fn parse_as(dialect: Dialect, input: &str) -> Result<Option<Self>, RequireError> {
         Parser { input }.expr(dialect).map(|terms| (!terms.is_empty()).then_some(Expr(terms)))
+    }
+
+    /// This expression and `other`: every pair of their terms joined (distributing AND over OR),
+    /// so `a b` and `c` is `a,c b,c`. An expression without terms is the neutral element.
+    #[must_use]
+    pub fn and(&self, other: &Expr) -> Expr {
+        match (self.0.is_empty(), other.0.is_empty()) {
+            (_, true) => self.clone(),
+            (true, false) => other.clone(),
+            (false, false) => Expr(self.0.iter().flat_map(|a| other.0.iter().map(|b| a.and(b))).collect()),
+        }
+    }
+
+    /// This expression or `other`: the alternatives of both, in order.
+    #[must_use]
+    pub fn or(&self, other: &Expr) -> Expr {
+        Expr(self.0.iter().chain(&other.0).cloned().collect())
     }
 
     /// Whether any factor uses a per-GPU key (`arch`, `brand`).
@@ -911,6 +996,39 @@ mod tests {
     /// `NVIDIA_REQUIRE_CUDA` of the official `nvidia/cuda:12.1.1-*` images (gitlab.com/nvidia/
     /// container-images/cuda, `dist/12.1.1/ubuntu2204/base/Dockerfile`).
     const CUDA_12_1_1: &str = "cuda>=12.1 brand=tesla,driver>=450,driver<451 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 brand=nvidia,driver>=470,driver<471 brand=nvidiartx,driver>=470,driver<471 brand=geforce,driver>=470,driver<471 brand=geforcertx,driver>=470,driver<471 brand=quadro,driver>=470,driver<471 brand=quadrortx,driver>=470,driver<471 brand=titan,driver>=470,driver<471 brand=titanrtx,driver>=470,driver<471 brand=tesla,driver>=510,driver<511 brand=unknown,driver>=510,driver<511 brand=nvidia,driver>=510,driver<511 brand=nvidiartx,driver>=510,driver<511 brand=geforce,driver>=510,driver<511 brand=geforcertx,driver>=510,driver<511 brand=quadro,driver>=510,driver<511 brand=quadrortx,driver>=510,driver<511 brand=titan,driver>=510,driver<511 brand=titanrtx,driver>=510,driver<511 brand=tesla,driver>=515,driver<516 brand=unknown,driver>=515,driver<516 brand=nvidia,driver>=515,driver<516 brand=nvidiartx,driver>=515,driver<516 brand=geforce,driver>=515,driver<516 brand=geforcertx,driver>=515,driver<516 brand=quadro,driver>=515,driver<516 brand=quadrortx,driver>=515,driver<516 brand=titan,driver>=515,driver<516 brand=titanrtx,driver>=515,driver<516 brand=tesla,driver>=525,driver<526 brand=unknown,driver>=525,driver<526 brand=nvidia,driver>=525,driver<526 brand=nvidiartx,driver>=525,driver<526 brand=geforce,driver>=525,driver<526 brand=geforcertx,driver>=525,driver<526 brand=quadro,driver>=525,driver<526 brand=quadrortx,driver>=525,driver<526 brand=titan,driver>=525,driver<526 brand=titanrtx,driver>=525,driver<526";
+
+    /// What the builder writes with the constructors reads back as the same factors.
+    #[test]
+    fn built_expressions_render_and_parse_back() {
+        let driver = Term(vec![
+            Factor::new(Key::Driver, Op::Ge, "525.60.13".parse::<DriverVersion>().unwrap()),
+            Factor::new(Key::Driver, Op::Lt, "560".parse::<DriverVersion>().unwrap()),
+        ]);
+        let cuda: CudaVersion = "12.1.105".parse().unwrap();
+        let driver_expr = Expr(vec![driver.clone()]);
+        let expr = Expr(vec![Term(vec![Factor::new(Key::Cuda, Op::Ge, cuda.release())]), driver]);
+        assert_eq!(expr.to_string(), "cuda>=12.1 driver>=525.60.13,driver<560");
+        assert_eq!(Expr::parse(&expr.to_string()).unwrap(), expr);
+        let modules = Expr(vec![Term(vec![
+            Factor::name(Key::Module, Op::Eq, "Nvidia_UVM"),
+            Factor::new(Key::Gpus, Op::Ge, 2u32),
+            Factor::new(Key::Arch, Op::Ne, ComputeCapability::new(8, 7)),
+        ])]);
+        assert_eq!(modules.to_string(), "module=Nvidia_UVM,gpus>=2,arch!=8.7");
+        assert_eq!(Expr::parse(&modules.to_string()).unwrap(), modules);
+        // AND distributes over the alternatives; an empty expression changes nothing.
+        let both = expr.and(&modules);
+        assert_eq!(
+            both.to_string(),
+            "cuda>=12.1,module=Nvidia_UVM,gpus>=2,arch!=8.7 driver>=525.60.13,driver<560,module=Nvidia_UVM,gpus>=2,arch!=8.7"
+        );
+        assert_eq!(Expr(Vec::new()).and(&modules), modules);
+        assert_eq!(
+            driver_expr.or(&modules).to_string(),
+            "driver>=525.60.13,driver<560 module=Nvidia_UVM,gpus>=2,arch!=8.7"
+        );
+        assert_eq!(modules.and(&Expr(Vec::new())), modules);
+    }
 
     fn host(driver: &str, cuda: &str, brands: &[&str]) -> HostFacts {
         HostFacts {

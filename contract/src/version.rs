@@ -164,6 +164,13 @@ impl CudaVersion {
     pub fn major_minor(&self) -> (u64, u64) {
         (self.part(0), self.part(1))
     }
+
+    /// `12.1` of `12.1.105`: the `major.minor` release, as a version of its own.
+    #[must_use]
+    pub fn release(&self) -> CudaVersion {
+        let (major, minor) = self.major_minor();
+        Self(Dotted { parts: vec![major, minor], text: format!("{major}.{minor}") })
+    }
 }
 
 /// A GPU's compute capability, `major.minor` (`8.9`, `12.0`).

@@ -16,7 +16,8 @@ use super::TorchBuild;
 use crate::derive;
 pub(crate) use crate::derive::{component_version, library_component};
 use crate::lock::Lock;
-use crate::recipe::{Platform, Recipe};
+use crate::platform::Platform;
+use crate::recipe::Recipe;
 use crate::solve::{Pinned, Target};
 
 /// Largest `METADATA` read from a wheel (torch's is about 30 KiB).
@@ -394,7 +395,7 @@ fn find_cached_wheel(dir: &Path, pin: &Pinned, target: &Target) -> Option<PathBu
         let Ok(entries) = std::fs::read_dir(dir.join(hash)) else { continue };
         for entry in entries.filter_map(Result::ok) {
             let filename = entry.file_name().to_string_lossy().into_owned();
-            let Some(wheel) = crate::fetch::parse_wheel_name(&filename) else { continue };
+            let Some(wheel) = crate::wheel_name::parse_wheel_name(&filename) else { continue };
             let fits_python = wheel.python.iter().any(|p| *p == python_tag || p == "py3");
             let fits_platform =
                 wheel.platform.iter().any(|p| p == "any" || p.ends_with(target.platform.machine()));

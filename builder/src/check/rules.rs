@@ -10,6 +10,7 @@ use std::str::FromStr;
 
 use pep440_rs::Operator;
 use stackcontract::kb;
+use stackcontract::require::Op;
 use stackcontract::version::{
     ComputeCapability, CudaVersion, PackageSpecifiers, PackageVersion, PythonVersion,
 };
@@ -17,7 +18,7 @@ use stackcontract::version::{
 use super::facts::{component_version, library_component, library_cuda, local_tag, Facts, Requires};
 use super::{Finding, FindingKind, Severity};
 use crate::derive;
-use crate::recipe::{Comparison, Op, VersionRange};
+use crate::recipe::{Comparison, VersionRange};
 
 /// The findings of one platform, and the packages already blamed (so one package is not
 /// reported twice, say as a cuDNN mismatch and again as a mixed CUDA minor).

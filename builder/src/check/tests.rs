@@ -156,7 +156,7 @@ fn recipe_text(python: &str, packages: &str, extra: &str) -> Recipe {
 }
 
 fn resolved_findings(recipe: &Recipe, pins: &[Pinned]) -> Vec<Finding> {
-    let target = recipe.targets().remove(0);
+    let target = crate::solve::targets(recipe).remove(0);
     let facts = facts::Facts::from_pins(recipe, &target, pins, None);
     rules::run(&facts, true)
 }
@@ -338,12 +338,12 @@ fn locked_stack_prefers_the_wheel_at_hand() {
     });
     let mut lock = Lock::new(&recipe);
     lock.set_packages(Platform::LinuxAmd64, &artifacts);
-    lock.save(recipe.lock_path()).unwrap();
+    lock.save(crate::lock::Lock::path_for(&recipe.path)).unwrap();
 
     // Not offline, yet no resolver runs: the lock is current.
     let report = check(&recipe, &CheckOptions { offline: false, cache_dir: Some(cache) }).unwrap();
     let [stack] = report.stacks.as_slice() else { panic!() };
-    assert_eq!(stack.resolution, Resolution::Lock { path: recipe.lock_path() });
+    assert_eq!(stack.resolution, Resolution::Lock { path: crate::lock::Lock::path_for(&recipe.path) });
     let torch = stack.torch.as_ref().unwrap();
     assert_eq!(torch.requires_from.as_deref(), Some(format!("Requires-Dist of {filename}").as_str()));
     assert_eq!(torch.cudnn.as_deref(), Some("8.9.9.9"));
@@ -472,7 +472,7 @@ fn unknown_torch_is_checked_from_its_wheels() {
         findings_text(&findings)
     );
     assert!(findings[0].message.contains("build time"), "{}", findings[0].message);
-    let target = recipe.targets().remove(0);
+    let target = crate::solve::targets(&recipe).remove(0);
     let facts = facts::Facts::from_pins(&recipe, &target, &pins, None);
     let reqs = crate::derive::requirements(&facts.derive_packages(), &recipe.host);
     assert_eq!(reqs[0].expr, "cuda>=13.0 driver>=580");

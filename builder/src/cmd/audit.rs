@@ -1,8 +1,7 @@
 //! `stackbuild audit IMAGE`.
 
-use std::path::{Path, PathBuf};
-
 use stackbuild::audit::audit_layout;
+use stackbuild::image_arg::ImageArg;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -16,7 +15,7 @@ pub struct Args {
 
 impl Args {
     pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
-        let (path, tag) = split_tag(&self.image);
+        let ImageArg { path, tag } = ImageArg::parse(&self.image);
         let tmp;
         let layout = if path.is_file() {
             tmp = tempfile::tempdir()?;
@@ -37,18 +36,5 @@ impl Args {
         } else {
             std::process::ExitCode::SUCCESS
         })
-    }
-}
-
-/// `DIR:TAG` -> (DIR, TAG), unless `DIR:TAG` itself exists.
-fn split_tag(image: &str) -> (PathBuf, Option<String>) {
-    if Path::new(image).exists() {
-        return (PathBuf::from(image), None);
-    }
-    match image.rsplit_once(':') {
-        Some((dir, tag)) if !tag.contains('/') && Path::new(dir).exists() => {
-            (PathBuf::from(dir), Some(tag.to_owned()))
-        }
-        _ => (PathBuf::from(image), None),
     }
 }

@@ -21,11 +21,14 @@ impl Args {
     pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
         let recipe = Recipe::load(&self.recipe)?;
         if self.check {
-            let lock = stackbuild::lock::Lock::load_optional(recipe.lock_path())?;
+            let lock = stackbuild::lock::Lock::load_optional(stackbuild::lock::Lock::path_for(&recipe.path))?;
             return Ok(match lock.and_then(|l| l.stale_reason(&recipe).map_or(Some(()), |_| None)) {
                 Some(()) => std::process::ExitCode::SUCCESS,
                 None => {
-                    eprintln!("{}: missing or stale", recipe.lock_path().display());
+                    eprintln!(
+                        "{}: missing or stale",
+                        stackbuild::lock::Lock::path_for(&recipe.path).display()
+                    );
                     std::process::ExitCode::FAILURE
                 }
             });
@@ -37,7 +40,7 @@ impl Args {
         let _guard = cache.lock()?;
         // Always resolve again: `lock` is how a user asks for fresh pins.
         let lock = stackbuild::build::lock_recipe(&recipe, false, true, &cache)?;
-        println!("{}", recipe.lock_path().display());
+        println!("{}", stackbuild::lock::Lock::path_for(&recipe.path).display());
         tracing::info!("{} package(s) locked", lock.packages.len());
         Ok(std::process::ExitCode::SUCCESS)
     }
