@@ -17,7 +17,7 @@ use pep508_rs::PackageName;
 use stackcontract::version::PackageVersion;
 
 use crate::solve::{Pinned, Target};
-use crate::wheel_name::{parse_wheel_name, WheelName};
+use crate::wheel_name::parse_wheel_name;
 
 /// A verified wheel in the artifact directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,42 +115,6 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FetchEr
 
 pub use crate::blob::sha256_file;
 
-/// How well a wheel fits `target`: `Some(rank)` when installable, lower is better (the index of
-/// its best platform tag in [`Target::platform_tags`], `any` last), `None` when not.
-///
-/// Python/ABI pairs accepted, as pip's tag order for `CPython` allows (`packaging.tags`):
-/// `cpXY-cpXY`, `cp3Y-abi3` for Y <= the target's minor, and `none` with `cpXY`, `pyX` or `pyXY`
-/// (same major, minor at most the target's).
-fn wheel_rank(wheel: &WheelName, target: &Target) -> Option<usize> {
-    let major = target.python.part(0);
-    let minor = target.python.part(1);
-    let cp = target.python_tag();
-    let py_ok = |py: &str, abi: &str| -> bool {
-        let version_at_most = |digits: &str| {
-            let mut chars = digits.chars();
-            let maj = chars.next().and_then(|c| c.to_digit(10)).map(u64::from);
-            let rest = chars.as_str();
-            maj == Some(major) && (rest.is_empty() || rest.parse::<u64>().is_ok_and(|m| m <= minor))
-        };
-        match abi {
-            a if a == cp => py == cp,
-            "abi3" => py.strip_prefix("cp").is_some_and(|d| d.len() >= 2 && version_at_most(d)),
-            "none" => py == cp || py.strip_prefix("py").is_some_and(version_at_most),
-            _ => false,
-        }
-    };
-    let interpreter_ok = wheel.python.iter().any(|py| wheel.abi.iter().any(|abi| py_ok(py, abi)));
-    if !interpreter_ok {
-        return None;
-    }
-    let tags = target.platform_tags();
-    wheel
-        .platform
-        .iter()
-        .filter_map(|p| if p == "any" { Some(tags.len()) } else { tags.iter().position(|t| t == p) })
-        .min()
-}
-
 /// Look in `dest` for an already fetched file of `pin` that fits `target`, re-hashing it; a
 /// corrupted entry is removed so that it is downloaded again.
 fn find_present(pin: &Pinned, target: &Target, dest: &Path) -> Result<Option<Artifact>, FetchError> {
@@ -165,7 +129,7 @@ fn find_present(pin: &Pinned, target: &Target, dest: &Path) -> Result<Option<Art
         if wheel.name != pin.name || wheel.version != pin.version {
             continue;
         }
-        let Some(rank) = wheel_rank(&wheel, target) else { continue };
+        let Some(rank) = wheel.rank(&target.python, &target.platform_tags()) else { continue };
         let path = entry.path();
         let meta = std::fs::symlink_metadata(&path).map_err(io("reading", &path))?;
         if !meta.is_file() {
@@ -428,7 +392,7 @@ mod tests {
     #[test]
     fn wheel_names_and_tags() {
         let t = target();
-        let rank = |f: &str| wheel_rank(&parse_wheel_name(f).unwrap(), &t);
+        let rank = |f: &str| parse_wheel_name(f).unwrap().rank(&t.python, &t.platform_tags());
         assert_eq!(rank("six-1.16.0-py2.py3-none-any.whl"), Some(t.platform_tags().len()));
         assert!(rank("numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl").is_some());
         assert!(

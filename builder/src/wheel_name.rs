@@ -7,7 +7,7 @@
 use std::str::FromStr;
 
 use pep508_rs::PackageName;
-use stackcontract::version::PackageVersion;
+use stackcontract::version::{PackageVersion, PythonVersion};
 
 /// The parts of a wheel file name (PEP 427): `{name}-{version}(-{build})?-{py}-{abi}-{plat}.whl`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +34,45 @@ pub(crate) fn parse_wheel_name(filename: &str) -> Option<WheelName> {
         abi: split(parts[n - 2]),
         platform: split(parts[n - 1]),
     })
+}
+
+impl WheelName {
+    /// How well the wheel fits an interpreter `python` on a platform accepting `platform_tags`
+    /// (most preferred first, as `solve::Target::platform_tags` lists them): `Some(rank)` when
+    /// installable, lower is better (the index of its best platform tag, `any` last), `None`
+    /// when not.
+    ///
+    /// Python/ABI pairs accepted, as pip's tag order for `CPython` allows (`packaging.tags`):
+    /// `cpXY-cpXY`, `cp3Y-abi3` for Y <= the target's minor, and `none` with `cpXY`, `pyX` or `pyXY`
+    /// (same major, minor at most the target's).
+    pub(crate) fn rank(&self, python: &PythonVersion, platform_tags: &[String]) -> Option<usize> {
+        let major = python.part(0);
+        let minor = python.part(1);
+        let cp = format!("cp{major}{minor}");
+        let py_ok = |py: &str, abi: &str| -> bool {
+            let version_at_most = |digits: &str| {
+                let mut chars = digits.chars();
+                let maj = chars.next().and_then(|c| c.to_digit(10)).map(u64::from);
+                let rest = chars.as_str();
+                maj == Some(major) && (rest.is_empty() || rest.parse::<u64>().is_ok_and(|m| m <= minor))
+            };
+            match abi {
+                a if a == cp => py == cp,
+                "abi3" => py.strip_prefix("cp").is_some_and(|d| d.len() >= 2 && version_at_most(d)),
+                "none" => py == cp || py.strip_prefix("py").is_some_and(version_at_most),
+                _ => false,
+            }
+        };
+        let interpreter_ok = self.python.iter().any(|py| self.abi.iter().any(|abi| py_ok(py, abi)));
+        if !interpreter_ok {
+            return None;
+        }
+        let tags = platform_tags;
+        self.platform
+            .iter()
+            .filter_map(|p| if p == "any" { Some(tags.len()) } else { tags.iter().position(|t| t == p) })
+            .min()
+    }
 }
 
 #[cfg(test)]
