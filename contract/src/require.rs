@@ -621,10 +621,16 @@ impl Factor {
 
     /// Whether the factor holds, fails or cannot be told on `host`. A GPU whose compute
     /// capability or brand is unknown makes `arch` and `brand` unknown (with no GPU at all they
-    /// fail); a CUDA version known only as a range makes `cuda` unknown where the range does not
-    /// decide it.
+    /// fail, except for a container that gets the driver without devices, where they hold as
+    /// libnvidia-container's per-device loop never runs); a CUDA version known only as a range
+    /// makes `cuda` unknown where the range does not decide it.
     pub fn truth(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> Truth {
         match (&self.value, self.key, &host.cuda_bound) {
+            (Value::Arch(_) | Value::Name(_), Key::Arch | Key::Brand, _)
+                if gpu.is_none() && host.no_devices =>
+            {
+                Truth::Holds
+            }
             (Value::Cuda(want), _, CudaBound::Range { below }) => {
                 range_truth(self.op, host.cuda.as_ref(), below.as_ref(), want)
             }
@@ -648,9 +654,6 @@ impl Factor {
             (Value::Cuda(want), _) => host.cuda.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
             (Value::Driver(want), _) => host.driver.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
             (Value::Kernel(want), _) => host.kernel.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
-            (Value::Arch(_) | Value::Name(_), Key::Arch | Key::Brand) if gpu.is_none() && host.no_devices => {
-                true
-            }
             (Value::Arch(want), _) => {
                 gpu.and_then(|g| g.arch.as_ref()).is_some_and(|h| self.op.holds(h.cmp(want)))
             }
