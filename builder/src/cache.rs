@@ -340,7 +340,7 @@ fn inspect_dir(dir: &Path) -> Result<CacheDir, CacheError> {
         Err(e) => return Err(io_err("reading", dir)(e)),
     };
     if !meta.is_dir() {
-        return Ok(CacheDir::Foreign(crate::output::kind_of(&meta).to_owned()));
+        return Ok(CacheDir::Foreign(crate::input::kind_of(meta.file_type()).to_owned()));
     }
     if fs::symlink_metadata(dir.join(MARKER)).is_ok_and(|m| m.is_file()) {
         return Ok(CacheDir::Marked);
@@ -362,7 +362,7 @@ fn inspect_dir(dir: &Path) -> Result<CacheDir, CacheError> {
     } else {
         Ok(CacheDir::Foreign(format!(
             "a directory without {MARKER} that holds {}",
-            crate::output::list_names(&names)
+            crate::diagnostic::list_names(&names)
         )))
     }
 }

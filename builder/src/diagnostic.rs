@@ -107,3 +107,12 @@ fn floor_char_boundary(text: &str, mut i: usize) -> usize {
     }
     i
 }
+
+/// Up to five names, quoted, and how many more.
+pub fn list_names(names: &[String]) -> String {
+    let shown: Vec<String> = names.iter().take(5).map(|n| format!("{n:?}")).collect();
+    match names.len().saturating_sub(shown.len()) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
+}

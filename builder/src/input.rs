@@ -82,11 +82,14 @@ fn describe(ft: FileType) -> &'static str {
     }
 }
 
-fn describe_std(ft: std::fs::FileType) -> &'static str {
+/// The kind of file a `std` file type names, in words (`a regular file`, `a FIFO`).
+pub fn kind_of(ft: std::fs::FileType) -> &'static str {
     if ft.is_symlink() {
         "a symlink"
     } else if ft.is_dir() {
         "a directory"
+    } else if ft.is_file() {
+        "a regular file"
     } else if ft.is_fifo() {
         "a FIFO"
     } else if ft.is_socket() {
@@ -113,7 +116,7 @@ pub fn open_regular(path: &Path, what: &'static str) -> Result<File, InputError>
             // symlink"; ENXIO is a socket. Say what the path is rather than quote errno.
             if let Ok(meta) = std::fs::symlink_metadata(path) {
                 if !meta.is_file() {
-                    return Err(not_regular(describe_std(meta.file_type())));
+                    return Err(not_regular(kind_of(meta.file_type())));
                 }
             }
             return Err(io_err(e.into()));

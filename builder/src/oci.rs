@@ -725,7 +725,7 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
         if !meta.is_file() {
             return Err(OciError::Unsupported {
                 path: file.to_owned(),
-                what: format!("archive path: {} is there", crate::output::kind_of(&meta)),
+                what: format!("archive path: {} is there", crate::input::kind_of(meta.file_type())),
             });
         }
     }

@@ -20,7 +20,6 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::FileTypeExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -75,42 +74,11 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Out
 const OUT_HINT: &str = "--out takes a new or empty directory or an existing OCI image layout";
 const FILE_HINT: &str = "it takes a regular file (which is replaced) or a new file's name";
 
-/// The kind of file `meta` describes, in words (`a regular file`, `a FIFO`).
-pub fn kind_of(meta: &fs::Metadata) -> &'static str {
-    let t = meta.file_type();
-    if t.is_symlink() {
-        "a symlink"
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_file() {
-        "a regular file"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else {
-        "a special file"
-    }
-}
-
 /// What is at `path` (whose `symlink_metadata` is `meta`), with a symlink's target.
 fn describe(path: &Path, meta: &fs::Metadata) -> String {
     match fs::read_link(path) {
         Ok(target) if meta.file_type().is_symlink() => format!("a symlink to {}", target.display()),
-        _ => kind_of(meta).to_owned(),
-    }
-}
-
-/// Up to five names, quoted, and how many more.
-pub fn list_names(names: &[String]) -> String {
-    let shown: Vec<String> = names.iter().take(5).map(|n| format!("{n:?}")).collect();
-    match names.len().saturating_sub(shown.len()) {
-        0 => shown.join(", "),
-        more => format!("{} and {more} more", shown.join(", ")),
+        _ => crate::input::kind_of(meta.file_type()).to_owned(),
     }
 }
 
@@ -160,7 +128,7 @@ pub fn check_layout_dir(out: &Path) -> Result<LayoutTarget, OutputError> {
 fn layout_problem(dir: &Path, names: &[String]) -> Option<String> {
     let regular = |name: &str| fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_file());
     if !names.iter().any(|n| n == "oci-layout") {
-        return Some(format!("it has no oci-layout file and holds {}", list_names(names)));
+        return Some(format!("it has no oci-layout file and holds {}", crate::diagnostic::list_names(names)));
     }
     if !regular("oci-layout") {
         return Some("its oci-layout is not a regular file".into());
