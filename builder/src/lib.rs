@@ -26,6 +26,7 @@ pub mod affinity;
 pub mod audit;
 pub mod base;
 pub mod build;
+pub mod bytecode;
 pub mod cache;
 pub mod check;
 pub mod derive;

@@ -277,6 +277,9 @@ pub struct PythonSection {
     pub index: Option<String>,
     /// `[[python.wheel]]`: wheel files the recipe supplies itself.
     pub wheels: Vec<LocalWheel>,
+    /// `bytecode = false` leaves the `.pyc` out of the image (default: written at build time,
+    /// hash-based; see [`crate::bytecode`]).
+    pub bytecode: bool,
 }
 
 /// `[[python.wheel]]`: a wheel file the recipe supplies itself, for builds no index this machine
@@ -886,6 +889,7 @@ struct RawPython {
     index: Option<S>,
     #[serde(default)]
     wheel: Vec<Spanned<RawWheel>>,
+    bytecode: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -1592,6 +1596,7 @@ fn validate_python(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawPython>) -> Option
         constraints,
         index: raw.index.map(Spanned::into_inner),
         wheels,
+        bytecode: raw.bytecode.unwrap_or(true),
     })
 }
 
@@ -2224,6 +2229,20 @@ mod tests {
         let text = "[image]\n\tname = 3\n[base]\nscratch = true\n";
         let e = Recipe::parse("r.toml", text).unwrap_err().to_string();
         assert!(e.ends_with("2 | \tname = 3\n  | \t       ^"), "{e}");
+    }
+
+    #[test]
+    fn bytecode_is_on_unless_the_recipe_turns_it_off() {
+        let text = "[image]\nname = \"b\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\n";
+        assert!(Recipe::parse("r.toml", text).unwrap().python.unwrap().bytecode);
+        let off = format!("{text}bytecode = false\n");
+        assert!(!Recipe::parse("r.toml", &off).unwrap().python.unwrap().bytecode);
+        let on = format!("{text}bytecode = true\n");
+        assert!(Recipe::parse("r.toml", &on).unwrap().python.unwrap().bytecode);
+        // Not a boolean: refused where it is written.
+        let bad = format!("{text}bytecode = \"no\"\n");
+        let e = Recipe::parse("r.toml", &bad).unwrap_err().to_string();
+        assert!(e.contains("r.toml:7:12") && e.contains("expected `true` or `false`"), "{e}");
     }
 
     #[test]
