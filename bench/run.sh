@@ -9,6 +9,10 @@
 #             with `docker build` (classic builder); image sizes against `docker save | gzip -1`.
 #   compress  our layer writer (parallel multi-member gzip; zstd) against `tar | pigz -p<cores>`
 #             and `tar | zstd -T<cores>` on the unpacked image.
+#   start     time from `runc run` to the end of the recipe's imports in a fresh container
+#             (overlay with an empty upper layer each run, as docker and Kubernetes give), ours
+#             against the Dockerfile image of the build section, interleaved, median; the .pyc
+#             Python wrote into the upper layers; the bytes our bytecode adds. Needs build.
 #   hook      `stackhook hook` on an 8-GPU fixture host against /bin/true; `runc run` of a
 #             busybox bundle with and without the hook (createRuntime).
 #
@@ -22,7 +26,8 @@ set -euo pipefail
 usage() {
   cat <<'EOF'
 usage: bench/run.sh [--recipe PATH] [--source NAME=DIR]... [--change OLD=NEW] [--quick]
-                    [--sections build,compress,hook] [--with-load] [--out FILE] [--keep]
+                    [--sections build,compress,start,hook] [--imports LIST] [--with-load]
+                    [--out FILE] [--keep]
 
   --recipe PATH     recipe to build (default recipes/dreamzero.toml, with
                     --source dreamzero=recipes/stand-in/dreamzero unless --source is given)
@@ -30,7 +35,9 @@ usage: bench/run.sh [--recipe PATH] [--source NAME=DIR]... [--change OLD=NEW] [-
   --change OLD=NEW  the pin changed for the one-package-changed builds
                     (default safetensors==0.4.1=safetensors==0.4.2)
   --quick           fewer timing runs (hook 50 and runc 10 instead of 300 and 50), for a smoke test
-  --sections LIST   which sections to run (default build,compress,hook); compress without build
+  --imports LIST    modules the start section imports, comma-separated (default: the recipe's
+                    [python] packages, `-` read as `_`; DreamZero: torch,transformers,datasets,accelerate)
+  --sections LIST   which sections to run (default build,compress,start,hook); compress without build
                     builds the image first, untimed, in $STACKBUILD_CACHE if set, else a fresh cache
   --with-load       also time a cold build with `--load --compression none` (a cache holding
                     only the base) against the cold `docker build`
@@ -47,7 +54,8 @@ recipe=$repo/recipes/dreamzero.toml
 sources=()
 change="safetensors==0.4.1=safetensors==0.4.2"
 quick=0
-sections="build,compress,hook"
+sections="build,compress,start,hook"
+imports=""
 with_load=0
 out_file=""
 keep=0
@@ -65,6 +73,7 @@ while (($#)); do
     --quick) quick=1; shift ;;
     --sections) sections=${2:?--sections needs a list}; shift 2 ;;
     --with-load) with_load=1; shift ;;
+    --imports) imports=${2:?--imports needs a list}; shift 2 ;;
     --out) out_file=$(abspath "${2:?--out needs a file}"); shift 2 ;;
     --keep) keep=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -80,7 +89,7 @@ change_old=$(sed -E 's/^([^=]+==[^=]+)=(.+)$/\1/' <<<"$change")
 change_new=$(sed -E 's/^([^=]+==[^=]+)=(.+)$/\2/' <<<"$change")
 has_section() { [[ ,$sections, == *,$1,* ]]; }
 
-if ((quick)); then hook_runs=50 runc_runs=10; else hook_runs=300 runc_runs=50; fi
+if ((quick)); then hook_runs=50 runc_runs=10 start_runs=5; else hook_runs=300 runc_runs=50 start_runs=11; fi
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -169,6 +178,7 @@ cleanup() {
   local ids
   ids=$("$runc_bin" list -q 2>/dev/null | grep "^$tag-" || true)
   for id in $ids; do "$runc_bin" delete --force "$id" >/dev/null 2>&1 || true; done
+  umount "$work"/start-*/merged 2>/dev/null || true
   if ((keep)); then log "kept $work"; else rm -rf "$work"; fi
   exit "$rc"
 }
@@ -391,6 +401,78 @@ section_compress() {
   rm -rf "$tree"
 }
 
+# --- start -----------------------------------------------------------------------------------
+# start_bundle DIR ARGS_JSON: points DIR's config.json at DIR/merged, writable, running ARGS.
+start_bundle() {
+  python3 - "$1/config.json" "$1/merged" "$2" <<'PY'
+import json, sys
+path, root, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+with open(path) as f:
+    c = json.load(f)
+c["root"] = {"path": root, "readonly": False}
+c["process"]["terminal"] = False
+c["process"]["args"] = args
+with open(path, "w") as f:
+    json.dump(c, f, indent=1)
+PY
+}
+# start_once DIR ID: one first start of a fresh container of DIR (an overlay on DIR/rootfs with an
+# empty upper layer); prints the seconds from `runc run` to its exit and the .pyc it wrote.
+start_once() {
+  local dir=$1 id=$2 t0 t1 rc=0 written
+  rm -rf "$dir/upper" "$dir/work" && mkdir -p "$dir/upper" "$dir/work" "$dir/merged"
+  mount -t overlay overlay -o "lowerdir=$dir/rootfs,upperdir=$dir/upper,workdir=$dir/work" "$dir/merged"
+  t0=$(now_ns)
+  "$runc_bin" run --bundle "$dir" "$id" >>"$work/logs/start.log" 2>&1 || rc=$?
+  t1=$(now_ns)
+  "$runc_bin" delete --force "$id" >/dev/null 2>&1 || true
+  umount "$dir/merged"
+  ((rc == 0)) || die "runc run in $dir failed (logs/start.log)"
+  written=$(find "$dir/upper" -name '*.pyc' | wc -l)
+  awk -v a="$t0" -v b="$t1" -v w="$written" 'BEGIN { printf "%.4f %d\n", (b - a) / 1e9, w }'
+}
+section_start() {
+  if [[ -z $layout ]] || ! "$DOCKER" image inspect "$tag:cold" >/dev/null 2>&1; then
+    row start "first start" "skipped" "" "" "needs the build section (our image and the Dockerfile image)"
+    return
+  fi
+  command -v umoci >/dev/null || { row start "first start" "skipped" "" "" "umoci is not installed"; return; }
+  local mods ref ours=$work/start-ours theirs=$work/start-docker cid
+  mods=$imports
+  [[ -n $mods ]] || mods=$(python3 -c 'import sys, tomllib, re
+r = tomllib.load(open(sys.argv[1], "rb"))
+print(",".join(re.split("[<>=!~ ;\\[]", p, maxsplit=1)[0].lower().replace("-", "_") for p in r.get("python", {}).get("packages", [])))' "$recipe")
+  [[ -n $mods ]] || { row start "first start" "skipped" "" "" "the recipe has no [python] packages to import"; return; }
+  ref=$(python3 -c 'import sys,tomllib; print(tomllib.load(open(sys.argv[1],"rb"))["image"].get("tag","latest"))' "$recipe")
+  umoci unpack --image "$layout:$ref" "$ours" >"$work/logs/start-unpack.log" 2>&1 || die "umoci unpack failed"
+  mkdir -p "$theirs/rootfs"
+  cid=$("$DOCKER" create "$tag:cold" /bin/true)
+  "$DOCKER" export "$cid" | tar -x -C "$theirs/rootfs"
+  "$DOCKER" rm "$cid" >/dev/null
+  "$runc_bin" spec --bundle "$theirs"
+  local args
+  args=$(python3 -c 'import json, sys; print(json.dumps(["python3", "-c", "import " + sys.argv[1]]))' "$mods")
+  start_bundle "$ours" "$args"
+  start_bundle "$theirs" "$args"
+  log "first starts, $start_runs each, interleaved: import $mods"
+  local i o d ot=() dt=() ow=0 dw=0
+  for ((i = 0; i < start_runs; i++)); do
+    read -r o w <<<"$(start_once "$ours" "$tag-start-ours-$i")"; ot+=("$o"); ((ow += w)) || true
+    read -r d w <<<"$(start_once "$theirs" "$tag-start-docker-$i")"; dt+=("$d"); ((dw += w)) || true
+  done
+  local om dm pyc_bytes pyc_files
+  om=$(printf '%s\n' "${ot[@]}" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+  dm=$(printf '%s\n' "${dt[@]}" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+  row start "runc run to end of imports, first start, median" "$(secs "$om")" "$(secs "$dm")" \
+    "$(ratio "$om" "$dm")" "Dockerfile image (pip); import $mods; $start_runs runs each; target <= 1.0x"
+  row start ".pyc written at first start, all runs" "$ow" "$dw" "" \
+    "found in the containers' upper layers; ours should write none"
+  pyc_files=$(json 'sum((l.get("bytecode") or {}).get("files", 0) for l in v["layers"])' <"$work/cold.json")
+  pyc_bytes=$(json 'sum((l.get("bytecode") or {}).get("bytes", 0) for l in v["layers"])' <"$work/cold.json")
+  row start "bytecode in our image (uncompressed)" "$(bytes "$pyc_bytes")" "" "" "$pyc_files .pyc, hash-based"
+  rm -rf "$ours" "$theirs"
+}
+
 # --- hook ------------------------------------------------------------------------------------
 section_hook() {
   local host=$work/host requires=() env=() i=0 r
@@ -481,7 +563,7 @@ section_hook() {
 # --- run and report --------------------------------------------------------------------------
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-for s in build compress hook; do
+for s in build compress start hook; do
   has_section "$s" || continue
   t0=$(now_ns)
   "section_$s"

@@ -119,6 +119,9 @@ pub enum BuildError {
     /// A patch that does not apply.
     #[error(transparent)]
     Patch(#[from] patch::PatchError),
+    /// Compiling the bytecode failed.
+    #[error(transparent)]
+    Bytecode(#[from] crate::bytecode::BytecodeError),
     /// Image output.
     #[error(transparent)]
     Oci(#[from] oci::OciError),
@@ -199,6 +202,9 @@ pub struct LayerReport {
     pub size: u64,
     /// Built in this run (false: reused from the cache).
     pub built: bool,
+    /// The `.pyc` this layer holds that the build compiled (Python layers and patched files).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytecode: Option<crate::bytecode::Added>,
 }
 
 /// What a build produced.
@@ -586,7 +592,13 @@ fn build_platform(
             blob.size
         );
         layers.borrow_mut().push((
-            LayerReport { name: name.to_owned(), digest: blob.digest.clone(), size: blob.size, built },
+            LayerReport {
+                name: name.to_owned(),
+                digest: blob.digest.clone(),
+                size: blob.size,
+                built,
+                bytecode: None,
+            },
             blob,
             created_by,
         ));
@@ -598,6 +610,8 @@ fn build_platform(
     let mut base_image = ImageConfig::default();
     let mut components = Vec::new();
     let mut facts = BaseFacts::default();
+    // The layer whose interpreter compiles the bytecode (a Debian base's only layer).
+    let mut interpreter_base: Option<LayerBlob> = None;
     match &recipe.base {
         Base::Scratch => {}
         Base::Bootstrap(b) => {
@@ -642,6 +656,7 @@ fn build_platform(
                 source: format!("{}:{}", debian.distribution, debian.suite),
                 sha256: String::new(),
             }));
+            interpreter_base = Some(prepared.layer.clone());
             push(
                 "base",
                 format!("stackbuild: {} {} (mmdebstrap)", debian.distribution, debian.suite),
@@ -754,6 +769,13 @@ fn build_platform(
     if let Some(py) = python {
         check_lock_graph(recipe, py, lock, platform, &wheels, cache, &fetch)?;
     }
+    let bytecode = crate::bytecode::Plan::new(python, &facts, interpreter_base.as_ref(), cache);
+    let note_bytecode = |key: &LayerKey, added: Option<crate::bytecode::Added>| {
+        let added = added.or_else(|| bytecode.recorded(key));
+        if let Some((report, _, _)) = layers.borrow_mut().last_mut() {
+            report.bytecode = added;
+        }
+    };
     if let Some(scheme) = &scheme {
         for group in Group::ALL {
             let members: Vec<&Wheel> =
@@ -765,6 +787,7 @@ fn build_platform(
                 .str(group.name())
                 .str(&scheme.purelib)
                 .str(&scheme.interpreter)
+                .str(&bytecode.key())
                 .number(epoch)
                 .str(&compression.cache_id());
             for w in &members {
@@ -775,6 +798,7 @@ fn build_platform(
             let created_by = format!("stackbuild: {}: {names}", group.describe());
             if let Some(blob) = reuse(cache, &key, out, opts) {
                 push(group.name(), created_by, blob, false);
+                note_bytecode(&key, None);
                 continue;
             }
             let artifacts = fetch(cache, &members)?;
@@ -794,11 +818,13 @@ fn build_platform(
                 )
                 .map_err(|source| BuildError::Wheel { wheel: w.filename.clone(), source })?;
             }
+            let added = bytecode.compile(stage.path(), scheme, epoch, &key)?;
             let mut writer = LayerWriter::new(cache, epoch);
             writer.add_dir(stage.path(), "")?;
             let blob = writer.finish(compression)?;
             cache.put_layer(&key, &blob)?;
             push(group.name(), created_by, blob, true);
+            note_bytecode(&key, added);
         }
     }
     components.extend(wheels.iter().map(|w| Component {
@@ -923,6 +949,7 @@ fn build_platform(
         recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Package(_))).collect();
     let sbom = platform_sbom(&stack, &layers.borrow(), platform, epoch);
     let mut key = LayerKey::builder("config/v1")
+        .str(&bytecode.key())
         .number(epoch)
         .str(&compression.cache_id())
         .bytes(&stack_json)
@@ -934,6 +961,7 @@ fn build_platform(
     let key = key.finish();
     if let Some(blob) = reuse(cache, &key, out, opts) {
         push("config", "stackbuild: patches and configuration".into(), blob, false);
+        note_bytecode(&key, None);
     } else {
         let mut writer = LayerWriter::new(cache, epoch);
         writer.add_file(STACK_JSON_PATH, stack_json.clone(), 0o644)?;
@@ -941,6 +969,7 @@ fn build_platform(
         writer.add_file(sbom::CYCLONEDX_PATH, sbom.cyclonedx.clone(), 0o644)?;
         // The writer reads file contents in `finish`: the stage must outlive it.
         let stage = tempdir(cache)?;
+        let mut added = None;
         if !package_patches.is_empty() {
             let Some(scheme) = &scheme else {
                 return Err(BuildError::Unsupported("package patches need a [python] section".into()));
@@ -988,11 +1017,14 @@ fn build_platform(
                     }
                 }
             }
+            // The patched modules' own bytecode, over the earlier layer's stale one.
+            added = bytecode.compile(stage.path(), scheme, epoch, &key)?;
             writer.add_dir(stage.path(), "")?;
         }
         let blob = writer.finish(compression)?;
         cache.put_layer(&key, &blob)?;
         push("config", "stackbuild: patches and configuration".into(), blob, true);
+        note_bytecode(&key, added);
     }
 
     // The image.

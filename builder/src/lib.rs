@@ -32,6 +32,7 @@ pub mod audit;
 pub mod base;
 pub mod blob;
 pub mod build;
+pub mod bytecode;
 pub mod cache;
 pub mod check;
 pub mod derive;

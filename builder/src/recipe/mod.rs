@@ -218,6 +218,9 @@ pub struct PythonSection {
     pub index: Option<String>,
     /// `[[python.wheel]]`: wheel files the recipe supplies itself.
     pub wheels: Vec<LocalWheel>,
+    /// `bytecode = false` leaves the `.pyc` out of the image (default: written at build time,
+    /// hash-based; see [`crate::bytecode`]).
+    pub bytecode: bool,
 }
 
 /// `[[python.wheel]]`: a wheel file the recipe supplies itself, for builds no index this machine

@@ -80,6 +80,7 @@ pub(super) struct RawPython {
     pub(super) index: Option<S>,
     #[serde(default)]
     pub(super) wheel: Vec<Spanned<RawWheel>>,
+    pub(super) bytecode: Option<bool>,
 }
 
 #[derive(Deserialize)]

@@ -248,6 +248,20 @@ fn diagnostics_point_at_the_character() {
 }
 
 #[test]
+fn bytecode_is_on_unless_the_recipe_turns_it_off() {
+    let text = "[image]\nname = \"b\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\n";
+    assert!(Recipe::parse("r.toml", text).unwrap().python.unwrap().bytecode);
+    let off = format!("{text}bytecode = false\n");
+    assert!(!Recipe::parse("r.toml", &off).unwrap().python.unwrap().bytecode);
+    let on = format!("{text}bytecode = true\n");
+    assert!(Recipe::parse("r.toml", &on).unwrap().python.unwrap().bytecode);
+    // Not a boolean: refused where it is written.
+    let bad = format!("{text}bytecode = \"no\"\n");
+    let e = Recipe::parse("r.toml", &bad).unwrap_err().to_string();
+    assert!(e.contains("r.toml:7:12") && e.contains("expected `true` or `false`"), "{e}");
+}
+
+#[test]
 fn missing_file() {
     let e = Recipe::load("/nonexistent/recipe.toml").unwrap_err();
     assert!(matches!(e, RecipeError::Read { .. }));

@@ -520,6 +520,7 @@ pub(super) fn validate_python(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawPython>
         constraints,
         index: raw.index.map(Spanned::into_inner),
         wheels,
+        bytecode: raw.bytecode.unwrap_or(true),
     })
 }
 

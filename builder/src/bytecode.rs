@@ -1,0 +1,412 @@
+//! Bytecode in the image: the `.pyc` of every module a Python layer installs, written at build
+//! time so a fresh container does not compile them again on every start.
+//!
+//! Python caches the compiled form of each imported module in `__pycache__/NAME.TAG.pyc` (PEP
+//! 3147) and writes it when missing. An image without them makes every new container (a fresh
+//! writable layer each) compile everything it imports, and a read-only root compiles on every
+//! start; `pip install` compiles at install time, so images built with it ship them.
+//!
+//! Reproducibility: the `.pyc` are hash-based (PEP 552,
+//! <https://peps.python.org/pep-0552/>): the header holds a hash of the source instead of its
+//! mtime and size, so the bytes depend only on the source text and the interpreter. They are
+//! **checked** hash-based: at import Python hashes the source (`SipHash`, cheap next to compiling)
+//! and compiles afresh in memory when it differs. Unchecked ones would skip that, but then a `.py`
+//! changed after the build (a later `FROM` layer, a `pip install` over it, a file edited in a
+//! container) would run its old bytecode silently; Python's documentation keeps unchecked ones for
+//! files "kept up to date by a system external to Python"
+//! (<https://docs.python.org/3/library/py_compile.html#py_compile.PycInvalidationMode>). pip
+//! writes timestamp-based ones (`compileall`'s default), whose bytes change with every install.
+//!
+//! The bytecode format is per interpreter version (the magic number changes between minor
+//! versions), so the compiler is the image's own interpreter: the base layer is unpacked once
+//! into the cache (keyed by its `diff_id`) and `python3.X` runs chrooted into that copy, in new
+//! user, mount, PID and network namespaces (`unshare --map-root-user`, which works rootless and as
+//! root alike), with the rootfs mounted read-only, the stage bind-mounted at [`STAGE_MOUNT`], an
+//! empty environment except `PYTHONHASHSEED=0` (set and frozenset constants are marshalled in
+//! iteration order) and `SOURCE_DATE_EPOCH`, and `--kill-child` so nothing it starts outlives it.
+//! The driver walks the tree in sorted order in one process (the marshalled bytes can depend on
+//! what was compiled before in the same process), compiles at optimization level 0 only (as pip
+//! does) and records the name of the source in the image (`dfile`), not the stage path.
+//! Nothing from the recipe or the image is passed as an option: the paths follow `-c CODE`, where
+//! Python hands them to the script as `sys.argv`.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::blob::LayerBlob;
+use crate::cache::Cache;
+use crate::layer::Compression;
+
+/// Where the stage is mounted inside the chroot.
+pub const STAGE_MOUNT: &str = "/.stackbuild-stage";
+
+/// Why bytecode could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum BytecodeError {
+    /// A file operation failed.
+    #[error("bytecode: {op} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The system error.
+        source: std::io::Error,
+    },
+    /// The interpreter version is not `3.N`.
+    #[error("bytecode: unexpected Python version {0:?}")]
+    Version(String),
+    /// The sandboxed compiler failed.
+    #[error(
+        "bytecode: compiling with the image's python{version} failed ({status}): {message}; set \
+         `bytecode = false` in [python] to build without bytecode"
+    )]
+    Compile {
+        /// The interpreter version.
+        version: String,
+        /// The exit status.
+        status: String,
+        /// What it printed last.
+        message: String,
+    },
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BytecodeError + 'a {
+    move |source| BytecodeError::Io { op, path: path.to_owned(), source }
+}
+
+/// The image's interpreter, unpacked from its base layer.
+#[derive(Debug, Clone)]
+pub struct Interpreter {
+    /// The unpacked base rootfs.
+    pub rootfs: PathBuf,
+    /// `3.11`.
+    pub version: String,
+    /// What identifies the compiler for cache keys: the base layer's `diff_id` and the version.
+    pub identity: String,
+}
+
+/// What compiling added to a stage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Added {
+    /// `.pyc` files.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+impl Interpreter {
+    /// Unpacks `base` (a layer with `/usr/bin/python{version}`) into the cache, once per base.
+    pub fn prepare(cache: &Cache, base: &LayerBlob, version: &str) -> Result<Self, BytecodeError> {
+        if !valid_version(version) {
+            return Err(BytecodeError::Version(version.to_owned()));
+        }
+        let hex = base.diff_id.trim_start_matches("sha256:");
+        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(BytecodeError::Version(format!("base diff_id {}", base.diff_id)));
+        }
+        let parent = cache.root().join("bytecode-rootfs");
+        let rootfs = parent.join(hex);
+        let identity = format!("{}:python{version}", base.diff_id);
+        if rootfs.join(STAGE_MOUNT.trim_start_matches('/')).is_dir() {
+            return Ok(Self { rootfs, version: version.to_owned(), identity });
+        }
+        std::fs::create_dir_all(&parent).map_err(io("creating", &parent))?;
+        let tmp = tempfile::Builder::new()
+            .prefix(".unpack-")
+            .tempdir_in(&parent)
+            .map_err(io("creating a directory in", &parent))?;
+        let compression = Compression::from_media_type(&base.media_type).unwrap_or(Compression::None);
+        unpack(&base.path, compression, tmp.path())?;
+        // Created last: its presence marks a complete copy.
+        let mount = tmp.path().join(STAGE_MOUNT.trim_start_matches('/'));
+        std::fs::create_dir_all(&mount).map_err(io("creating", &mount))?;
+        let done = tmp.keep();
+        if let Err(e) = std::fs::rename(&done, &rootfs) {
+            // Another build unpacked the same base meanwhile: use its copy.
+            let _ = std::fs::remove_dir_all(&done);
+            if !rootfs.is_dir() {
+                return Err(io("renaming to", &rootfs)(e));
+            }
+        }
+        Ok(Self { rootfs, version: version.to_owned(), identity })
+    }
+
+    /// Compiles every `.py` below `stage/rel` (the in-image directory `/rel`) and returns what it
+    /// added. Files that do not compile (Python 2 leftovers, templates) get no `.pyc`, as with pip.
+    pub fn compile(&self, stage: &Path, rel: &str, epoch: u64) -> Result<Added, BytecodeError> {
+        let rel = rel.trim_matches('/');
+        let dir = stage.join(rel);
+        if !dir.is_dir() {
+            return Ok(Added::default());
+        }
+        let before = count_pyc(&dir)?;
+        let in_image = format!("/{rel}");
+        let output = Command::new("unshare")
+            .args(["--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child", "--"])
+            .args(["/bin/sh", "-c", SANDBOX, "sh"])
+            .arg(&self.rootfs)
+            .arg(stage)
+            .arg(format!("/usr/bin/python{}", self.version))
+            .arg(DRIVER)
+            .arg(format!("{STAGE_MOUNT}/{rel}"))
+            .arg(&in_image)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("LC_ALL", "C.UTF-8")
+            .env("PYTHONHASHSEED", "0")
+            .env("SOURCE_DATE_EPOCH", epoch.to_string())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| BytecodeError::Compile {
+                version: self.version.clone(),
+                status: "not started".into(),
+                message: format!("cannot run unshare: {e}"),
+            })?;
+        let err = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() {
+            let tail: Vec<&str> = err.lines().rev().take(8).collect();
+            return Err(BytecodeError::Compile {
+                version: self.version.clone(),
+                status: output.status.to_string(),
+                message: tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            });
+        }
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            if let Some(file) = line.strip_prefix("skipped ") {
+                tracing::debug!("bytecode: {in_image}/{file} does not compile; no .pyc");
+            }
+        }
+        let after = count_pyc(&dir)?;
+        Ok(Added {
+            files: after.files - before.files.min(after.files),
+            bytes: after.bytes.saturating_sub(before.bytes),
+        })
+    }
+}
+
+/// Whether and how a build compiles bytecode, decided once per platform; the interpreter is
+/// unpacked on first use (a build whose Python layers are all cached never unpacks it).
+pub struct Plan<'a> {
+    cache: &'a Cache,
+    on: Option<(LayerBlob, String)>,
+    interpreter: std::cell::OnceCell<Interpreter>,
+}
+
+impl<'a> Plan<'a> {
+    /// Bytecode is compiled when the recipe asks for it (the default) and the base's interpreter
+    /// can be run: a Debian base built here, whose only layer holds `/usr/bin/python3.X`.
+    /// Otherwise the build goes on without and says why.
+    pub fn new(
+        python: Option<&crate::recipe::PythonSection>,
+        facts: &crate::base::BaseFacts,
+        base: Option<&LayerBlob>,
+        cache: &'a Cache,
+    ) -> Self {
+        let mut plan = Self { cache, on: None, interpreter: std::cell::OnceCell::new() };
+        let Some(py) = python else { return plan };
+        if !py.bytecode {
+            tracing::info!("bytecode: off (bytecode = false in [python])");
+            return plan;
+        }
+        match (base, facts.python.as_deref()) {
+            (Some(base), Some(version)) if valid_version(version) => {
+                plan.on = Some((base.clone(), version.to_owned()));
+            }
+            (Some(_), _) => {
+                tracing::warn!("bytecode: none: the base has no /usr/bin/python3.X to compile with");
+            }
+            (None, _) => tracing::warn!(
+                "bytecode: none: only a Debian base built by stackbuild provides the interpreter to \
+                 compile with; Python will compile the modules when a container imports them"
+            ),
+        }
+        plan
+    }
+
+    /// What goes into the cache key of a layer that may hold bytecode: the switch, the
+    /// invalidation mode and the compiling interpreter.
+    pub fn key(&self) -> String {
+        match &self.on {
+            Some((base, version)) => format!("bytecode/v1:checked-hash:{}:python{version}", base.diff_id),
+            None => "bytecode/v1:none".to_owned(),
+        }
+    }
+
+    /// Compiles the modules of `stage` (its site-packages) when the plan is on; records what
+    /// was added next to the layer `key` for later builds that reuse the layer.
+    pub fn compile(
+        &self,
+        stage: &Path,
+        scheme: &crate::wheel::Scheme,
+        epoch: u64,
+        key: &crate::cache::LayerKey,
+    ) -> Result<Option<Added>, BytecodeError> {
+        let Some((base, version)) = &self.on else { return Ok(None) };
+        if self.interpreter.get().is_none() {
+            let i = Interpreter::prepare(self.cache, base, version)?;
+            let _ = self.interpreter.set(i);
+        }
+        let Some(interpreter) = self.interpreter.get() else { return Ok(None) };
+        let mut added = interpreter.compile(stage, &scheme.purelib, epoch)?;
+        if scheme.platlib != scheme.purelib {
+            let more = interpreter.compile(stage, &scheme.platlib, epoch)?;
+            added.files += more.files;
+            added.bytes += more.bytes;
+        }
+        tracing::info!("bytecode: {} .pyc, {} bytes", added.files, added.bytes);
+        let path = self.record_path(key);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+        }
+        let json = serde_json::to_vec(&added).unwrap_or_default();
+        crate::cache::write_atomic(&path, &json).map_err(io("writing", &path))?;
+        Ok(Some(added))
+    }
+
+    /// What compiling added to the cached layer `key`, when it was recorded.
+    pub fn recorded(&self, key: &crate::cache::LayerKey) -> Option<Added> {
+        self.on.as_ref()?;
+        std::fs::read(self.record_path(key)).ok().and_then(|b| serde_json::from_slice(&b).ok())
+    }
+
+    fn record_path(&self, key: &crate::cache::LayerKey) -> PathBuf {
+        self.cache.root().join("bytecode").join(format!("{}.json", key.as_hex()))
+    }
+}
+
+/// Runs in the new namespaces, before the chroot: `$1` rootfs, `$2` stage, `$3` interpreter,
+/// then the driver's code and arguments. The rootfs copy is made read-only so nothing the
+/// interpreter runs can alter the cached copy; the stage is the only writable place.
+const SANDBOX: &str = r#"set -e
+umask 022
+root=$1; stage=$2; py=$3; shift 3
+mount --bind "$root" "$root"
+mount --bind "$stage" "$root/.stackbuild-stage"
+mount -o remount,bind,ro "$root"
+exec chroot "$root" "$py" -s -B -c "$@"
+"#;
+
+/// The compiler, run by the image's interpreter: `argv[1]` the tree to compile (below the
+/// stage mount), `argv[2]` its name in the image. Symlinks are neither followed nor compiled,
+/// and a `__pycache__` that is not a plain directory is left alone.
+const DRIVER: &str = r#"
+import os, sys, py_compile, importlib.util
+root, shown = sys.argv[1], sys.argv[2]
+mode = py_compile.PycInvalidationMode.CHECKED_HASH
+for top, dirs, files in os.walk(root):
+    dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+    for name in sorted(files):
+        src = os.path.join(top, name)
+        if not name.endswith(".py") or os.path.islink(src) or not os.path.isfile(src):
+            continue
+        cache = os.path.dirname(importlib.util.cache_from_source(src))
+        if os.path.lexists(cache) and (os.path.islink(cache) or not os.path.isdir(cache)):
+            continue
+        rel = os.path.relpath(src, root)
+        try:
+            py_compile.compile(src, dfile=os.path.join(shown, rel), doraise=True,
+                               invalidation_mode=mode, optimize=0)
+        except (py_compile.PyCompileError, OSError, ValueError):
+            print("skipped", rel)
+"#;
+
+fn valid_version(v: &str) -> bool {
+    v.split_once('.').is_some_and(|(a, b)| {
+        a == "3" && !b.is_empty() && b.len() <= 3 && b.bytes().all(|c| c.is_ascii_digit())
+    })
+}
+
+/// `.pyc` files in `__pycache__` directories below `dir` (symlinks not followed).
+pub fn count_pyc(dir: &Path) -> Result<Added, BytecodeError> {
+    let mut added = Added::default();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).map_err(io("listing", &d))? {
+            let entry = entry.map_err(io("listing", &d))?;
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).map_err(io("reading", &path))?;
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file()
+                && path.extension().is_some_and(|e| e == "pyc")
+                && d.file_name().is_some_and(|n| n == "__pycache__")
+            {
+                added.files += 1;
+                added.bytes += meta.size();
+            }
+        }
+    }
+    Ok(added)
+}
+
+/// Unpacks a layer blob into `dir` for the compiler: regular files, directories, symlinks and
+/// hardlinks (the tar crate keeps every one inside `dir`); device nodes, FIFOs and whiteouts
+/// are left out, as the compiler needs none and a rootless build cannot create devices.
+fn unpack(blob: &Path, compression: Compression, dir: &Path) -> Result<(), BytecodeError> {
+    let file = std::fs::File::open(blob).map_err(io("opening", blob))?;
+    let decoded =
+        compression.decoder(std::io::BufReader::with_capacity(1 << 20, file)).map_err(io("reading", blob))?;
+    let mut archive = tar::Archive::new(decoded);
+    archive.set_preserve_permissions(true);
+    let mut dirs = Vec::new();
+    for entry in archive.entries().map_err(io("reading", blob))? {
+        let mut entry = entry.map_err(io("reading", blob))?;
+        let kind = entry.header().entry_type();
+        let name = entry.path().map_err(io("reading", blob))?.into_owned();
+        let safe = name.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+        let whiteout = name.iter().any(|c| c.as_encoded_bytes().starts_with(b".wh."));
+        if !safe || whiteout {
+            continue;
+        }
+        if kind.is_dir() {
+            dirs.push((name, entry.header().mode().unwrap_or(0o755) & 0o7777));
+        } else if kind.is_file() || kind.is_symlink() || kind.is_hard_link() {
+            entry.unpack_in(dir).map_err(io("unpacking into", dir))?;
+        }
+    }
+    // Modes last, deepest first, so a read-only directory does not block its children.
+    dirs.sort_by(|a, b| b.0.cmp(&a.0));
+    for (name, mode) in dirs {
+        // Never through a symlink of the layer: it may point anywhere on this machine.
+        let mut path = dir.to_path_buf();
+        let mut through_link = false;
+        for c in name.components() {
+            path.push(c);
+            through_link |= std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink());
+        }
+        if through_link {
+            continue;
+        }
+        std::fs::create_dir_all(&path).map_err(io("creating", &path))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode | 0o700))
+            .map_err(io("setting the mode of", &path))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_checked_before_they_name_a_binary() {
+        assert!(valid_version("3.11"));
+        assert!(valid_version("3.9"));
+        for bad in ["3", "3.", "2.7", "3.11.2", "3.x", "3.1/../../bin/sh", "3.11 -c"] {
+            assert!(!valid_version(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn counts_only_pyc_in_pycache() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("pkg/__pycache__");
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("m.cpython-311.pyc"), b"12345").unwrap();
+        std::fs::write(tmp.path().join("pkg/stray.pyc"), b"123").unwrap();
+        std::fs::write(tmp.path().join("pkg/m.py"), b"x = 1\n").unwrap();
+        assert_eq!(count_pyc(tmp.path()).unwrap(), Added { files: 1, bytes: 5 });
+    }
+}
