@@ -769,7 +769,11 @@ fn build_platform(
     if let Some(py) = python {
         check_lock_graph(recipe, py, lock, platform, &wheels, cache, &fetch)?;
     }
-    let bytecode = crate::bytecode::Plan::new(python, &facts, interpreter_base.as_ref(), cache);
+    // A foreign platform's interpreter would run under qemu-user, whose binfmt handler is not
+    // inside the chroot: no bytecode for it (yet), with a note.
+    let native = platform.machine() == std::env::consts::ARCH;
+    let bytecode =
+        crate::bytecode::Plan::new(python, &facts, interpreter_base.as_ref().filter(|_| native), cache);
     let note_bytecode = |key: &LayerKey, added: Option<crate::bytecode::Added>| {
         let added = added.or_else(|| bytecode.recorded(key));
         if let Some((report, _, _)) = layers.borrow_mut().last_mut() {

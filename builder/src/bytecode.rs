@@ -196,7 +196,8 @@ pub struct Plan<'a> {
 
 impl<'a> Plan<'a> {
     /// Bytecode is compiled when the recipe asks for it (the default) and the base's interpreter
-    /// can be run: a Debian base built here, whose only layer holds `/usr/bin/python3.X`.
+    /// can be run: a Debian base built here for the build machine's architecture (`base`; the
+    /// caller passes `None` otherwise), whose only layer holds `/usr/bin/python3.X`.
     /// Otherwise the build goes on without and says why.
     pub fn new(
         python: Option<&crate::recipe::PythonSection>,
@@ -218,8 +219,9 @@ impl<'a> Plan<'a> {
                 tracing::warn!("bytecode: none: the base has no /usr/bin/python3.X to compile with");
             }
             (None, _) => tracing::warn!(
-                "bytecode: none: only a Debian base built by stackbuild provides the interpreter to \
-                 compile with; Python will compile the modules when a container imports them"
+                "bytecode: none: only a Debian base built by stackbuild for this machine's \
+                 architecture provides an interpreter to compile with; Python will compile the \
+                 modules when a container imports them"
             ),
         }
         plan
