@@ -5,14 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
+mod common;
+use common::{git, have};
 
-fn have(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 
 fn ready() -> bool {
     let root = rustix::process::geteuid().is_root();
@@ -21,18 +17,6 @@ fn ready() -> bool {
         return false;
     }
     true
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// A stand-in for a model's source repository: a git repo with one commit.

@@ -8,14 +8,10 @@ use std::process::{Command, Output};
 
 use sha2::Digest;
 
-const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
+mod common;
+use common::have;
 
-fn have(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 
 fn ready() -> bool {
     let root = rustix::process::geteuid().is_root();

@@ -6,14 +6,10 @@
 use std::path::Path;
 use std::process::Command;
 
-const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
+mod common;
+use common::have;
 
-fn have(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 
 /// One fat binary entry (layout in `builder/src/fatbin.rs`): kind 1 PTX, 2 cubin; arch `80`.
 fn entry(kind: u16, arch: u32) -> Vec<u8> {

@@ -15,6 +15,9 @@ use sha2::{Digest as _, Sha256};
 use stackbuild::blob::LayerBlob;
 use stackbuild::oci::{Image, ImageConfig};
 
+mod common;
+use common::have;
+
 const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 /// Longest any of these runs may take; they all end in seconds.
 const TIMEOUT: Duration = Duration::from_mins(1);
@@ -479,13 +482,6 @@ fn archive_base_layers_get_the_same_checks() {
     drop(b);
     let recipe = p.recipe("evil", "[base]\narchive = \"evil.tar\"\n");
     fails_with(&p.build(&recipe), &["absolute name"]);
-}
-
-fn have(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// A lock edited to install a package the recipe never asks for (here `idna`, which nothing in

@@ -13,11 +13,10 @@ use stackbuild::cache::Cache;
 use stackbuild::layer::{Compression, LayerWriter};
 use stackbuild::oci::{self, Image, ImageConfig, RuntimeConfig};
 
-const BUSYBOX: &str = "/bin/busybox";
+mod common;
+use common::{go_arch, have};
 
-fn have(tool: &str) -> bool {
-    Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
-}
+const BUSYBOX: &str = "/bin/busybox";
 
 fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
@@ -33,15 +32,6 @@ fn run(cmd: &mut Command) -> Output {
 
 fn is_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0")
-}
-
-fn go_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "powerpc64" => "ppc64le",
-        other => other,
-    }
 }
 
 /// Builds the test image: `/bin/busybox` and `/bin/sh` (a hardlink to it), gzip or zstd.

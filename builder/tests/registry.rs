@@ -19,12 +19,11 @@ use stackbuild::layer::{Compression, LayerWriter};
 use stackbuild::oci::{self, Image, ImageConfig, RuntimeConfig};
 use stackbuild::registry::{self, Client, Credentials, PushOptions, Reference, RegistryError};
 
+mod common;
+use common::{go_arch, have};
+
 const BUSYBOX: &str = "/bin/busybox";
 const MIB: u64 = 1024 * 1024;
-
-fn have(tool: &str) -> bool {
-    Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
-}
 
 fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
@@ -114,14 +113,6 @@ impl Drop for Registry {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-fn go_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
     }
 }
 

@@ -13,14 +13,10 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
+mod common;
+use common::{git, have};
 
-fn have(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 
 fn ready() -> bool {
     let root = rustix::process::geteuid().is_root();
@@ -91,18 +87,6 @@ fn validate(venv: &Path, spdx: &Path, cyclonedx: &Path) {
         text(&out.stdout),
         text(&out.stderr)
     );
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
-    text(&out.stdout).trim().to_owned()
 }
 
 fn recipe(dir: &Path) -> (PathBuf, String) {
