@@ -169,6 +169,10 @@ fn read_capped(path: &Path, cap: u64) -> Option<Vec<u8>> {
 /// Writes `images` under `tag` to `--out` `out` (see the module comment); returns the digest
 /// `tag` names.
 pub fn write_layout(out: &Path, images: &[Image], tag: &str) -> Result<String, OutputError> {
+    // Whichever way this build writes, what an earlier killed build left next to `out` goes once
+    // it is stale (an existing layout is updated in place, so no new sibling would clean it).
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    remove_stale_siblings(parent, &sibling_prefix(out));
     match check_layout_dir(out)? {
         LayoutTarget::New => write_new_layout(out, images, tag),
         LayoutTarget::Empty | LayoutTarget::Layout => Ok(oci::write_layout_images(out, images, tag)?),
@@ -180,9 +184,7 @@ pub fn write_layout(out: &Path, images: &[Image], tag: &str) -> Result<String, O
 fn write_new_layout(out: &Path, images: &[Image], tag: &str) -> Result<String, OutputError> {
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     fs::create_dir_all(parent).map_err(io_err("creating", parent))?;
-    let prefix = sibling_prefix(out);
-    remove_stale_siblings(parent, &prefix);
-    let tmp = parent.join(unique_temp_name(&prefix));
+    let tmp = parent.join(unique_temp_name(&sibling_prefix(out)));
     fs::create_dir(&tmp).map_err(io_err("creating a directory next to", out))?;
     let written = oci::write_layout_images(&tmp, images, tag).map_err(|e| name_user_path(e, &tmp, out));
     let result = match written {
