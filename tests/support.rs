@@ -280,15 +280,8 @@ fn hex_lower(bytes: &[u8]) -> String {
 
 /// Unpadded urlsafe base64, as a wheel's `RECORD` writes hashes (PEP 376, RFC 4648 §5).
 fn base64_urlsafe(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        for i in 0..=chunk.len() {
-            out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
-        }
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// Writes a pure-Python wheel `<name>-<version>-py3-none-any.whl` into `dir`: a package

@@ -1146,16 +1146,8 @@ impl<W: Write> Write for HashingWriter<W> {
 /// Base64 with the URL-safe alphabet and no padding, as `RECORD` hashes are written
 /// (<https://packaging.python.org/en/latest/specifications/recording-installed-packages/#the-record-file>).
 fn urlsafe_b64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for i in 0..=chunk.len() {
-            out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
-        }
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// Parses `Key: Value` headers (the email-header format of `WHEEL` and `METADATA`) up to the
