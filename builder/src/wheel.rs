@@ -1167,10 +1167,12 @@ fn urlsafe_b64(bytes: &[u8]) -> String {
 }
 
 /// Parses `Key: Value` headers (the email-header format of `WHEEL` and `METADATA`) up to the
-/// first blank line; continuation lines are ignored, as no field read here uses them.
+/// first empty line; continuation lines are ignored, as no field read here uses them. A line of
+/// only spaces is a continuation, not the end (RFC 5322 section 2.2.3 folding): pandas' `License`
+/// field carries such lines, and its `Requires-Dist` come after them.
 fn parse_headers(text: &str) -> Vec<(String, String)> {
     text.lines()
-        .take_while(|l| !l.trim().is_empty())
+        .take_while(|l| !l.is_empty())
         .filter(|l| !l.starts_with([' ', '\t']))
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
@@ -1607,6 +1609,16 @@ mod tests {
 
     /// A library padded with zeros (segment alignment) compresses far beyond 200:1 on its own, as
     /// pillow 13's `libXau` does (2.1 MB from 9.4 kB): the cap is over the whole wheel, so it installs.
+    /// A folded header with a whitespace-only line (pandas' `License`) does not end the headers:
+    /// the `Requires-Dist` after it are read.
+    #[test]
+    fn headers_continue_past_a_whitespace_only_folded_line() {
+        let text = "Metadata-Version: 2.1\nName: pandas\nLicense: BSD\n        \n        Copyright\nRequires-Dist: pytz>=2020.1\n\nbody: no\n";
+        let headers = parse_headers(text);
+        assert_eq!(header(&headers, "Requires-Dist"), Some("pytz>=2020.1"));
+        assert_eq!(header(&headers, "body"), None);
+    }
+
     #[test]
     fn a_zero_padded_library_is_not_a_bomb() {
         let tmp = tempfile::tempdir().unwrap();
