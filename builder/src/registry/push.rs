@@ -24,7 +24,7 @@ pub struct PushOptions<'a> {
 }
 
 /// What a push did.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PushReport {
     /// Where the image went: `registry/repository:tag@digest`.
     pub reference: String,
@@ -97,21 +97,8 @@ pub fn push_layout_with(
     if let Some(from) = mount_from {
         let _ = write!(scope, " repository:{from}:pull");
     }
-    let mut pusher = Pusher {
-        session: client.session(),
-        target: Target { dest, scope: &scope },
-        dest,
-        base: format!("{}/v2/{}", client.base_url(&dest.registry), dest.repository),
-        report: PushReport {
-            reference: String::new(),
-            manifest_digest: top_digest.clone(),
-            blobs_uploaded: 0,
-            blobs_skipped: 0,
-            blobs_mounted: 0,
-            bytes_uploaded: 0,
-            requests: 0,
-        },
-    };
+    let mut pusher = Pusher::new(client, dest, &scope);
+    pusher.report.manifest_digest.clone_from(&top_digest);
     if let Some((bytes, digest, platforms)) = &index {
         // A multi-platform image: each platform's image by digest, then the index under the tag
         // (a registry refuses an index whose manifests it does not have).
@@ -223,7 +210,18 @@ struct Pusher<'a, 'c> {
     report: PushReport,
 }
 
-impl Pusher<'_, '_> {
+impl<'a, 'c> Pusher<'a, 'c> {
+    /// A pusher into `dest`'s repository with the token `scope`, its report empty.
+    fn new(client: &'c Client, dest: &'a Reference, scope: &'a str) -> Self {
+        Pusher {
+            session: client.session(),
+            target: Target { dest, scope },
+            dest,
+            base: format!("{}/v2/{}", client.base_url(&dest.registry), dest.repository),
+            report: PushReport::default(),
+        }
+    }
+
     /// Checks, mounts or uploads one blob.
     fn push_blob(&mut self, blob: &Blob, mount_from: Option<&str>) -> Result<(), RegistryError> {
         let what = format!(

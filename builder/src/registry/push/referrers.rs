@@ -13,7 +13,7 @@
 use std::io::Read as _;
 
 use super::super::client::{http_error, Body};
-use super::{check_digest_header, Blob, PushReport, Pusher, Target};
+use super::{check_digest_header, Blob, Pusher};
 use crate::oci::{MEDIA_TYPE_INDEX, MEDIA_TYPE_MANIFEST};
 use crate::registry::client::MAX_MANIFEST;
 use crate::registry::{io_err, Client, Reference, RegistryError};
@@ -77,21 +77,7 @@ pub fn push_referrer(
     bytes: &[u8],
 ) -> Result<ReferrerReport, RegistryError> {
     let scope = format!("repository:{}:pull,push", dest.repository);
-    let mut pusher = Pusher {
-        session: client.session(),
-        target: Target { dest, scope: &scope },
-        dest,
-        base: format!("{}/v2/{}", client.base_url(&dest.registry), dest.repository),
-        report: PushReport {
-            reference: String::new(),
-            manifest_digest: String::new(),
-            blobs_uploaded: 0,
-            blobs_skipped: 0,
-            blobs_mounted: 0,
-            bytes_uploaded: 0,
-            requests: 0,
-        },
-    };
+    let mut pusher = Pusher::new(client, dest, &scope);
     let dir = tempfile::tempdir().map_err(io_err("creating", &std::env::temp_dir()))?;
     for content in [&b"{}"[..], bytes] {
         let digest = crate::blob::sha256_bytes(content);
