@@ -3,32 +3,10 @@
 //! runc and (when dockerd runs) `docker load`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 mod common;
-use common::{git, have};
-
-const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
-
-fn ready() -> bool {
-    let root = rustix::process::geteuid().is_root();
-    if !root || !have("mmdebstrap") || !have("uv") {
-        eprintln!("skipped: needs root, mmdebstrap and uv (run .ci/install)");
-        return false;
-    }
-    true
-}
-
-/// A stand-in for a model's source repository: a git repo with one commit.
-fn stand_in_repo(dir: &Path) -> (String, String) {
-    std::fs::create_dir_all(dir.join("model")).unwrap();
-    std::fs::write(dir.join("model/__init__.py"), "NAME = 'stand-in'\n").unwrap();
-    std::fs::write(dir.join("train.py"), "print('training')\n").unwrap();
-    git(dir, &["init", "-q"]);
-    git(dir, &["add", "."]);
-    git(dir, &["commit", "-qm", "stand-in"]);
-    (format!("file://{}", dir.display()), git(dir, &["rev-parse", "HEAD"]))
-}
+use common::{build, debian_builds_ready as ready, have, ok, stand_in_repo, Built};
 
 fn recipe(dir: &Path, url: &str, commit: &str, tomli: &str, find: &str) -> PathBuf {
     let path = dir.join("small.toml");
@@ -71,32 +49,6 @@ modules = ["nvidia_uvm"]
     path
 }
 
-struct Built {
-    digest: String,
-    report: serde_json::Value,
-    out: Output,
-}
-
-fn build(recipe: &Path, cache: &Path, out: &Path, extra: &[&str]) -> Built {
-    let report = out.with_extension("report.json");
-    let output = Command::new(STACKBUILD)
-        .arg(recipe)
-        .arg("--cache-dir")
-        .arg(cache)
-        .arg("--out")
-        .arg(out)
-        .arg("--report")
-        .arg(&report)
-        .args(extra)
-        .env("SOURCE_DATE_EPOCH", "0")
-        .output()
-        .unwrap();
-    let digest = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    let report =
-        std::fs::read(&report).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
-    Built { digest, report, out: output }
-}
-
 fn built_layers(b: &Built) -> Vec<(String, bool)> {
     b.report["layers"]
         .as_array()
@@ -108,19 +60,9 @@ fn built_layers(b: &Built) -> Vec<(String, bool)> {
         .unwrap_or_default()
 }
 
-fn ok(b: &Built) -> &Built {
-    assert!(b.out.status.success(), "build failed: {}", String::from_utf8_lossy(&b.out.stderr));
-    assert!(
-        b.digest.starts_with("sha256:") && b.digest.len() == 71,
-        "stdout is the digest alone: {:?}",
-        b.digest
-    );
-    b
-}
-
 #[test]
 fn small_recipe_end_to_end() {
-    if !ready() {
+    if !ready(&[]) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

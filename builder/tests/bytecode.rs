@@ -4,23 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use sha2::Digest;
 
 mod common;
-use common::have;
-
-const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
-
-fn ready() -> bool {
-    let root = rustix::process::geteuid().is_root();
-    if !root || !have("mmdebstrap") || !have("uv") || !have("unshare") {
-        eprintln!("skipped: needs root, mmdebstrap, unshare and uv (run .ci/install)");
-        return false;
-    }
-    true
-}
+use common::{build_ok as build, debian_builds_ready, have, Built};
 
 fn recipe(dir: &Path, bytecode: &str) -> PathBuf {
     let path = dir.join("bytecode.toml");
@@ -53,32 +42,6 @@ count = 1
     )
     .unwrap();
     path
-}
-
-struct Built {
-    digest: String,
-    report: serde_json::Value,
-    out: Output,
-}
-
-fn build(recipe: &Path, cache: &Path, out: &Path, extra: &[&str]) -> Built {
-    let report = out.with_extension("report.json");
-    let output = Command::new(STACKBUILD)
-        .arg(recipe)
-        .arg("--cache-dir")
-        .arg(cache)
-        .arg("--out")
-        .arg(out)
-        .arg("--report")
-        .arg(&report)
-        .args(extra)
-        .env("SOURCE_DATE_EPOCH", "0")
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "build failed: {}", String::from_utf8_lossy(&output.stderr));
-    let digest = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    let report = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    Built { digest, report, out: output }
 }
 
 /// `(layer name, .pyc files)` of the report.
@@ -135,7 +98,7 @@ fn run_in(bundle: &Path, args: &[&str]) -> String {
 
 #[test]
 fn hash_based_bytecode_the_same_in_two_caches_and_never_rewritten() {
-    if !ready() {
+    if !debian_builds_ready(&["unshare"]) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

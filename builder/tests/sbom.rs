@@ -14,18 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{git, have};
+use common::{debian_builds_ready, stand_in_repo};
 
 const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
-
-fn ready() -> bool {
-    let root = rustix::process::geteuid().is_root();
-    if !root || !have("mmdebstrap") || !have("uv") || !have("git") {
-        eprintln!("skipped: needs root, mmdebstrap, uv and git (run .ci/install)");
-        return false;
-    }
-    true
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -90,13 +81,7 @@ fn validate(venv: &Path, spdx: &Path, cyclonedx: &Path) {
 }
 
 fn recipe(dir: &Path) -> (PathBuf, String) {
-    let repo = dir.join("repo");
-    std::fs::create_dir_all(repo.join("model")).unwrap();
-    std::fs::write(repo.join("model/__init__.py"), "NAME = 'stand-in'\n").unwrap();
-    git(&repo, &["init", "-q"]);
-    git(&repo, &["add", "."]);
-    git(&repo, &["commit", "-qm", "stand-in"]);
-    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    let (url, commit) = stand_in_repo(&dir.join("repo"));
     let path = dir.join("small.toml");
     std::fs::write(
         &path,
@@ -115,7 +100,7 @@ packages = ["six==1.16.0", "tomli==2.0.1"]
 
 [[source]]
 name = "model"
-git = "file://{}"
+git = "{url}"
 commit = "{commit}"
 dest = "/workspace/model"
 
@@ -126,8 +111,7 @@ file = "six.py"
 find = '__version__ = "1.16.0"'
 replace = '__version__ = "1.16.0+patched"'
 count = 1
-"#,
-            repo.display()
+"#
         ),
     )
     .unwrap();
@@ -180,7 +164,7 @@ fn get(url: &str, accept: &str) -> Vec<u8> {
 #[test]
 #[allow(clippy::too_many_lines)] // one build, then each of its outputs checked in turn
 fn sbom_in_the_image_beside_it_and_attached_as_referrers() {
-    if !ready() {
+    if !debian_builds_ready(&["git"]) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -8,6 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+
 const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 
 /// A project directory: a scratch recipe with one local source, built into `images/`.
@@ -305,24 +307,7 @@ fn a_relative_cache_dir_works_with_a_git_source() {
     let repo = p.path("repo");
     std::fs::create_dir_all(&repo).unwrap();
     std::fs::write(repo.join("model.py"), "print('model')\n").unwrap();
-    let git = |args: &[&str]| {
-        let out = Command::new("git")
-            .args([
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@example.invalid",
-                "-c",
-                "init.defaultBranch=main",
-            ])
-            .args(args)
-            .current_dir(&repo)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    };
+    let git = |args: &[&str]| common::git(&repo, args);
     git(&["init", "-q"]);
     git(&["add", "."]);
     git(&["commit", "-qm", "model"]);

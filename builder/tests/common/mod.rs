@@ -2,7 +2,10 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
+
+/// The builder under test.
+pub const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 
 /// Whether `program` is on PATH (a constant name, never input).
 pub fn have(program: &str) -> bool {
@@ -33,4 +36,73 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         .unwrap();
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Whether builds on a Debian base can run here: root, mmdebstrap, uv and the programs in
+/// `more`; prints what is missing (the test then reports itself skipped).
+pub fn debian_builds_ready(more: &[&str]) -> bool {
+    let root = rustix::process::geteuid().is_root();
+    let missing: Vec<&str> = ["mmdebstrap", "uv"].iter().chain(more).copied().filter(|p| !have(p)).collect();
+    if !root || !missing.is_empty() {
+        eprintln!("skipped: needs root and mmdebstrap, uv {} (run .ci/install)", more.join(" "));
+        return false;
+    }
+    true
+}
+
+/// A stand-in for a model's source repository: a git repo with one commit.
+pub fn stand_in_repo(dir: &Path) -> (String, String) {
+    std::fs::create_dir_all(dir.join("model")).unwrap();
+    std::fs::write(dir.join("model/__init__.py"), "NAME = 'stand-in'\n").unwrap();
+    std::fs::write(dir.join("train.py"), "print('training')\n").unwrap();
+    git(dir, &["init", "-q"]);
+    git(dir, &["add", "."]);
+    git(dir, &["commit", "-qm", "stand-in"]);
+    (format!("file://{}", dir.display()), git(dir, &["rev-parse", "HEAD"]))
+}
+
+/// One `stackbuild` run: the digest it printed, its report, its process output.
+pub struct Built {
+    pub digest: String,
+    pub report: serde_json::Value,
+    pub out: Output,
+}
+
+/// Builds `recipe` into the layout `out` with the cache `cache` (`SOURCE_DATE_EPOCH=0`).
+pub fn build(recipe: &Path, cache: &Path, out: &Path, extra: &[&str]) -> Built {
+    let report = out.with_extension("report.json");
+    let output = Command::new(STACKBUILD)
+        .arg(recipe)
+        .arg("--cache-dir")
+        .arg(cache)
+        .arg("--out")
+        .arg(out)
+        .arg("--report")
+        .arg(&report)
+        .args(extra)
+        .env("SOURCE_DATE_EPOCH", "0")
+        .output()
+        .unwrap();
+    let digest = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let report =
+        std::fs::read(&report).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    Built { digest, report, out: output }
+}
+
+/// Asserts that the build succeeded and printed only the digest.
+pub fn ok(b: &Built) -> &Built {
+    assert!(b.out.status.success(), "build failed: {}", String::from_utf8_lossy(&b.out.stderr));
+    assert!(
+        b.digest.starts_with("sha256:") && b.digest.len() == 71,
+        "stdout is the digest alone: {:?}",
+        b.digest
+    );
+    b
+}
+
+/// [`build`] that must succeed.
+pub fn build_ok(recipe: &Path, cache: &Path, out: &Path, extra: &[&str]) -> Built {
+    let b = build(recipe, cache, out, extra);
+    ok(&b);
+    b
 }
