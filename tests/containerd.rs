@@ -37,12 +37,6 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// The builder binary: `STACKBUILD_BIN`, else the workspace's release build.
-fn builder() -> PathBuf {
-    std::env::var_os("STACKBUILD_BIN")
-        .map_or_else(|| e2e::workspace().join("target/release/stackbuild"), PathBuf::from)
-}
-
 /// Whether the tests can run here; prints why not.
 fn runnable() -> bool {
     let missing: Vec<&str> = [
@@ -51,7 +45,7 @@ fn runnable() -> bool {
         (!have("ctr")).then_some("ctr"),
         (!have("runc")).then_some("runc"),
         (!Path::new("/bin/busybox").is_file()).then_some("busybox-static"),
-        (!builder().is_file()).then_some("target/release/stackbuild (or STACKBUILD_BIN)"),
+        (!e2e::stackbuild_bin().is_file()).then_some("target/release/stackbuild (or STACKBUILD_BIN)"),
     ]
     .into_iter()
     .flatten()
@@ -221,28 +215,7 @@ fn build_image(dir: &Path) -> PathBuf {
     for applet in ["sh", "echo", "cat", "true"] {
         std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
     }
-    let (name, tag) = IMAGE.split_once(':').unwrap();
-    std::fs::write(
-        dir.join("recipe.toml"),
-        format!(
-            "[image]\nname = \"{name}\"\ntag = \"{tag}\"\n\n[base]\nscratch = true\n\n[[source]]\n\
-             name = \"busybox\"\npath = \"rootfs/bin\"\ndest = \"/bin\"\n\n[host]\nmodules = [\"nvidia_uvm\"]\n"
-        ),
-    )
-    .unwrap();
-    let archive = dir.join("image.tar");
-    let out = Command::new(builder())
-        .args(["build", "--quiet", "--out"])
-        .arg(dir.join("layout"))
-        .arg("--archive")
-        .arg(&archive)
-        .arg("--cache-dir")
-        .arg(dir.join("cache"))
-        .arg(dir.join("recipe.toml"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "stackbuild: {}", text(&out.stderr));
-    archive
+    e2e::build_gpu_test_image(dir, IMAGE).unwrap_or_else(|e| panic!("stackbuild: {e}"))
 }
 
 /// What one test sets up: the wrapper installed, its configuration file, a containerd running
@@ -419,7 +392,7 @@ fn the_node_image_installs_the_runtime_under_containerd() {
         std::os::unix::fs::symlink("busybox", stage.join("bin").join(applet)).unwrap();
     }
     let archive = dir.path().join("node.tar");
-    let out = Command::new(builder())
+    let out = Command::new(e2e::stackbuild_bin())
         .arg("build")
         .arg(e2e::workspace().join("recipes/stackhook-node.toml"))
         .args(["--quiet", "--out"])

@@ -85,37 +85,18 @@ fn install(stackhook: &Path, verb: &str, engine: &str, prefix: &Path, config: Op
 /// `/etc/stackbuild/stack.json`. Returns its `docker load` archive, or `None` with the reason
 /// printed when the builder is not built or fails (the image is then made by `import`).
 fn stackbuild_archive(dir: &Path) -> Option<PathBuf> {
-    let builder = std::env::var_os("STACKBUILD_BIN")
-        .map_or_else(|| e2e::workspace().join("target/release/stackbuild"), PathBuf::from);
+    let builder = e2e::stackbuild_bin();
     if !builder.is_file() {
         eprintln!("note: {} is not built; the GPU image is made by `import`", builder.display());
         return None;
     }
-    let (name, tag) = GPU_IMAGE.split_once(':').unwrap();
-    std::fs::write(
-        dir.join("recipe.toml"),
-        format!(
-            "[image]\nname = \"{name}\"\ntag = \"{tag}\"\n\n[base]\nscratch = true\n\n[[source]]\n\
-             name = \"busybox\"\npath = \"rootfs/bin\"\ndest = \"/bin\"\n\n[host]\nmodules = [\"nvidia_uvm\"]\n"
-        ),
-    )
-    .unwrap();
-    let archive = dir.join("gpu-image.tar");
-    let out = Command::new(&builder)
-        .args(["build", "--quiet", "--out"])
-        .arg(dir.join("layout"))
-        .arg("--archive")
-        .arg(&archive)
-        .arg("--cache-dir")
-        .arg(dir.join("stackbuild-cache"))
-        .arg(dir.join("recipe.toml"))
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        eprintln!("note: stackbuild failed, the GPU image is made by `import`: {}", text(&out.stderr));
-        return None;
+    match e2e::build_gpu_test_image(dir, GPU_IMAGE) {
+        Ok(archive) => Some(archive),
+        Err(e) => {
+            eprintln!("note: stackbuild failed, the GPU image is made by `import`: {e}");
+            None
+        }
     }
-    Some(archive)
 }
 
 /// Puts the two test images into an engine (`engine()` is a `docker` or `podman` command):

@@ -633,3 +633,40 @@ pub fn kill_group(child: &mut std::process::Child) -> bool {
     }
     false
 }
+
+/// The builder the end-to-end tests run: `STACKBUILD_BIN`, else the workspace's release build.
+pub fn stackbuild_bin() -> PathBuf {
+    std::env::var_os("STACKBUILD_BIN")
+        .map_or_else(|| workspace().join("target/release/stackbuild"), PathBuf::from)
+}
+
+/// Builds with stackbuild the GPU test image `reference` (`NAME:TAG`): scratch, the static busybox
+/// tree at `dir/rootfs/bin` as `/bin`, `[host] modules = ["nvidia_uvm"]`. Returns its `docker load`
+/// archive under `dir`, or what went wrong.
+pub fn build_gpu_test_image(dir: &Path, reference: &str) -> Result<PathBuf, String> {
+    let (name, tag) = reference.split_once(':').ok_or("the reference has no tag")?;
+    std::fs::write(
+        dir.join("recipe.toml"),
+        format!(
+            "[image]\nname = \"{name}\"\ntag = \"{tag}\"\n\n[base]\nscratch = true\n\n[[source]]\n\
+             name = \"busybox\"\npath = \"rootfs/bin\"\ndest = \"/bin\"\n\n[host]\nmodules = [\"nvidia_uvm\"]\n"
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let archive = dir.join("gpu-image.tar");
+    let out = Command::new(stackbuild_bin())
+        .args(["build", "--quiet", "--out"])
+        .arg(dir.join("layout"))
+        .arg("--archive")
+        .arg(&archive)
+        .arg("--cache-dir")
+        .arg(dir.join("stackbuild-cache"))
+        .arg(dir.join("recipe.toml"))
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(archive)
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
