@@ -27,7 +27,6 @@
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{self, Read as _};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use goblin::container::Ctx;
@@ -36,6 +35,7 @@ use goblin::elf::Elf;
 use stackcontract::version::ComputeCapability;
 
 use crate::derive::GpuCode;
+use crate::input::ReadAt;
 
 /// The magic number of a fat binary container.
 pub const FATBIN_MAGIC: u32 = 0xBA55_ED50;
@@ -106,26 +106,6 @@ pub struct Entry {
     pub arch: ComputeCapability,
     /// Whether the payload is compressed.
     pub compressed: bool,
-}
-
-/// Something that reads bytes at an offset: a file, or bytes in memory (tests).
-trait ReadAt {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
-}
-
-impl ReadAt for File {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        FileExt::read_at(self, buf, offset)
-    }
-}
-
-impl ReadAt for [u8] {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(self.len());
-        let n = buf.len().min(self.len() - start);
-        buf[..n].copy_from_slice(&self[start..start + n]);
-        Ok(n)
-    }
 }
 
 /// `len` bytes at `offset`, which must lie inside `size`.
@@ -309,7 +289,7 @@ pub fn torch_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCode>, Fat
         let copied = io::copy(&mut (&mut member).take(MAX_MEMBER), out.as_file_mut())
             .map_err(|source| FatbinError::Io { path: PathBuf::from(&name), source })?;
         let mut magic = [0u8; 4];
-        if copied < 64 || FileExt::read_at(out.as_file(), &mut magic, 0).is_err() || magic != *b"\x7fELF" {
+        if copied < 64 || ReadAt::read_at(out.as_file(), &mut magic, 0).is_err() || magic != *b"\x7fELF" {
             continue;
         }
         let found = entries_of(out.as_file(), copied)

@@ -12,7 +12,7 @@
 
 use std::fs::File;
 use std::io::{self, Read as _};
-use std::os::unix::fs::FileTypeExt as _;
+use std::os::unix::fs::{FileExt, FileTypeExt as _};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{FileType, Mode, OFlags};
@@ -169,6 +169,27 @@ pub fn read_text(path: &Path, cap: u64, what: &'static str) -> Result<String, In
 
 /// Runs `f` on a thread and fails the test if it has not returned within `secs` seconds: a
 /// regression that blocks on a FIFO must fail, not hang the suite.
+/// Positional reads, from a buffer or a file.
+pub trait ReadAt {
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+}
+
+impl ReadAt for [u8] {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(self.len());
+        let n = buf.len().min(self.len() - start);
+        buf[..n].copy_from_slice(&self[start..start + n]);
+        Ok(n)
+    }
+}
+
+impl ReadAt for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        FileExt::read_at(self, buf, offset)
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = std::sync::mpsc::channel();

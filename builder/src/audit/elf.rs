@@ -8,9 +8,7 @@
 //! <https://refspecs.linuxfoundation.org/elf/gabi4+/ch5.dynamic.html>, and glibc's
 //! `elf/dl-load.c` (`open_verify`, `_dl_map_object_from_fd`).
 
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 
 use goblin::container::Ctx;
 use goblin::elf::dynamic::{Dynamic, DF_1_NODEFLIB, DT_FLAGS_1, DT_NEEDED, DT_RPATH, DT_RUNPATH, DT_SONAME};
@@ -18,6 +16,8 @@ use goblin::elf::dynamic::{DT_STRSZ, DT_STRTAB};
 use goblin::elf::header::{ELFCLASS64, ET_DYN, ET_EXEC};
 use goblin::elf::program_header::{ProgramHeader, PT_DYNAMIC, PT_INTERP, PT_LOAD};
 use goblin::elf::Elf;
+
+pub(super) use crate::input::ReadAt;
 
 /// The four bytes every ELF file starts with.
 pub(super) const MAGIC: [u8; 4] = *b"\x7fELF";
@@ -57,27 +57,6 @@ impl ElfInfo {
     /// relocatable objects or core dumps).
     pub fn is_loadable(&self) -> bool {
         self.e_type == ET_EXEC || self.e_type == ET_DYN
-    }
-}
-
-/// Positional reads, from a buffer or a file.
-pub(super) trait ReadAt {
-    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
-}
-
-impl ReadAt for [u8] {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(self.len());
-        let n = buf.len().min(self.len() - start);
-        buf[..n].copy_from_slice(&self[start..start + n]);
-        Ok(n)
-    }
-}
-
-impl ReadAt for File {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        FileExt::read_at(self, buf, offset)
     }
 }
 
