@@ -1308,12 +1308,34 @@ fn check_lock_graph(
     if marker.is_file() {
         return Ok(());
     }
-    let all: Vec<&Wheel> = wheels.iter().collect();
+    // Each wheel's `Requires-Dist` names are kept by its sha256, so a changed pin reads (and
+    // fetches) only its own wheel, not torch's 2 GB one again.
+    let record = |w: &Wheel| cache.root().join("facts").join(format!("requires-{}.json", w.sha256));
     let mut requires = BTreeMap::new();
-    for (name, artifact) in fetch(cache, &all)? {
-        let id = wheel::wheel_identity(&artifact.path)
-            .map_err(|source| BuildError::Wheel { wheel: artifact.filename.clone(), source })?;
-        requires.insert(wheel::normalize_name(&name), id.requires);
+    let mut unread: Vec<&Wheel> = Vec::new();
+    for w in wheels {
+        let known: Option<Vec<String>> =
+            std::fs::read(record(w)).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        match known {
+            Some(names) => {
+                requires.insert(wheel::normalize_name(w.pin.name.as_ref()), names);
+            }
+            None => unread.push(w),
+        }
+    }
+    if !unread.is_empty() {
+        let artifacts = fetch(cache, &unread)?;
+        let _ = std::fs::create_dir_all(cache.root().join("facts"));
+        for w in unread {
+            let Some(artifact) = artifacts.get(w.pin.name.as_ref()) else { continue };
+            let id = wheel::wheel_identity(&artifact.path)
+                .map_err(|source| BuildError::Wheel { wheel: artifact.filename.clone(), source })?;
+            if let Ok(json) = serde_json::to_vec(&id.requires) {
+                // A lost record is read again next time: nothing depends on it being written.
+                let _ = crate::cache::write_atomic(&record(w), &json);
+            }
+            requires.insert(wheel::normalize_name(w.pin.name.as_ref()), id.requires);
+        }
     }
     let extra: Vec<String> = lock
         .unrequested(platform, &roots, &requires)
