@@ -792,6 +792,7 @@ fn build_platform(
                 .str(&scheme.purelib)
                 .str(&scheme.interpreter)
                 .str(&bytecode.key())
+                .str(&format!("deferred/v1;min={}", wheel::DEFER_MIN))
                 .number(epoch)
                 .str(&compression.cache_id());
             for w in &members {
@@ -807,24 +808,29 @@ fn build_platform(
             }
             let artifacts = fetch(cache, &members)?;
             let stage = tempdir(cache)?;
+            let mut deferred = wheel::Deferred::default();
             for w in &members {
                 let artifact = artifacts.get(w.pin.name.as_ref()).ok_or_else(|| {
                     BuildError::Unsupported(format!("wheel {} was not fetched", w.filename))
                 })?;
                 // The lock's name and version, checked against the wheel's METADATA: stack.json
                 // records the lock's, so the wheel must be that package.
-                wheel::install_wheel_as(
+                let pin = (w.pin.name.as_ref(), w.pin.version.to_string());
+                wheel::install_wheel_deferring(
                     &artifact.path,
                     scheme,
                     stage.path(),
-                    w.pin.name.as_ref(),
-                    &w.pin.version.to_string(),
+                    (pin.0, &pin.1),
+                    &mut deferred,
                 )
                 .map_err(|source| BuildError::Wheel { wheel: w.filename.clone(), source })?;
             }
             let added = bytecode.compile(stage.path(), scheme, epoch, &key)?;
             let mut writer = LayerWriter::new(cache, epoch);
             writer.add_dir(stage.path(), "")?;
+            for (path, member, mode) in deferred.into_members() {
+                writer.add_zip_member(&path, member, mode)?;
+            }
             let blob = writer.finish(compression)?;
             cache.put_layer(&key, &blob)?;
             push(group.name(), created_by, blob, true);

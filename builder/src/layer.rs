@@ -32,6 +32,7 @@ use tar::{EntryType, Header};
 
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, CacheError, TempFile};
+use crate::zip_member::{MemberError, ZipMember};
 
 /// Default gzip level (gzip's own default).
 const GZIP_LEVEL: u32 = 6;
@@ -224,6 +225,9 @@ pub enum LayerError {
     /// The cache failed.
     #[error(transparent)]
     Cache(#[from] CacheError),
+    /// A wheel member carried into the layer is not what its wheel says.
+    #[error(transparent)]
+    Member(#[from] MemberError),
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> LayerError + 'a {
@@ -350,6 +354,8 @@ enum Data {
     Disk { path: PathBuf, dev: u64, ino: u64, size: u64 },
     /// A range of the spool file (content of a transcoded tar entry).
     Spool { offset: u64, len: u64 },
+    /// A deflated wheel member: carried as its own gzip member into a gzip layer.
+    Zip(Box<ZipMember>),
 }
 
 impl Data {
@@ -358,6 +364,7 @@ impl Data {
             Self::Bytes(b) => b.len() as u64,
             Self::Disk { size, .. } => *size,
             Self::Spool { len, .. } => *len,
+            Self::Zip(member) => member.size,
         }
     }
 }
@@ -515,6 +522,15 @@ impl LayerWriter {
     pub fn add_file(&mut self, path: &str, bytes: impl Into<Vec<u8>>, mode: u32) -> Result<(), LayerError> {
         let path = normalize(path.as_bytes(), true)?;
         self.insert(path, Node::new(Kind::File(Data::Bytes(bytes.into())), mode))
+    }
+
+    /// Adds a regular file whose content is a deflated wheel member (`path` may start with `/`).
+    /// A gzip layer carries the member's deflate stream as it is (see [`crate::zip_member`]);
+    /// other compressions get its inflated bytes. Either way it is checked against `RECORD` as it
+    /// is written.
+    pub fn add_zip_member(&mut self, path: &str, member: ZipMember, mode: u32) -> Result<(), LayerError> {
+        let path = normalize(path.as_bytes(), true)?;
+        self.insert(path, Node::new(Kind::File(Data::Zip(Box::new(member))), mode))
     }
 
     /// Adds a symlink `path -> target` (the target is stored as given).
@@ -863,6 +879,21 @@ impl LayerWriter {
                     header.set_entry_type(EntryType::Directory);
                     builder.append_data(&mut header, name, io::empty())
                 }
+                Kind::File(Data::Zip(member)) if compression == Compression::Gzip => {
+                    header.set_entry_type(EntryType::Regular);
+                    header.set_size(member.size);
+                    // The header alone (the tar crate writes no padding after no data), then
+                    // the member as its own gzip member, then the padding as usual.
+                    builder
+                        .append_data(&mut header, name, io::empty())
+                        .map_err(io_err("writing", &tmp_path))?;
+                    builder.get_mut().flush().map_err(io_err("writing", &tmp_path))?;
+                    write_gzip_member(builder.get_mut().get_mut(), member)?;
+                    bar.inc(member.size);
+                    let padding = (512 - member.size % 512) % 512;
+                    #[allow(clippy::cast_possible_truncation)]
+                    builder.get_mut().write_all(&[0; 512][..padding as usize])
+                }
                 Kind::File(data) => {
                     header.set_entry_type(EntryType::Regular);
                     header.set_size(data.len());
@@ -893,6 +924,12 @@ impl LayerWriter {
                 }
             };
             result.map_err(|source| {
+                if source.get_ref().is_some_and(|e| e.is::<MemberError>()) {
+                    if let Some(Ok(e)) = source.into_inner().map(|e| e.downcast::<MemberError>()) {
+                        return LayerError::Member(*e);
+                    }
+                    unreachable!("checked above");
+                }
                 match source.get_ref().and_then(|e| e.downcast_ref::<ChangedError>()) {
                     Some(ChangedError(path)) => LayerError::Changed { path: path.clone() },
                     None => {
@@ -923,6 +960,7 @@ impl LayerWriter {
                 };
                 Ok(Box::new(SpoolReader { file: &spool.tmp.file, pos: *offset, end: offset + len }))
             }
+            Data::Zip(member) => Ok(Box::new(member.reader()?)),
             Data::Disk { path, dev, ino, size } => {
                 let file = File::open(path).map_err(io_err("opening", path))?;
                 let meta = file.metadata().map_err(io_err("reading", path))?;
@@ -1025,6 +1063,39 @@ impl<W: Write> Write for Hashing<W> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()
+    }
+}
+
+/// Writes a wheel member into the layer: into a gzip layer as its own deflate stream (after the
+/// members compressed so far), hashing its inflated bytes as part of the tar.
+fn write_gzip_member<W: Write>(sink: &mut Hashing<Encoder<W>>, member: &ZipMember) -> Result<(), LayerError> {
+    let Hashing { inner, hasher, count } = sink;
+    let Encoder::Gzip(gzip) = inner else { unreachable!("called for gzip layers only") };
+    let mut plain = HashOnly { hasher, count };
+    let out = gzip.raw().map_err(|source| LayerError::Io {
+        op: "writing a layer from",
+        path: member.wheel.clone(),
+        source,
+    })?;
+    member.write_gzip(out, &mut plain)?;
+    Ok(())
+}
+
+/// A writer that only hashes and counts (the tar stream of bytes written elsewhere compressed).
+struct HashOnly<'a> {
+    hasher: &'a mut Sha256,
+    count: &'a mut u64,
+}
+
+impl Write for HashOnly<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.hasher.update(buf);
+        *self.count += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 

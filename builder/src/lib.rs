@@ -12,6 +12,7 @@
 //! - [`input`]: opening user-named files as regular files only, with a size cap.
 //! - [`wheel`]: PEP 427 wheel installation into a staging tree, without running Python.
 //! - [`wheel_name`]: PEP 427 wheel file names and their tags.
+//! - [`zip_member`]: wheel members carried into gzip layers as their own deflate streams.
 //! - [`source`]: git commits and local directories staged into a tree, with a content digest.
 //! - [`patch`]: strict find/replace and unified-diff patches applied to a staged tree.
 //! - [`base`]: the image's base: scratch, an OCI layout, or a Debian rootfs by mmdebstrap.
@@ -55,3 +56,4 @@ pub mod solve;
 pub mod source;
 pub mod wheel;
 pub mod wheel_name;
+pub mod zip_member;

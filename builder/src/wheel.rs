@@ -25,6 +25,11 @@
 //! (RUSTSEC-2018-0002 and RUSTSEC-2021-0080 for the `tar` crate, umoci CVE-2021-29136, containerd
 //! CVE-2021-32760).
 //!
+//! With [`install_wheel_deferring`], large deflated members other than Python sources are not
+//! written at all: they are recorded in a [`Deferred`] set, and the layer carries them straight
+//! from the wheel as their own gzip members ([`crate::zip_member`]), checked against `RECORD`
+//! as the layer is written. Python sources are always staged, for byte-code compilation.
+//!
 //! On error the stage is left partly written; callers stage into a scratch directory and discard
 //! it.
 
@@ -38,6 +43,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use stackcontract::version::PythonVersion;
 use zip::ZipArchive;
+
+use crate::zip_member::ZipMember;
 
 /// Largest metadata member (`WHEEL`, `METADATA`, `RECORD`, `entry_points.txt`) read into memory.
 const METADATA_CAP: u64 = 64 << 20;
@@ -58,6 +65,11 @@ pub const MAX_MEMBERS: usize = 1_000_000;
 const SHEBANG_CAP: u64 = 4096;
 /// What `INSTALLER` says (<https://packaging.python.org/en/latest/specifications/recording-installed-packages/#the-installer-file>).
 const INSTALLER: &str = "stackbuild";
+
+/// Smallest member left in the wheel by [`install_wheel_deferring`]: below it, a member's own
+/// gzip header and trailer and the end of the compression chunk before it cost more than
+/// compressing it again saves.
+pub const DEFER_MIN: u64 = 64 << 10;
 
 /// Unix file type bits of a zip member's external attributes.
 const S_IFMT: u32 = 0o170_000;
@@ -291,11 +303,36 @@ pub enum WheelError {
     },
 }
 
+/// The large members of the wheels installed into one stage that were left in their wheels:
+/// in-image path (no leading `/`) -> the member and its mode. A later wheel's file replaces an
+/// earlier wheel's, staged or deferred, as pip replaces it.
+#[derive(Debug, Default)]
+pub struct Deferred {
+    members: BTreeMap<String, (ZipMember, u32)>,
+}
+
+impl Deferred {
+    /// The members, by in-image path.
+    pub fn into_members(self) -> impl Iterator<Item = (String, ZipMember, u32)> {
+        self.members.into_iter().map(|(path, (member, mode))| (path, member, mode))
+    }
+
+    /// How many members are deferred.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+}
+
 /// Installs `wheel` into `stage` (the root of the future layer) at the places `scheme` names.
 ///
 /// See the module documentation for what is checked and written.
 pub fn install_wheel(wheel: &Path, scheme: &Scheme, stage: &Path) -> Result<InstalledWheel, WheelError> {
-    Installer::open(wheel, scheme, stage)?.run(None)
+    Installer::open(wheel, scheme, stage)?.run(None, None)
 }
 
 /// [`install_wheel`] of a wheel that must be project `name` at `version` (what the lock pins):
@@ -309,7 +346,21 @@ pub fn install_wheel_as(
     name: &str,
     version: &str,
 ) -> Result<InstalledWheel, WheelError> {
-    Installer::open(wheel, scheme, stage)?.run(Some((name, version)))
+    Installer::open(wheel, scheme, stage)?.run(Some((name, version)), None)
+}
+
+/// [`install_wheel_as`], leaving every deflated member of at least [`DEFER_MIN`] bytes that is
+/// not a Python source or a script in the wheel, recorded in `deferred` for the layer writer.
+/// Nothing of such a member is read here: it is checked against `RECORD` when the layer is
+/// written, and the layer fails then if it does not match.
+pub fn install_wheel_deferring(
+    wheel: &Path,
+    scheme: &Scheme,
+    stage: &Path,
+    (name, version): (&str, &str),
+    deferred: &mut Deferred,
+) -> Result<InstalledWheel, WheelError> {
+    Installer::open(wheel, scheme, stage)?.run(Some((name, version)), Some(deferred))
 }
 
 /// What a wheel's `METADATA` says it is and needs.
@@ -492,6 +543,8 @@ struct Installer<'a> {
     dirs: Dirs,
     stage: &'a Path,
     archive: ZipArchive<File>,
+    /// Device and inode of the wheel, for the members left in it.
+    identity: (u64, u64),
 }
 
 /// Metadata gathered before any file is written.
@@ -522,7 +575,14 @@ impl<'a> Installer<'a> {
             source,
         })?;
         check_unique_members(wheel, &probe, &archive)?;
-        Ok(Self { wheel, dirs, stage, archive })
+        let meta = probe.metadata().map_err(|source| WheelError::Io {
+            wheel: wheel.to_owned(),
+            path: wheel.to_owned(),
+            source,
+        })?;
+        let identity =
+            (std::os::unix::fs::MetadataExt::dev(&meta), std::os::unix::fs::MetadataExt::ino(&meta));
+        Ok(Self { wheel, dirs, stage, archive, identity })
     }
 
     fn layout(&self, problem: String) -> WheelError {
@@ -682,7 +742,11 @@ impl<'a> Installer<'a> {
         Ok(Plan { dist_info, data_dir, name, version, purelib_root, record, files })
     }
 
-    fn run(mut self, expected: Option<(&str, &str)>) -> Result<InstalledWheel, WheelError> {
+    fn run(
+        mut self,
+        expected: Option<(&str, &str)>,
+        deferred: Option<&mut Deferred>,
+    ) -> Result<InstalledWheel, WheelError> {
         let plan = self.plan()?;
         if let Some((name, version)) = expected {
             self.check_identity(&plan, name, version)?;
@@ -695,7 +759,8 @@ impl<'a> Installer<'a> {
             path: self.stage.to_owned(),
             source,
         })?;
-        let mut out = Output { stage: self.stage, written: HashSet::new(), rows: Vec::new(), bytes: 0 };
+        let mut out =
+            Output { stage: self.stage, written: HashSet::new(), rows: Vec::new(), bytes: 0, deferred };
 
         let skip: HashSet<String> = ["RECORD", "RECORD.jws", "RECORD.p7s", "INSTALLER"]
             .iter()
@@ -733,6 +798,15 @@ impl<'a> Installer<'a> {
                 return Err(WheelError::NotInRecord { wheel: self.wheel.to_owned(), entry: name.clone() });
             };
             seen.insert(name.as_str());
+            if out.deferred.is_some() && !is_script && !name.ends_with(".py") {
+                if let Some((member, mode)) = self.deferrable(*index, name, &expected, size)? {
+                    let digest = member.sha256.trim_end_matches('=').to_owned();
+                    let size = member.size;
+                    out.defer(&dest, member, mode).map_err(|e| e.into_wheel_error(self.wheel, name))?;
+                    out.record(&dest, digest, size, &site_root);
+                    continue;
+                }
+            }
             self.extract(*index, name, &dest, is_script, &expected, size, &site_root, &mut out)?;
         }
         for (path, row) in &plan.record {
@@ -803,6 +877,47 @@ impl<'a> Installer<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Member `index` as a [`ZipMember`] and its mode, if it is deflated and large enough to be
+    /// left in the wheel.
+    fn deferrable(
+        &mut self,
+        index: usize,
+        name: &str,
+        expected: &str,
+        size: Option<u64>,
+    ) -> Result<Option<(ZipMember, u32)>, WheelError> {
+        let wheel = self.wheel.to_owned();
+        let (dev, ino) = self.identity;
+        let entry = self.archive.by_index_raw(index).map_err(|source| WheelError::Zip {
+            wheel: wheel.clone(),
+            what: format!("opening entry {name:?}"),
+            source,
+        })?;
+        if entry.size() < DEFER_MIN || entry.compression() != zip::CompressionMethod::Deflated {
+            return Ok(None);
+        }
+        if let Some(recorded) = size.filter(|s| *s != entry.size()) {
+            return Err(WheelError::SizeMismatch {
+                wheel,
+                entry: name.to_owned(),
+                expected: recorded,
+                actual: entry.size(),
+            });
+        }
+        let mode = if entry.unix_mode().is_some_and(|m| m & 0o111 != 0) { 0o755 } else { 0o644 };
+        let member = ZipMember {
+            wheel,
+            entry: name.to_owned(),
+            dev,
+            ino,
+            data_start: entry.data_start(),
+            compressed: entry.compressed_size(),
+            size: entry.size(),
+            sha256: expected.to_owned(),
+        };
+        Ok(Some((member, mode)))
     }
 
     /// Streams member `index` to `dest`, verifying it against `RECORD` on the way.
@@ -1012,6 +1127,8 @@ struct Output<'a> {
     written: HashSet<String>,
     rows: Vec<Written>,
     bytes: u64,
+    /// Where large members are left in their wheels, when they may be.
+    deferred: Option<&'a mut Deferred>,
 }
 
 impl Output<'_> {
@@ -1021,6 +1138,28 @@ impl Output<'_> {
     /// `create_new`, which fails rather than follow a symlink. A regular file left by another
     /// wheel in the same stage is replaced, as pip does; one written by this wheel is a conflict.
     fn create(&mut self, dest: &[String]) -> Result<(File, PathBuf), PlaceError> {
+        let path = self.place(dest)?;
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| PlaceError::Io(path.clone(), e))?;
+        Ok((file, path))
+    }
+
+    /// Leaves `member` in its wheel as the file at `dest`, with the checks of [`Output::create`].
+    fn defer(&mut self, dest: &[String], member: ZipMember, mode: u32) -> Result<(), PlaceError> {
+        self.place(dest)?;
+        if let Some(deferred) = self.deferred.as_deref_mut() {
+            deferred.members.insert(dest.join("/"), (member, mode));
+        }
+        Ok(())
+    }
+
+    /// Checks that `dest` may be written by this wheel, creating its parents and removing a file
+    /// of another wheel (staged or deferred) that is there; returns the path in the stage.
+    fn place(&mut self, dest: &[String]) -> Result<PathBuf, PlaceError> {
         let rel = dest.join("/");
         let conflict = |problem: &str| PlaceError::Conflict(rel.clone(), problem.to_owned());
         let Some((file_name, parents)) = dest.split_last() else {
@@ -1059,14 +1198,11 @@ impl Output<'_> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(PlaceError::Io(path.clone(), e)),
         }
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| PlaceError::Io(path.clone(), e))?;
+        if self.deferred.as_deref_mut().and_then(|d| d.members.remove(&rel)).is_some() {
+            tracing::warn!(path = %rel, "replacing a file installed by another wheel");
+        }
         self.written.insert(rel);
-        Ok((file, path))
+        Ok(path)
     }
 
     /// Writes a whole file created here (not from the archive).
@@ -1896,3 +2032,6 @@ mod tests {
         assert_eq!(relative_to(&site_root, &inside), "a/b.py");
     }
 }
+
+#[cfg(test)]
+mod deferred_tests;

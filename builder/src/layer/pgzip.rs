@@ -101,6 +101,20 @@ impl<W: Write> ParallelGzip<W> {
         Ok(())
     }
 
+    /// Ends the current member and writes every pending one, then gives the output, for a member
+    /// compressed elsewhere to go straight into it. Chunking starts afresh after it, so the
+    /// output still depends only on the input and where such members are.
+    pub fn raw(&mut self) -> io::Result<&mut W> {
+        if !self.buf.is_empty() {
+            self.submit()?;
+        }
+        while self.next_write < self.next_seq {
+            self.receive_one()?;
+        }
+        self.wrote_any = true;
+        Ok(&mut self.out)
+    }
+
     /// Compresses what is left, writes every member and returns the writer.
     pub fn finish(mut self) -> io::Result<W> {
         if !self.buf.is_empty() || !self.wrote_any {
