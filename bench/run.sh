@@ -7,6 +7,9 @@
 #             one-pin-changed builds of the recipe against a Dockerfile that pip-installs the same
 #             locked wheels (hashes required) on the same base (our base layer, `docker import`ed)
 #             with `docker build` (classic builder); image sizes against `docker save | gzip -1`.
+#   wheels    bench/wheels.toml (cuDNN, cuBLAS, NVRTC wheels) from the index to gzip layers on a
+#             cached base, against `uv pip install --target` + `tar | pigz -p<cores>` + sha256sum
+#             (the diff_id) from a fresh uv cache.
 #   compress  our layer writer (parallel multi-member gzip; zstd) against `tar | pigz -p<cores>`
 #             and `tar | zstd -T<cores>` on the unpacked image.
 #   start     time from `runc run` to the end of the recipe's imports in a fresh container
@@ -26,7 +29,7 @@ set -euo pipefail
 usage() {
   cat <<'EOF'
 usage: bench/run.sh [--recipe PATH] [--source NAME=DIR]... [--change OLD=NEW] [--quick]
-                    [--sections build,compress,start,hook] [--imports LIST] [--with-load]
+                    [--sections build,wheels,compress,start,hook] [--imports LIST] [--with-load]
                     [--out FILE] [--keep]
 
   --recipe PATH     recipe to build (default recipes/dreamzero.toml, with
@@ -37,7 +40,7 @@ usage: bench/run.sh [--recipe PATH] [--source NAME=DIR]... [--change OLD=NEW] [-
   --quick           fewer timing runs (hook 50 and runc 10 instead of 300 and 50), for a smoke test
   --imports LIST    modules the start section imports, comma-separated (default: the recipe's
                     [python] packages, `-` read as `_`; DreamZero: torch,transformers,datasets,accelerate)
-  --sections LIST   which sections to run (default build,compress,start,hook); compress without build
+  --sections LIST   which sections to run (default build,wheels,compress,start,hook); compress without build
                     builds the image first, untimed, in $STACKBUILD_CACHE if set, else a fresh cache
   --with-load       also time a cold build with `--load --compression none` (a cache holding
                     only the base) against the cold `docker build`
@@ -54,7 +57,7 @@ recipe=$repo/recipes/dreamzero.toml
 sources=()
 change="safetensors==0.4.1=safetensors==0.4.2"
 quick=0
-sections="build,compress,start,hook"
+sections="build,wheels,compress,start,hook"
 imports=""
 with_load=0
 out_file=""
@@ -140,6 +143,8 @@ tag=stackbuild-bench-$$
 # Recipe variants sit next to the recipe, so that its relative paths (sources, diffs) resolve.
 recipe_copy=$(dirname "$recipe")/.$tag-$(basename "$recipe")
 base_recipe=$(dirname "$recipe")/.$tag-base-$(basename "$recipe")
+wheels_recipe=$repo/bench/wheels.toml
+wheels_base_recipe=$repo/bench/.$tag-base-wheels.toml
 loaded_ref=""
 # Removes every image this run made: those built on our imported base (intermediate images of
 # an interrupted build too), leaves first since an image with children cannot go, then the tags.
@@ -171,7 +176,7 @@ docker_cleanup() {
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  rm -f "$recipe_copy" "$recipe_copy.lock" "$base_recipe" "$base_recipe.lock"
+  rm -f "$recipe_copy" "$recipe_copy.lock" "$base_recipe" "$base_recipe.lock" "$wheels_base_recipe"
   if [[ -n $DOCKER ]] && "$DOCKER" version >/dev/null 2>&1; then
     docker_cleanup
   fi
@@ -339,6 +344,42 @@ section_build() {
     fi
   fi
   rm -rf "$work/ours-base" "$work/ours-changed" "$work/ctx-cold" "$work/ctx-changed"
+}
+
+# --- wheels ----------------------------------------------------------------------------------
+# The usual way's layer: the installed tree through tar, pigz and a sha256 of the tar (the
+# diff_id), in one pass as a layer writer makes it.
+pack_wheels_tree() {
+  tar -cf - -C "$work/wheels-tree" . | tee >(sha256sum >"$work/wheels-diff-id") |
+    pigz -p "$(nproc)" -6 >"$work/wheels-tree.tar.gz"
+  sha256sum "$work/wheels-tree.tar.gz" >/dev/null
+}
+section_wheels() {
+  local cache=$work/wheels-cache t_ours t_uv t_pack rss ours_bytes pigz_bytes installed
+  python3 "$helper" base-only --recipe "$wheels_recipe" --out "$wheels_base_recipe"
+  # Both sides start from a base they have: ours in its cache (untimed), theirs on the host.
+  timed - "wheels-base-only" "$stackbuild" "$wheels_base_recipe" --cache-dir "$cache" --out "$work/wheels-base"
+  timed t_ours "wheels-ours" /usr/bin/time -f 'rss_kib=%M' -o "$work/wheels-ours.time" \
+    "$stackbuild" "$wheels_recipe" --locked --cache-dir "$cache" --out "$work/wheels-ours" \
+    --report "$work/wheels.json"
+  rss=$(sed -n 's/^rss_kib=//p' "$work/wheels-ours.time")
+  ours_bytes=$(json 'sum(l["size"] for l in v["layers"] if l["name"] != "base")' <"$work/wheels.json")
+  python3 -c '
+import sys, tomllib
+for p in tomllib.load(open(sys.argv[1], "rb"))["package"]:
+    print(f"{p[\"name\"]}=={p[\"version\"]} --hash=sha256:{p[\"sha256\"]}")
+' "$wheels_recipe.lock" >"$work/wheels-requirements.txt"
+  timed t_uv "wheels-uv-install" uv pip install --no-deps --require-hashes --target "$work/wheels-tree" \
+    --python-version 3.11 --python-platform x86_64-manylinux_2_28 -r "$work/wheels-requirements.txt"
+  timed t_pack "wheels-tar-pigz" pack_wheels_tree
+  pigz_bytes=$(file_size "$work/wheels-tree.tar.gz")
+  installed=$(du -sb "$work/wheels-tree" | cut -f1)
+  row wheels "wheels to gzip layers ($(bytes "$installed") installed)" "$(secs "$t_ours")" \
+    "$(secs "$(add "$t_uv" "$t_pack")")" "$(ratio "$t_ours" "$(add "$t_uv" "$t_pack")")" \
+    "uv install $(secs "$t_uv") + tar|pigz -p$(nproc)|sha256 $(secs "$t_pack"); ours: download, install, audit, peak RSS $(bytes $((rss * 1024))); target <= 0.3x"
+  row wheels "wheel layers, size" "$(bytes "$ours_bytes")" "$(bytes "$pigz_bytes")" "$(ratio "$ours_bytes" "$pigz_bytes")" \
+    "ours carries the wheels' deflate streams; theirs is pigz -6"
+  rm -rf "$cache" "$work/wheels-tree" "$work/wheels-tree.tar.gz" "$work/wheels-ours" "$work/wheels-base"
 }
 
 # --- compress --------------------------------------------------------------------------------
@@ -563,7 +604,7 @@ section_hook() {
 # --- run and report --------------------------------------------------------------------------
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-for s in build compress start hook; do
+for s in build wheels compress start hook; do
   has_section "$s" || continue
   t0=$(now_ns)
   "section_$s"

@@ -59,6 +59,9 @@
 
 mod elf;
 mod fs;
+mod tap;
+
+pub use tap::LayerTap;
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
@@ -1456,10 +1459,7 @@ const LAYER_CACHE_FORMAT: u32 = 1;
 /// A layer's changes from `cache` (by digest), else read from its blob and stored there. The
 /// cache is only an accelerator: an entry that does not parse is read again and replaced.
 fn layer_ops(layer: &crate::blob::LayerBlob, spool_above: u64, cache: Option<&Path>) -> LayerResult {
-    let entry = cache.and_then(|dir| {
-        let hex = layer.digest.strip_prefix("sha256:")?;
-        Some(dir.join(format!("v{LAYER_CACHE_FORMAT}-{hex}.json")))
-    });
+    let entry = cache.and_then(|dir| layer_cache_entry(dir, &layer.digest));
     if let Some(ops) = entry
         .as_ref()
         .and_then(|path| std::fs::read(path).ok())
@@ -1470,16 +1470,27 @@ fn layer_ops(layer: &crate::blob::LayerBlob, spool_above: u64, cache: Option<&Pa
     let ops = fs::read_layer(&layer.path, &layer.media_type, spool_above).map_err(|source| {
         AuditError::Io { op: format!("reading layer {} at", layer.digest), path: layer.path.clone(), source }
     })?;
-    if let (Some(path), Ok(json)) = (&entry, serde_json::to_vec(&ops)) {
-        let stored = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| crate::cache::write_atomic(path, &json));
-        if let Err(e) = stored {
-            tracing::debug!("not caching the audit of layer {}: {e}", layer.digest);
-        }
+    if let Some(path) = &entry {
+        store_layer_ops(path, &layer.digest, &ops);
     }
     Ok(ops)
+}
+
+/// Where the changes of the layer `digest` are kept in the layer cache `dir`.
+fn layer_cache_entry(dir: &Path, digest: &str) -> Option<PathBuf> {
+    let hex = digest.strip_prefix("sha256:")?;
+    Some(dir.join(format!("v{LAYER_CACHE_FORMAT}-{hex}.json")))
+}
+
+/// Keeps a layer's changes at `path`; failing only costs reading the layer again later.
+fn store_layer_ops(path: &Path, digest: &str, ops: &[fs::Op]) {
+    let stored = serde_json::to_vec(ops).map_err(io::Error::other).and_then(|json| {
+        path.parent().map_or(Ok(()), std::fs::create_dir_all)?;
+        crate::cache::write_atomic(path, &json)
+    });
+    if let Err(e) = stored {
+        tracing::debug!("not caching the audit of layer {digest}: {e}");
+    }
 }
 
 /// The changes of one layer, as a worker thread read them.

@@ -270,8 +270,6 @@ enum Group {
 }
 
 impl Group {
-    const ALL: [Group; 4] = [Group::Cuda, Group::Cudnn, Group::Torch, Group::Python];
-
     fn of(name: &str) -> Self {
         if name.starts_with("nvidia-cudnn") {
             Group::Cudnn
@@ -303,12 +301,57 @@ impl Group {
     }
 }
 
+/// Smallest wheel that gets a layer of its own (outside the CUDA, cuDNN and torch groups): a
+/// changed pin then rebuilds that package's layer alone, and the many small packages share one.
+const OWN_LAYER_MIN: u64 = 1 << 20;
+/// Most packages with a layer of their own (the largest first), so that a stack of many large
+/// wheels stays far below the 127 layers overlay-based runtimes stack.
+const MAX_OWN_LAYERS: usize = 40;
+
+/// One Python layer: its name in reports (`cuda`, `python-numpy`, `python`), the `created_by`
+/// prefix of its history entry, and its wheels in lock order.
+struct PythonLayer<'w> {
+    name: String,
+    describe: String,
+    members: Vec<&'w Wheel>,
+}
+
+/// The Python layers of `wheels`, in layer order: the CUDA, cuDNN and torch groups, then one
+/// layer per large package (by name), then the other packages together. The plan depends on the
+/// lock alone (names and sizes), so it is the same on every machine.
+fn python_layers(wheels: &[Wheel]) -> Vec<PythonLayer<'_>> {
+    let mut own: Vec<&Wheel> = wheels
+        .iter()
+        .filter(|w| Group::of(w.pin.name.as_ref()) == Group::Python && w.size >= OWN_LAYER_MIN)
+        .collect();
+    own.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| a.pin.name.as_ref().cmp(b.pin.name.as_ref())));
+    own.truncate(MAX_OWN_LAYERS);
+    own.sort_by(|a, b| a.pin.name.as_ref().cmp(b.pin.name.as_ref()));
+    let is_own = |w: &Wheel| own.iter().any(|o| std::ptr::eq(*o, w));
+    let group = |g: Group| PythonLayer {
+        name: g.name().to_owned(),
+        describe: g.describe().to_owned(),
+        members: wheels.iter().filter(|w| Group::of(w.pin.name.as_ref()) == g && !is_own(w)).collect(),
+    };
+    let mut layers = vec![group(Group::Cuda), group(Group::Cudnn), group(Group::Torch)];
+    layers.extend(own.iter().map(|w| PythonLayer {
+        name: format!("python-{}", w.pin.name.as_ref()),
+        describe: format!("Python package {}", w.pin.name.as_ref()),
+        members: vec![*w],
+    }));
+    layers.push(group(Group::Python));
+    layers.retain(|l| !l.members.is_empty());
+    layers
+}
+
 /// A locked wheel: what the lock says, and where the file is once fetched.
 #[derive(Debug, Clone)]
 struct Wheel {
     pin: Pinned,
     filename: String,
     sha256: String,
+    /// Bytes of the wheel file, as the lock records.
+    size: u64,
 }
 
 /// Resolves (or reads the lock) and returns the locked wheels for `platform`, updating the
@@ -752,7 +795,12 @@ fn build_platform(
     }
     let wheels: Vec<Wheel> = lock
         .packages_for(platform)
-        .map(|p| Wheel { pin: p.pinned(), filename: p.filename.clone(), sha256: p.sha256.clone() })
+        .map(|p| Wheel {
+            pin: p.pinned(),
+            filename: p.filename.clone(),
+            sha256: p.sha256.clone(),
+            size: p.size,
+        })
         .collect();
     let scheme = python.map(|py| Scheme::debian_local(&py.version));
     let target = python.map(|py| Target::new(py.version.clone(), platform));
@@ -781,14 +829,9 @@ fn build_platform(
         }
     };
     if let Some(scheme) = &scheme {
-        for group in Group::ALL {
-            let members: Vec<&Wheel> =
-                wheels.iter().filter(|w| Group::of(w.pin.name.as_ref()) == group).collect();
-            if members.is_empty() {
-                continue;
-            }
+        for PythonLayer { name, describe, members } in python_layers(&wheels) {
             let mut key = LayerKey::builder("python-layer/v1")
-                .str(group.name())
+                .str(&name)
                 .str(&scheme.purelib)
                 .str(&scheme.interpreter)
                 .str(&bytecode.key())
@@ -800,9 +843,9 @@ fn build_platform(
             }
             let key = key.finish();
             let names = members.iter().map(|w| w.pin.to_string()).collect::<Vec<_>>().join(" ");
-            let created_by = format!("stackbuild: {}: {names}", group.describe());
+            let created_by = format!("stackbuild: {describe}: {names}");
             if let Some(blob) = reuse(cache, &key, out, opts) {
-                push(group.name(), created_by, blob, false);
+                push(&name, created_by, blob, false);
                 note_bytecode(&key, None);
                 continue;
             }
@@ -831,9 +874,9 @@ fn build_platform(
             for (path, member, mode) in deferred.into_members() {
                 writer.add_zip_member(&path, member, mode)?;
             }
-            let blob = writer.finish(compression)?;
+            let blob = finish_layer(writer, compression, cache, opts)?;
             cache.put_layer(&key, &blob)?;
-            push(group.name(), created_by, blob, true);
+            push(&name, created_by, blob, true);
             note_bytecode(&key, added);
         }
     }
@@ -915,7 +958,7 @@ fn build_platform(
             }
             let mut writer = LayerWriter::new(cache, epoch);
             writer.add_dir(stage.path(), "")?;
-            let blob = writer.finish(compression)?;
+            let blob = finish_layer(writer, compression, cache, opts)?;
             cache.put_layer(&key, &blob)?;
             push("sources", "stackbuild: sources".into(), blob, true);
         }
@@ -1031,7 +1074,7 @@ fn build_platform(
             added = bytecode.compile(stage.path(), scheme, epoch, &key)?;
             writer.add_dir(stage.path(), "")?;
         }
-        let blob = writer.finish(compression)?;
+        let blob = finish_layer(writer, compression, cache, opts)?;
         cache.put_layer(&key, &blob)?;
         push("config", "stackbuild: patches and configuration".into(), blob, true);
         note_bytecode(&key, added);
@@ -1142,7 +1185,11 @@ fn platform_sbom(
         .iter()
         .map(|c| match c.kind.as_str() {
             "base" | "deb" => find("base"),
-            "wheel" => find(Group::of(&c.name).name()),
+            // A package with a layer of its own ([`python_layers`]), else its group's.
+            "wheel" => list
+                .iter()
+                .position(|l| l.name.strip_prefix("python-") == Some(c.name.as_str()))
+                .unwrap_or_else(|| find(Group::of(&c.name).name())),
             "source" => find("sources"),
             "patch" if c.source.starts_with("source ") => find("sources"),
             _ => config,
@@ -1194,6 +1241,23 @@ fn pull_base(
 
 /// The audit of an image, reused from the cache when the same manifest was audited before (a
 /// no-change rebuild must not re-read gigabytes of layers).
+/// Finishes a layer the build wrote, the audit reading it as it is written
+/// ([`crate::audit::LayerTap`]) instead of inflating its blob again, unless the audit is off.
+fn finish_layer(
+    writer: LayerWriter,
+    compression: Compression,
+    cache: &Cache,
+    opts: &BuildOptions,
+) -> Result<LayerBlob, BuildError> {
+    if !opts.audit {
+        return Ok(writer.finish(compression)?);
+    }
+    let mut tap = crate::audit::LayerTap::spawn();
+    let blob = writer.with_tap(tap.writer()).finish(compression)?;
+    tap.store(&crate::audit::LayerTap::cache_dir(cache.root()), &blob.digest);
+    Ok(blob)
+}
+
 fn audit_cached(cache: &Cache, image: &Image) -> Result<crate::audit::AuditReport, BuildError> {
     let digest = image.manifest_digest()?;
     let name = format!("v{}-{}.json", crate::audit::POLICY_VERSION, digest.trim_start_matches("sha256:"));
@@ -1201,7 +1265,7 @@ fn audit_cached(cache: &Cache, image: &Image) -> Result<crate::audit::AuditRepor
     if let Some(report) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
         return Ok(report);
     }
-    let layers = cache.root().join("audits").join("layers");
+    let layers = crate::audit::LayerTap::cache_dir(cache.root());
     let report = crate::audit::audit_image_cached(image, &layers)?;
     if let Ok(json) = serde_json::to_vec(&report) {
         if let Some(dir) = path.parent() {
@@ -1369,5 +1433,63 @@ fn debian_arch(platform: Platform) -> &'static str {
     match platform {
         Platform::LinuxAmd64 => "amd64",
         Platform::LinuxArm64 => "arm64",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr as _;
+
+    use super::*;
+
+    fn wheel(name: &str, size: u64) -> Wheel {
+        Wheel {
+            pin: Pinned {
+                name: pep508_rs::PackageName::from_str(name).unwrap(),
+                version: "1.0".parse().unwrap(),
+                hashes: Vec::new(),
+            },
+            filename: format!("{name}-1.0-py3-none-any.whl"),
+            sha256: "00".repeat(32),
+            size,
+        }
+    }
+
+    #[test]
+    fn large_packages_get_layers_of_their_own_in_a_stable_order() {
+        let wheels = [
+            wheel("six", 11_053),
+            wheel("scipy", 36 << 20),
+            wheel("nvidia-cublas-cu12", 400 << 20),
+            wheel("numpy", 18 << 20),
+            wheel("torch", 600 << 20),
+            wheel("idna", 61_567),
+            wheel("nvidia-cudnn-cu12", 700 << 20),
+        ];
+        let plan: Vec<(String, Vec<&str>)> = python_layers(&wheels)
+            .into_iter()
+            .map(|l| (l.name, l.members.iter().map(|w| w.pin.name.as_ref()).collect()))
+            .collect();
+        let expected: Vec<(String, Vec<&str>)> = vec![
+            ("cuda".into(), vec!["nvidia-cublas-cu12"]),
+            ("cudnn".into(), vec!["nvidia-cudnn-cu12"]),
+            ("torch".into(), vec!["torch"]),
+            ("python-numpy".into(), vec!["numpy"]),
+            ("python-scipy".into(), vec!["scipy"]),
+            ("python".into(), vec!["six", "idna"]),
+        ];
+        assert_eq!(plan, expected);
+    }
+
+    #[test]
+    fn own_layers_are_capped_to_the_largest_packages() {
+        let wheels: Vec<Wheel> =
+            (0..MAX_OWN_LAYERS as u64 + 5).map(|i| wheel(&format!("pkg{i:03}"), OWN_LAYER_MIN + i)).collect();
+        let layers = python_layers(&wheels);
+        assert_eq!(layers.len(), MAX_OWN_LAYERS + 1);
+        let rest = layers.last().unwrap();
+        assert_eq!(rest.name, "python");
+        let names: Vec<&str> = rest.members.iter().map(|w| w.pin.name.as_ref()).collect();
+        assert_eq!(names, ["pkg000", "pkg001", "pkg002", "pkg003", "pkg004"], "the smallest share a layer");
     }
 }

@@ -24,9 +24,14 @@
 //! root alike), with the rootfs mounted read-only, the stage bind-mounted at [`STAGE_MOUNT`], an
 //! empty environment except `PYTHONHASHSEED=0` (set and frozenset constants are marshalled in
 //! iteration order) and `SOURCE_DATE_EPOCH`, and `--kill-child` so nothing it starts outlives it.
-//! The driver walks the tree in sorted order in one process (the marshalled bytes can depend on
-//! what was compiled before in the same process), compiles at optimization level 0 only (as pip
-//! does) and records the name of the source in the image (`dfile`), not the stage path.
+//! Each top-level entry of the site directory (a package, a module) is compiled by its own
+//! interpreter process, walking its tree in sorted order: the marshalled bytes can depend on what
+//! was compiled before in the same process (`marshal` writes a back-reference for an object whose
+//! reference count says it is shared, and interned strings are shared across compilations), so
+//! what one process compiles is fixed by the tree alone, and the processes run in parallel on
+//! every core without the output depending on their number or order. The driver compiles at
+//! optimization level 0 only (as pip does) and records the name of the source in the image
+//! (`dfile`), not the stage path.
 //! Nothing from the recipe or the image is passed as an option: the paths follow `-c CODE`, where
 //! Python hands them to the script as `sys.argv`.
 
@@ -142,6 +147,40 @@ impl Interpreter {
             return Ok(Added::default());
         }
         let before = count_pyc(&dir)?;
+        let mut entries: Vec<String> = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(io("listing", &dir))? {
+            let entry = entry.map_err(io("listing", &dir))?;
+            // Wheel member names are UTF-8 (checked when installed); anything else is not ours.
+            if let Some(name) = entry.file_name().to_str() {
+                entries.push(name.to_owned());
+            }
+        }
+        entries.sort();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let workers =
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(entries.len());
+        let results: Vec<Result<(), BytecodeError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    scope.spawn(|| loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(name) = entries.get(i) else { return Ok(()) };
+                        self.compile_one(stage, rel, name, epoch)?;
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+        });
+        results.into_iter().collect::<Result<(), _>>()?;
+        let after = count_pyc(&dir)?;
+        Ok(Added {
+            files: after.files - before.files.min(after.files),
+            bytes: after.bytes.saturating_sub(before.bytes),
+        })
+    }
+
+    /// Compiles the top-level entry `name` of `stage/rel` in one sandboxed interpreter process.
+    fn compile_one(&self, stage: &Path, rel: &str, name: &str, epoch: u64) -> Result<(), BytecodeError> {
         let in_image = format!("/{rel}");
         let output = Command::new("unshare")
             .args(["--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child", "--"])
@@ -152,6 +191,7 @@ impl Interpreter {
             .arg(DRIVER)
             .arg(format!("{STAGE_MOUNT}/{rel}"))
             .arg(&in_image)
+            .arg(name)
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("LC_ALL", "C.UTF-8")
@@ -178,11 +218,7 @@ impl Interpreter {
                 tracing::debug!("bytecode: {in_image}/{file} does not compile; no .pyc");
             }
         }
-        let after = count_pyc(&dir)?;
-        Ok(Added {
-            files: after.files - before.files.min(after.files),
-            bytes: after.bytes.saturating_sub(before.bytes),
-        })
+        Ok(())
     }
 }
 
@@ -231,8 +267,8 @@ impl<'a> Plan<'a> {
     /// invalidation mode and the compiling interpreter.
     pub fn key(&self) -> String {
         match &self.on {
-            Some((base, version)) => format!("bytecode/v1:checked-hash:{}:python{version}", base.diff_id),
-            None => "bytecode/v1:none".to_owned(),
+            Some((base, version)) => format!("bytecode/v2:checked-hash:{}:python{version}", base.diff_id),
+            None => "bytecode/v2:none".to_owned(),
         }
     }
 
@@ -290,28 +326,36 @@ mount -o remount,bind,ro "$root"
 exec chroot "$root" "$py" -s -B -c "$@"
 "#;
 
-/// The compiler, run by the image's interpreter: `argv[1]` the tree to compile (below the
-/// stage mount), `argv[2]` its name in the image. Symlinks are neither followed nor compiled,
-/// and a `__pycache__` that is not a plain directory is left alone.
+/// The compiler, run by the image's interpreter: `argv[1]` the site directory (below the stage
+/// mount), `argv[2]` its name in the image, `argv[3]` the top-level entry to compile (a package
+/// directory or a module). Symlinks are neither followed nor compiled, and a `__pycache__` that
+/// is not a plain directory is left alone.
 const DRIVER: &str = r#"
 import os, sys, py_compile, importlib.util
-root, shown = sys.argv[1], sys.argv[2]
+root, shown, entry = sys.argv[1], sys.argv[2], sys.argv[3]
 mode = py_compile.PycInvalidationMode.CHECKED_HASH
-for top, dirs, files in os.walk(root):
-    dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-    for name in sorted(files):
-        src = os.path.join(top, name)
-        if not name.endswith(".py") or os.path.islink(src) or not os.path.isfile(src):
-            continue
-        cache = os.path.dirname(importlib.util.cache_from_source(src))
-        if os.path.lexists(cache) and (os.path.islink(cache) or not os.path.isdir(cache)):
-            continue
-        rel = os.path.relpath(src, root)
-        try:
-            py_compile.compile(src, dfile=os.path.join(shown, rel), doraise=True,
-                               invalidation_mode=mode, optimize=0)
-        except (py_compile.PyCompileError, OSError, ValueError):
-            print("skipped", rel)
+def one(src):
+    if not src.endswith(".py") or os.path.islink(src) or not os.path.isfile(src):
+        return
+    cache = os.path.dirname(importlib.util.cache_from_source(src))
+    if os.path.lexists(cache) and (os.path.islink(cache) or not os.path.isdir(cache)):
+        return
+    rel = os.path.relpath(src, root)
+    try:
+        py_compile.compile(src, dfile=os.path.join(shown, rel), doraise=True,
+                           invalidation_mode=mode, optimize=0)
+    except (py_compile.PyCompileError, OSError, ValueError):
+        print("skipped", rel)
+start = os.path.join(root, entry)
+if os.path.islink(start) or entry == "__pycache__":
+    pass
+elif os.path.isfile(start):
+    one(start)
+else:
+    for top, dirs, files in os.walk(start):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            one(os.path.join(top, name))
 "#;
 
 fn valid_version(v: &str) -> bool {

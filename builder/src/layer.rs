@@ -413,6 +413,8 @@ pub struct LayerWriter {
     spool: Option<Spool>,
     /// Check only ([`LayerWriter::checker`]): contents are read and dropped, nothing is written.
     discard: bool,
+    /// Where [`LayerWriter::finish`] copies the uncompressed tar as it writes it.
+    tap: Option<Tap>,
 }
 
 impl std::fmt::Debug for LayerWriter {
@@ -427,7 +429,15 @@ impl std::fmt::Debug for LayerWriter {
 impl LayerWriter {
     /// A writer whose blob will go to `cache`, with every mtime set to `epoch`.
     pub fn new(cache: &Cache, epoch: u64) -> Self {
-        Self { cache: cache.clone(), epoch, entries: BTreeMap::new(), spool: None, discard: false }
+        Self { cache: cache.clone(), epoch, entries: BTreeMap::new(), spool: None, discard: false, tap: None }
+    }
+
+    /// Copies the uncompressed tar to `tap` as [`LayerWriter::finish`] writes it, for a reader
+    /// that would otherwise inflate the blob again (the audit's [`crate::audit::LayerTap`]).
+    #[must_use]
+    pub fn with_tap(mut self, tap: impl Write + Send + 'static) -> Self {
+        self.tap = Some(Box::new(tap));
+        self
     }
 
     /// A writer that only checks: [`LayerWriter::add_tar`] validates every entry as it would for
@@ -864,7 +874,9 @@ impl LayerWriter {
         let blob_out = Hashing::new(BufWriter::with_capacity(1 << 20, &tmp.file));
         let encoder =
             Encoder::new(compression, blob_out).map_err(io_err("starting compression for", &tmp_path))?;
-        let tar_out = BufWriter::with_capacity(1 << 16, Hashing::new(encoder));
+        let mut tar_hash = Hashing::new(encoder);
+        tar_hash.tap = self.tap.take();
+        let tar_out = BufWriter::with_capacity(1 << 16, tar_hash);
         let mut builder = tar::Builder::new(tar_out);
         for (path, node) in &self.entries {
             let name = Path::new(OsStr::from_bytes(path));
@@ -940,7 +952,9 @@ impl LayerWriter {
         }
         bar.finish_and_clear();
         let tar_out = builder.into_inner().map_err(io_err("finishing tar", &tmp_path))?;
-        let tar_hash = tar_out.into_inner().map_err(|e| write_err(e.into_error()))?;
+        let mut tar_hash = tar_out.into_inner().map_err(|e| write_err(e.into_error()))?;
+        // The tap ends here: its reader sees the whole tar before the blob is committed.
+        drop(tar_hash.tap.take());
         let (encoder, diff_id, _) = tar_hash.finish();
         let blob_out = encoder.finish().map_err(io_err("finishing compression for", &tmp_path))?;
         let (file_out, digest, size) = blob_out.finish();
@@ -1035,16 +1049,20 @@ impl Read for SpoolReader<'_> {
     }
 }
 
-/// A writer that hashes and counts what passes through it.
+/// Where a copy of a layer's uncompressed tar goes as it is written ([`LayerWriter::tap`]).
+pub type Tap = Box<dyn Write + Send>;
+
+/// A writer that hashes and counts what passes through it, and copies it to a tap if it has one.
 struct Hashing<W> {
     inner: W,
     hasher: Sha256,
     count: u64,
+    tap: Option<Tap>,
 }
 
 impl<W: Write> Hashing<W> {
     fn new(inner: W) -> Self {
-        Self { inner, hasher: Sha256::new(), count: 0 }
+        Self { inner, hasher: Sha256::new(), count: 0, tap: None }
     }
 
     /// The inner writer, `sha256:<hex>` of what was written, and its size.
@@ -1058,6 +1076,10 @@ impl<W: Write> Write for Hashing<W> {
         let n = self.inner.write(buf)?;
         self.hasher.update(&buf[..n]);
         self.count += n as u64;
+        if let Some(tap) = &mut self.tap {
+            // A tap only ever reads along: what it does with the bytes cannot fail the layer.
+            let _ = tap.write_all(&buf[..n]);
+        }
         Ok(n)
     }
 
@@ -1069,9 +1091,9 @@ impl<W: Write> Write for Hashing<W> {
 /// Writes a wheel member into the layer: into a gzip layer as its own deflate stream (after the
 /// members compressed so far), hashing its inflated bytes as part of the tar.
 fn write_gzip_member<W: Write>(sink: &mut Hashing<Encoder<W>>, member: &ZipMember) -> Result<(), LayerError> {
-    let Hashing { inner, hasher, count } = sink;
+    let Hashing { inner, hasher, count, tap } = sink;
     let Encoder::Gzip(gzip) = inner else { unreachable!("called for gzip layers only") };
-    let mut plain = HashOnly { hasher, count };
+    let mut plain = HashOnly { hasher, count, tap };
     let out = gzip.raw().map_err(|source| LayerError::Io {
         op: "writing a layer from",
         path: member.wheel.clone(),
@@ -1085,12 +1107,16 @@ fn write_gzip_member<W: Write>(sink: &mut Hashing<Encoder<W>>, member: &ZipMembe
 struct HashOnly<'a> {
     hasher: &'a mut Sha256,
     count: &'a mut u64,
+    tap: &'a mut Option<Tap>,
 }
 
 impl Write for HashOnly<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.hasher.update(buf);
         *self.count += buf.len() as u64;
+        if let Some(tap) = self.tap {
+            let _ = tap.write_all(buf);
+        }
         Ok(buf.len())
     }
 
