@@ -26,6 +26,7 @@ use std::fmt;
 use std::fs::{self, File};
 use std::io::BufReader;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Deserialize;
@@ -82,6 +83,9 @@ struct Inner {
     push_scope: String,
     /// Digests of the layer blobs taken from the registry in this process.
     pulled: Mutex<BTreeSet<String>>,
+    /// Set when the registry could not be reached or refused us: the build goes on without it
+    /// rather than wait out the retries of every layer.
+    off: AtomicBool,
 }
 
 impl fmt::Debug for RemoteCache {
@@ -119,7 +123,16 @@ impl RemoteCache {
         }
         let pull_scope = format!("repository:{}:pull", repo.repository);
         let push_scope = format!("repository:{}:pull,push", repo.repository);
-        Ok(Self { inner: Arc::new(Inner { client, repo, pull_scope, push_scope, pulled: Mutex::default() }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                repo,
+                pull_scope,
+                push_scope,
+                pulled: Mutex::default(),
+                off: AtomicBool::new(false),
+            }),
+        })
     }
 
     /// Whether the layer blob `digest` was taken from the registry by this process.
@@ -131,6 +144,9 @@ impl RemoteCache {
     /// `cache` and the key is recorded there. A miss, or anything wrong, is `None`: the caller
     /// builds the layer.
     pub fn fetch(&self, cache: &Cache, key: &LayerKey) -> Option<LayerBlob> {
+        if self.inner.off.load(Ordering::Relaxed) {
+            return None;
+        }
         match self.try_fetch(cache, key) {
             Ok(Some(blob)) => {
                 tracing::info!("layer {key}: pulled {} from the cache registry {self}", blob.digest);
@@ -140,6 +156,7 @@ impl RemoteCache {
             Ok(None) => None,
             Err(e) => {
                 tracing::warn!("cache registry {self}: layer {key}: {e}; building it");
+                self.turn_off_after(&e);
                 None
             }
         }
@@ -148,11 +165,33 @@ impl RemoteCache {
     /// Pushes the layer `blob` built from `key` (its blob in `cache`) with its records; a failure
     /// is a warning.
     pub fn store(&self, cache: &Cache, key: &LayerKey, blob: &LayerBlob) {
+        if self.inner.off.load(Ordering::Relaxed) {
+            return;
+        }
         match self.try_store(cache, key, blob) {
             Ok(tag) => {
                 tracing::info!("layer {key}: pushed {} to the cache registry {self}:{tag}", blob.digest);
             }
-            Err(e) => tracing::warn!("cache registry {self}: could not push layer {key}: {e}"),
+            Err(e) => {
+                tracing::warn!("cache registry {self}: could not push layer {key}: {e}");
+                self.turn_off_after(&e);
+            }
+        }
+    }
+
+    /// Stops using the registry after an error that will not go away for the next layer: it
+    /// could not be reached (after the client's retries), or it refused the credentials.
+    fn turn_off_after(&self, e: &RegistryError) {
+        let lasting = matches!(
+            e,
+            RegistryError::Transport { .. }
+                | RegistryError::Transfer { .. }
+                | RegistryError::Unauthorized { .. }
+                | RegistryError::Token { .. }
+                | RegistryError::Credentials { .. }
+        );
+        if lasting && !self.inner.off.swap(true, Ordering::Relaxed) {
+            tracing::warn!("cache registry {self}: not used for the rest of this build");
         }
     }
 
