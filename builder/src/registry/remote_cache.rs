@@ -149,7 +149,7 @@ impl RemoteCache {
         }
         match self.try_fetch(cache, key) {
             Ok(Some(blob)) => {
-                tracing::info!("layer {key}: pulled {} from the cache registry {self}", blob.digest);
+                tracing::debug!("layer {key}: pulled {} from the cache registry {self}", blob.digest);
                 self.inner.pulled.lock().unwrap_or_else(PoisonError::into_inner).insert(blob.digest.clone());
                 Some(blob)
             }
@@ -170,7 +170,7 @@ impl RemoteCache {
         }
         match self.try_store(cache, key, blob) {
             Ok(tag) => {
-                tracing::info!("layer {key}: pushed {} to the cache registry {self}:{tag}", blob.digest);
+                tracing::debug!("layer {key}: pushed {} to the cache registry {self}:{tag}", blob.digest);
             }
             Err(e) => {
                 tracing::warn!("cache registry {self}: could not push layer {key}: {e}");
