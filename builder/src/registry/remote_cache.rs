@@ -86,6 +86,8 @@ struct Inner {
     /// Set when the registry could not be reached or refused us: the build goes on without it
     /// rather than wait out the retries of every layer.
     off: AtomicBool,
+    /// Set when the registry refused a push (read-only credentials): pulls go on.
+    push_off: AtomicBool,
 }
 
 impl fmt::Debug for RemoteCache {
@@ -131,6 +133,7 @@ impl RemoteCache {
                 push_scope,
                 pulled: Mutex::default(),
                 off: AtomicBool::new(false),
+                push_off: AtomicBool::new(false),
             }),
         })
     }
@@ -165,7 +168,7 @@ impl RemoteCache {
     /// Pushes the layer `blob` built from `key` (its blob in `cache`) with its records; a failure
     /// is a warning.
     pub fn store(&self, cache: &Cache, key: &LayerKey, blob: &LayerBlob) {
-        if self.inner.off.load(Ordering::Relaxed) {
+        if self.inner.off.load(Ordering::Relaxed) || self.inner.push_off.load(Ordering::Relaxed) {
             return;
         }
         match self.try_store(cache, key, blob) {
@@ -174,6 +177,11 @@ impl RemoteCache {
             }
             Err(e) => {
                 tracing::warn!("cache registry {self}: could not push layer {key}: {e}");
+                if matches!(e, RegistryError::Http { status: 401 | 403, .. })
+                    && !self.inner.push_off.swap(true, Ordering::Relaxed)
+                {
+                    tracing::warn!("cache registry {self}: no layers pushed for the rest of this build");
+                }
                 self.turn_off_after(&e);
             }
         }

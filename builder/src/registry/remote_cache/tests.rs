@@ -15,6 +15,8 @@ struct Store {
     manifests: HashMap<String, Vec<u8>>,
     uploads: u64,
     log: Vec<String>,
+    /// Pushes are refused with 403 (read-only credentials).
+    read_only: bool,
 }
 
 struct Fake {
@@ -56,6 +58,9 @@ fn handle(store: &mut Store, req: &Request) -> Reply {
             ("HEAD" | "GET", Some(bytes)) => Reply::status(200).body(bytes.clone()),
             _ => Reply::status(404),
         };
+    }
+    if store.read_only && matches!(req.method.as_str(), "POST" | "PUT" | "PATCH") {
+        return Reply::status(403).body(r#"{"errors":[{"code":"DENIED","message":"read only"}]}"#);
     }
     if path.ends_with("/blobs/uploads/") && req.method == "POST" {
         store.uploads += 1;
@@ -245,4 +250,22 @@ fn records_outside_the_list_are_ignored() {
     bad["layers"][0]["mediaType"] = blob.media_type.clone().into();
     bad["layers"][0]["annotations"] = serde_json::json!({});
     assert!(parse_manifest("test", &serde_json::to_vec(&bad).unwrap()).is_err());
+}
+
+#[test]
+fn a_registry_that_refuses_pushes_is_still_read_and_not_pushed_to_again() {
+    let fake = Fake::start();
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = fake.cache(a.path());
+    let k = key("shared");
+    let built = build_layer(&first, &k, b"shared");
+    fake.store.lock().unwrap().read_only = true;
+    fake.store.lock().unwrap().log.clear();
+
+    let reader = fake.cache(b.path());
+    build_layer(&reader, &key("one"), b"one");
+    build_layer(&reader, &key("two"), b"two");
+    let refused = fake.store.lock().unwrap().log.iter().filter(|l| l.starts_with("POST")).count();
+    assert_eq!(refused, 1, "after the first 403 no other push is tried");
+    assert_eq!(reader.get_layer(&k).map(|b| b.digest), Some(built.digest), "pulls go on");
 }
