@@ -396,12 +396,18 @@ fn artifact_dir(cache: &Cache) -> PathBuf {
 /// the recipe lists several.
 pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
     let started = Instant::now();
+    // A bad `--cache-registry` fails before anything is created.
+    let remote = opts
+        .cache_registry
+        .as_deref()
+        .map(|spec| crate::registry::RemoteCache::new(spec, registry_client(opts)))
+        .transpose()?;
     let mut cache = match &opts.cache_dir {
         Some(dir) => Cache::open(dir)?,
         None => Cache::open_default()?,
     };
-    if let Some(spec) = &opts.cache_registry {
-        cache = cache.with_remote(crate::registry::RemoteCache::new(spec, registry_client(opts))?);
+    if let Some(remote) = remote {
+        cache = cache.with_remote(remote);
     }
     let _guard = cache.lock()?;
     let epoch = layer::source_date_epoch()?;

@@ -236,3 +236,16 @@ fn an_unreachable_cache_registry_only_warns() {
     let log = String::from_utf8_lossy(&built.out.stderr);
     assert!(log.contains("not used for the rest of this build"), "{log}");
 }
+
+#[test]
+fn a_cache_registry_with_a_tag_is_refused_before_anything_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = recipe(tmp.path());
+    let (cache, out) = (tmp.path().join("cache"), tmp.path().join("out"));
+    let built =
+        common::build(&recipe, &cache, &out, &["--cache-registry", "127.0.0.1:5115/team/cache:latest"]);
+    assert_eq!(built.out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&built.out.stderr);
+    assert!(err.contains("without a tag or digest"), "{err}");
+    assert!(!cache.exists() && !out.exists(), "nothing created");
+}

@@ -51,7 +51,7 @@ pub struct Args {
     /// Share layers through a registry repository: each layer missing from the local cache is
     /// pulled from it when there, and each layer built is pushed to it (loopback and
     /// --insecure-registry hosts over plain HTTP).
-    #[arg(long, value_name = "HOST[:PORT]/REPO")]
+    #[arg(long, value_name = "HOST[:PORT]/REPO", env = "STACKBUILD_CACHE_REGISTRY")]
     cache_registry: Option<String>,
 }
 
