@@ -18,6 +18,11 @@
 #             Python wrote into the upper layers; the bytes our bytecode adds. Needs build.
 #   hook      `stackhook hook` on an 8-GPU fixture host against /bin/true; `runc run` of a
 #             busybox bundle with and without the hook (createRuntime).
+#   cache-registry (not in the default list) two build machines sharing layers through a
+#             registry (--cache-registry, a fresh repository): machine A builds the recipe cold
+#             with an empty cache and pushes every layer, machine B (another empty cache) pulls
+#             them; B's time against A's, and the same digest. The registry is
+#             $STACKBUILD_BENCH_REGISTRY (HOST:PORT), else .ci/services' 127.0.0.1:5115.
 #
 # Needs root, dockerd (started with .ci/services when not running), runc, pigz, zstd, uv,
 # python3 (3.11), busybox-static, and a network path to the package index and Debian mirror.
@@ -29,7 +34,8 @@ set -euo pipefail
 usage() {
   cat <<'EOF'
 usage: bench/run.sh [--recipe PATH] [--source NAME=DIR]... [--change OLD=NEW] [--quick]
-                    [--sections build,wheels,compress,start,hook] [--imports LIST] [--with-load]
+                    [--sections build,wheels,compress,start,hook,cache-registry] [--imports LIST]
+                    [--with-load]
                     [--out FILE] [--keep]
 
   --recipe PATH     recipe to build (default recipes/dreamzero.toml, with
@@ -41,7 +47,8 @@ usage: bench/run.sh [--recipe PATH] [--source NAME=DIR]... [--change OLD=NEW] [-
   --imports LIST    modules the start section imports, comma-separated (default: the recipe's
                     [python] packages, `-` read as `_`; DreamZero: torch,transformers,datasets,accelerate)
   --sections LIST   which sections to run (default build,wheels,compress,start,hook); compress without build
-                    builds the image first, untimed, in $STACKBUILD_CACHE if set, else a fresh cache
+                    builds the image first, untimed, in $STACKBUILD_CACHE if set, else a fresh cache;
+                    cache-registry (two machines sharing a registry cache) runs only when listed
   --with-load       also time a cold build with `--load --compression none` (a cache holding
                     only the base) against the cold `docker build`
   --out FILE        also write the results table to FILE
@@ -601,13 +608,41 @@ section_hook() {
     "same hook entry; what the hook itself adds: $(awk -v a="$k50" -v b="$t50h" 'BEGIN { printf "%+.1f%% (%+.2f ms)", (a / b - 1) * 100, a - b }')"
 }
 
+# --- cache-registry --------------------------------------------------------------------------
+# Two build machines, each with an empty cache, sharing one registry repository as the layer
+# cache: A builds everything and pushes it, B pulls it. Ours is B, the baseline A.
+section_cache_registry() {
+  local registry=${STACKBUILD_BENCH_REGISTRY:-127.0.0.1:${STACKBUILD_TEST_REGISTRY_PORT:-5115}}
+  local cache_repo t_a t_b n_layers pulled built digest_a digest_b
+  if ! (exec 3<>"/dev/tcp/${registry%:*}/${registry##*:}") 2>/dev/null; then
+    log "no registry answering on $registry: starting one with .ci/services"
+    "$repo/.ci/services" >&2
+  fi
+  # A repository of its own: the first machine finds nothing.
+  cache_repo=$registry/stackbuild-bench/cache-$$-$(date +%s)
+  timed t_a "cache-registry-machine-a" "$stackbuild" "$recipe" --locked --cache-dir "$work/cache-machine-a" \
+    --out "$work/machine-a" --report "$work/machine-a.json" --cache-registry "$cache_repo" "${source_args[@]}"
+  timed t_b "cache-registry-machine-b" "$stackbuild" "$recipe" --locked --cache-dir "$work/cache-machine-b" \
+    --out "$work/machine-b" --report "$work/machine-b.json" --cache-registry "$cache_repo" "${source_args[@]}"
+  digest_a=$(json 'v["manifest_digest"]' <"$work/machine-a.json")
+  digest_b=$(json 'v["manifest_digest"]' <"$work/machine-b.json")
+  [[ $digest_a == "$digest_b" ]] || die "machine B built $digest_b, machine A $digest_a: the shared cache changed the image"
+  n_layers=$(json 'len(v["layers"])' <"$work/machine-a.json")
+  pulled=$(json 'sum(l["source"] == "registry" for l in v["layers"])' <"$work/machine-b.json")
+  built=$(json 'sum(l["built"] for l in v["layers"])' <"$work/machine-b.json")
+  row cache-registry "cold build, empty cache, pushing (machine A)" "$(secs "$t_a")" "" "" \
+    "$n_layers layers built and pushed to $cache_repo"
+  row cache-registry "empty cache, pulling (machine B)" "$(secs "$t_b")" "$(secs "$t_a")" "$(ratio "$t_b" "$t_a")" \
+    "baseline is machine A; $pulled of $n_layers layers pulled, $built built; same digest ${digest_b:0:19}"
+}
+
 # --- run and report --------------------------------------------------------------------------
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-for s in build wheels compress start hook; do
+for s in build wheels compress start hook cache-registry; do
   has_section "$s" || continue
   t0=$(now_ns)
-  "section_$s"
+  "section_${s//-/_}"
   section_times+=("$s $(awk -v a="$t0" -v b="$(now_ns)" 'BEGIN { printf "%.0f s", (b - a) / 1e9 }')")
 done
 

@@ -171,6 +171,8 @@ pub struct BuildOptions {
     pub source_overrides: BTreeMap<String, PathBuf>,
     /// `--sbom DIR`: also write the image's SBOM documents (the ones inside it) here.
     pub sbom_dir: Option<PathBuf>,
+    /// `--cache-registry HOST[:PORT]/REPO`: a registry repository shared as the layer cache.
+    pub cache_registry: Option<String>,
 }
 
 impl Default for BuildOptions {
@@ -187,6 +189,7 @@ impl Default for BuildOptions {
             compression: Compression::Gzip,
             source_overrides: BTreeMap::new(),
             sbom_dir: None,
+            cache_registry: None,
         }
     }
 }
@@ -202,9 +205,45 @@ pub struct LayerReport {
     pub size: u64,
     /// Built in this run (false: reused from the cache).
     pub built: bool,
+    /// Where the layer came from.
+    pub source: LayerSource,
     /// The `.pyc` this layer holds that the build compiled (Python layers and patched files).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bytecode: Option<crate::bytecode::Added>,
+}
+
+/// Where a layer of the result came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LayerSource {
+    /// Built in this run.
+    Built,
+    /// Reused from the local cache (or, for a base image's layers, from the base).
+    Cache,
+    /// Pulled from the cache registry (`--cache-registry`) in this run.
+    Registry,
+}
+
+impl LayerSource {
+    /// Where `blob` came from, given whether it was `built` and the cache it went through.
+    fn of(blob: &LayerBlob, built: bool, cache: &Cache) -> Self {
+        if built {
+            Self::Built
+        } else if cache.remote().is_some_and(|r| r.pulled(&blob.digest)) {
+            Self::Registry
+        } else {
+            Self::Cache
+        }
+    }
+
+    /// What the log says of the layer.
+    fn verb(self) -> &'static str {
+        match self {
+            Self::Built => "built ",
+            Self::Cache => "reused",
+            Self::Registry => "pulled",
+        }
+    }
 }
 
 /// What a build produced.
@@ -400,10 +439,19 @@ fn artifact_dir(cache: &Cache) -> PathBuf {
 /// the recipe lists several.
 pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
     let started = Instant::now();
-    let cache = match &opts.cache_dir {
+    // A bad `--cache-registry` fails before anything is created.
+    let remote = opts
+        .cache_registry
+        .as_deref()
+        .map(|spec| crate::registry::RemoteCache::new(spec, registry_client(opts)))
+        .transpose()?;
+    let mut cache = match &opts.cache_dir {
         Some(dir) => Cache::open(dir)?,
         None => Cache::open_default()?,
     };
+    if let Some(remote) = remote {
+        cache = cache.with_remote(remote);
+    }
     let _guard = cache.lock()?;
     let epoch = layer::source_date_epoch()?;
     let out = opts.out.clone().unwrap_or_else(|| PathBuf::from("images").join(&recipe.image.name));
@@ -628,18 +676,15 @@ fn build_platform(
     // A cell: the SBOM reads the layers so far while `push` is still to add the last one.
     let layers: std::cell::RefCell<Vec<(LayerReport, LayerBlob, String)>> = std::cell::RefCell::default();
     let push = |name: &str, created_by: String, blob: LayerBlob, built: bool| {
-        tracing::info!(
-            "layer {name:<8} {} {} ({} bytes)",
-            if built { "built " } else { "reused" },
-            blob.digest,
-            blob.size
-        );
+        let source = LayerSource::of(&blob, built, cache);
+        tracing::info!("layer {name:<8} {} {} ({} bytes)", source.verb(), blob.digest, blob.size);
         layers.borrow_mut().push((
             LayerReport {
                 name: name.to_owned(),
                 digest: blob.digest.clone(),
                 size: blob.size,
                 built,
+                source,
                 bytecode: None,
             },
             blob,
@@ -1284,7 +1329,9 @@ fn audit_cached(cache: &Cache, image: &Image) -> Result<crate::audit::AuditRepor
 /// multi-GB stack would take seconds.
 fn reuse(cache: &Cache, key: &LayerKey, out: &Path, opts: &BuildOptions) -> Option<LayerBlob> {
     let blob = cache.get_layer(key)?;
-    if !must_verify(&blob, out, opts) {
+    // A layer just pulled from the cache registry was hashed as it came in.
+    let pulled = cache.remote().is_some_and(|r| r.pulled(&blob.digest));
+    if pulled || !must_verify(&blob, out, opts) {
         return Some(blob);
     }
     match cache.verify_blob(&blob.digest) {

@@ -226,10 +226,12 @@ impl LayerKeyBuilder {
     }
 }
 
-/// The cache directory. Cheap to clone: it is only a path.
+/// The cache directory. Cheap to clone: it is a path, and the shared registry cache if any.
 #[derive(Clone, Debug)]
 pub struct Cache {
     root: PathBuf,
+    /// `--cache-registry`: consulted when a layer is not here, and given every layer put here.
+    remote: Option<crate::registry::RemoteCache>,
 }
 
 /// An exclusive lock on a cache, released when dropped (or when the process dies).
@@ -453,7 +455,7 @@ impl Cache {
             }
             CacheDir::Foreign(what) => return Err(CacheError::NotACache { path: given, what }),
         }
-        let cache = Self { root };
+        let cache = Self { root, remote: None };
         for sub in [cache.blob_dir(), cache.root.join("keys"), cache.tmp_dir()] {
             fs::create_dir_all(&sub).map_err(io_err("creating", &sub))?;
         }
@@ -465,6 +467,19 @@ impl Cache {
     /// cache (or empty). For readers that must not create or claim anything (`stackbuild check`).
     pub fn is_cache(dir: &Path) -> bool {
         matches!(inspect_dir(dir), Ok(CacheDir::Marked | CacheDir::Adoptable { .. }))
+    }
+
+    /// This cache backed by a registry (`--cache-registry`): a layer missing here is looked up
+    /// there (and pulled, verified), and every layer put here is pushed there too.
+    #[must_use]
+    pub fn with_remote(mut self, remote: crate::registry::RemoteCache) -> Self {
+        self.remote = Some(remote);
+        self
+    }
+
+    /// The registry behind this cache, if any.
+    pub fn remote(&self) -> Option<&crate::registry::RemoteCache> {
+        self.remote.as_ref()
     }
 
     /// The cache directory.
@@ -623,11 +638,17 @@ impl Cache {
         self.blob_path(digest).is_ok_and(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
     }
 
-    /// Looks up the layer built from `key`.
+    /// Looks up the layer built from `key`, here and then in the registry behind the cache (see
+    /// [`Cache::with_remote`]).
     ///
     /// A key whose record is unreadable, or whose blob is missing or has the wrong size, is a
     /// miss: the caller rebuilds the layer and [`Cache::put_layer`] overwrites the record.
     pub fn get_layer(&self, key: &LayerKey) -> Option<LayerBlob> {
+        self.get_local_layer(key).or_else(|| self.remote.as_ref()?.fetch(self, key))
+    }
+
+    /// [`Cache::get_layer`] in this directory only.
+    pub fn get_local_layer(&self, key: &LayerKey) -> Option<LayerBlob> {
         let path = self.key_path(key);
         let mut text = String::new();
         let file = File::open(&path).ok()?;
@@ -668,8 +689,20 @@ impl Cache {
         }
     }
 
-    /// Records that `key` built `blob` (whose blob must already be in the cache).
+    /// Records that `key` built `blob` (whose blob must already be in the cache), and pushes
+    /// it to the registry behind the cache, if any (a failed push is a warning). The records
+    /// kept beside the layer under the same key (a base's facts, a layer's bytecode) must be
+    /// written before, to travel with it.
     pub fn put_layer(&self, key: &LayerKey, blob: &LayerBlob) -> Result<(), CacheError> {
+        self.put_local_layer(key, blob)?;
+        if let Some(remote) = &self.remote {
+            remote.store(self, key, blob);
+        }
+        Ok(())
+    }
+
+    /// [`Cache::put_layer`] in this directory only.
+    pub fn put_local_layer(&self, key: &LayerKey, blob: &LayerBlob) -> Result<(), CacheError> {
         let path = self.key_path(key);
         let json =
             serde_json::to_vec(blob).map_err(|source| CacheError::Json { path: path.clone(), source })?;

@@ -29,6 +29,7 @@ mod fake;
 mod pull;
 mod push;
 mod reference;
+mod remote_cache;
 #[cfg(test)]
 mod tests;
 
@@ -43,6 +44,7 @@ pub use push::{
     Subject, MEDIA_TYPE_EMPTY,
 };
 pub use reference::Reference;
+pub use remote_cache::{cache_tag, RemoteCache, ARTIFACT_TYPE};
 
 use crate::oci::OciError;
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::bail;
-use stackbuild::build::{build, BuildOptions};
+use stackbuild::build::{build, BuildOptions, LayerSource};
 use stackbuild::layer::Compression;
 use stackbuild::recipe::Recipe;
 
@@ -48,6 +48,11 @@ pub struct Args {
     /// Also write the image's SBOM (SPDX 2.3 and CycloneDX 1.6 JSON, as in /etc/stackbuild/) here.
     #[arg(long, value_name = "DIR")]
     sbom: Option<PathBuf>,
+    /// Share layers through a registry repository: each layer missing from the local cache is
+    /// pulled from it when there, and each layer built is pushed to it (loopback and
+    /// --insecure-registry hosts over plain HTTP).
+    #[arg(long, value_name = "HOST[:PORT]/REPO", env = "STACKBUILD_CACHE_REGISTRY")]
+    cache_registry: Option<String>,
 }
 
 impl Args {
@@ -78,14 +83,17 @@ impl Args {
             compression: self.compression,
             source_overrides,
             sbom_dir: self.sbom,
+            cache_registry: self.cache_registry,
         };
         let report = build(&recipe, &opts)?;
         if let Some(file) = &self.report {
             stackbuild::output::write_file("--report", file, &serde_json::to_vec_pretty(&report)?)?;
         }
         let built = report.layers.iter().filter(|l| l.built).count();
+        let pulled = report.layers.iter().filter(|l| l.source == LayerSource::Registry).count();
+        let pulled = if pulled > 0 { format!(", {pulled} pulled") } else { String::new() };
         tracing::info!(
-            "{} -> {} ({} layers, {built} built, {:.2}s)",
+            "{} -> {} ({} layers, {built} built{pulled}, {:.2}s)",
             report.reference,
             report.layout.display(),
             report.layers.len(),

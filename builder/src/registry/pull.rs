@@ -85,13 +85,7 @@ pub fn pull_with(
 ) -> Result<PulledImage, RegistryError> {
     let layout_tag = options.layout_tag.or(src.tag.as_deref()).unwrap_or("latest").to_string();
     let scope = format!("repository:{}:pull", src.repository);
-    let mut puller = Puller {
-        session: client.session(),
-        src,
-        scope: &scope,
-        base: format!("{}/v2/{}", client.base_url(&src.registry), src.repository),
-        bytes: 0,
-    };
+    let mut puller = Puller::new(client, src, &scope);
 
     let first = puller.get_manifest(src.manifest_reference())?;
     if let Some(digest) = &src.digest {
@@ -286,9 +280,10 @@ enum Kind {
 }
 
 /// A manifest as fetched.
-struct Fetched {
+pub(super) struct Fetched {
     what: String,
-    bytes: Vec<u8>,
+    /// The manifest's bytes, as the registry sent them.
+    pub(super) bytes: Vec<u8>,
     content_type: Option<String>,
 }
 
@@ -334,7 +329,7 @@ impl Fetched {
 }
 
 /// The state of one pull.
-struct Puller<'a, 'c> {
+pub(super) struct Puller<'a, 'c> {
     session: Session<'c>,
     src: &'a Reference,
     scope: &'a str,
@@ -348,9 +343,22 @@ fn get_req<'r>(src: &'r Reference, scope: &'r str, what: &'r str, url: String) -
     Req { what, method: "GET", url, registry: &src.registry, scope, headers: Vec::new(), body: Body::Empty }
 }
 
+impl<'a, 'c> Puller<'a, 'c> {
+    /// A puller from `src`'s repository with the token `scope` (`repository:<name>:pull`).
+    pub(super) fn new(client: &'c Client, src: &'a Reference, scope: &'a str) -> Self {
+        Puller {
+            session: client.session(),
+            src,
+            scope,
+            base: format!("{}/v2/{}", client.base_url(&src.registry), src.repository),
+            bytes: 0,
+        }
+    }
+}
+
 impl Puller<'_, '_> {
     /// `GET /v2/<name>/manifests/<reference>`, accepting the four manifest types.
-    fn get_manifest(&mut self, reference: &str) -> Result<Fetched, RegistryError> {
+    pub(super) fn get_manifest(&mut self, reference: &str) -> Result<Fetched, RegistryError> {
         let what = format!("manifest {}/{}:{reference}", self.src.registry, self.src.repository);
         let what = what.replacen(":sha256:", "@sha256:", 1);
         let mut get = get_req(self.src, self.scope, &what, format!("{}/manifests/{reference}", self.base));
@@ -383,7 +391,7 @@ impl Puller<'_, '_> {
 
     /// Puts the blob of `desc` into `blobs_dir`; `false` when a file with its digest is already
     /// there (it is re-hashed; a wrong one is replaced).
-    fn fetch_blob(&mut self, desc: &Descriptor, blobs_dir: &Path) -> Result<bool, RegistryError> {
+    pub(super) fn fetch_blob(&mut self, desc: &Descriptor, blobs_dir: &Path) -> Result<bool, RegistryError> {
         let final_path = blobs_dir.join(sha256_hex(&desc.digest)?);
         if fs::symlink_metadata(&final_path).is_ok_and(|m| m.is_file() && m.len() == desc.size) {
             let file = File::open(&final_path).map_err(io_err("opening", &final_path))?;

@@ -43,10 +43,13 @@ pub struct PushReport {
 }
 
 /// One blob to push.
-struct Blob {
-    digest: String,
-    size: u64,
-    path: PathBuf,
+pub(super) struct Blob {
+    /// `sha256:<hex>`.
+    pub(super) digest: String,
+    /// Its size in bytes.
+    pub(super) size: u64,
+    /// The file that holds it.
+    pub(super) path: PathBuf,
 }
 
 /// Pushes the image tagged `tag` in the OCI layout `layout_dir` (`None`: its only image) to
@@ -201,7 +204,7 @@ impl<'a> Target<'a> {
 }
 
 /// The state of one push.
-struct Pusher<'a, 'c> {
+pub(super) struct Pusher<'a, 'c> {
     session: Session<'c>,
     target: Target<'a>,
     dest: &'a Reference,
@@ -212,7 +215,7 @@ struct Pusher<'a, 'c> {
 
 impl<'a, 'c> Pusher<'a, 'c> {
     /// A pusher into `dest`'s repository with the token `scope`, its report empty.
-    fn new(client: &'c Client, dest: &'a Reference, scope: &'a str) -> Self {
+    pub(super) fn new(client: &'c Client, dest: &'a Reference, scope: &'a str) -> Self {
         Pusher {
             session: client.session(),
             target: Target { dest, scope },
@@ -223,7 +226,7 @@ impl<'a, 'c> Pusher<'a, 'c> {
     }
 
     /// Checks, mounts or uploads one blob.
-    fn push_blob(&mut self, blob: &Blob, mount_from: Option<&str>) -> Result<(), RegistryError> {
+    pub(super) fn push_blob(&mut self, blob: &Blob, mount_from: Option<&str>) -> Result<(), RegistryError> {
         let what = format!(
             "blob {} ({} bytes) to {}/{}",
             blob.digest, blob.size, self.dest.registry, self.dest.repository
@@ -424,7 +427,7 @@ impl<'a, 'c> Pusher<'a, 'c> {
     }
 
     /// `PUT /v2/<name>/manifests/<target>` with the manifest's media type.
-    fn put_manifest(
+    pub(super) fn put_manifest(
         &mut self,
         target: &str,
         bytes: &[u8],
