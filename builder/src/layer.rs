@@ -935,20 +935,7 @@ impl LayerWriter {
                     builder.append_data(&mut header, name, io::empty())
                 }
             };
-            result.map_err(|source| {
-                if source.get_ref().is_some_and(|e| e.is::<MemberError>()) {
-                    if let Some(Ok(e)) = source.into_inner().map(|e| e.downcast::<MemberError>()) {
-                        return LayerError::Member(*e);
-                    }
-                    unreachable!("checked above");
-                }
-                match source.get_ref().and_then(|e| e.downcast_ref::<ChangedError>()) {
-                    Some(ChangedError(path)) => LayerError::Changed { path: path.clone() },
-                    None => {
-                        LayerError::Io { op: "writing entry into", path: tmp_path.join(lossy(path)), source }
-                    }
-                }
-            })?;
+            result.map_err(|source| entry_error(source, &tmp_path, path))?;
         }
         bar.finish_and_clear();
         let tar_out = builder.into_inner().map_err(io_err("finishing tar", &tmp_path))?;
@@ -984,6 +971,23 @@ impl LayerWriter {
                 Ok(Box::new(ExactReader { inner: file.take(*size), remaining: *size, path: path.clone() }))
             }
         }
+    }
+}
+
+/// The error of writing the entry `path` of the layer at `tmp_path`: what a reader carried
+/// (a changed file, a wheel member that is not what its `RECORD` says), else the I/O error.
+fn entry_error(source: io::Error, tmp_path: &Path, path: &[u8]) -> LayerError {
+    if source.get_ref().is_some_and(<dyn std::error::Error + Send + Sync>::is::<MemberError>) {
+        if let Some(Ok(e)) =
+            source.into_inner().map(<dyn std::error::Error + Send + Sync>::downcast::<MemberError>)
+        {
+            return LayerError::Member(*e);
+        }
+        unreachable!("checked above");
+    }
+    match source.get_ref().and_then(|e| e.downcast_ref::<ChangedError>()) {
+        Some(ChangedError(path)) => LayerError::Changed { path: path.clone() },
+        None => LayerError::Io { op: "writing entry into", path: tmp_path.join(lossy(path)), source },
     }
 }
 

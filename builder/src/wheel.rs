@@ -798,7 +798,9 @@ impl<'a> Installer<'a> {
                 return Err(WheelError::NotInRecord { wheel: self.wheel.to_owned(), entry: name.clone() });
             };
             seen.insert(name.as_str());
-            if out.deferred.is_some() && !is_script && !name.ends_with(".py") {
+            // Python imports `.py` only, case and all: the sources bytecode is compiled from.
+            let python_source = Path::new(name).extension().is_some_and(|e| e == "py");
+            if out.deferred.is_some() && !is_script && !python_source {
                 if let Some((member, mode)) = self.deferrable(*index, name, &expected, size)? {
                     let digest = member.sha256.trim_end_matches('=').to_owned();
                     let size = member.size;

@@ -39,7 +39,7 @@ impl LayerTap {
             let mut chunks = Chunks { rx, chunk: Vec::new(), pos: 0 };
             let ops = fs::read_tar(&mut chunks, fs::SPOOL_ABOVE);
             // The writer may still send the tar's end padding: take it, so it never blocks.
-            for _ in chunks.rx.iter() {}
+            for _ in &chunks.rx {}
             ops
         });
         Self { tx: Some(tx), reader }

@@ -253,10 +253,61 @@ pub(super) const VARIANTS: &[&str] = &[
     "standard",
 ];
 
-#[allow(clippy::too_many_lines)]
 pub(super) fn validate_base(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawBase>) -> Option<Base> {
     let table_span = raw.span();
     let raw = raw.into_inner();
+    let kind = base_kind(ctx, &table_span, &raw)?;
+    let ok_before = ctx.diags.len();
+    let base = match kind {
+        "scratch" => {
+            if raw.scratch.as_ref().is_some_and(|s| !*s.get_ref()) {
+                ctx.error_help(
+                    raw.scratch.as_ref().map_or(table_span.clone(), Spanned::span),
+                    "`scratch = false` names no base",
+                    format!("write `scratch = true` or give one of {BASE_KEYS}"),
+                );
+            }
+            Base::Scratch
+        }
+        "oci" => {
+            let v = raw.oci?;
+            nonempty(ctx, &v, "OCI layout path");
+            // `PATH:TAG`: the tag is after the last `:` when no `/` follows it.
+            let text = v.get_ref();
+            let (path, tag) = match text.rsplit_once(':') {
+                Some((p, t)) if !t.contains('/') && !p.is_empty() => {
+                    if !is_tag(t) {
+                        ctx.error(v.span(), format!("invalid tag {t:?} in {text:?}"));
+                    }
+                    (p, Some(t.to_owned()))
+                }
+                _ => (text.as_str(), None),
+            };
+            Base::Oci { path: dir.join(path), tag }
+        }
+        "archive" => {
+            let v = raw.archive?;
+            nonempty(ctx, &v, "archive path");
+            Base::Archive { path: dir.join(v.get_ref()) }
+        }
+        "docker" => {
+            let v = raw.docker?;
+            nonempty(ctx, &v, "image reference");
+            Base::Docker { reference: v.into_inner() }
+        }
+        "registry" => {
+            let v = raw.registry?;
+            nonempty(ctx, &v, "image reference");
+            Base::Registry { reference: v.into_inner() }
+        }
+        _ => Base::Bootstrap(validate_bootstrap(ctx, kind, raw)?),
+    };
+    (ctx.diags.len() == ok_before).then_some(base)
+}
+
+/// Which of the mutually exclusive base keys `[base]` gives (exactly one, else an error), and
+/// an error for each mmdebstrap key beside a base that is not bootstrapped.
+fn base_kind(ctx: &mut Ctx, table_span: &Range<usize>, raw: &RawBase) -> Option<&'static str> {
     // Which of the mutually exclusive keys are present, with their spans.
     let mut chosen: Vec<(&'static str, Range<usize>)> = Vec::new();
     if let Some(s) = &raw.scratch {
@@ -309,116 +360,73 @@ pub(super) fn validate_base(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawBase>) ->
             }
         }
     }
-    let nonempty = |ctx: &mut Ctx, s: &S, what: &str| {
-        let v = s.get_ref();
-        if v.trim().is_empty() || v.contains(char::is_whitespace) {
-            ctx.error(s.span(), format!("invalid {what} {v:?}: expected a non-empty value without spaces"));
-            false
-        } else {
-            true
+    Some(kind)
+}
+
+/// Whether `s` is a non-empty value without spaces; an error naming `what` if not.
+fn nonempty(ctx: &mut Ctx, s: &S, what: &str) -> bool {
+    let v = s.get_ref();
+    if v.trim().is_empty() || v.contains(char::is_whitespace) {
+        ctx.error(s.span(), format!("invalid {what} {v:?}: expected a non-empty value without spaces"));
+        false
+    } else {
+        true
+    }
+}
+
+/// A `debian` or `ubuntu` base (`kind`): suite, apt packages, mirror and mmdebstrap variant.
+fn validate_bootstrap(ctx: &mut Ctx, kind: &str, raw: RawBase) -> Option<Bootstrap> {
+    let (distro, suite) =
+        if kind == "debian" { (Distro::Debian, raw.debian?) } else { (Distro::Ubuntu, raw.ubuntu?) };
+    if !is_name(suite.get_ref()) {
+        ctx.error(
+            suite.span(),
+            format!("invalid suite {:?}: expected a name such as \"bookworm\"", suite.get_ref()),
+        );
+    }
+    let mut packages = Vec::new();
+    let mut seen = BTreeSet::new();
+    for p in raw.packages.map(Spanned::into_inner).unwrap_or_default() {
+        match parse_apt_package(p.get_ref()) {
+            Ok(pkg) => {
+                if !seen.insert(pkg.name.clone()) {
+                    ctx.error(p.span(), format!("apt package `{}` is listed twice", pkg.name));
+                }
+                packages.push(pkg);
+            }
+            Err(e) => ctx.error(p.span(), e),
         }
+    }
+    if let Some(m) = &raw.mirror {
+        if !is_url(m.get_ref()) {
+            ctx.error(
+                m.span(),
+                format!("invalid mirror {:?}: expected an http://, https:// or file:// URL", m.get_ref()),
+            );
+        }
+    }
+    let variant = match raw.variant {
+        Some(v) if !VARIANTS.contains(&v.get_ref().as_str()) => {
+            ctx.error(
+                v.span(),
+                format!(
+                    "unknown mmdebstrap variant {:?}: expected one of {}",
+                    v.get_ref(),
+                    VARIANTS.join(", ")
+                ),
+            );
+            String::new()
+        }
+        Some(v) => v.into_inner(),
+        None => "apt".to_owned(),
     };
-    let ok_before = ctx.diags.len();
-    let base = match kind {
-        "scratch" => {
-            if raw.scratch.as_ref().is_some_and(|s| !*s.get_ref()) {
-                ctx.error_help(
-                    raw.scratch.as_ref().map_or(table_span.clone(), Spanned::span),
-                    "`scratch = false` names no base",
-                    format!("write `scratch = true` or give one of {BASE_KEYS}"),
-                );
-            }
-            Base::Scratch
-        }
-        "oci" => {
-            let v = raw.oci?;
-            nonempty(ctx, &v, "OCI layout path");
-            // `PATH:TAG`: the tag is after the last `:` when no `/` follows it.
-            let text = v.get_ref();
-            let (path, tag) = match text.rsplit_once(':') {
-                Some((p, t)) if !t.contains('/') && !p.is_empty() => {
-                    if !is_tag(t) {
-                        ctx.error(v.span(), format!("invalid tag {t:?} in {text:?}"));
-                    }
-                    (p, Some(t.to_owned()))
-                }
-                _ => (text.as_str(), None),
-            };
-            Base::Oci { path: dir.join(path), tag }
-        }
-        "archive" => {
-            let v = raw.archive?;
-            nonempty(ctx, &v, "archive path");
-            Base::Archive { path: dir.join(v.get_ref()) }
-        }
-        "docker" => {
-            let v = raw.docker?;
-            nonempty(ctx, &v, "image reference");
-            Base::Docker { reference: v.into_inner() }
-        }
-        "registry" => {
-            let v = raw.registry?;
-            nonempty(ctx, &v, "image reference");
-            Base::Registry { reference: v.into_inner() }
-        }
-        _ => {
-            let (distro, suite) =
-                if kind == "debian" { (Distro::Debian, raw.debian?) } else { (Distro::Ubuntu, raw.ubuntu?) };
-            if !is_name(suite.get_ref()) {
-                ctx.error(
-                    suite.span(),
-                    format!("invalid suite {:?}: expected a name such as \"bookworm\"", suite.get_ref()),
-                );
-            }
-            let mut packages = Vec::new();
-            let mut seen = BTreeSet::new();
-            for p in raw.packages.map(Spanned::into_inner).unwrap_or_default() {
-                match parse_apt_package(p.get_ref()) {
-                    Ok(pkg) => {
-                        if !seen.insert(pkg.name.clone()) {
-                            ctx.error(p.span(), format!("apt package `{}` is listed twice", pkg.name));
-                        }
-                        packages.push(pkg);
-                    }
-                    Err(e) => ctx.error(p.span(), e),
-                }
-            }
-            if let Some(m) = &raw.mirror {
-                if !is_url(m.get_ref()) {
-                    ctx.error(
-                        m.span(),
-                        format!(
-                            "invalid mirror {:?}: expected an http://, https:// or file:// URL",
-                            m.get_ref()
-                        ),
-                    );
-                }
-            }
-            let variant = match raw.variant {
-                Some(v) if !VARIANTS.contains(&v.get_ref().as_str()) => {
-                    ctx.error(
-                        v.span(),
-                        format!(
-                            "unknown mmdebstrap variant {:?}: expected one of {}",
-                            v.get_ref(),
-                            VARIANTS.join(", ")
-                        ),
-                    );
-                    String::new()
-                }
-                Some(v) => v.into_inner(),
-                None => "apt".to_owned(),
-            };
-            Base::Bootstrap(Bootstrap {
-                distro,
-                suite: suite.into_inner(),
-                packages,
-                mirror: raw.mirror.map(Spanned::into_inner),
-                variant,
-            })
-        }
-    };
-    (ctx.diags.len() == ok_before).then_some(base)
+    Some(Bootstrap {
+        distro,
+        suite: suite.into_inner(),
+        packages,
+        mirror: raw.mirror.map(Spanned::into_inner),
+        variant,
+    })
 }
 
 /// `name` or `name=version`; names per Debian policy 5.6.1, versions per 5.6.12.

@@ -1,0 +1,215 @@
+//! The base's layers: none (`scratch`), one built by mmdebstrap, those of an OCI layout or a
+//! registry image as they are, or those imported from a `docker save` archive or the daemon.
+
+// Every step returns the build's one error type, as the rest of `build` does; its size is
+// that type's concern (clippy's `result_large_err`), not each step's.
+#![allow(clippy::result_large_err)]
+
+use std::path::PathBuf;
+
+use sha2::{Digest, Sha256};
+use stackcontract::image::Component;
+
+use super::platform::PlatformBuilder;
+use super::{debian_arch, must_verify, registry_client, tempdir, BuildError, BuildOptions};
+use crate::base::{BaseFacts, DebianBase};
+use crate::blob::LayerBlob;
+use crate::cache::{Cache, LayerKey};
+use crate::layer::Compression;
+use crate::oci::{self, History, ImageConfig, RuntimeConfig};
+use crate::platform::Platform;
+use crate::recipe::{Base, Bootstrap};
+
+/// What the base gives the build besides its layers.
+#[derive(Default)]
+pub(super) struct BaseParts {
+    /// The runtime configuration the image starts from.
+    pub(super) config: RuntimeConfig,
+    /// The image-level fields of an OCI base that our build does not decide: kept.
+    pub(super) image: ImageConfig,
+    /// What the base has installed.
+    pub(super) facts: BaseFacts,
+    /// The layer whose interpreter compiles the bytecode (a Debian base's only layer).
+    pub(super) interpreter: Option<LayerBlob>,
+}
+
+impl PlatformBuilder<'_> {
+    /// Adds the base's layers and components.
+    pub(super) fn base_layers(&mut self) -> Result<BaseParts, BuildError> {
+        match &self.recipe.base {
+            Base::Scratch => Ok(BaseParts::default()),
+            Base::Bootstrap(b) => self.bootstrap_base(b),
+            Base::Oci { .. } | Base::Registry { .. } => self.layout_base(),
+            Base::Archive { .. } | Base::Docker { .. } => self.imported_base(),
+        }
+    }
+
+    /// A Debian or Ubuntu base built by mmdebstrap: one layer.
+    fn bootstrap_base(&mut self, b: &Bootstrap) -> Result<BaseParts, BuildError> {
+        let (platform, cache, out, opts, epoch, compression) =
+            (self.platform, self.cache, self.out, self.opts, self.epoch, self.compression);
+        let debian = DebianBase {
+            distribution: b.distro.as_str().to_owned(),
+            suite: b.suite.clone(),
+            packages: b
+                .packages
+                .iter()
+                .map(|p| p.version.as_ref().map_or_else(|| p.name.clone(), |v| format!("{}={v}", p.name)))
+                .collect(),
+            mirror: b.mirror.clone(),
+            variant: b.variant.clone(),
+            architecture: debian_arch(platform).to_owned(),
+        };
+        tracing::info!(
+            "base: {} {} with {} package(s)",
+            debian.distribution,
+            debian.suite,
+            debian.packages.len()
+        );
+        let mut prepared = debian.prepare(cache, epoch, compression)?;
+        if prepared.cached && must_verify(&prepared.layer, out, opts) {
+            if let Err(e) = cache.verify_blob(&prepared.layer.digest) {
+                tracing::warn!("{e}; building the base again");
+                cache.remove_blob(&prepared.layer.digest)?;
+                prepared = debian.prepare(cache, epoch, compression)?;
+            }
+        }
+        let facts = prepared.facts;
+        self.components.push(Component {
+            kind: "base".into(),
+            name: format!("{} {}", debian.distribution, debian.suite),
+            version: String::new(),
+            source: format!("mmdebstrap --variant={}", debian.variant),
+            sha256: prepared.layer.diff_id.trim_start_matches("sha256:").to_owned(),
+        });
+        self.components.extend(facts.packages.iter().map(|(name, version)| Component {
+            kind: "deb".into(),
+            name: name.clone(),
+            version: version.clone(),
+            source: format!("{}:{}", debian.distribution, debian.suite),
+            sha256: String::new(),
+        }));
+        let interpreter = Some(prepared.layer.clone());
+        self.push(
+            "base",
+            format!("stackbuild: {} {} (mmdebstrap)", debian.distribution, debian.suite),
+            prepared.layer,
+            !prepared.cached,
+        );
+        Ok(BaseParts { facts, interpreter, ..BaseParts::default() })
+    }
+
+    /// An OCI layout's or a registry's image: its layers go into the image as they are.
+    fn layout_base(&mut self) -> Result<BaseParts, BuildError> {
+        let (recipe, platform, cache, opts) = (self.recipe, self.platform, self.cache, self.opts);
+        let (path, tag) = match &recipe.base {
+            Base::Oci { path, tag } => (path.clone(), tag.clone()),
+            Base::Registry { reference } => {
+                (pull_base(reference, platform, cache, opts)?, Some("base".to_owned()))
+            }
+            _ => unreachable!("matched by the caller"),
+        };
+        let (path, tag) = (&path, &tag);
+        let image = oci::read_layout(path, tag.as_deref())?;
+        // The layers go into the image as they are: each is checked like an archive base's
+        // (entry names, links, whiteouts) and against its digest and diff_id first.
+        crate::base::check_layout_layers(&image.layers, cache, &path.display().to_string())?;
+        let parts = BaseParts {
+            config: image.config.config.clone(),
+            image: image.config.clone(),
+            ..BaseParts::default()
+        };
+        self.components.push(Component {
+            kind: "base".into(),
+            name: path.display().to_string(),
+            version: tag.clone().unwrap_or_default(),
+            source: "oci-layout".into(),
+            sha256: image.manifest_digest.trim_start_matches("sha256:").to_owned(),
+        });
+        let history: Vec<History> = image.config.history.iter().filter(|h| !h.empty_layer).cloned().collect();
+        for (i, mut blob) in image.layers.into_iter().enumerate() {
+            // Docker v2 layers are the same bytes under another name; an OCI manifest
+            // names them the OCI way.
+            if let Some(c) = Compression::from_media_type(&blob.media_type) {
+                blob.media_type = c.media_type().to_owned();
+            }
+            let by = history.get(i).and_then(|h| h.created_by.clone()).unwrap_or_else(|| "base layer".into());
+            self.push("base", by, blob, false);
+        }
+        Ok(parts)
+    }
+
+    /// A `docker save` archive's or the Docker daemon's image: its layers imported (checked
+    /// and recompressed) once per identity and epoch.
+    fn imported_base(&mut self) -> Result<BaseParts, BuildError> {
+        let (recipe, cache, epoch, compression) = (self.recipe, self.cache, self.epoch, self.compression);
+        let tmp = tempdir(cache)?;
+        let (identity, name) = match &recipe.base {
+            Base::Archive { path } => (crate::base::archive_identity(path)?, path.display().to_string()),
+            Base::Docker { reference } => (crate::load::image_id(reference)?, reference.clone()),
+            _ => unreachable!("matched by the caller"),
+        };
+        let key = LayerKey::builder("base-import/v1")
+            .str(&identity)
+            .number(epoch)
+            .str(&compression.cache_id())
+            .finish();
+        let imported = match crate::base::cached_import(&key, cache) {
+            Some(imported) => imported,
+            None => {
+                let archive = match &recipe.base {
+                    Base::Archive { path } => path.clone(),
+                    Base::Docker { reference } => {
+                        let file = tmp.path().join("image.tar");
+                        crate::load::export_image(reference, &file)?;
+                        file
+                    }
+                    _ => unreachable!("matched by the caller"),
+                };
+                crate::base::import_archive(&archive, &key, cache, epoch, compression)?
+            }
+        };
+        self.components.push(Component {
+            kind: "base".into(),
+            name: name.clone(),
+            version: String::new(),
+            source: recipe.base.kind().to_owned(),
+            sha256: identity.trim_start_matches("sha256:").to_owned(),
+        });
+        for blob in imported.layers {
+            self.push("base", format!("base layer of {name}"), blob, false);
+        }
+        Ok(BaseParts { config: imported.config, ..BaseParts::default() })
+    }
+}
+
+/// Pulls a `registry = "REF"` base into the cache (every blob verified by digest) and returns
+/// the layout it landed in.
+fn pull_base(
+    reference: &str,
+    platform: Platform,
+    cache: &Cache,
+    opts: &BuildOptions,
+) -> Result<PathBuf, BuildError> {
+    let src = crate::registry::Reference::parse(reference)?;
+    let dir = cache.root().join("pulls").join(hex::encode(Sha256::digest(reference.as_bytes())));
+    let pulled = crate::registry::pull_with(
+        &registry_client(opts),
+        &src,
+        &dir,
+        &crate::registry::PullOptions {
+            platform: oci::Platform {
+                architecture: platform.architecture().to_owned(),
+                os: platform.os().to_owned(),
+                variant: None,
+            },
+            layout_tag: Some("base"),
+        },
+    )?;
+    tracing::info!(
+        "base {reference}: pulled {} ({} blob(s) downloaded)",
+        pulled.pinned,
+        pulled.blobs_downloaded
+    );
+    Ok(dir)
+}

@@ -1,0 +1,405 @@
+//! Builds the layers above the base, each found in the cache by a key computed from its inputs
+//! before anything is fetched or staged: one per Python package group, the sources with the
+//! patches that target them, and the configuration layer (stack description, SBOM, package
+//! patches).
+
+// Every step returns the build's one error type, as the rest of `build` does; its size is
+// that type's concern (clippy's `result_large_err`), not each step's.
+#![allow(clippy::result_large_err)]
+
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+use stackcontract::image::{Component, StackManifest, STACK_JSON_PATH};
+
+use super::plan::{python_layers, Group, PythonLayer, PythonPlan, Wheel};
+use super::platform::PlatformBuilder;
+use super::{debian_arch, finish_layer, io, reuse, tempdir, BuildError, LayerReport};
+use crate::blob::LayerBlob;
+use crate::cache::LayerKey;
+use crate::derive;
+use crate::layer::LayerWriter;
+use crate::patch::{self, PatchSpec};
+use crate::platform::Platform;
+use crate::recipe::{Patch, PatchChange, PatchTarget, SourceOrigin};
+use crate::sbom;
+use crate::source;
+use crate::wheel::{self, Scheme};
+
+impl PlatformBuilder<'_> {
+    /// The layers of the locked wheels ([`python_layers`]), in layer order; then the wheels'
+    /// components of the stack description.
+    pub(super) fn python_layers(&mut self, py: &PythonPlan<'_>) -> Result<(), BuildError> {
+        if let Some(scheme) = &py.scheme {
+            for layer in python_layers(&py.wheels) {
+                self.python_group_layer(py, scheme, &layer)?;
+            }
+        }
+        let python = py.python;
+        self.components.extend(py.wheels.iter().map(|w| Component {
+            kind: "wheel".into(),
+            name: w.pin.name.to_string(),
+            version: w.pin.version.to_string(),
+            source: if python.is_some_and(|p| p.wheels.iter().any(|l| l.name == w.pin.name)) {
+                "recipe wheel".into()
+            } else {
+                python
+                    .and_then(|p| p.index.clone())
+                    .map_or_else(|| "python package index".into(), |_| "recipe index".into())
+            },
+            sha256: w.sha256.clone(),
+        }));
+        Ok(())
+    }
+
+    /// One Python layer: reused, or its wheels installed into a stage (their large members left
+    /// in the wheels, for the layer to carry as they are), compiled and written.
+    fn python_group_layer(
+        &mut self,
+        py: &PythonPlan<'_>,
+        scheme: &Scheme,
+        layer: &PythonLayer<'_>,
+    ) -> Result<(), BuildError> {
+        let members = &layer.members;
+        let (cache, out, opts, epoch, compression) =
+            (self.cache, self.out, self.opts, self.epoch, self.compression);
+        let bytecode = &py.bytecode;
+        let mut key = LayerKey::builder("python-layer/v1")
+            .str(&layer.name)
+            .str(&scheme.purelib)
+            .str(&scheme.interpreter)
+            .str(&bytecode.key())
+            .str(&format!("deferred/v1;min={}", wheel::DEFER_MIN))
+            .number(epoch)
+            .str(&compression.cache_id());
+        for w in members {
+            key = key.str(&w.filename).str(&w.sha256);
+        }
+        let key = key.finish();
+        let names = members.iter().map(|w| w.pin.to_string()).collect::<Vec<_>>().join(" ");
+        let created_by = format!("stackbuild: {}: {names}", layer.describe);
+        if let Some(blob) = reuse(cache, &key, out, opts) {
+            self.push(&layer.name, created_by, blob, false);
+            self.note_bytecode(bytecode, &key, None);
+            return Ok(());
+        }
+        let artifacts = py.fetch(cache, members)?;
+        let stage = tempdir(cache)?;
+        let mut deferred = wheel::Deferred::default();
+        for w in members {
+            let artifact = artifacts
+                .get(w.pin.name.as_ref())
+                .ok_or_else(|| BuildError::Unsupported(format!("wheel {} was not fetched", w.filename)))?;
+            // The lock's name and version, checked against the wheel's METADATA: stack.json
+            // records the lock's, so the wheel must be that package.
+            let pin = (w.pin.name.as_ref(), w.pin.version.to_string());
+            wheel::install_wheel_deferring(
+                &artifact.path,
+                scheme,
+                stage.path(),
+                (pin.0, &pin.1),
+                &mut deferred,
+            )
+            .map_err(|source| BuildError::Wheel { wheel: w.filename.clone(), source })?;
+        }
+        let added = bytecode.compile(stage.path(), scheme, epoch, &key)?;
+        let mut writer = LayerWriter::new(cache, epoch);
+        writer.add_dir(stage.path(), "")?;
+        for (path, member, mode) in deferred.into_members() {
+            writer.add_zip_member(&path, member, mode)?;
+        }
+        let blob = finish_layer(writer, compression, cache, opts)?;
+        cache.put_layer(&key, &blob)?;
+        self.push(&layer.name, created_by, blob, true);
+        self.note_bytecode(bytecode, &key, added);
+        Ok(())
+    }
+
+    /// The sources, with the patches that target them: one layer, when the recipe has sources.
+    pub(super) fn sources_layer(&mut self) -> Result<(), BuildError> {
+        let (recipe, cache, out, opts, epoch, compression) =
+            (self.recipe, self.cache, self.out, self.opts, self.epoch, self.compression);
+        if recipe.sources.is_empty() {
+            return Ok(());
+        }
+        let stage = tempdir(cache)?;
+        let mut key = LayerKey::builder("sources/v1").number(epoch).str(&compression.cache_id());
+        let mut staged_all = true;
+        for src in &recipe.sources {
+            let dest = src.dest.clone();
+            let over = opts.source_overrides.get(&src.name);
+            let identity = match (over, &src.origin) {
+                (Some(path), _) | (None, SourceOrigin::Path { path }) => {
+                    // The cache and the output never go into the image, even with `path = "."`.
+                    let staged =
+                        source::stage_path_excluding(path, &dest, stage.path(), &[cache.root(), out])
+                            .map_err(|source| BuildError::Source { name: src.name.clone(), source })?;
+                    format!("tree:{}", staged.tree_sha256)
+                }
+                (None, SourceOrigin::Git { url, commit }) => {
+                    staged_all = false;
+                    format!("git:{url}@{commit}")
+                }
+            };
+            self.components.push(Component {
+                kind: "source".into(),
+                name: src.name.clone(),
+                version: identity.clone(),
+                source: match &src.origin {
+                    SourceOrigin::Git { url, .. } if over.is_none() => url.clone(),
+                    _ => "local directory".into(),
+                },
+                sha256: String::new(),
+            });
+            key = key.str(&src.name).str(&dest).str(&identity);
+        }
+        for p in recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Source(_))) {
+            key = key.str(&p.name).str(&patch_identity(&p.change)?);
+        }
+        let key = key.finish();
+        if let Some(blob) = reuse(cache, &key, out, opts) {
+            self.push("sources", "stackbuild: sources".into(), blob, false);
+            return Ok(());
+        }
+        if !staged_all {
+            for src in recipe.sources.iter().filter(|s| !opts.source_overrides.contains_key(&s.name)) {
+                if let SourceOrigin::Git { url, commit } = &src.origin {
+                    source::stage_git(url, commit, &src.dest, stage.path(), &cache.root().join("git"))
+                        .map_err(|source| BuildError::Source { name: src.name.clone(), source })?;
+                }
+            }
+        }
+        for p in &recipe.patches {
+            let PatchTarget::Source(name) = &p.target else { continue };
+            let src = recipe.sources.iter().find(|s| &s.name == name).ok_or_else(|| {
+                BuildError::PatchSourceMissing { patch: p.name.clone(), source_name: name.clone() }
+            })?;
+            let root = stage.path().join(src.dest.trim_start_matches('/'));
+            let report = patch::apply(&p.name, &patch_spec(&p.change)?, &root)?;
+            tracing::info!("patch {}: {} change(s) in {}", p.name, report.changes, report.files.join(", "));
+        }
+        let mut writer = LayerWriter::new(cache, epoch);
+        writer.add_dir(stage.path(), "")?;
+        let blob = finish_layer(writer, compression, cache, opts)?;
+        cache.put_layer(&key, &blob)?;
+        self.push("sources", "stackbuild: sources".into(), blob, true);
+        Ok(())
+    }
+
+    /// The stack description: every component so far and the patches, and the host
+    /// requirements derived from the locked packages.
+    pub(super) fn stack_manifest(&mut self, wheels: &[Wheel]) -> Result<StackManifest, BuildError> {
+        let (recipe, platform, cache) = (self.recipe, self.platform, self.cache);
+        let packages: Vec<derive::Package<'_>> = wheels
+            .iter()
+            .map(|w| derive::Package { name: w.pin.name.as_ref(), version: &w.pin.version, platform })
+            .collect();
+        // The torch build's architectures from its own fat binaries, else the knowledge base's row.
+        let torch_code = wheels
+            .iter()
+            .find(|w| w.pin.name.as_ref() == "torch")
+            .and_then(|w| crate::fatbin::torch_code_for_build(cache.root(), &w.filename, &w.sha256))
+            .or_else(|| derive::torch_code(&packages));
+        let requirements = derive::requirements_with(&packages, &recipe.host, torch_code.as_ref());
+        for p in &recipe.patches {
+            self.components.push(Component {
+                kind: "patch".into(),
+                name: p.name.clone(),
+                version: String::new(),
+                source: match &p.target {
+                    PatchTarget::Package(n) => format!("package {n}"),
+                    PatchTarget::Source(s) => format!("source {s}"),
+                },
+                sha256: patch_identity(&p.change)?,
+            });
+        }
+        Ok(StackManifest {
+            schema: 1,
+            image: format!("{}:{}", recipe.image.name, recipe.image.tag),
+            platform: platform.as_str().to_owned(),
+            components: std::mem::take(&mut self.components),
+            requirements,
+        })
+    }
+
+    /// The last layer: the stack description, the SBOM and the package patches. Returns the
+    /// SBOM it holds.
+    pub(super) fn config_layer(
+        &mut self,
+        py: &PythonPlan<'_>,
+        stack: &StackManifest,
+    ) -> Result<sbom::Sbom, BuildError> {
+        let (recipe, platform, cache, out, opts, epoch, compression) =
+            (self.recipe, self.platform, self.cache, self.out, self.opts, self.epoch, self.compression);
+        let bytecode = &py.bytecode;
+        let mut stack_json =
+            serde_json::to_vec_pretty(stack).map_err(|e| BuildError::Unsupported(e.to_string()))?;
+        stack_json.push(b'\n');
+        let package_patches: Vec<&Patch> =
+            recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Package(_))).collect();
+        let sbom = platform_sbom(stack, &self.layers, platform, epoch);
+        let mut key = LayerKey::builder("config/v1")
+            .str(&bytecode.key())
+            .number(epoch)
+            .str(&compression.cache_id())
+            .bytes(&stack_json)
+            .bytes(&sbom.spdx)
+            .bytes(&sbom.cyclonedx);
+        for p in &package_patches {
+            key = key.str(&p.name).str(&patch_identity(&p.change)?);
+        }
+        let key = key.finish();
+        if let Some(blob) = reuse(cache, &key, out, opts) {
+            self.push("config", "stackbuild: patches and configuration".into(), blob, false);
+            self.note_bytecode(bytecode, &key, None);
+            return Ok(sbom);
+        }
+        let mut writer = LayerWriter::new(cache, epoch);
+        writer.add_file(STACK_JSON_PATH, stack_json.clone(), 0o644)?;
+        writer.add_file(sbom::SPDX_PATH, sbom.spdx.clone(), 0o644)?;
+        writer.add_file(sbom::CYCLONEDX_PATH, sbom.cyclonedx.clone(), 0o644)?;
+        // The writer reads file contents in `finish`: the stage must outlive it.
+        let stage = tempdir(cache)?;
+        let mut added = None;
+        if !package_patches.is_empty() {
+            let Some(scheme) = &py.scheme else {
+                return Err(BuildError::Unsupported("package patches need a [python] section".into()));
+            };
+            self.stage_package_patches(py, scheme, &package_patches, stage.path())?;
+            // The patched modules' own bytecode, over the earlier layer's stale one.
+            added = bytecode.compile(stage.path(), scheme, epoch, &key)?;
+            writer.add_dir(stage.path(), "")?;
+        }
+        let blob = finish_layer(writer, compression, cache, opts)?;
+        cache.put_layer(&key, &blob)?;
+        self.push("config", "stackbuild: patches and configuration".into(), blob, true);
+        self.note_bytecode(bytecode, &key, added);
+        Ok(sbom)
+    }
+
+    /// Installs each package a patch targets into a scratch directory, applies the patch there
+    /// and copies the files it changed into `stage` (at their place under site-packages).
+    fn stage_package_patches(
+        &self,
+        py: &PythonPlan<'_>,
+        scheme: &Scheme,
+        package_patches: &[&Patch],
+        stage: &Path,
+    ) -> Result<(), BuildError> {
+        let cache = self.cache;
+        let targets: Vec<&Wheel> = py
+            .wheels
+            .iter()
+            .filter(|w| {
+                package_patches
+                    .iter()
+                    .any(|p| matches!(&p.target, PatchTarget::Package(n) if *n == w.pin.name))
+            })
+            .collect();
+        let artifacts = py.fetch(cache, &targets)?;
+        for p in package_patches {
+            let PatchTarget::Package(name) = &p.target else { continue };
+            let artifact = artifacts.get(name.as_ref()).ok_or_else(|| BuildError::PatchTargetMissing {
+                patch: p.name.clone(),
+                package: name.to_string(),
+            })?;
+            let pristine = tempdir(cache)?;
+            wheel::install_wheel_as(
+                &artifact.path,
+                scheme,
+                pristine.path(),
+                artifact.name.as_ref(),
+                &artifact.version.to_string(),
+            )
+            .map_err(|source| BuildError::Wheel { wheel: artifact.filename.clone(), source })?;
+            let site_rel = scheme.purelib.trim_start_matches('/');
+            let site = pristine.path().join(site_rel);
+            let report = patch::apply(&p.name, &patch_spec(&p.change)?, &site)?;
+            tracing::info!("patch {}: {} change(s) in {}", p.name, report.changes, report.files.join(", "));
+            for file in &report.files {
+                let from = site.join(file);
+                let to = stage.join(site_rel).join(file);
+                if let Some(parent) = to.parent() {
+                    std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+                }
+                if from.exists() {
+                    std::fs::copy(&from, &to).map_err(io("copying", &from))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The SBOM of one platform's image: the layers built so far by digest, then the configuration
+/// layer that will hold it; each component placed in the layer that holds it.
+fn platform_sbom(
+    stack: &StackManifest,
+    layers: &[(LayerReport, LayerBlob, String)],
+    platform: Platform,
+    epoch: u64,
+) -> sbom::Sbom {
+    let mut list: Vec<sbom::SbomLayer> = layers
+        .iter()
+        .map(|(r, _, _)| sbom::SbomLayer { name: r.name.clone(), digest: Some(r.digest.clone()) })
+        .collect();
+    let config = list.len();
+    list.push(sbom::SbomLayer { name: "config".into(), digest: None });
+    let find = |name: &str| list.iter().position(|l| l.name == name).unwrap_or(config);
+    let placement: Vec<usize> = stack
+        .components
+        .iter()
+        .map(|c| match c.kind.as_str() {
+            "base" | "deb" => find("base"),
+            // A package with a layer of its own ([`python_layers`]), else its group's.
+            "wheel" => list
+                .iter()
+                .position(|l| l.name.strip_prefix("python-") == Some(c.name.as_str()))
+                .unwrap_or_else(|| find(Group::of(&c.name).name())),
+            "source" => find("sources"),
+            "patch" if c.source.starts_with("source ") => find("sources"),
+            _ => config,
+        })
+        .collect();
+    sbom::Sbom::new(&sbom::SbomInput {
+        stack,
+        layers: &list,
+        placement: &placement,
+        deb_arch: debian_arch(platform),
+        epoch,
+    })
+}
+
+fn patch_spec(change: &PatchChange) -> Result<PatchSpec, BuildError> {
+    Ok(match change {
+        PatchChange::Replace { file, find, replace, count } => PatchSpec::FindReplace {
+            file: file.to_string_lossy().into_owned(),
+            find: find.clone(),
+            replace: replace.clone(),
+            count: *count as usize,
+        },
+        PatchChange::Diff { path } => PatchSpec::Diff {
+            diff_text: crate::input::read_text(path, crate::input::MAX_TEXT, "patch")?,
+            diff_path: path.clone(),
+        },
+    })
+}
+
+/// A digest of what a patch does, for cache keys and the stack description.
+fn patch_identity(change: &PatchChange) -> Result<String, BuildError> {
+    let mut h = Sha256::new();
+    match change {
+        PatchChange::Replace { file, find, replace, count } => {
+            for part in
+                [file.to_string_lossy().as_bytes(), find.as_bytes(), replace.as_bytes(), &count.to_le_bytes()]
+            {
+                h.update((part.len() as u64).to_le_bytes());
+                h.update(part);
+            }
+        }
+        PatchChange::Diff { path } => {
+            h.update(crate::input::read_capped(path, crate::input::MAX_TEXT, "patch")?);
+        }
+    }
+    Ok(hex::encode(h.finalize()))
+}

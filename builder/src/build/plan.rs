@@ -1,0 +1,333 @@
+//! Plans the Python layers of one platform: the locked wheels, the layer group each goes in,
+//! how they are installed and compiled, and the check that the lock installs only what the
+//! recipe asks for.
+
+// Every step returns the build's one error type, as the rest of `build` does; its size is
+// that type's concern (clippy's `result_large_err`), not each step's.
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeMap;
+
+use super::platform::PlatformBuilder;
+use super::{artifact_dir, io, BuildError};
+use crate::base::BaseFacts;
+use crate::blob::LayerBlob;
+use crate::cache::{Cache, LayerKey};
+use crate::fetch::{self, Artifact};
+use crate::lock::Lock;
+use crate::platform::Platform;
+use crate::recipe::{PythonSection, Recipe};
+use crate::solve::{Pinned, Target};
+use crate::wheel::{self, Scheme};
+
+/// A Python package layer group, in layer order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Group {
+    Cuda,
+    Cudnn,
+    Torch,
+    Python,
+}
+
+impl Group {
+    pub(super) fn of(name: &str) -> Self {
+        if name.starts_with("nvidia-cudnn") {
+            Group::Cudnn
+        } else if name.starts_with("nvidia-") {
+            Group::Cuda
+        } else if matches!(name, "torch" | "torchvision" | "torchaudio" | "triton") {
+            Group::Torch
+        } else {
+            Group::Python
+        }
+    }
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Group::Cuda => "cuda",
+            Group::Cudnn => "cudnn",
+            Group::Torch => "torch",
+            Group::Python => "python",
+        }
+    }
+
+    pub(super) fn describe(self) -> &'static str {
+        match self {
+            Group::Cuda => "CUDA libraries (nvidia-* wheels)",
+            Group::Cudnn => "cuDNN",
+            Group::Torch => "torch and its companions",
+            Group::Python => "Python packages",
+        }
+    }
+}
+
+/// A locked wheel: what the lock says, and where the file is once fetched.
+#[derive(Debug, Clone)]
+pub(super) struct Wheel {
+    pub(super) pin: Pinned,
+    pub(super) filename: String,
+    pub(super) sha256: String,
+    /// Bytes of the wheel file, as the lock records.
+    pub(super) size: u64,
+}
+
+/// Smallest wheel that gets a layer of its own (outside the CUDA, cuDNN and torch groups): a
+/// changed pin then rebuilds that package's layer alone, and the many small packages share one.
+const OWN_LAYER_MIN: u64 = 1 << 20;
+/// Most packages with a layer of their own (the largest first), so that a stack of many large
+/// wheels stays far below the 127 layers overlay-based runtimes stack.
+const MAX_OWN_LAYERS: usize = 40;
+
+/// One Python layer: its name in reports (`cuda`, `python-numpy`, `python`), the `created_by`
+/// prefix of its history entry, and its wheels in lock order.
+pub(super) struct PythonLayer<'w> {
+    pub(super) name: String,
+    pub(super) describe: String,
+    pub(super) members: Vec<&'w Wheel>,
+}
+
+/// The Python layers of `wheels`, in layer order: the CUDA, cuDNN and torch groups, then one
+/// layer per large package (by name), then the other packages together. The plan depends on the
+/// lock alone (names and sizes), so it is the same on every machine.
+pub(super) fn python_layers(wheels: &[Wheel]) -> Vec<PythonLayer<'_>> {
+    let mut own: Vec<&Wheel> = wheels
+        .iter()
+        .filter(|w| Group::of(w.pin.name.as_ref()) == Group::Python && w.size >= OWN_LAYER_MIN)
+        .collect();
+    own.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| a.pin.name.as_ref().cmp(b.pin.name.as_ref())));
+    own.truncate(MAX_OWN_LAYERS);
+    own.sort_by(|a, b| a.pin.name.as_ref().cmp(b.pin.name.as_ref()));
+    let is_own = |w: &Wheel| own.iter().any(|o| std::ptr::eq(*o, w));
+    let group = |g: Group| PythonLayer {
+        name: g.name().to_owned(),
+        describe: g.describe().to_owned(),
+        members: wheels.iter().filter(|w| Group::of(w.pin.name.as_ref()) == g && !is_own(w)).collect(),
+    };
+    let mut layers = vec![group(Group::Cuda), group(Group::Cudnn), group(Group::Torch)];
+    layers.extend(own.iter().map(|w| PythonLayer {
+        name: format!("python-{}", w.pin.name.as_ref()),
+        describe: format!("Python package {}", w.pin.name.as_ref()),
+        members: vec![*w],
+    }));
+    layers.push(group(Group::Python));
+    layers.retain(|l| !l.members.is_empty());
+    layers
+}
+
+/// The Python side of one platform's image: the locked wheels, where they install, and whether
+/// the build compiles their bytecode.
+pub(super) struct PythonPlan<'a> {
+    pub(super) python: Option<&'a PythonSection>,
+    pub(super) wheels: Vec<Wheel>,
+    pub(super) scheme: Option<Scheme>,
+    pub(super) target: Option<Target>,
+    pub(super) bytecode: crate::bytecode::Plan<'a>,
+}
+
+impl PythonPlan<'_> {
+    /// Fetches the wheels of some locked packages, by normalized name.
+    pub(super) fn fetch(
+        &self,
+        cache: &Cache,
+        wanted: &[&Wheel],
+    ) -> Result<BTreeMap<String, Artifact>, BuildError> {
+        fetch_wheels(self.python, self.target.as_ref(), cache, wanted)
+    }
+}
+
+impl<'a> PlatformBuilder<'a> {
+    /// The locked wheels for this platform, checked against the base's interpreter and the
+    /// recipe; `facts` and `interpreter_base` come from the base.
+    pub(super) fn python_plan(
+        &self,
+        facts: &BaseFacts,
+        interpreter_base: Option<&LayerBlob>,
+    ) -> Result<PythonPlan<'a>, BuildError> {
+        let (recipe, lock, platform, cache) = (self.recipe, self.lock, self.platform, self.cache);
+        let python = recipe.python.as_ref();
+        if let (Some(py), Some(found)) = (python, facts.python_version()) {
+            if (py.version.part(0), py.version.part(1)) != (found.part(0), found.part(1)) {
+                return Err(BuildError::PythonMismatch {
+                    wanted: py.version.to_string(),
+                    found: format!("/usr/bin/python{found}"),
+                });
+            }
+        }
+        let wheels: Vec<Wheel> = lock
+            .packages_for(platform)
+            .map(|p| Wheel {
+                pin: p.pinned(),
+                filename: p.filename.clone(),
+                sha256: p.sha256.clone(),
+                size: p.size,
+            })
+            .collect();
+        let scheme = python.map(|py| Scheme::debian_local(&py.version));
+        let target = python.map(|py| Target::new(py.version.clone(), platform));
+        if let Some(py) = python {
+            let fetch =
+                |cache: &Cache, wanted: &[&Wheel]| fetch_wheels(python, target.as_ref(), cache, wanted);
+            check_lock_graph(recipe, py, lock, platform, &wheels, cache, &fetch)?;
+        }
+        // A foreign platform's interpreter would run under qemu-user, whose binfmt handler is not
+        // inside the chroot: no bytecode for it (yet), with a note.
+        let native = platform.machine() == std::env::consts::ARCH;
+        let bytecode = crate::bytecode::Plan::new(python, facts, interpreter_base.filter(|_| native), cache);
+        Ok(PythonPlan { python, wheels, scheme, target, bytecode })
+    }
+}
+
+/// Only the wheels of layers that must be built are fetched (and re-hashed): a change of one
+/// small package must not re-read torch's 2 GB wheel.
+fn fetch_wheels(
+    python: Option<&PythonSection>,
+    target: Option<&Target>,
+    cache: &Cache,
+    wanted: &[&Wheel],
+) -> Result<BTreeMap<String, Artifact>, BuildError> {
+    let (Some(py), Some(target)) = (python, target) else { return Ok(BTreeMap::new()) };
+    let pins: Vec<Pinned> = wanted.iter().map(|w| w.pin.clone()).collect();
+    tracing::info!("fetching {} wheel(s)", pins.len());
+    fetch::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;
+    let artifacts = fetch::fetch_wheels(&pins, target, py.index.as_deref(), &artifact_dir(cache))?;
+    Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect())
+}
+
+/// Fetches the wheels of some locked packages, by normalized name.
+type FetchWheels<'a> = dyn Fn(&Cache, &[&Wheel]) -> Result<BTreeMap<String, Artifact>, BuildError> + 'a;
+
+/// Refuses a lock that installs packages the recipe never asks for: every locked wheel must be
+/// a requirement or a `[[python.wheel]]` of the recipe, or be reachable from one through the
+/// wheels' `Requires-Dist`. The answer depends only on the recipe's requirements and the locked
+/// files, so it is remembered in the cache and the wheels are read once per lock.
+fn check_lock_graph(
+    recipe: &Recipe,
+    py: &crate::recipe::PythonSection,
+    lock: &Lock,
+    platform: Platform,
+    wheels: &[Wheel],
+    cache: &Cache,
+    fetch: &FetchWheels<'_>,
+) -> Result<(), BuildError> {
+    let mut roots: Vec<String> = py.packages.iter().map(|r| r.name.to_string()).collect();
+    roots.extend(py.wheels.iter().filter(|w| w.fits(platform)).map(|w| w.name.to_string()));
+    roots.sort();
+    let mut key = LayerKey::builder("lock-graph/v1").str(platform.as_str());
+    for r in &roots {
+        key = key.str(r);
+    }
+    for w in wheels {
+        key = key.str(&w.filename).str(&w.sha256);
+    }
+    let marker = cache.root().join("facts").join(format!("lock-graph-{}", key.finish().as_hex()));
+    if marker.is_file() {
+        return Ok(());
+    }
+    // Each wheel's `Requires-Dist` names are kept by its sha256, so a changed pin reads (and
+    // fetches) only its own wheel, not torch's 2 GB one again.
+    let record = |w: &Wheel| cache.root().join("facts").join(format!("requires-{}.json", w.sha256));
+    let mut requires = BTreeMap::new();
+    let mut unread: Vec<&Wheel> = Vec::new();
+    for w in wheels {
+        let known: Option<Vec<String>> =
+            std::fs::read(record(w)).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        match known {
+            Some(names) => {
+                requires.insert(wheel::normalize_name(w.pin.name.as_ref()), names);
+            }
+            None => unread.push(w),
+        }
+    }
+    if !unread.is_empty() {
+        let artifacts = fetch(cache, &unread)?;
+        let _ = std::fs::create_dir_all(cache.root().join("facts"));
+        for w in unread {
+            let Some(artifact) = artifacts.get(w.pin.name.as_ref()) else { continue };
+            let id = wheel::wheel_identity(&artifact.path)
+                .map_err(|source| BuildError::Wheel { wheel: artifact.filename.clone(), source })?;
+            if let Ok(json) = serde_json::to_vec(&id.requires) {
+                // A lost record is read again next time: nothing depends on it being written.
+                let _ = crate::cache::write_atomic(&record(w), &json);
+            }
+            requires.insert(wheel::normalize_name(w.pin.name.as_ref()), id.requires);
+        }
+    }
+    let extra: Vec<String> = lock
+        .unrequested(platform, &roots, &requires)
+        .iter()
+        .map(|p| format!("{} {}", p.name, p.version))
+        .collect();
+    if !extra.is_empty() {
+        return Err(BuildError::Lock(crate::lock::LockError::Invalid {
+            path: Lock::path_for(&recipe.path),
+            why: format!(
+                "it installs {} for {platform}, which nothing in the recipe asks for (neither a \
+                 [python] requirement or wheel nor a dependency of one); delete the lock and run \
+                 `stackbuild lock` again",
+                extra.join(", ")
+            ),
+        }));
+    }
+    if let Some(dir) = marker.parent() {
+        std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+    }
+    crate::cache::write_atomic(&marker, b"checked\n").map_err(io("writing", &marker))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr as _;
+
+    use super::*;
+
+    fn wheel(name: &str, size: u64) -> Wheel {
+        Wheel {
+            pin: Pinned {
+                name: pep508_rs::PackageName::from_str(name).unwrap(),
+                version: "1.0".parse().unwrap(),
+                hashes: Vec::new(),
+            },
+            filename: format!("{name}-1.0-py3-none-any.whl"),
+            sha256: "00".repeat(32),
+            size,
+        }
+    }
+
+    #[test]
+    fn large_packages_get_layers_of_their_own_in_a_stable_order() {
+        let wheels = [
+            wheel("six", 11_053),
+            wheel("scipy", 36 << 20),
+            wheel("nvidia-cublas-cu12", 400 << 20),
+            wheel("numpy", 18 << 20),
+            wheel("torch", 600 << 20),
+            wheel("idna", 61_567),
+            wheel("nvidia-cudnn-cu12", 700 << 20),
+        ];
+        let plan: Vec<(String, Vec<&str>)> = python_layers(&wheels)
+            .into_iter()
+            .map(|l| (l.name, l.members.iter().map(|w| w.pin.name.as_ref()).collect()))
+            .collect();
+        let expected: Vec<(String, Vec<&str>)> = vec![
+            ("cuda".into(), vec!["nvidia-cublas-cu12"]),
+            ("cudnn".into(), vec!["nvidia-cudnn-cu12"]),
+            ("torch".into(), vec!["torch"]),
+            ("python-numpy".into(), vec!["numpy"]),
+            ("python-scipy".into(), vec!["scipy"]),
+            ("python".into(), vec!["six", "idna"]),
+        ];
+        assert_eq!(plan, expected);
+    }
+
+    #[test]
+    fn own_layers_are_capped_to_the_largest_packages() {
+        let wheels: Vec<Wheel> =
+            (0..MAX_OWN_LAYERS as u64 + 5).map(|i| wheel(&format!("pkg{i:03}"), OWN_LAYER_MIN + i)).collect();
+        let layers = python_layers(&wheels);
+        assert_eq!(layers.len(), MAX_OWN_LAYERS + 1);
+        let rest = layers.last().unwrap();
+        assert_eq!(rest.name, "python");
+        let names: Vec<&str> = rest.members.iter().map(|w| w.pin.name.as_ref()).collect();
+        assert_eq!(names, ["pkg000", "pkg001", "pkg002", "pkg003", "pkg004"], "the smallest share a layer");
+    }
+}

@@ -1,0 +1,90 @@
+//! One platform's image as it is assembled: what every step reads (recipe, lock, cache,
+//! platform, epoch, compression) and what the steps have produced so far (the layers in order,
+//! the components of the stack description). The steps are `impl` blocks in the sibling
+//! modules; `build_platform` in the parent runs them in order.
+
+use std::path::Path;
+
+use stackcontract::image::Component;
+
+use super::{BuildOptions, LayerReport, LayerSource};
+use crate::blob::LayerBlob;
+use crate::cache::{Cache, LayerKey};
+use crate::layer::Compression;
+use crate::lock::Lock;
+use crate::platform::Platform;
+use crate::recipe::Recipe;
+
+/// The state the steps of one platform's build share.
+pub(super) struct PlatformBuilder<'a> {
+    pub(super) recipe: &'a Recipe,
+    pub(super) platform: Platform,
+    pub(super) lock: &'a Lock,
+    pub(super) cache: &'a Cache,
+    /// The layout the image will be written to: its blobs need not be hashed again.
+    pub(super) out: &'a Path,
+    pub(super) opts: &'a BuildOptions,
+    pub(super) epoch: u64,
+    pub(super) compression: Compression,
+    /// The layers so far, base first: report, blob, `created_by`.
+    pub(super) layers: Vec<(LayerReport, LayerBlob, String)>,
+    /// The stack description's components so far.
+    pub(super) components: Vec<Component>,
+}
+
+impl<'a> PlatformBuilder<'a> {
+    pub(super) fn new(
+        recipe: &'a Recipe,
+        platform: Platform,
+        lock: &'a Lock,
+        cache: &'a Cache,
+        out: &'a Path,
+        opts: &'a BuildOptions,
+        epoch: u64,
+    ) -> Self {
+        Self {
+            recipe,
+            platform,
+            lock,
+            cache,
+            out,
+            opts,
+            epoch,
+            compression: opts.compression,
+            layers: Vec::new(),
+            components: Vec::new(),
+        }
+    }
+
+    /// Appends a layer, built in this run or reused from the cache.
+    pub(super) fn push(&mut self, name: &str, created_by: String, blob: LayerBlob, built: bool) {
+        let source = LayerSource::of(&blob, built, self.cache);
+        tracing::info!("layer {name:<8} {} {} ({} bytes)", source.verb(), blob.digest, blob.size);
+        self.layers.push((
+            LayerReport {
+                name: name.to_owned(),
+                digest: blob.digest.clone(),
+                size: blob.size,
+                built,
+                source,
+                bytecode: None,
+            },
+            blob,
+            created_by,
+        ));
+    }
+
+    /// Records on the last layer the bytecode it holds: `added` when it was just compiled, else
+    /// what was recorded when the cached layer `key` was built.
+    pub(super) fn note_bytecode(
+        &mut self,
+        bytecode: &crate::bytecode::Plan<'_>,
+        key: &LayerKey,
+        added: Option<crate::bytecode::Added>,
+    ) {
+        let added = added.or_else(|| bytecode.recorded(key));
+        if let Some((report, _, _)) = self.layers.last_mut() {
+            report.bytecode = added;
+        }
+    }
+}
