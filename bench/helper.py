@@ -114,22 +114,35 @@ def cmd_context(args):
     pats = patches(recipe, site, {name: dest for name, _, dest in srcs})
 
     # The usual way: the same base, pip from apt, one pip layer of the locked wheels (hashes
-    # checked, no resolution, no cache), the sources, the patches, the image settings.
+    # checked, no resolution, no cache), the sources, the patches, the image settings. With
+    # --uv, the modern peer: the host's uv binary instead of pip (no apt step), same flags.
     df = [f"FROM {args.base}",
           "ARG PIP_INDEX_URL",
-          "ARG PIP_EXTRA_INDEX_URL",
-          "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
-          "--no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*"]
-    cert = ""
+          "ARG PIP_EXTRA_INDEX_URL"]
+    if args.uv:
+        shutil.copyfile(args.uv, os.path.join(args.out, "uv"))
+        os.chmod(os.path.join(args.out, "uv"), 0o755)
+        df.append("COPY uv /usr/local/bin/uv")
+    else:
+        df.append("RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+                  "--no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*")
+    cert, uv_cert = "", ""
     if args.ca:
         # The host reaches the index through a TLS-intercepting proxy whose CA only the host's
         # bundle holds; the image's own bundle would refuse it.
         shutil.copyfile(args.ca, os.path.join(args.out, "host-ca.crt"))
         df.append("COPY host-ca.crt /tmp/host-ca.crt")
         cert = " --cert /tmp/host-ca.crt"
+        uv_cert = "SSL_CERT_FILE=/tmp/host-ca.crt "
     df.append("COPY requirements.txt /tmp/requirements.txt")
-    df.append("RUN pip install --no-deps --require-hashes --break-system-packages --no-cache-dir"
-              f" --disable-pip-version-check{cert} -r /tmp/requirements.txt")
+    if args.uv:
+        # uv reads its index from UV_INDEX_URL; the build passes pip's as PIP_INDEX_URL.
+        df.append('RUN if [ -n "$PIP_INDEX_URL" ]; then export UV_INDEX_URL="$PIP_INDEX_URL"; fi; '
+                  f"{uv_cert}uv pip install --system --break-system-packages --no-deps --require-hashes"
+                  " --no-cache -r /tmp/requirements.txt")
+    else:
+        df.append("RUN pip install --no-deps --require-hashes --break-system-packages --no-cache-dir"
+                  f" --disable-pip-version-check{cert} -r /tmp/requirements.txt")
     for name, src, dest in srcs:
         shutil.copytree(src, os.path.join(args.out, f"src-{name}"), symlinks=True)
         df.append(f"COPY src-{name}/ {dest}/")
@@ -302,6 +315,7 @@ def main():
     c.add_argument("--platform")
     c.add_argument("--source", action="append", default=[])
     c.add_argument("--ca")
+    c.add_argument("--uv", help="install with this uv binary instead of pip")
     c.set_defaults(func=cmd_context)
     c = sub.add_parser("change")
     c.add_argument("--recipe", required=True)

@@ -309,6 +309,18 @@ section_build() {
   timed t_dchg "docker-build-one-changed" "$DOCKER" build --network host --force-rm "${build_args[@]}" \
     -t "$tag:changed" "$work/ctx-changed"
   timed t_save "docker-save-gzip" save_gzip "$tag:cold" "$work/docker-image.tar.gz"
+  # The modern peer: the same Dockerfile installing with uv. BuildKit only where the daemon
+  # offers it (Debian's docker.io 20.10 has no buildx: the classic builder then).
+  local t_uvb t_uvs uv_note="classic builder" uv_env=(env DOCKER_BUILDKIT=0)
+  if DOCKER_BUILDKIT=1 "$DOCKER" buildx version >/dev/null 2>&1; then
+    uv_note="BuildKit" uv_env=(env DOCKER_BUILDKIT=1)
+  fi
+  python3 "$helper" context --recipe "$recipe" --lock "$recipe.lock" --base "$tag:base" \
+    --out "$work/ctx-uv" --uv "$(command -v uv)" "${source_args[@]}" "${ca[@]}"
+  timed t_uvb "docker-build-uv-cold" "${uv_env[@]}" "$DOCKER" build --network host --force-rm --no-cache \
+    "${build_args[@]}" -t "$tag:uv" "$work/ctx-uv"
+  timed t_uvs "docker-save-gzip-uv" save_gzip "$tag:uv" "$work/docker-uv-image.tar.gz"
+  rm -rf "$work/docker-uv-image.tar.gz" "$work/ctx-uv"
   local ours_bytes docker_bytes
   ours_bytes=$(json 'v["blob_bytes"]' <"$work/layout.json")
   docker_bytes=$(file_size "$work/docker-image.tar.gz")
@@ -321,6 +333,8 @@ section_build() {
     "$(ratio "$t_cold" "$t_dcold")" "docker build --no-cache FROM the same base (pip download included)$base_note"
   row build "cold build to a gzip image, base cached" "$(secs "$t_cold")" "$(secs "$(add "$t_dcold" "$t_save")")" \
     "$(ratio "$t_cold" "$(add "$t_dcold" "$t_save")")" "+ docker save | gzip -1 ($(secs "$t_save")); target <= 0.4x"
+  row build "cold build to a gzip image vs uv" "$(secs "$t_cold")" "$(secs "$(add "$t_uvb" "$t_uvs")")" \
+    "$(ratio "$t_cold" "$(add "$t_uvb" "$t_uvs")")" "the Dockerfile with uv pip install --system --no-deps --require-hashes ($uv_note, $(secs "$t_uvb")) + docker save | gzip -1 ($(secs "$t_uvs")); target <= 0.5x"
   row build "cold build, base included" "$(secs "$t_all")" "$(secs "$t_dcold")" \
     "$(ratio "$t_all" "$t_dcold")" "ours builds the base ($(secs "$t_base")); docker imports it ($(secs "$t_import"), not counted)"
   row build "no-change rebuild" "$(secs "$t_same")" "$(secs "$t_dsame")" "$(ratio "$t_same" "$t_dsame")" \

@@ -131,7 +131,7 @@ impl PlatformBuilder<'_> {
             // Docker v2 layers are the same bytes under another name; an OCI manifest
             // names them the OCI way.
             if let Some(c) = Compression::from_media_type(&blob.media_type) {
-                blob.media_type = c.media_type().to_owned();
+                c.media_type().clone_into(&mut blob.media_type);
             }
             let by = history.get(i).and_then(|h| h.created_by.clone()).unwrap_or_else(|| "base layer".into());
             self.push("base", by, blob, false);
@@ -154,20 +154,19 @@ impl PlatformBuilder<'_> {
             .number(epoch)
             .str(&compression.cache_id())
             .finish();
-        let imported = match crate::base::cached_import(&key, cache) {
-            Some(imported) => imported,
-            None => {
-                let archive = match &recipe.base {
-                    Base::Archive { path } => path.clone(),
-                    Base::Docker { reference } => {
-                        let file = tmp.path().join("image.tar");
-                        crate::load::export_image(reference, &file)?;
-                        file
-                    }
-                    _ => unreachable!("matched by the caller"),
-                };
-                crate::base::import_archive(&archive, &key, cache, epoch, compression)?
-            }
+        let imported = if let Some(imported) = crate::base::cached_import(&key, cache) {
+            imported
+        } else {
+            let archive = match &recipe.base {
+                Base::Archive { path } => path.clone(),
+                Base::Docker { reference } => {
+                    let file = tmp.path().join("image.tar");
+                    crate::load::export_image(reference, &file)?;
+                    file
+                }
+                _ => unreachable!("matched by the caller"),
+            };
+            crate::base::import_archive(&archive, &key, cache, epoch, compression)?
         };
         self.components.push(Component {
             kind: "base".into(),

@@ -36,7 +36,7 @@ pub(super) fn runtime_config(
         .collect();
     let mut set = |k: &str, v: &str| {
         if let Some(e) = env.iter_mut().find(|(key, _)| key == k) {
-            e.1 = v.to_owned();
+            v.clone_into(&mut e.1);
         } else {
             env.push((k.to_owned(), v.to_owned()));
         }

@@ -7,6 +7,7 @@
 // that type's concern (clippy's `result_large_err`), not each step's.
 #![allow(clippy::result_large_err)]
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use sha2::{Digest, Sha256};
@@ -18,6 +19,7 @@ use super::{debian_arch, finish_layer, io, reuse, tempdir, BuildError, LayerRepo
 use crate::blob::LayerBlob;
 use crate::cache::LayerKey;
 use crate::derive;
+use crate::fetch::Artifact;
 use crate::layer::LayerWriter;
 use crate::patch::{self, PatchSpec};
 use crate::platform::Platform;
@@ -26,14 +28,59 @@ use crate::sbom;
 use crate::source;
 use crate::wheel::{self, Scheme};
 
+/// The history entry of a Python layer: what it holds.
+fn python_created_by(layer: &PythonLayer<'_>) -> String {
+    let names = layer.members.iter().map(|w| w.pin.to_string()).collect::<Vec<_>>().join(" ");
+    format!("stackbuild: {}: {names}", layer.describe)
+}
+
 impl PlatformBuilder<'_> {
     /// The layers of the locked wheels ([`python_layers`]), in layer order; then the wheels'
     /// components of the stack description.
     pub(super) fn python_layers(&mut self, py: &PythonPlan<'_>) -> Result<(), BuildError> {
         if let Some(scheme) = &py.scheme {
-            for layer in python_layers(&py.wheels) {
-                self.python_group_layer(py, scheme, &layer)?;
-            }
+            let planned: Vec<(PythonLayer<'_>, LayerKey)> = python_layers(&py.wheels)
+                .into_iter()
+                .map(|layer| {
+                    let key = self.python_layer_key(py, scheme, &layer);
+                    (layer, key)
+                })
+                .collect();
+            let reused: Vec<Option<LayerBlob>> =
+                planned.iter().map(|(_, key)| reuse(self.cache, key, self.out, self.opts)).collect();
+            // The wheels of the next layer download while this one is written: one layer ahead.
+            let to_fetch: Vec<Vec<&Wheel>> = planned
+                .iter()
+                .zip(&reused)
+                .filter(|(_, hit)| hit.is_none())
+                .map(|((layer, _), _)| layer.members.clone())
+                .collect();
+            let (fetcher, cache) = (py.fetcher(), self.cache);
+            std::thread::scope(|scope| {
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                scope.spawn(move || {
+                    for members in to_fetch {
+                        if tx.send(fetcher.fetch(cache, &members)).is_err() {
+                            return;
+                        }
+                    }
+                });
+                for ((layer, key), hit) in planned.iter().zip(reused) {
+                    let created_by = python_created_by(layer);
+                    if let Some(blob) = hit {
+                        self.push(&layer.name, created_by, blob, false);
+                        self.note_bytecode(&py.bytecode, key, None);
+                        continue;
+                    }
+                    let artifacts = rx.recv().map_err(|_| {
+                        BuildError::Unsupported(
+                            "the wheel downloads stopped before every layer had its wheels".into(),
+                        )
+                    })??;
+                    self.python_group_layer(py, scheme, layer, key, &artifacts)?;
+                }
+                Ok::<(), BuildError>(())
+            })?;
         }
         let python = py.python;
         self.components.extend(py.wheels.iter().map(|w| Component {
@@ -52,38 +99,36 @@ impl PlatformBuilder<'_> {
         Ok(())
     }
 
-    /// One Python layer: reused, or its wheels installed into a stage (their large members left
-    /// in the wheels, for the layer to carry as they are), compiled and written.
+    /// The cache key of a Python layer, from its inputs alone.
+    fn python_layer_key(&self, py: &PythonPlan<'_>, scheme: &Scheme, layer: &PythonLayer<'_>) -> LayerKey {
+        let mut key = LayerKey::builder("python-layer/v1")
+            .str(&layer.name)
+            .str(&scheme.purelib)
+            .str(&scheme.interpreter)
+            .str(&py.bytecode.key())
+            .str(&format!("deferred/v1;min={}", wheel::DEFER_MIN))
+            .number(self.epoch)
+            .str(&self.compression.cache_id());
+        for w in &layer.members {
+            key = key.str(&w.filename).str(&w.sha256);
+        }
+        key.finish()
+    }
+
+    /// One Python layer, from its fetched wheels: installed into a stage (their large members
+    /// left in the wheels, for the layer to carry as they are), compiled and written.
     fn python_group_layer(
         &mut self,
         py: &PythonPlan<'_>,
         scheme: &Scheme,
         layer: &PythonLayer<'_>,
+        key: &LayerKey,
+        artifacts: &BTreeMap<String, Artifact>,
     ) -> Result<(), BuildError> {
         let members = &layer.members;
-        let (cache, out, opts, epoch, compression) =
-            (self.cache, self.out, self.opts, self.epoch, self.compression);
+        let (cache, opts, epoch, compression) = (self.cache, self.opts, self.epoch, self.compression);
         let bytecode = &py.bytecode;
-        let mut key = LayerKey::builder("python-layer/v1")
-            .str(&layer.name)
-            .str(&scheme.purelib)
-            .str(&scheme.interpreter)
-            .str(&bytecode.key())
-            .str(&format!("deferred/v1;min={}", wheel::DEFER_MIN))
-            .number(epoch)
-            .str(&compression.cache_id());
-        for w in members {
-            key = key.str(&w.filename).str(&w.sha256);
-        }
-        let key = key.finish();
-        let names = members.iter().map(|w| w.pin.to_string()).collect::<Vec<_>>().join(" ");
-        let created_by = format!("stackbuild: {}: {names}", layer.describe);
-        if let Some(blob) = reuse(cache, &key, out, opts) {
-            self.push(&layer.name, created_by, blob, false);
-            self.note_bytecode(bytecode, &key, None);
-            return Ok(());
-        }
-        let artifacts = py.fetch(cache, members)?;
+        let created_by = python_created_by(layer);
         let stage = tempdir(cache)?;
         let mut deferred = wheel::Deferred::default();
         for w in members {
@@ -102,16 +147,16 @@ impl PlatformBuilder<'_> {
             )
             .map_err(|source| BuildError::Wheel { wheel: w.filename.clone(), source })?;
         }
-        let added = bytecode.compile(stage.path(), scheme, epoch, &key)?;
+        let added = bytecode.compile(stage.path(), scheme, epoch, key)?;
         let mut writer = LayerWriter::new(cache, epoch);
         writer.add_dir(stage.path(), "")?;
         for (path, member, mode) in deferred.into_members() {
             writer.add_zip_member(&path, member, mode)?;
         }
         let blob = finish_layer(writer, compression, cache, opts)?;
-        cache.put_layer(&key, &blob)?;
+        cache.put_layer(key, &blob)?;
         self.push(&layer.name, created_by, blob, true);
-        self.note_bytecode(bytecode, &key, added);
+        self.note_bytecode(bytecode, key, added);
         Ok(())
     }
 

@@ -131,7 +131,30 @@ impl PythonPlan<'_> {
         cache: &Cache,
         wanted: &[&Wheel],
     ) -> Result<BTreeMap<String, Artifact>, BuildError> {
-        fetch_wheels(self.python, self.target.as_ref(), cache, wanted)
+        self.fetcher().fetch(cache, wanted)
+    }
+
+    /// What fetching needs, to hand to another thread.
+    pub(super) fn fetcher(&self) -> Fetcher<'_> {
+        Fetcher { python: self.python, target: self.target.as_ref() }
+    }
+}
+
+/// Fetches locked wheels ([`PythonPlan::fetch`]) on any thread.
+#[derive(Clone, Copy)]
+pub(super) struct Fetcher<'a> {
+    python: Option<&'a PythonSection>,
+    target: Option<&'a Target>,
+}
+
+impl Fetcher<'_> {
+    /// Fetches the wheels of some locked packages, by normalized name.
+    pub(super) fn fetch(
+        &self,
+        cache: &Cache,
+        wanted: &[&Wheel],
+    ) -> Result<BTreeMap<String, Artifact>, BuildError> {
+        fetch_wheels(self.python, self.target, cache, wanted)
     }
 }
 
