@@ -495,9 +495,7 @@ fn push_sbom_referrers(
         let subject = crate::registry::Subject {
             media_type: oci::MEDIA_TYPE_MANIFEST.to_owned(),
             digest: b.image.manifest_digest()?,
-            size: serde_json::to_vec(&b.image.manifest()?)
-                .map_err(|e| BuildError::Unsupported(e.to_string()))?
-                .len() as u64,
+            size: b.image.manifest_json()?.len() as u64,
         };
         for (media_type, bytes) in
             [(sbom::SPDX_MEDIA_TYPE, &b.sbom.spdx), (sbom::CYCLONEDX_MEDIA_TYPE, &b.sbom.cyclonedx)]

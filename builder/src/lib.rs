@@ -17,6 +17,7 @@
 //! - [`base`]: the image's base: scratch, an OCI layout, or a Debian rootfs by mmdebstrap.
 //! - [`build`]: the build itself: recipe -> lock -> layers -> image layout.
 //! - [`blob`]: the record of a finished layer blob, and `sha256:` digests.
+//! - [`canonical`]: the one writer of image JSON documents (sorted keys, compact).
 //! - [`cache`]: the content-addressed cache of artifacts and layer blobs.
 //! - [`layer`]: deterministic layer tars and their compression.
 //! - [`load`]: `--load`, streaming an image archive into the local Docker daemon.
@@ -34,6 +35,7 @@ pub mod blob;
 pub mod build;
 pub mod bytecode;
 pub mod cache;
+pub mod canonical;
 pub mod check;
 pub mod derive;
 pub mod diagnostic;

@@ -1,9 +1,9 @@
 //! OCI image layouts, `docker load` archives, and reading layouts back.
 //!
-//! Everything written here is a function of its inputs only: JSON is serialized compactly from
-//! structs with a fixed field order and `BTreeMap`s (sorted keys), times come from the epoch,
-//! and archives have sorted entries with mtime 0, so the same image always has the same manifest
-//! digest. See <https://github.com/opencontainers/image-spec> (`image-layout.md`,
+//! Everything written here is a function of its inputs only: every JSON document is built as
+//! oci-spec's image types ([`spec`]) and written by [`crate::canonical::to_vec`] (compact, keys
+//! sorted), times come from the epoch, and archives have sorted entries with mtime 0, so the same
+//! image always has the same manifest digest. See <https://github.com/opencontainers/image-spec> (`image-layout.md`,
 //! `manifest.md`, `config.md`).
 //!
 //! [`write_archive`] writes an OCI layout in a tar *plus* the legacy `manifest.json` of
@@ -111,6 +111,15 @@ pub enum OciError {
     /// A tag or image name is malformed.
     #[error("invalid image reference {0:?}")]
     BadReference(String),
+    /// oci-spec refused a document or value this writer built.
+    #[error("{what}: {source}")]
+    Spec {
+        /// What was being built.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: oci_spec::OciSpecError,
+    },
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> OciError + 'a {
@@ -390,10 +399,15 @@ impl Image {
         Ok(self.manifest_for(&config))
     }
 
-    /// The canonical config JSON: compact, fields in declaration order, maps sorted, no
-    /// trailing newline.
+    /// The canonical config JSON (oci-spec's `ImageConfiguration` with the base's other `config`
+    /// fields, through [`crate::canonical::to_vec`]).
     pub fn config_json(&self) -> Result<Vec<u8>, OciError> {
-        serde_json::to_vec(&self.config).map_err(|source| OciError::Json { path: "config".into(), source })
+        to_json("config", &spec::config(&self.config)?)
+    }
+
+    /// The canonical manifest JSON: the bytes [`Image::manifest_digest`] hashes.
+    pub fn manifest_json(&self) -> Result<Vec<u8>, OciError> {
+        Ok(self.documents()?.manifest)
     }
 
     fn manifest_for(&self, config_json: &[u8]) -> Manifest {
@@ -412,8 +426,7 @@ impl Image {
 
     fn documents(&self) -> Result<Documents, OciError> {
         let config = self.config_json()?;
-        let manifest = serde_json::to_vec(&self.manifest_for(&config))
-            .map_err(|source| OciError::Json { path: "manifest".into(), source })?;
+        let manifest = to_json("manifest", &spec::manifest(&self.manifest_for(&config))?)?;
         Ok(Documents {
             config_digest: sha256_bytes(&config),
             manifest_digest: sha256_bytes(&manifest),
@@ -437,6 +450,11 @@ impl Image {
     }
 }
 
+/// A document as canonical JSON; `what` names it in an error.
+fn to_json<T: Serialize>(what: &str, value: &T) -> Result<Vec<u8>, OciError> {
+    crate::canonical::to_vec(value).map_err(|source| OciError::Json { path: what.into(), source })
+}
+
 const OCI_LAYOUT: &[u8] = br#"{"imageLayoutVersion":"1.0.0"}"#;
 
 /// Checks a tag against the OCI `ref.name` grammar's character set (and keeps it out of paths).
@@ -458,7 +476,7 @@ pub const TEMP_PREFIX: &str = ".stackbuild-tmp-";
 
 /// `index.json` of a layout with no image yet.
 const EMPTY_INDEX: &[u8] =
-    br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
+    br#"{"manifests":[],"mediaType":"application/vnd.oci.image.index.v1+json","schemaVersion":2}"#;
 
 /// Copies `src` to `dest` unless an identical-size file is there: hardlink if possible, else a
 /// copy, always through a temporary name in `tmp_dir` and a rename.
@@ -523,7 +541,7 @@ fn layout_subdir(path: &Path) -> Result<(), OciError> {
 #[derive(Serialize)]
 #[serde(untagged)]
 enum IndexEntry {
-    Ours(Descriptor),
+    Ours(oci_spec::image::Descriptor),
     Kept(serde_json::Value),
 }
 
@@ -620,8 +638,7 @@ pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<St
             manifests: descriptors,
             annotations: BTreeMap::new(),
         };
-        let bytes = serde_json::to_vec(&nested)
-            .map_err(|source| OciError::Json { path: "image index".into(), source })?;
+        let bytes = to_json("image index", &spec::index(&nested)?)?;
         let digest = sha256_bytes(&bytes);
         write_small(&bytes, &digest)?;
         Descriptor::new(MEDIA_TYPE_INDEX, digest, bytes.len() as u64)
@@ -639,15 +656,14 @@ pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<St
         .collect();
     top.annotations.insert(ANNOTATION_REF_NAME.to_string(), tag.to_string());
     let digest = top.digest.clone();
-    manifests.push(IndexEntry::Ours(top));
+    manifests.push(IndexEntry::Ours(spec::descriptor(&top)?));
     let index = RawIndex {
         schema_version: 2,
         media_type: Some(MEDIA_TYPE_INDEX.to_string()),
         manifests,
         other: old.other,
     };
-    let json =
-        serde_json::to_vec(&index).map_err(|source| OciError::Json { path: index_path.clone(), source })?;
+    let json = to_json(&index_path.to_string_lossy(), &index)?;
     write_atomic_in(dir, &index_path, &json).map_err(io_err("writing", &index_path))?;
     drop(guard);
     Ok(digest)
@@ -740,8 +756,7 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
         manifests: vec![image.index_descriptor(&docs, annotations)],
         annotations: BTreeMap::new(),
     };
-    let index_json =
-        serde_json::to_vec(&index).map_err(|source| OciError::Json { path: file.into(), source })?;
+    let index_json = to_json(&file.to_string_lossy(), &spec::index(&index)?)?;
     let blob_name =
         |digest: &str| -> Result<String, OciError> { Ok(format!("blobs/sha256/{}", sha256_hex(digest)?)) };
     let legacy = [DockerManifestEntry {
@@ -749,8 +764,7 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
         repo_tags: [&full],
         layers: image.layers.iter().map(|l| blob_name(&l.digest)).collect::<Result<_, _>>()?,
     }];
-    let legacy_json =
-        serde_json::to_vec(&legacy).map_err(|source| OciError::Json { path: file.into(), source })?;
+    let legacy_json = to_json(&file.to_string_lossy(), &legacy)?;
 
     // Sorted by name; a layer used twice is stored once.
     let mut files: BTreeMap<String, Source<'_>> = BTreeMap::new();
@@ -1067,5 +1081,6 @@ pub fn verify_layout_blob(blob: &LayerBlob) -> Result<(), OciError> {
     }
 }
 
+mod spec;
 #[cfg(test)]
 mod tests;

@@ -221,7 +221,7 @@ fn update_index(dir: &Path, descriptor: Descriptor, tag: &str) -> Result<(), Reg
         manifests,
         annotations: BTreeMap::new(),
     };
-    let json = serde_json::to_vec(&index)
+    let json = crate::canonical::to_vec(&index)
         .map_err(|e| RegistryError::Manifest { what: path.display().to_string(), reason: e.to_string() })?;
     write_atomic(&path, &json).map_err(io_err("writing", &path))
 }
