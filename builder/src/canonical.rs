@@ -7,7 +7,7 @@
 //! `Labels` are `HashMap`s, whose order is seeded per process (Rust's `RandomState`), so writing
 //! them directly gives different bytes, and different digests, from run to run. Every document is
 //! therefore first turned into a `serde_json::Value` and its objects rebuilt in sorted key order
-//! (which does not depend on whether serde_json's `preserve_order` feature is on somewhere in the
+//! (which does not depend on whether `serde_json`'s `preserve_order` feature is on somewhere in the
 //! dependency graph: then `Map` keeps insertion order, and the insertion order is sorted).
 
 use serde::Serialize;

@@ -537,14 +537,6 @@ fn layout_subdir(path: &Path) -> Result<(), OciError> {
     }
 }
 
-/// An entry of `index.json`: one this writer made, or another tag's, kept with every field.
-#[derive(Serialize)]
-#[serde(untagged)]
-enum IndexEntry {
-    Ours(oci_spec::image::Descriptor),
-    Kept(serde_json::Value),
-}
-
 /// `index.json` as read for an update: the fields this writer knows in their order, and every
 /// other field (`annotations`, `subject`, ...) kept.
 #[derive(Serialize, Deserialize)]
@@ -646,17 +638,19 @@ pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<St
     cache::sync_dir(&blobs).map_err(io_err("syncing", &blobs))?;
 
     let old: RawIndex<serde_json::Value> = read_json(&index_path)?;
-    let mut manifests: Vec<IndexEntry> = old
+    // Other tags' entries are kept with every field; this tag's is written by oci-spec's type.
+    let mut manifests: Vec<serde_json::Value> = old
         .manifests
         .into_iter()
         .filter(|d| {
             d.pointer("/annotations/org.opencontainers.image.ref.name").and_then(|v| v.as_str()) != Some(tag)
         })
-        .map(IndexEntry::Kept)
         .collect();
     top.annotations.insert(ANNOTATION_REF_NAME.to_string(), tag.to_string());
     let digest = top.digest.clone();
-    manifests.push(IndexEntry::Ours(spec::descriptor(&top)?));
+    let ours = serde_json::to_value(spec::descriptor(&top)?)
+        .map_err(|source| OciError::Json { path: index_path.clone(), source })?;
+    manifests.push(ours);
     let index = RawIndex {
         schema_version: 2,
         media_type: Some(MEDIA_TYPE_INDEX.to_string()),
