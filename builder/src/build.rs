@@ -527,9 +527,7 @@ fn write_sbom_files(builds: &[PlatformBuild], dir: &Path, name: &str) -> Result<
         };
         for (ext, bytes) in [("spdx.json", &b.sbom.spdx), ("cdx.json", &b.sbom.cyclonedx)] {
             let path = dir.join(format!("{stem}.{ext}"));
-            let tmp = dir.join(format!(".{stem}.{ext}.tmp"));
-            std::fs::write(&tmp, bytes).map_err(io("writing", &tmp))?;
-            std::fs::rename(&tmp, &path).map_err(io("renaming", &tmp))?;
+            crate::atomic::write_atomic(&path, bytes).map_err(io("writing", &path))?;
             files.push(path);
         }
     }

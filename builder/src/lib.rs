@@ -16,6 +16,7 @@
 //! - [`patch`]: strict find/replace and unified-diff patches applied to a staged tree.
 //! - [`base`]: the image's base: scratch, an OCI layout, or a Debian rootfs by mmdebstrap.
 //! - [`build`]: the build itself: recipe -> lock -> layers -> image layout.
+//! - [`atomic`]: replacing a file atomically (temporary name, `fsync`, rename).
 //! - [`blob`]: the record of a finished layer blob, and `sha256:` digests.
 //! - [`canonical`]: the one writer of image JSON documents (sorted keys, compact).
 //! - [`cache`]: the content-addressed cache of artifacts and layer blobs.
@@ -29,6 +30,7 @@
 //! - [`affinity`]: Kubernetes node affinity from an image's requirements, over `stackhook labels`.
 
 pub mod affinity;
+pub mod atomic;
 pub mod audit;
 pub mod base;
 pub mod blob;
