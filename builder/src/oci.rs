@@ -707,13 +707,19 @@ enum Source<'a> {
     File(&'a Path, u64),
 }
 
-/// The legacy `docker save` manifest entry.
-#[derive(Serialize)]
+/// One entry of `docker save`'s `manifest.json` (Docker's image spec v1.2, "Combined Image JSON +
+/// Filesystem Changeset Format", <https://github.com/moby/docker-image-spec/blob/main/spec.md>):
+/// written by [`write_archive`], read from base and `affinity` archives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct DockerManifestEntry<'a> {
-    config: String,
-    repo_tags: [&'a str; 1],
-    layers: Vec<String>,
+pub struct DockerSaveEntry {
+    /// The config's member name (`blobs/sha256/<hex>`, or `<hex>.json` before Docker 25).
+    pub config: String,
+    /// `name:tag`s of the image (absent or `null` for an untagged one).
+    #[serde(default, deserialize_with = "null_default")]
+    pub repo_tags: Vec<String>,
+    /// The layers' member names, base first.
+    pub layers: Vec<String>,
 }
 
 /// Writes `image` as a tar archive at `file` that `docker load` (20.10 and later), `skopeo copy
@@ -753,9 +759,9 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
     let index_json = to_json(&file.to_string_lossy(), &spec::index(&index)?)?;
     let blob_name =
         |digest: &str| -> Result<String, OciError> { Ok(format!("blobs/sha256/{}", sha256_hex(digest)?)) };
-    let legacy = [DockerManifestEntry {
+    let legacy = [DockerSaveEntry {
         config: blob_name(&docs.config_digest)?,
-        repo_tags: [&full],
+        repo_tags: vec![full.clone()],
         layers: image.layers.iter().map(|l| blob_name(&l.digest)).collect::<Result<_, _>>()?,
     }];
     let legacy_json = to_json(&file.to_string_lossy(), &legacy)?;
