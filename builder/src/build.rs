@@ -393,6 +393,8 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         if recipe.image.platforms.len() > 1 {
             tracing::info!("platform {platform}");
         }
+        // Base, download (logged on its own) and layers.
+        let _stage = crate::progress::Stage::start(format!("build of {platform}"));
         builds.push(build_platform(recipe, platform, &lock, &cache, &out, opts, epoch)?);
     }
     let images: Vec<Image> = builds.iter().map(|b| b.image.clone()).collect();
@@ -402,6 +404,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     // fails it is never written.
     let mut audits: Vec<Option<crate::audit::AuditReport>> = vec![None; builds.len()];
     if opts.audit {
+        let _stage = crate::progress::Stage::start("audit");
         for (i, b) in builds.iter().enumerate() {
             let mut report = audit_cached(&cache, &b.image)?;
             for ignore in &recipe.audit_ignore {
@@ -424,10 +427,12 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             audits[i] = Some(report);
         }
     }
+    let write = crate::progress::Stage::start("write");
     let digest = crate::output::write_layout(&out, &images, &recipe.image.tag)?;
     if let Some(image) = archived.and_then(|i| images.get(i)) {
         write_archive_and_load(image, &reference, &cache, opts)?;
     }
+    drop(write);
     // Before the push: a failed push still leaves the documents of the image just written.
     let sbom_files = match &opts.sbom_dir {
         Some(dir) => write_sbom_files(&builds, dir, &recipe.image.name)?,
@@ -436,6 +441,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     let push = match &opts.push {
         Some(dest) => {
             let dest = crate::registry::Reference::parse(dest)?;
+            let _stage = crate::progress::Stage::start("push");
             let report =
                 crate::registry::push_layout(&registry_client(opts), &out, Some(&recipe.image.tag), &dest)?;
             tracing::info!(
@@ -758,6 +764,7 @@ fn build_platform(
         let (Some(py), Some(target)) = (python, target.as_ref()) else { return Ok(BTreeMap::new()) };
         let pins: Vec<Pinned> = wanted.iter().map(|w| w.pin.clone()).collect();
         tracing::info!("fetching {} wheel(s)", pins.len());
+        let _stage = crate::progress::Stage::start("download");
         fetch::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;
         let artifacts = fetch::fetch_wheels(&pins, target, py.index.as_deref(), &artifact_dir(cache))?;
         Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect())

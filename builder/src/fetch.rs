@@ -263,10 +263,12 @@ fn download(
         cmd.args(["--index-url", index]);
     }
     cmd.arg("-d").arg(&download_dir).arg("-r").arg(&requirements);
+    let spinner = crate::progress::Progress::spinner(format!("downloading {} wheel(s)", pins.len()));
     let output = cmd
         .stdin(Stdio::null())
         .output()
         .map_err(|e| FetchError::PipMissing { reason: format!("running python3: {e}") })?;
+    drop(spinner);
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         if stderr.contains("No module named pip") {

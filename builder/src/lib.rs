@@ -23,6 +23,7 @@
 //! - [`layer`]: deterministic layer tars and their compression.
 //! - [`load`]: `--load`, streaming an image archive into the local Docker daemon.
 //! - [`oci`]: OCI image layouts and `docker load` archives.
+//! - [`progress`]: progress bars on a terminal and the time each build stage took.
 //! - [`output`]: the paths a build writes (`--out`, `--archive`, `--report`): only where it may.
 //! - [`audit`]: a static `ldd` over an image's root filesystem (unresolved, shadowed and stub libraries).
 //! - [`registry`]: an OCI distribution client: push a layout to a registry, pull an image from one.
@@ -52,6 +53,7 @@ pub mod oci;
 pub mod output;
 pub mod patch;
 pub mod platform;
+pub mod progress;
 pub mod recipe;
 pub mod registry;
 pub mod sbom;
