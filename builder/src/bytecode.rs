@@ -30,6 +30,7 @@
 //! Nothing from the recipe or the image is passed as an option: the paths follow `-c CODE`, where
 //! Python hands them to the script as `sys.argv`.
 
+use crate::io_error::IoError;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -44,16 +45,9 @@ pub const STAGE_MOUNT: &str = "/.stackbuild-stage";
 /// Why bytecode could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum BytecodeError {
-    /// A file operation failed.
-    #[error("bytecode: {op} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// The system error.
-        source: std::io::Error,
-    },
+    /// An I/O operation failed.
+    #[error("bytecode: {0}")]
+    Io(#[from] IoError),
     /// The interpreter version is not `3.N`.
     #[error("bytecode: unexpected Python version {0:?}")]
     Version(String),
@@ -73,7 +67,7 @@ pub enum BytecodeError {
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BytecodeError + 'a {
-    move |source| BytecodeError::Io { op, path: path.to_owned(), source }
+    move |source| BytecodeError::Io(IoError { op, path: path.to_owned(), source })
 }
 
 /// The image's interpreter, unpacked from its base layer.

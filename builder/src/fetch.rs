@@ -9,6 +9,7 @@
 //!
 //! The function boundary ([`fetch_wheels`]) hides pip, so a direct HTTP client can replace it.
 
+use crate::io_error::IoError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -45,16 +46,9 @@ pub enum FetchError {
         /// What happened when it was tried.
         reason: String,
     },
-    /// A file or directory could not be read or written.
-    #[error("{what} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The path involved.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
+    /// An I/O operation failed.
+    #[error(transparent)]
+    Io(#[from] IoError),
     /// pip could not download some artifacts (index unreachable, no such file, hash mismatch).
     #[error("downloading {} for {target} failed: {reason}", artifacts.join(", "))]
     Download {
@@ -110,7 +104,7 @@ pub enum FetchError {
 
 fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FetchError {
     let path = path.to_owned();
-    move |source| FetchError::Io { what, path, source }
+    move |source| FetchError::Io(IoError { op: what, path, source })
 }
 
 pub use crate::blob::sha256_file;
@@ -335,7 +329,7 @@ fn place(file: &Path, filename: &str, sha256: &str, tmp: &Path, dest: &Path) -> 
         // `rename` over a non-empty directory fails: someone else placed it.
         let same = sha256_file(&final_path).is_ok_and(|h| h == sha256);
         if !same {
-            return Err(FetchError::Io { what: "moving into place", path: target_dir, source: e });
+            return Err(FetchError::Io(IoError { op: "moving into place", path: target_dir, source: e }));
         }
     }
     Ok(final_path)

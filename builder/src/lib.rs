@@ -9,6 +9,7 @@
 //! - [`derive`]: what the host must provide, derived from the stack and the `[host]` rules.
 //! - [`fetch`]: verified downloads into the cache.
 //! - [`image_arg`]: `IMAGE[:TAG]` arguments naming a local layout or archive, split by what exists.
+//! - [`io_error`]: the one I/O error (operation, path, cause) that module errors wrap.
 //! - [`input`]: opening user-named files as regular files only, with a size cap.
 //! - [`wheel`]: PEP 427 wheel installation into a staging tree, without running Python.
 //! - [`wheel_name`]: PEP 427 wheel file names and their tags.
@@ -46,6 +47,7 @@ pub mod fatbin;
 pub mod fetch;
 pub mod image_arg;
 pub mod input;
+pub mod io_error;
 pub mod layer;
 pub mod load;
 pub mod lock;

@@ -10,6 +10,7 @@
 //! `docker save`, pointing at the same blobs: Docker 20.10 (Debian bookworm) only reads the
 //! latter, skopeo and podman the former; Docker 25+ `docker save` produces the same shape.
 
+use crate::io_error::{io_err, IoError};
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, BufReader, Read};
@@ -42,16 +43,8 @@ const MAX_JSON: u64 = 16 * 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
     /// An I/O operation failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path involved.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
     /// A JSON document could not be parsed or written.
     #[error("JSON of {path}: {source}")]
     Json {
@@ -120,10 +113,6 @@ pub enum OciError {
         #[source]
         source: oci_spec::OciSpecError,
     },
-}
-
-fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> OciError + 'a {
-    move |source| OciError::Io { op, path: path.to_path_buf(), source }
 }
 
 pub use stackcontract::time::rfc3339;
@@ -503,7 +492,7 @@ fn place_blob(src: &Path, dest: &Path, size: u64, tmp_dir: &Path) -> Result<(), 
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    result.map_err(io_err("writing", dest))
+    result.map_err(|e| io_err("writing", dest)(e).into())
 }
 
 /// Removes temporary files a killed writer left in a layout: only names [`unique_temp_name`]
@@ -531,9 +520,9 @@ fn layout_subdir(path: &Path) -> Result<(), OciError> {
             what: "layout entry that is not a directory".into(),
         }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            fs::create_dir(path).map_err(io_err("creating", path))
+            fs::create_dir(path).map_err(|e| io_err("creating", path)(e).into())
         }
-        Err(e) => Err(io_err("reading", path)(e)),
+        Err(e) => Err(io_err("reading", path)(e).into()),
     }
 }
 
@@ -600,7 +589,7 @@ pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<St
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 write_atomic_in(dir, path, bytes).map_err(io_err("writing", path))?;
             }
-            Err(e) => return Err(io_err("reading", path)(e)),
+            Err(e) => return Err(io_err("reading", path)(e).into()),
         }
     }
     let write_small = |bytes: &[u8], digest: &str| -> Result<(), OciError> {
@@ -827,7 +816,7 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
         buffered.into_inner().map_err(|e| user("writing")(e.into_error()))?;
         out.sync_all().map_err(user("syncing"))?;
         fs::rename(&tmp, file).map_err(user("writing"))?;
-        cache::sync_dir(dir).map_err(io_err("syncing", dir))
+        cache::sync_dir(dir).map_err(|e| io_err("syncing", dir)(e).into())
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -894,7 +883,9 @@ fn read_capped(path: &Path) -> Result<Vec<u8>, OciError> {
             path: path.to_path_buf(),
             what: format!("document over {MAX_JSON} bytes"),
         },
-        InputError::Io { source, .. } => OciError::Io { op: "reading", path: path.to_path_buf(), source },
+        InputError::Io { source, .. } => {
+            OciError::Io(IoError { op: "reading", path: path.to_path_buf(), source })
+        }
         other @ InputError::NotRegular { .. } => {
             OciError::Unsupported { path: path.to_path_buf(), what: other.to_string() }
         }
