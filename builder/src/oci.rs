@@ -439,6 +439,11 @@ impl Image {
     }
 }
 
+/// `index` as written into a layout: oci-spec's `ImageIndex`, canonical JSON.
+pub fn index_json(index: &Index) -> Result<Vec<u8>, OciError> {
+    to_json("image index", &spec::index(index)?)
+}
+
 /// A document as canonical JSON; `what` names it in an error.
 fn to_json<T: Serialize>(what: &str, value: &T) -> Result<Vec<u8>, OciError> {
     crate::canonical::to_vec(value).map_err(|source| OciError::Json { path: what.into(), source })
@@ -619,7 +624,7 @@ pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<St
             manifests: descriptors,
             annotations: BTreeMap::new(),
         };
-        let bytes = to_json("image index", &spec::index(&nested)?)?;
+        let bytes = index_json(&nested)?;
         let digest = sha256_bytes(&bytes);
         write_small(&bytes, &digest)?;
         Descriptor::new(MEDIA_TYPE_INDEX, digest, bytes.len() as u64)

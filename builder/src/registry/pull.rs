@@ -221,7 +221,7 @@ fn update_index(dir: &Path, descriptor: Descriptor, tag: &str) -> Result<(), Reg
         manifests,
         annotations: BTreeMap::new(),
     };
-    let json = crate::canonical::to_vec(&index)
+    let json = oci::index_json(&index)
         .map_err(|e| RegistryError::Manifest { what: path.display().to_string(), reason: e.to_string() })?;
     write_atomic(&path, &json).map_err(|e| io_err("writing", &path)(e).into())
 }
