@@ -30,13 +30,13 @@
 //! Nothing from the recipe or the image is passed as an option: the paths follow `-c CODE`, where
 //! Python hands them to the script as `sys.argv`.
 
-use crate::io_error::IoError;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::blob::LayerBlob;
 use crate::cache::Cache;
+use crate::io_error::IoError;
 use crate::layer::Compression;
 
 /// Where the stage is mounted inside the chroot.

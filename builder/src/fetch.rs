@@ -9,7 +9,6 @@
 //!
 //! The function boundary ([`fetch_wheels`]) hides pip, so a direct HTTP client can replace it.
 
-use crate::io_error::IoError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,6 +16,7 @@ use std::process::{Command, Stdio};
 use pep508_rs::PackageName;
 use stackcontract::version::PackageVersion;
 
+use crate::io_error::IoError;
 use crate::solve::{Pinned, Target};
 use crate::wheel_name::parse_wheel_name;
 

@@ -5,12 +5,13 @@
 //! never held in memory. The API version is negotiated down to the daemon's, since Debian's
 //! Docker 20.10 speaks API 1.41 and refuses newer clients.
 
-use crate::io_error::IoError;
 use std::path::{Path, PathBuf};
 
 use bollard::image::ImportImageOptions;
 use bollard::Docker;
 use futures_util::StreamExt;
+
+use crate::io_error::IoError;
 
 /// Why loading into Docker failed.
 #[derive(Debug, thiserror::Error)]

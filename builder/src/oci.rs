@@ -3,14 +3,13 @@
 //! Everything written here is a function of its inputs only: every JSON document is built as
 //! oci-spec's image types ([`spec`]) and written by [`crate::canonical::to_vec`] (compact, keys
 //! sorted), times come from the epoch, and archives have sorted entries with mtime 0, so the same
-//! image always has the same manifest digest. See <https://github.com/opencontainers/image-spec> (`image-layout.md`,
-//! `manifest.md`, `config.md`).
+//! image always has the same manifest digest. See
+//! <https://github.com/opencontainers/image-spec> (`image-layout.md`, `manifest.md`, `config.md`).
 //!
 //! [`write_archive`] writes an OCI layout in a tar *plus* the legacy `manifest.json` of
 //! `docker save`, pointing at the same blobs: Docker 20.10 (Debian bookworm) only reads the
 //! latter, skopeo and podman the former; Docker 25+ `docker save` produces the same shape.
 
-use crate::io_error::{io_err, IoError};
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, BufReader, Read};
@@ -20,6 +19,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::blob::{sha256_bytes, LayerBlob};
 use crate::cache::{self, sha256_hex, unique_temp_name, write_atomic_in};
+use crate::io_error::{io_err, IoError};
 
 /// Media type of an OCI image manifest.
 pub const MEDIA_TYPE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";

@@ -18,13 +18,13 @@
 //! and a counter ([`cache::unique_temp_name`]); only such names are ever cleaned up, never a
 //! user's sibling file.
 
-use crate::io_error::{io_err, IoError};
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cache::{self, is_temp_name, unique_temp_name};
+use crate::io_error::{io_err, IoError};
 use crate::oci::{self, Image, OciError};
 
 /// A leftover of a killed build next to the output is removed once this old (a live build

@@ -32,8 +32,6 @@ mod reference;
 #[cfg(test)]
 mod tests;
 
-use crate::io_error::{io_err, IoError};
-
 pub use auth::{parse_www_authenticate, Challenge, Credentials};
 pub use client::{Client, DEFAULT_CHUNK_SIZE};
 pub use pull::{pull, pull_with, PullOptions, PulledImage};
@@ -43,6 +41,7 @@ pub use push::{
 };
 pub use reference::Reference;
 
+use crate::io_error::{io_err, IoError};
 use crate::oci::OciError;
 
 /// Errors of registry operations.
