@@ -39,7 +39,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 use stackcontract::image::{ContainerRequest, ContractError, REQUIRE_ANNOTATION_PREFIX};
 use stackcontract::labels as l;
@@ -408,14 +408,6 @@ fn tag_text(tag: Option<&str>) -> String {
 /// (`index.json`, tags from `org.opencontainers.image.ref.name` or `io.containerd.image.name`),
 /// or else `docker save`'s `manifest.json` (tags from `RepoTags`). Digests are checked.
 fn archive_config(path: &Path, tag: Option<&str>) -> Result<ImageConfig, AffinityError> {
-    /// One entry of `docker save`'s `manifest.json`.
-    #[derive(Deserialize)]
-    struct LegacyEntry {
-        #[serde(rename = "Config")]
-        config: String,
-        #[serde(rename = "RepoTags", default)]
-        repo_tags: Option<Vec<String>>,
-    }
     let format_err = |what: String| AffinityError::ArchiveFormat { path: path.to_owned(), what };
     let files = archive_json_members(path)?;
     let checked = |name: &str, hex: &str| -> Result<&[u8], AffinityError> {
@@ -456,10 +448,10 @@ fn archive_config(path: &Path, tag: Option<&str>) -> Result<ImageConfig, Affinit
             .map_err(|e| format_err(format!("manifest {}: {e}", desc.digest)))?;
         blob(&manifest.config.digest)?
     } else if let Some(legacy) = files.get("manifest.json") {
-        let entries: Vec<LegacyEntry> =
+        let entries: Vec<oci::DockerSaveEntry> =
             serde_json::from_slice(legacy).map_err(|e| format_err(format!("manifest.json: {e}")))?;
         let entry = match tag {
-            Some(t) => entries.iter().find(|e| e.repo_tags.iter().flatten().any(|r| r == t)),
+            Some(t) => entries.iter().find(|e| e.repo_tags.iter().any(|r| r == t)),
             None if entries.len() == 1 => entries.first(),
             None => None,
         };

@@ -428,14 +428,6 @@ pub fn extract_image_archive(archive: &Path, dir: &Path) -> Result<(), BaseError
     Ok(())
 }
 
-/// The legacy `docker save` manifest.
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct SavedImage {
-    config: String,
-    layers: Vec<String>,
-}
-
 /// The part of a Docker image config we take over (and check the layers against).
 #[derive(serde::Deserialize)]
 struct SavedConfig {
@@ -626,7 +618,8 @@ pub fn import_archive(
         } else {
             let text = std::fs::read(tmp.path().join("manifest.json"))
                 .map_err(|e| bad(format!("no manifest.json: {e}")))?;
-            let saved: Vec<SavedImage> = serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
+            let saved: Vec<crate::oci::DockerSaveEntry> =
+                serde_json::from_slice(&text).map_err(|e| bad(e.to_string()))?;
             let [saved] = &saved[..] else {
                 return Err(bad("the archive must hold exactly one image".into()));
             };

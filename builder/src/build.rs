@@ -401,6 +401,8 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         if recipe.image.platforms.len() > 1 {
             tracing::info!("platform {platform}");
         }
+        // Base, download (logged on its own) and layers.
+        let _stage = crate::progress::Stage::start(format!("build of {platform}"));
         builds.push(build_platform(recipe, platform, &lock, &cache, &out, opts, epoch)?);
     }
     let images: Vec<Image> = builds.iter().map(|b| b.image.clone()).collect();
@@ -410,6 +412,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     // fails it is never written.
     let mut audits: Vec<Option<crate::audit::AuditReport>> = vec![None; builds.len()];
     if opts.audit {
+        let _stage = crate::progress::Stage::start("audit");
         for (i, b) in builds.iter().enumerate() {
             let mut report = audit_cached(&cache, &b.image)?;
             for ignore in &recipe.audit_ignore {
@@ -432,10 +435,12 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             audits[i] = Some(report);
         }
     }
+    let write = crate::progress::Stage::start("write");
     let digest = crate::output::write_layout(&out, &images, &recipe.image.tag)?;
     if let Some(image) = archived.and_then(|i| images.get(i)) {
         write_archive_and_load(image, &reference, &cache, opts)?;
     }
+    drop(write);
     // Before the push: a failed push still leaves the documents of the image just written.
     let sbom_files = match &opts.sbom_dir {
         Some(dir) => write_sbom_files(&builds, dir, &recipe.image.name)?,
@@ -444,6 +449,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     let push = match &opts.push {
         Some(dest) => {
             let dest = crate::registry::Reference::parse(dest)?;
+            let _stage = crate::progress::Stage::start("push");
             let report =
                 crate::registry::push_layout(&registry_client(opts), &out, Some(&recipe.image.tag), &dest)?;
             tracing::info!(
@@ -503,9 +509,7 @@ fn push_sbom_referrers(
         let subject = crate::registry::Subject {
             media_type: oci::MEDIA_TYPE_MANIFEST.to_owned(),
             digest: b.image.manifest_digest()?,
-            size: serde_json::to_vec(&b.image.manifest()?)
-                .map_err(|e| BuildError::Unsupported(e.to_string()))?
-                .len() as u64,
+            size: b.image.manifest_json()?.len() as u64,
         };
         for (media_type, bytes) in
             [(sbom::SPDX_MEDIA_TYPE, &b.sbom.spdx), (sbom::CYCLONEDX_MEDIA_TYPE, &b.sbom.cyclonedx)]
@@ -537,9 +541,7 @@ fn write_sbom_files(builds: &[PlatformBuild], dir: &Path, name: &str) -> Result<
         };
         for (ext, bytes) in [("spdx.json", &b.sbom.spdx), ("cdx.json", &b.sbom.cyclonedx)] {
             let path = dir.join(format!("{stem}.{ext}"));
-            let tmp = dir.join(format!(".{stem}.{ext}.tmp"));
-            std::fs::write(&tmp, bytes).map_err(io("writing", &tmp))?;
-            std::fs::rename(&tmp, &path).map_err(io("renaming", &tmp))?;
+            crate::atomic::write_atomic(&path, bytes).map_err(io("writing", &path))?;
             files.push(path);
         }
     }

@@ -41,6 +41,7 @@ use std::process::{Command, Stdio};
 
 use crate::blob::LayerBlob;
 use crate::cache::Cache;
+use crate::io_error::IoError;
 use crate::layer::Compression;
 
 /// Where the stage is mounted inside the chroot.
@@ -49,16 +50,9 @@ pub const STAGE_MOUNT: &str = "/.stackbuild-stage";
 /// Why bytecode could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum BytecodeError {
-    /// A file operation failed.
-    #[error("bytecode: {op} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// The system error.
-        source: std::io::Error,
-    },
+    /// An I/O operation failed.
+    #[error("bytecode: {0}")]
+    Io(#[from] IoError),
     /// The interpreter version is not `3.N`.
     #[error("bytecode: unexpected Python version {0:?}")]
     Version(String),
@@ -78,7 +72,7 @@ pub enum BytecodeError {
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BytecodeError + 'a {
-    move |source| BytecodeError::Io { op, path: path.to_owned(), source }
+    move |source| BytecodeError::Io(IoError { op, path: path.to_owned(), source })
 }
 
 /// The image's interpreter, unpacked from its base layer.

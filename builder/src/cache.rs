@@ -28,8 +28,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
@@ -264,19 +263,8 @@ impl Drop for TempFile {
     }
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// A name for a temporary file that no other process or thread picks at the same time.
-pub(crate) fn unique_temp_name(prefix: &str) -> String {
-    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    format!("{prefix}{}-{nanos:09}-{n}.tmp", std::process::id())
-}
-
-/// `fsync`s a directory so that a rename into it survives a crash.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
+// The temporary names and atomic writes of the cache are the crate's one implementation.
+pub(crate) use crate::atomic::{sync_dir, unique_temp_name, write_atomic, write_atomic_in};
 
 /// Whether `entry` was last modified more than `age` ago (false when its time is unreadable).
 pub(crate) fn modified_before(entry: &fs::DirEntry, age: std::time::Duration) -> bool {
@@ -286,30 +274,6 @@ pub(crate) fn modified_before(entry: &fs::DirEntry, age: std::time::Duration) ->
         .and_then(|m| m.modified().ok())
         .and_then(|t| t.elapsed().ok())
         .is_some_and(|a| a > age)
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file next to it, `fsync`, rename, `fsync` of
-/// the directory.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    write_atomic_in(dir, path, bytes)
-}
-
-/// [`write_atomic`] with the temporary file in `tmp_dir` (on the same file system as `path`).
-pub(crate) fn write_atomic_in(tmp_dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = tmp_dir.join(unique_temp_name(".stackbuild-tmp-"));
-    let result = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// What a directory given as the cache is.
@@ -774,6 +738,8 @@ impl Cache {
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
     use super::*;
 
     const HELLO_SHA: &str = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";

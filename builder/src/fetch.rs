@@ -16,6 +16,7 @@ use std::process::{Command, Stdio};
 use pep508_rs::PackageName;
 use stackcontract::version::PackageVersion;
 
+use crate::io_error::IoError;
 use crate::solve::{Pinned, Target};
 use crate::wheel_name::parse_wheel_name;
 
@@ -45,16 +46,9 @@ pub enum FetchError {
         /// What happened when it was tried.
         reason: String,
     },
-    /// A file or directory could not be read or written.
-    #[error("{what} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The path involved.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
+    /// An I/O operation failed.
+    #[error(transparent)]
+    Io(#[from] IoError),
     /// pip could not download some artifacts (index unreachable, no such file, hash mismatch).
     #[error("downloading {} for {target} failed: {reason}", artifacts.join(", "))]
     Download {
@@ -110,7 +104,7 @@ pub enum FetchError {
 
 fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FetchError {
     let path = path.to_owned();
-    move |source| FetchError::Io { what, path, source }
+    move |source| FetchError::Io(IoError { op: what, path, source })
 }
 
 pub use crate::blob::sha256_file;
@@ -263,10 +257,12 @@ fn download(
         cmd.args(["--index-url", index]);
     }
     cmd.arg("-d").arg(&download_dir).arg("-r").arg(&requirements);
+    let spinner = crate::progress::Progress::spinner(format!("downloading {} wheel(s)", pins.len()));
     let output = cmd
         .stdin(Stdio::null())
         .output()
         .map_err(|e| FetchError::PipMissing { reason: format!("running python3: {e}") })?;
+    drop(spinner);
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         if stderr.contains("No module named pip") {
@@ -333,7 +329,7 @@ fn place(file: &Path, filename: &str, sha256: &str, tmp: &Path, dest: &Path) -> 
         // `rename` over a non-empty directory fails: someone else placed it.
         let same = sha256_file(&final_path).is_ok_and(|h| h == sha256);
         if !same {
-            return Err(FetchError::Io { what: "moving into place", path: target_dir, source: e });
+            return Err(FetchError::Io(IoError { op: "moving into place", path: target_dir, source: e }));
         }
     }
     Ok(final_path)

@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::io::{self, BufWriter, IsTerminal as _, Read, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{FileExt as _, FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
@@ -861,15 +861,7 @@ impl LayerWriter {
 
         let total: u64 =
             self.entries.values().map(|n| if let Kind::File(d) = &n.kind { d.len() } else { 0 }).sum();
-        let bar = if io::stderr().is_terminal() {
-            let style = indicatif::ProgressStyle::with_template(
-                "{msg} {bar:30} {bytes}/{total_bytes} {bytes_per_sec}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-            indicatif::ProgressBar::new(total).with_style(style).with_message("writing layer")
-        } else {
-            indicatif::ProgressBar::hidden()
-        };
+        let bar = crate::progress::Progress::bytes(total, "writing layer");
 
         let blob_out = Hashing::new(BufWriter::with_capacity(1 << 20, &tmp.file));
         let encoder =
@@ -937,7 +929,7 @@ impl LayerWriter {
             };
             result.map_err(|source| entry_error(source, &tmp_path, path))?;
         }
-        bar.finish_and_clear();
+        drop(bar);
         let tar_out = builder.into_inner().map_err(io_err("finishing tar", &tmp_path))?;
         let mut tar_hash = tar_out.into_inner().map_err(|e| write_err(e.into_error()))?;
         // The tap ends here: its reader sees the whole tar before the blob is committed.

@@ -9,6 +9,7 @@
 //! - [`derive`]: what the host must provide, derived from the stack and the `[host]` rules.
 //! - [`fetch`]: verified downloads into the cache.
 //! - [`image_arg`]: `IMAGE[:TAG]` arguments naming a local layout or archive, split by what exists.
+//! - [`io_error`]: the one I/O error (operation, path, cause) that module errors wrap.
 //! - [`input`]: opening user-named files as regular files only, with a size cap.
 //! - [`wheel`]: PEP 427 wheel installation into a staging tree, without running Python.
 //! - [`wheel_name`]: PEP 427 wheel file names and their tags.
@@ -17,11 +18,14 @@
 //! - [`patch`]: strict find/replace and unified-diff patches applied to a staged tree.
 //! - [`base`]: the image's base: scratch, an OCI layout, or a Debian rootfs by mmdebstrap.
 //! - [`build`]: the build itself: recipe -> lock -> layers -> image layout.
+//! - [`atomic`]: replacing a file atomically (temporary name, `fsync`, rename).
 //! - [`blob`]: the record of a finished layer blob, and `sha256:` digests.
+//! - [`canonical`]: the one writer of image JSON documents (sorted keys, compact).
 //! - [`cache`]: the content-addressed cache of artifacts and layer blobs.
 //! - [`layer`]: deterministic layer tars and their compression.
 //! - [`load`]: `--load`, streaming an image archive into the local Docker daemon.
 //! - [`oci`]: OCI image layouts and `docker load` archives.
+//! - [`progress`]: progress bars on a terminal and the time each build stage took.
 //! - [`output`]: the paths a build writes (`--out`, `--archive`, `--report`): only where it may.
 //! - [`audit`]: a static `ldd` over an image's root filesystem (unresolved, shadowed and stub libraries).
 //! - [`registry`]: an OCI distribution client: push a layout to a registry, pull an image from one.
@@ -29,12 +33,14 @@
 //! - [`affinity`]: Kubernetes node affinity from an image's requirements, over `stackhook labels`.
 
 pub mod affinity;
+pub mod atomic;
 pub mod audit;
 pub mod base;
 pub mod blob;
 pub mod build;
 pub mod bytecode;
 pub mod cache;
+pub mod canonical;
 pub mod check;
 pub mod derive;
 pub mod diagnostic;
@@ -42,6 +48,7 @@ pub mod fatbin;
 pub mod fetch;
 pub mod image_arg;
 pub mod input;
+pub mod io_error;
 pub mod layer;
 pub mod load;
 pub mod lock;
@@ -49,6 +56,7 @@ pub mod oci;
 pub mod output;
 pub mod patch;
 pub mod platform;
+pub mod progress;
 pub mod recipe;
 pub mod registry;
 pub mod sbom;

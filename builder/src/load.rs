@@ -11,6 +11,8 @@ use bollard::image::ImportImageOptions;
 use bollard::Docker;
 use futures_util::StreamExt;
 
+use crate::io_error::IoError;
+
 /// Why loading into Docker failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -33,32 +35,23 @@ pub enum LoadError {
         /// What the daemon said.
         source: bollard::errors::Error,
     },
-    /// Reading the archive or starting the runtime failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
+    /// An I/O operation failed.
+    #[error(transparent)]
+    Io(#[from] IoError),
 }
 
 /// Loads a `docker load` archive into the daemon; returns what the daemon reported
 /// (`Loaded image: name:tag`).
 pub fn load_archive(archive: &Path) -> Result<Vec<String>, LoadError> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|source| {
-        LoadError::Io { op: "starting the runtime for", path: archive.to_owned(), source }
+        LoadError::Io(IoError { op: "starting the runtime for", path: archive.to_owned(), source })
     })?;
     runtime.block_on(async {
         let docker = Docker::connect_with_local_defaults().map_err(LoadError::Connect)?;
         let docker = docker.negotiate_version().await.map_err(LoadError::Connect)?;
-        let file = tokio::fs::File::open(archive).await.map_err(|source| LoadError::Io {
-            op: "opening",
-            path: archive.to_owned(),
-            source,
-        })?;
+        let file = tokio::fs::File::open(archive)
+            .await
+            .map_err(|source| LoadError::Io(IoError { op: "opening", path: archive.to_owned(), source }))?;
         let body =
             tokio_util::codec::FramedRead::with_capacity(file, tokio_util::codec::BytesCodec::new(), 1 << 20)
                 .filter_map(|chunk| async move { chunk.ok().map(bytes::BytesMut::freeze) });
@@ -77,10 +70,9 @@ pub fn load_archive(archive: &Path) -> Result<Vec<String>, LoadError> {
 /// The id of an image of the local Docker daemon: the digest of its config, which names exactly
 /// that image's content.
 pub fn image_id(reference: &str) -> Result<String, LoadError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| LoadError::Io { op: "starting the runtime for", path: reference.into(), source })?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|source| {
+        LoadError::Io(IoError { op: "starting the runtime for", path: reference.into(), source })
+    })?;
     runtime.block_on(async {
         let docker = Docker::connect_with_local_defaults().map_err(LoadError::Connect)?;
         let docker = docker.negotiate_version().await.map_err(LoadError::Connect)?;
@@ -96,10 +88,9 @@ pub fn image_id(reference: &str) -> Result<String, LoadError> {
 /// its id.
 pub fn export_image(reference: &str, dest: &Path) -> Result<String, LoadError> {
     use tokio::io::AsyncWriteExt;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| LoadError::Io { op: "starting the runtime for", path: dest.to_owned(), source })?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|source| {
+        LoadError::Io(IoError { op: "starting the runtime for", path: dest.to_owned(), source })
+    })?;
     runtime.block_on(async {
         let docker = Docker::connect_with_local_defaults().map_err(LoadError::Connect)?;
         let docker = docker.negotiate_version().await.map_err(LoadError::Connect)?;
@@ -109,26 +100,20 @@ pub fn export_image(reference: &str, dest: &Path) -> Result<String, LoadError> {
             .map_err(|source| LoadError::Export { reference: reference.to_owned(), source })?
             .id
             .unwrap_or_default();
-        let mut file = tokio::fs::File::create(dest).await.map_err(|source| LoadError::Io {
-            op: "creating",
-            path: dest.to_owned(),
-            source,
-        })?;
+        let mut file = tokio::fs::File::create(dest)
+            .await
+            .map_err(|source| LoadError::Io(IoError { op: "creating", path: dest.to_owned(), source }))?;
         let mut stream = docker.export_image(reference);
         while let Some(chunk) = stream.next().await {
             let chunk =
                 chunk.map_err(|source| LoadError::Export { reference: reference.to_owned(), source })?;
-            file.write_all(&chunk).await.map_err(|source| LoadError::Io {
-                op: "writing",
-                path: dest.to_owned(),
-                source,
-            })?;
+            file.write_all(&chunk)
+                .await
+                .map_err(|source| LoadError::Io(IoError { op: "writing", path: dest.to_owned(), source }))?;
         }
-        file.sync_all().await.map_err(|source| LoadError::Io {
-            op: "writing",
-            path: dest.to_owned(),
-            source,
-        })?;
+        file.sync_all()
+            .await
+            .map_err(|source| LoadError::Io(IoError { op: "writing", path: dest.to_owned(), source }))?;
         Ok(id)
     })
 }

@@ -30,7 +30,6 @@
 //! against any index or mirror that serves the same files. Output is sorted, so the same
 //! resolution always writes the same bytes.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use pep508_rs::PackageName;
@@ -372,18 +371,9 @@ impl Lock {
         let path = path.as_ref();
         let text =
             self.to_toml_string().map_err(|source| LockError::Serialize { path: path.to_owned(), source })?;
-        let write = |source| LockError::Write { path: path.to_owned(), source };
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let mut tmp = tempfile::Builder::new().prefix(".stackbuild-lock-").tempfile_in(dir).map_err(write)?;
-        // tempfile creates 0600; a lock is meant to be committed and read by everyone.
-        tmp.as_file().set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644)).map_err(write)?;
-        tmp.write_all(text.as_bytes()).map_err(write)?;
-        tmp.as_file().sync_all().map_err(write)?;
-        tmp.persist(path).map_err(|e| write(e.error))?;
-        Ok(())
+        // A lock is meant to be committed and read by everyone.
+        crate::atomic::write_atomic_mode(path, text.as_bytes(), 0o644)
+            .map_err(|source| LockError::Write { path: path.to_owned(), source })
     }
 
     /// Whether the lock no longer matches `recipe` and must be made again.

@@ -1,10 +1,10 @@
 //! OCI image layouts, `docker load` archives, and reading layouts back.
 //!
-//! Everything written here is a function of its inputs only: JSON is serialized compactly from
-//! structs with a fixed field order and `BTreeMap`s (sorted keys), times come from the epoch,
-//! and archives have sorted entries with mtime 0, so the same image always has the same manifest
-//! digest. See <https://github.com/opencontainers/image-spec> (`image-layout.md`,
-//! `manifest.md`, `config.md`).
+//! Everything written here is a function of its inputs only: every JSON document is built as
+//! oci-spec's image types ([`spec`]) and written by [`crate::canonical::to_vec`] (compact, keys
+//! sorted), times come from the epoch, and archives have sorted entries with mtime 0, so the same
+//! image always has the same manifest digest. See
+//! <https://github.com/opencontainers/image-spec> (`image-layout.md`, `manifest.md`, `config.md`).
 //!
 //! [`write_archive`] writes an OCI layout in a tar *plus* the legacy `manifest.json` of
 //! `docker save`, pointing at the same blobs: Docker 20.10 (Debian bookworm) only reads the
@@ -19,6 +19,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::blob::{sha256_bytes, LayerBlob};
 use crate::cache::{self, sha256_hex, unique_temp_name, write_atomic_in};
+use crate::io_error::{io_err, IoError};
 
 /// Media type of an OCI image manifest.
 pub const MEDIA_TYPE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -42,16 +43,8 @@ const MAX_JSON: u64 = 16 * 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
     /// An I/O operation failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path involved.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
     /// A JSON document could not be parsed or written.
     #[error("JSON of {path}: {source}")]
     Json {
@@ -111,10 +104,15 @@ pub enum OciError {
     /// A tag or image name is malformed.
     #[error("invalid image reference {0:?}")]
     BadReference(String),
-}
-
-fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> OciError + 'a {
-    move |source| OciError::Io { op, path: path.to_path_buf(), source }
+    /// oci-spec refused a document or value this writer built.
+    #[error("{what}: {source}")]
+    Spec {
+        /// What was being built.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: oci_spec::OciSpecError,
+    },
 }
 
 pub use stackcontract::time::rfc3339;
@@ -390,10 +388,15 @@ impl Image {
         Ok(self.manifest_for(&config))
     }
 
-    /// The canonical config JSON: compact, fields in declaration order, maps sorted, no
-    /// trailing newline.
+    /// The canonical config JSON (oci-spec's `ImageConfiguration` with the base's other `config`
+    /// fields, through [`crate::canonical::to_vec`]).
     pub fn config_json(&self) -> Result<Vec<u8>, OciError> {
-        serde_json::to_vec(&self.config).map_err(|source| OciError::Json { path: "config".into(), source })
+        to_json("config", &spec::config(&self.config)?)
+    }
+
+    /// The canonical manifest JSON: the bytes [`Image::manifest_digest`] hashes.
+    pub fn manifest_json(&self) -> Result<Vec<u8>, OciError> {
+        Ok(self.documents()?.manifest)
     }
 
     fn manifest_for(&self, config_json: &[u8]) -> Manifest {
@@ -412,8 +415,7 @@ impl Image {
 
     fn documents(&self) -> Result<Documents, OciError> {
         let config = self.config_json()?;
-        let manifest = serde_json::to_vec(&self.manifest_for(&config))
-            .map_err(|source| OciError::Json { path: "manifest".into(), source })?;
+        let manifest = to_json("manifest", &spec::manifest(&self.manifest_for(&config))?)?;
         Ok(Documents {
             config_digest: sha256_bytes(&config),
             manifest_digest: sha256_bytes(&manifest),
@@ -437,6 +439,16 @@ impl Image {
     }
 }
 
+/// `index` as written into a layout: oci-spec's `ImageIndex`, canonical JSON.
+pub fn index_json(index: &Index) -> Result<Vec<u8>, OciError> {
+    to_json("image index", &spec::index(index)?)
+}
+
+/// A document as canonical JSON; `what` names it in an error.
+fn to_json<T: Serialize>(what: &str, value: &T) -> Result<Vec<u8>, OciError> {
+    crate::canonical::to_vec(value).map_err(|source| OciError::Json { path: what.into(), source })
+}
+
 const OCI_LAYOUT: &[u8] = br#"{"imageLayoutVersion":"1.0.0"}"#;
 
 /// Checks a tag against the OCI `ref.name` grammar's character set (and keeps it out of paths).
@@ -458,7 +470,7 @@ pub const TEMP_PREFIX: &str = ".stackbuild-tmp-";
 
 /// `index.json` of a layout with no image yet.
 const EMPTY_INDEX: &[u8] =
-    br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
+    br#"{"manifests":[],"mediaType":"application/vnd.oci.image.index.v1+json","schemaVersion":2}"#;
 
 /// Copies `src` to `dest` unless an identical-size file is there: hardlink if possible, else a
 /// copy, always through a temporary name in `tmp_dir` and a rename.
@@ -485,7 +497,7 @@ fn place_blob(src: &Path, dest: &Path, size: u64, tmp_dir: &Path) -> Result<(), 
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    result.map_err(io_err("writing", dest))
+    result.map_err(|e| io_err("writing", dest)(e).into())
 }
 
 /// Removes temporary files a killed writer left in a layout: only names [`unique_temp_name`]
@@ -513,18 +525,10 @@ fn layout_subdir(path: &Path) -> Result<(), OciError> {
             what: "layout entry that is not a directory".into(),
         }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            fs::create_dir(path).map_err(io_err("creating", path))
+            fs::create_dir(path).map_err(|e| io_err("creating", path)(e).into())
         }
-        Err(e) => Err(io_err("reading", path)(e)),
+        Err(e) => Err(io_err("reading", path)(e).into()),
     }
-}
-
-/// An entry of `index.json`: one this writer made, or another tag's, kept with every field.
-#[derive(Serialize)]
-#[serde(untagged)]
-enum IndexEntry {
-    Ours(Descriptor),
-    Kept(serde_json::Value),
 }
 
 /// `index.json` as read for an update: the fields this writer knows in their order, and every
@@ -590,7 +594,7 @@ pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<St
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 write_atomic_in(dir, path, bytes).map_err(io_err("writing", path))?;
             }
-            Err(e) => return Err(io_err("reading", path)(e)),
+            Err(e) => return Err(io_err("reading", path)(e).into()),
         }
     }
     let write_small = |bytes: &[u8], digest: &str| -> Result<(), OciError> {
@@ -620,8 +624,7 @@ pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<St
             manifests: descriptors,
             annotations: BTreeMap::new(),
         };
-        let bytes = serde_json::to_vec(&nested)
-            .map_err(|source| OciError::Json { path: "image index".into(), source })?;
+        let bytes = index_json(&nested)?;
         let digest = sha256_bytes(&bytes);
         write_small(&bytes, &digest)?;
         Descriptor::new(MEDIA_TYPE_INDEX, digest, bytes.len() as u64)
@@ -629,25 +632,26 @@ pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<St
     cache::sync_dir(&blobs).map_err(io_err("syncing", &blobs))?;
 
     let old: RawIndex<serde_json::Value> = read_json(&index_path)?;
-    let mut manifests: Vec<IndexEntry> = old
+    // Other tags' entries are kept with every field; this tag's is written by oci-spec's type.
+    let mut manifests: Vec<serde_json::Value> = old
         .manifests
         .into_iter()
         .filter(|d| {
             d.pointer("/annotations/org.opencontainers.image.ref.name").and_then(|v| v.as_str()) != Some(tag)
         })
-        .map(IndexEntry::Kept)
         .collect();
     top.annotations.insert(ANNOTATION_REF_NAME.to_string(), tag.to_string());
     let digest = top.digest.clone();
-    manifests.push(IndexEntry::Ours(top));
+    let ours = serde_json::to_value(spec::descriptor(&top)?)
+        .map_err(|source| OciError::Json { path: index_path.clone(), source })?;
+    manifests.push(ours);
     let index = RawIndex {
         schema_version: 2,
         media_type: Some(MEDIA_TYPE_INDEX.to_string()),
         manifests,
         other: old.other,
     };
-    let json =
-        serde_json::to_vec(&index).map_err(|source| OciError::Json { path: index_path.clone(), source })?;
+    let json = to_json(&index_path.to_string_lossy(), &index)?;
     write_atomic_in(dir, &index_path, &json).map_err(io_err("writing", &index_path))?;
     drop(guard);
     Ok(digest)
@@ -697,13 +701,19 @@ enum Source<'a> {
     File(&'a Path, u64),
 }
 
-/// The legacy `docker save` manifest entry.
-#[derive(Serialize)]
+/// One entry of `docker save`'s `manifest.json` (Docker's image spec v1.2, "Combined Image JSON +
+/// Filesystem Changeset Format", <https://github.com/moby/docker-image-spec/blob/main/spec.md>):
+/// written by [`write_archive`], read from base and `affinity` archives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct DockerManifestEntry<'a> {
-    config: String,
-    repo_tags: [&'a str; 1],
-    layers: Vec<String>,
+pub struct DockerSaveEntry {
+    /// The config's member name (`blobs/sha256/<hex>`, or `<hex>.json` before Docker 25).
+    pub config: String,
+    /// `name:tag`s of the image (absent or `null` for an untagged one).
+    #[serde(default, deserialize_with = "null_default")]
+    pub repo_tags: Vec<String>,
+    /// The layers' member names, base first.
+    pub layers: Vec<String>,
 }
 
 /// Writes `image` as a tar archive at `file` that `docker load` (20.10 and later), `skopeo copy
@@ -740,17 +750,15 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
         manifests: vec![image.index_descriptor(&docs, annotations)],
         annotations: BTreeMap::new(),
     };
-    let index_json =
-        serde_json::to_vec(&index).map_err(|source| OciError::Json { path: file.into(), source })?;
+    let index_json = to_json(&file.to_string_lossy(), &spec::index(&index)?)?;
     let blob_name =
         |digest: &str| -> Result<String, OciError> { Ok(format!("blobs/sha256/{}", sha256_hex(digest)?)) };
-    let legacy = [DockerManifestEntry {
+    let legacy = [DockerSaveEntry {
         config: blob_name(&docs.config_digest)?,
-        repo_tags: [&full],
+        repo_tags: vec![full.clone()],
         layers: image.layers.iter().map(|l| blob_name(&l.digest)).collect::<Result<_, _>>()?,
     }];
-    let legacy_json =
-        serde_json::to_vec(&legacy).map_err(|source| OciError::Json { path: file.into(), source })?;
+    let legacy_json = to_json(&file.to_string_lossy(), &legacy)?;
 
     // Sorted by name; a layer used twice is stored once.
     let mut files: BTreeMap<String, Source<'_>> = BTreeMap::new();
@@ -813,7 +821,7 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
         buffered.into_inner().map_err(|e| user("writing")(e.into_error()))?;
         out.sync_all().map_err(user("syncing"))?;
         fs::rename(&tmp, file).map_err(user("writing"))?;
-        cache::sync_dir(dir).map_err(io_err("syncing", dir))
+        cache::sync_dir(dir).map_err(|e| io_err("syncing", dir)(e).into())
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -880,7 +888,9 @@ fn read_capped(path: &Path) -> Result<Vec<u8>, OciError> {
             path: path.to_path_buf(),
             what: format!("document over {MAX_JSON} bytes"),
         },
-        InputError::Io { source, .. } => OciError::Io { op: "reading", path: path.to_path_buf(), source },
+        InputError::Io { source, .. } => {
+            OciError::Io(IoError { op: "reading", path: path.to_path_buf(), source })
+        }
         other @ InputError::NotRegular { .. } => {
             OciError::Unsupported { path: path.to_path_buf(), what: other.to_string() }
         }
@@ -1067,5 +1077,6 @@ pub fn verify_layout_blob(blob: &LayerBlob) -> Result<(), OciError> {
     }
 }
 
+mod spec;
 #[cfg(test)]
 mod tests;

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cache::{self, is_temp_name, unique_temp_name};
+use crate::io_error::{io_err, IoError};
 use crate::oci::{self, Image, OciError};
 
 /// A leftover of a killed build next to the output is removed once this old (a live build
@@ -51,24 +52,12 @@ pub enum OutputError {
         /// What the option takes.
         hint: &'static str,
     },
-    /// An I/O operation on an output path failed.
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The user's path.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
-    },
+    /// An I/O operation failed.
+    #[error(transparent)]
+    Io(#[from] IoError),
     /// Writing the layout failed.
     #[error(transparent)]
     Oci(#[from] OciError),
-}
-
-fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> OutputError + 'a {
-    move |source| OutputError::Io { op, path: path.to_path_buf(), source }
 }
 
 const OUT_HINT: &str = "--out takes a new or empty directory or an existing OCI image layout";
@@ -103,7 +92,7 @@ pub fn check_layout_dir(out: &Path) -> Result<LayoutTarget, OutputError> {
     let meta = match fs::symlink_metadata(out) {
         Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LayoutTarget::New),
-        Err(e) => return Err(io_err("reading", out)(e)),
+        Err(e) => return Err(io_err("reading", out)(e).into()),
     };
     if !meta.is_dir() {
         return Err(refused(format!("{} is there", describe(out, &meta))));
@@ -187,21 +176,23 @@ fn write_new_layout(out: &Path, images: &[Image], tag: &str) -> Result<String, O
     let tmp = parent.join(unique_temp_name(&sibling_prefix(out)));
     fs::create_dir(&tmp).map_err(io_err("creating a directory next to", out))?;
     let written = oci::write_layout_images(&tmp, images, tag).map_err(|e| name_user_path(e, &tmp, out));
-    let result = match written {
+    let result: Result<String, OutputError> = match written {
         Ok(digest) => match fs::rename(&tmp, out) {
-            Ok(()) => cache::sync_dir(parent).map(|()| digest).map_err(io_err("syncing", parent)),
+            Ok(()) => {
+                cache::sync_dir(parent).map(|()| digest).map_err(|e| io_err("syncing", parent)(e).into())
+            }
             // Another build made `out` meanwhile (rename replaces only an empty directory): add
             // this tag to what is there now, as into any existing layout.
             Err(e) if matches!(e.kind(), io::ErrorKind::DirectoryNotEmpty | io::ErrorKind::AlreadyExists) => {
                 let _ = fs::remove_dir_all(&tmp);
                 return match check_layout_dir(out)? {
-                    LayoutTarget::New => Err(io_err("moving the new layout into place at", out)(e)),
+                    LayoutTarget::New => Err(io_err("moving the new layout into place at", out)(e).into()),
                     LayoutTarget::Empty | LayoutTarget::Layout => {
                         Ok(oci::write_layout_images(out, images, tag)?)
                     }
                 };
             }
-            Err(e) => Err(io_err("moving the new layout into place at", out)(e)),
+            Err(e) => Err(io_err("moving the new layout into place at", out)(e).into()),
         },
         Err(e) => Err(e.into()),
     };
@@ -223,9 +214,9 @@ fn sibling_prefix(out: &Path) -> String {
 /// An error about a path inside the temporary layout `tmp` names the same path under `out`.
 fn name_user_path(e: OciError, tmp: &Path, out: &Path) -> OciError {
     match e {
-        OciError::Io { op, path, source } => {
+        OciError::Io(IoError { op, path, source }) => {
             let path = path.strip_prefix(tmp).map_or(path.clone(), |rel| out.join(rel));
-            OciError::Io { op, path, source }
+            OciError::Io(IoError { op, path, source })
         }
         other => other,
     }
@@ -258,7 +249,7 @@ pub fn check_output_file(option: &'static str, path: &Path) -> Result<(), Output
     }
     match fs::symlink_metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io_err("reading", path)(e)),
+        Err(e) => Err(io_err("reading", path)(e).into()),
         Ok(meta) if meta.is_file() => Ok(()),
         Ok(meta) => Err(OutputError::Refused {
             option,
@@ -291,7 +282,7 @@ pub fn check_distinct(archive: &Path, out: &Path) -> Result<(), OutputError> {
 /// unique temporary name in its directory and a rename.
 pub fn write_file(option: &'static str, path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
     check_output_file(option, path)?;
-    cache::write_atomic(path, bytes).map_err(io_err("writing", path))
+    cache::write_atomic(path, bytes).map_err(|e| io_err("writing", path)(e).into())
 }
 
 #[cfg(test)]

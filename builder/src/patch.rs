@@ -17,9 +17,9 @@
 //! replaced atomically (a temporary file in the same directory, renamed over it) keeping its mode.
 
 use std::fmt;
-use std::fs::{self, OpenOptions, Permissions};
-use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs::{self, Permissions};
+use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// How much of a searched text or mismatching line error messages quote.
@@ -426,23 +426,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        let file_name = change.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = dir.join(format!(".{file_name}.{}.stackbuild-patch", std::process::id()));
-        if fs::symlink_metadata(&tmp).is_ok() {
-            fs::remove_file(&tmp).map_err(self.io(&tmp))?;
-        }
-        let mut file =
-            OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).map_err(self.io(&tmp))?;
-        let written = file
-            .write_all(content)
-            .and_then(|()| file.set_permissions(Permissions::from_mode(change.mode)))
-            .and_then(|()| file.sync_all());
-        drop(file);
-        if let Err(e) = written.and_then(|()| fs::rename(&tmp, &change.path)) {
-            let _ = fs::remove_file(&tmp);
-            return Err(self.io(&change.path)(e));
-        }
-        Ok(())
+        crate::atomic::write_atomic_mode(&change.path, content, change.mode).map_err(self.io(&change.path))
     }
 }
 

@@ -33,9 +33,6 @@ mod remote_cache;
 #[cfg(test)]
 mod tests;
 
-use std::io;
-use std::path::PathBuf;
-
 pub use auth::{parse_www_authenticate, Challenge, Credentials};
 pub use client::{Client, DEFAULT_CHUNK_SIZE};
 pub use pull::{pull, pull_with, PullOptions, PulledImage};
@@ -46,6 +43,7 @@ pub use push::{
 pub use reference::Reference;
 pub use remote_cache::{cache_tag, RemoteCache, ARTIFACT_TYPE};
 
+use crate::io_error::{io_err, IoError};
 use crate::oci::OciError;
 
 /// Errors of registry operations.
@@ -165,25 +163,13 @@ pub enum RegistryError {
         /// The last failure.
         last: String,
     },
-    /// A local file could not be read or written.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
-    },
+    /// An I/O operation failed.
+    #[error(transparent)]
+    Io(#[from] IoError),
     /// A digest is malformed (or not sha256).
     #[error(transparent)]
     Digest(#[from] crate::cache::CacheError),
     /// The layout could not be read.
     #[error(transparent)]
     Layout(#[from] OciError),
-}
-
-fn io_err<'a>(op: &'static str, path: &'a std::path::Path) -> impl FnOnce(io::Error) -> RegistryError + 'a {
-    move |source| RegistryError::Io { op, path: path.to_path_buf(), source }
 }

@@ -3,6 +3,14 @@
 //! The state is `{"ociVersion","id","status","pid","bundle","annotations"}` (runtime-spec
 //! `runtime.md`); very old runc wrote `bundlePath`. Both inputs are capped: a hook must not be
 //! made to allocate without bound by whoever writes them.
+//!
+//! These few fields are read by hand rather than through oci-spec's runtime types
+//! (<https://github.com/youki-dev/oci-spec-rs>, which the builder uses for the image documents it
+//! writes): those types are closed enums, so a valid input from a newer or another runtime would
+//! fail to parse here: `ContainerState` has no `paused` (runc reports one, `runc state`), and
+//! `Capability` refuses a capability name it does not list (one a newer kernel added). The hook
+//! must read what it needs and ignore the rest; it also stays a small static binary that every
+//! container start runs, without oci-spec's builders and their dependencies linked in.
 
 use std::collections::BTreeMap;
 use std::io::Read;

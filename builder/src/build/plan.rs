@@ -211,6 +211,7 @@ fn fetch_wheels(
     let (Some(py), Some(target)) = (python, target) else { return Ok(BTreeMap::new()) };
     let pins: Vec<Pinned> = wanted.iter().map(|w| w.pin.clone()).collect();
     tracing::info!("fetching {} wheel(s)", pins.len());
+    let _stage = crate::progress::Stage::start("download");
     fetch::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;
     let artifacts = fetch::fetch_wheels(&pins, target, py.index.as_deref(), &artifact_dir(cache))?;
     Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect())

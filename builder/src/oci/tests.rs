@@ -48,13 +48,22 @@ fn documents_are_canonical() {
     let config = String::from_utf8(image.config_json().unwrap()).unwrap();
     let config =
         config.replace(&image.layers()[0].diff_id, "<L0>").replace(&image.layers()[1].diff_id, "<L1>");
-    insta::assert_snapshot!(config, @r#"{"created":"2023-11-14T22:13:20Z","architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/bin:/bin"],"Cmd":["/bin/sh"],"Labels":{"a":"1","b":"2"}},"rootfs":{"type":"layers","diff_ids":["<L0>","<L1>"]},"history":[{"created":"2023-11-14T22:13:20Z"},{"created":"2023-11-14T22:13:20Z"}]}"#);
+    insta::assert_snapshot!(config, @r#"{"architecture":"amd64","config":{"Cmd":["/bin/sh"],"Env":["PATH=/usr/bin:/bin"],"Labels":{"a":"1","b":"2"}},"created":"2023-11-14T22:13:20Z","history":[{"created":"2023-11-14T22:13:20Z"},{"created":"2023-11-14T22:13:20Z"}],"os":"linux","rootfs":{"diff_ids":["<L0>","<L1>"],"type":"layers"}}"#);
     let manifest = image.manifest().unwrap();
     assert_eq!(manifest.layers.len(), 2);
     assert_eq!(manifest.config.media_type, MEDIA_TYPE_CONFIG);
-    let json = serde_json::to_string(&manifest).unwrap();
-    assert!(json.starts_with(r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:"#), "{json}");
-    assert!(json.ends_with(r#"],"annotations":{"org.opencontainers.image.title":"test"}}"#), "{json}");
+    let json = String::from_utf8(image.manifest_json().unwrap()).unwrap();
+    assert_eq!(sha256_bytes(json.as_bytes()), image.manifest_digest().unwrap());
+    assert!(
+        json.starts_with(
+            r#"{"annotations":{"org.opencontainers.image.title":"test"},"config":{"digest":"sha256:"#
+        ),
+        "{json}"
+    );
+    assert!(
+        json.ends_with(r#"],"mediaType":"application/vnd.oci.image.manifest.v1+json","schemaVersion":2}"#),
+        "{json}"
+    );
 }
 
 #[test]
@@ -192,7 +201,7 @@ fn archive_is_deterministic_and_complete() {
     assert_eq!(
         legacy,
         format!(
-            r#"[{{"Config":"blobs/sha256/{}","RepoTags":["example/app:1.0"],"Layers":["blobs/sha256/{}","blobs/sha256/{}"]}}]"#,
+            r#"[{{"Config":"blobs/sha256/{}","Layers":["blobs/sha256/{}","blobs/sha256/{}"],"RepoTags":["example/app:1.0"]}}]"#,
             hex(&docs.config_digest),
             hex(&image.layers()[0].digest),
             hex(&image.layers()[1].digest)
@@ -325,17 +334,22 @@ fn an_archive_replaces_only_its_own_file() {
 fn base_config_fields_are_kept_in_a_canonical_order() {
     let base = r#"{"architecture":"amd64","os":"linux","os.version":"10.0.17763.1",
         "os.features":["win32k"],"author":"someone",
-        "config":{"Env":["A=1"],"Volumes":{"/data":{}},"ExposedPorts":{"8080/tcp":{}},
+        "config":{"Env":["A=1"],"Volumes":{"/data":{},"/a":{}},"ExposedPorts":{"8080/tcp":{},"443/tcp":{}},
             "StopSignal":"SIGINT","ArgsEscaped":true,"Healthcheck":{"Test":["CMD","true"]}},
         "rootfs":{"type":"layers","diff_ids":[]}}"#;
     let reordered = r#"{"rootfs":{"type":"layers","diff_ids":[]},"author":"someone",
         "config":{"StopSignal":"SIGINT","Healthcheck":{"Test":["CMD","true"]},"ArgsEscaped":true,
-            "ExposedPorts":{"8080/tcp":{}},"Env":["A=1"],"Volumes":{"/data":{}}},
+            "ExposedPorts":{"443/tcp":{},"8080/tcp":{}},"Env":["A=1"],"Volumes":{"/a":{},"/data":{}}},
         "os.features":["win32k"],"os.version":"10.0.17763.1","architecture":"amd64","os":"linux"}"#;
     let a: ImageConfig = serde_json::from_str(base).unwrap();
     let b: ImageConfig = serde_json::from_str(reordered).unwrap();
-    let (ja, jb) = (serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap());
+    // Written as the builder writes it: oci-spec's types, then the canonical writer.
+    let written = |c: ImageConfig| {
+        String::from_utf8(Image::new(c, Vec::new(), BTreeMap::new()).unwrap().config_json().unwrap()).unwrap()
+    };
+    let (ja, jb) = (written(a), written(b));
     assert_eq!(ja, jb);
+    assert!(ja.contains(r#""ExposedPorts":{"443/tcp":{},"8080/tcp":{}}"#), "{ja}");
     let back: serde_json::Value = serde_json::from_str(&ja).unwrap();
     assert_eq!(back["config"]["ExposedPorts"]["8080/tcp"], serde_json::json!({}));
     assert_eq!(back["config"]["Volumes"]["/data"], serde_json::json!({}));
@@ -347,4 +361,62 @@ fn base_config_fields_are_kept_in_a_canonical_order() {
         (Some("someone"), Some("10.0.17763.1"))
     );
     assert_eq!(back["os.features"][0], "win32k");
+}
+
+/// The environment variable that makes [`twenty_processes_write_identical_bytes`] a child: it
+/// then writes one archive at the path it names.
+const CHILD_ARCHIVE: &str = "STACKBUILD_TEST_CHILD_ARCHIVE";
+
+/// oci-spec keeps labels and annotations in `HashMap`s, whose iteration order is seeded per
+/// process: only separate processes show whether the bytes written depend on it. This test runs
+/// itself 20 times as a child, each writing an archive of an image with many labels, annotations,
+/// ports and volumes, and compares the bytes.
+#[test]
+fn twenty_processes_write_identical_bytes() {
+    let (_c, cache) = cache();
+    let many = |prefix: &str| -> BTreeMap<String, String> {
+        (0..32).map(|i| (format!("{prefix}.{i}"), format!("value {i}"))).collect()
+    };
+    let set = |keys: &[&str]| {
+        serde_json::Value::Object(keys.iter().map(|k| ((*k).to_owned(), serde_json::json!({}))).collect())
+    };
+    let config = ImageConfig {
+        architecture: "amd64".into(),
+        os: "linux".into(),
+        config: RuntimeConfig {
+            labels: many("org.example.label"),
+            other: BTreeMap::from([
+                ("ExposedPorts".to_owned(), set(&["80/tcp", "443/tcp", "8080/tcp", "9090/udp"])),
+                ("Volumes".to_owned(), set(&["/data", "/cache", "/models", "/logs"])),
+            ]),
+            ..RuntimeConfig::default()
+        },
+        ..ImageConfig::default()
+    };
+    let image = Image::new(config, vec![layer(&cache, "one\n")], many("org.example.annotation")).unwrap();
+    if let Some(path) = std::env::var_os(CHILD_ARCHIVE) {
+        write_archive(Path::new(&path), &image, "example/app:1.0").unwrap();
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let name = "oci::tests::twenty_processes_write_identical_bytes";
+    let archives: Vec<Vec<u8>> = (0..20)
+        .map(|i| {
+            let path = dir.path().join(format!("{i}.tar"));
+            let status = std::process::Command::new(&exe)
+                .args([name, "--exact", "--quiet", "--test-threads=1"])
+                .env(CHILD_ARCHIVE, &path)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success(), "child {i}: {status}");
+            fs::read(&path).unwrap()
+        })
+        .collect();
+    assert!(archives.iter().all(|a| *a == archives[0]), "the archives differ between processes");
+    // The parent's own write matches too.
+    let own = dir.path().join("own.tar");
+    write_archive(&own, &image, "example/app:1.0").unwrap();
+    assert_eq!(fs::read(&own).unwrap(), archives[0]);
 }

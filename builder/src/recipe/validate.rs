@@ -272,17 +272,12 @@ pub(super) fn validate_base(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawBase>) ->
         "oci" => {
             let v = raw.oci?;
             nonempty(ctx, &v, "OCI layout path");
-            // `PATH:TAG`: the tag is after the last `:` when no `/` follows it.
+            // `PATH:TAG`, split as `stackbuild audit` splits its argument (`image_arg`).
             let text = v.get_ref();
-            let (path, tag) = match text.rsplit_once(':') {
-                Some((p, t)) if !t.contains('/') && !p.is_empty() => {
-                    if !is_tag(t) {
-                        ctx.error(v.span(), format!("invalid tag {t:?} in {text:?}"));
-                    }
-                    (p, Some(t.to_owned()))
-                }
-                _ => (text.as_str(), None),
-            };
+            let crate::image_arg::ImageArg { path, tag } = crate::image_arg::ImageArg::parse_in(dir, text);
+            if let Some(t) = tag.as_deref().filter(|t| !is_tag(t)) {
+                ctx.error(v.span(), format!("invalid tag {t:?} in {text:?}"));
+            }
             Base::Oci { path: dir.join(path), tag }
         }
         "archive" => {

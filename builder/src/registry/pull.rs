@@ -205,7 +205,7 @@ fn update_index(dir: &Path, descriptor: Descriptor, tag: &str) -> Result<(), Reg
             index.manifests
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(io_err("reading", &path)(e)),
+        Err(e) => return Err(io_err("reading", &path)(e).into()),
     };
     manifests.retain(|d| d.annotations.get(ANNOTATION_REF_NAME).map(String::as_str) != Some(tag));
     manifests.push(descriptor);
@@ -215,9 +215,9 @@ fn update_index(dir: &Path, descriptor: Descriptor, tag: &str) -> Result<(), Reg
         manifests,
         annotations: BTreeMap::new(),
     };
-    let json = serde_json::to_vec(&index)
+    let json = oci::index_json(&index)
         .map_err(|e| RegistryError::Manifest { what: path.display().to_string(), reason: e.to_string() })?;
-    write_atomic(&path, &json).map_err(io_err("writing", &path))
+    write_atomic(&path, &json).map_err(|e| io_err("writing", &path)(e).into())
 }
 
 fn check_digest(what: &str, expected: &str, bytes: &[u8]) -> Result<(), RegistryError> {
@@ -405,7 +405,7 @@ impl Puller<'_, '_> {
         let tmp = blobs_dir.join(unique_temp_name(".stackbuild-tmp-"));
         let result = self.download(desc, &tmp).and_then(|()| {
             fs::rename(&tmp, &final_path).map_err(io_err("renaming to", &final_path))?;
-            cache::sync_dir(blobs_dir).map_err(io_err("syncing", blobs_dir))
+            cache::sync_dir(blobs_dir).map_err(|e| io_err("syncing", blobs_dir)(e).into())
         });
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
@@ -488,6 +488,6 @@ impl Puller<'_, '_> {
         if actual != desc.digest {
             return Err(RegistryError::DigestMismatch { what, expected: desc.digest.clone(), actual });
         }
-        file.sync_all().map_err(io_err("syncing", tmp))
+        file.sync_all().map_err(|e| io_err("syncing", tmp)(e).into())
     }
 }

@@ -283,10 +283,10 @@ impl RemoteCache {
 fn scratch_dir(cache: &Cache) -> Result<tempfile::TempDir, RegistryError> {
     let dir = cache.root().join("tmp");
     fs::create_dir_all(&dir).map_err(super::io_err("creating", &dir))?;
-    tempfile::Builder::new()
+    Ok(tempfile::Builder::new()
         .prefix("stage-")
         .tempdir_in(&dir)
-        .map_err(super::io_err("creating a directory in", &dir))
+        .map_err(super::io_err("creating a directory in", &dir))?)
 }
 
 /// The artifact manifest of a cached layer and its records (`(name, digest, size)`).
