@@ -316,7 +316,7 @@ section_build() {
     uv_note="BuildKit" uv_env=(env DOCKER_BUILDKIT=1)
   fi
   python3 "$helper" context --recipe "$recipe" --lock "$recipe.lock" --base "$tag:base" \
-    --out "$work/ctx-uv" --uv "$(command -v uv)" "${source_args[@]}" "${ca[@]}"
+    --out "$work/ctx-uv" --uv "$(uv_binary)" "${source_args[@]}" "${ca[@]}"
   timed t_uvb "docker-build-uv-cold" "${uv_env[@]}" "$DOCKER" build --network host --force-rm --no-cache \
     "${build_args[@]}" -t "$tag:uv" "$work/ctx-uv"
   timed t_uvs "docker-save-gzip-uv" save_gzip "$tag:uv" "$work/docker-uv-image.tar.gz"
@@ -365,6 +365,20 @@ section_build() {
     fi
   fi
   rm -rf "$work/ours-base" "$work/ours-changed" "$work/ctx-cold" "$work/ctx-changed"
+}
+
+# The uv executable itself: `command -v uv` may be a pyenv or asdf shim, a script that runs the
+# real one through tools the image does not have.
+uv_binary() {
+  local p
+  p=$(command -v uv)
+  if [[ $(head -c 4 "$p" | od -An -tx1 | tr -d ' \n') == 7f454c46 ]]; then
+    echo "$p"
+  elif p=$(python3 -c 'import uv; print(uv.find_uv_bin())' 2>/dev/null) && [[ -x $p ]]; then
+    echo "$p"
+  else
+    pyenv which uv
+  fi
 }
 
 # --- wheels ----------------------------------------------------------------------------------

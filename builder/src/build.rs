@@ -594,6 +594,7 @@ fn build_platform(
     let base = b.base_layers()?;
     let py = b.python_plan(&base.facts, base.interpreter.as_ref())?;
     b.python_layers(&py)?;
+    b.check_lock(&py)?;
     b.sources_layer()?;
     let stack = b.stack_manifest(&py.wheels)?;
     let sbom = b.config_layer(&py, &stack)?;

@@ -187,16 +187,26 @@ impl<'a> PlatformBuilder<'a> {
             .collect();
         let scheme = python.map(|py| Scheme::debian_local(&py.version));
         let target = python.map(|py| Target::new(py.version.clone(), platform));
-        if let Some(py) = python {
-            let fetch =
-                |cache: &Cache, wanted: &[&Wheel]| fetch_wheels(python, target.as_ref(), cache, wanted);
-            check_lock_graph(recipe, py, lock, platform, &wheels, cache, &fetch)?;
-        }
         // A foreign platform's interpreter would run under qemu-user, whose binfmt handler is not
         // inside the chroot: no bytecode for it (yet), with a note.
         let native = platform.machine() == std::env::consts::ARCH;
         let bytecode = crate::bytecode::Plan::new(python, facts, interpreter_base.filter(|_| native), cache);
         Ok(PythonPlan { python, wheels, scheme, target, bytecode })
+    }
+}
+
+impl PlatformBuilder<'_> {
+    /// Refuses a lock that installs what the recipe never asks for ([`check_lock_graph`]).
+    ///
+    /// It runs after the Python layers, not before: it reads every wheel's `Requires-Dist`, and
+    /// by then the wheels of the layers that were built are in the cache, downloaded one layer
+    /// ahead while the layer before was written, instead of all up front with nothing to overlap.
+    /// A lock it refuses still fails the build before the image is written.
+    pub(super) fn check_lock(&self, py: &PythonPlan<'_>) -> Result<(), BuildError> {
+        let Some(python) = py.python else { return Ok(()) };
+        let fetcher = py.fetcher();
+        let fetch = |cache: &Cache, wanted: &[&Wheel]| fetcher.fetch(cache, wanted);
+        check_lock_graph(self.recipe, python, self.lock, self.platform, &py.wheels, self.cache, &fetch)
     }
 }
 
