@@ -402,7 +402,7 @@ section_wheels() {
   python3 -c '
 import sys, tomllib
 for p in tomllib.load(open(sys.argv[1], "rb"))["package"]:
-    print(f"{p[\"name\"]}=={p[\"version\"]} --hash=sha256:{p[\"sha256\"]}")
+    print("%s==%s --hash=sha256:%s" % (p["name"], p["version"], p["sha256"]))
 ' "$wheels_recipe.lock" >"$work/wheels-requirements.txt"
   timed t_uv "wheels-uv-install" uv pip install --no-deps --require-hashes --target "$work/wheels-tree" \
     --python-version 3.11 --python-platform x86_64-manylinux_2_28 -r "$work/wheels-requirements.txt"
@@ -667,7 +667,7 @@ section_cache_registry() {
 # --- run and report --------------------------------------------------------------------------
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-for s in build wheels compress start hook cache-registry; do
+for s in build start wheels compress hook cache-registry; do
   has_section "$s" || continue
   t0=$(now_ns)
   "section_${s//-/_}"
