@@ -7,82 +7,11 @@
 //! pass.
 
 use std::fs;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 mod common;
-use common::{build_ok, have, Built};
-
-/// A `docker-registry serve` on a free loopback port; killed when dropped.
-struct Registry {
-    child: Child,
-    addr: String,
-    dir: tempfile::TempDir,
-}
-
-impl Registry {
-    fn start() -> Option<Self> {
-        if Command::new("docker-registry").arg("--version").output().is_err() {
-            eprintln!("skipped: docker-registry not installed (apt install docker-registry)");
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let addr = format!("127.0.0.1:{port}");
-        let config = format!(
-            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  \
-             filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
-            dir.path().join("storage").display()
-        );
-        let config_path = dir.path().join("config.yml");
-        fs::write(&config_path, config).unwrap();
-        let log = fs::File::create(dir.path().join("registry.log")).unwrap();
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config_path)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let registry = Self { child, addr, dir };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if TcpStream::connect(&registry.addr).is_ok() {
-                return Some(registry);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!(
-            "docker-registry did not start: {}",
-            fs::read_to_string(registry.dir.path().join("registry.log")).unwrap()
-        );
-    }
-
-    /// The file in which the registry keeps a blob.
-    fn blob_data(&self, digest: &str) -> PathBuf {
-        let hex = digest.strip_prefix("sha256:").unwrap();
-        self.dir.path().join("storage/docker/registry/v2/blobs/sha256").join(&hex[..2]).join(hex).join("data")
-    }
-
-    /// The tags of `repository`, from the registry's storage.
-    fn tags(&self, repository: &str) -> Vec<String> {
-        let dir = self.dir.path().join("storage/docker/registry/v2/repositories").join(repository);
-        let mut tags: Vec<String> = fs::read_dir(dir.join("_manifests/tags"))
-            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-            .unwrap_or_default();
-        tags.sort();
-        tags
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{build_ok, have, Built, Registry};
 
 /// A small recipe on a scratch base: one Python layer (a wheel from the package index, patched),
 /// a local source tree, the configuration layer.
@@ -144,7 +73,7 @@ fn setup() -> Option<(Registry, tempfile::TempDir)> {
         eprintln!("skipped: needs uv to lock the recipe (run .ci/install)");
         return None;
     }
-    Some((Registry::start()?, tempfile::tempdir().unwrap()))
+    Some((Registry::start(None)?, tempfile::tempdir().unwrap()))
 }
 
 #[test]
