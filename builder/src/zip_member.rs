@@ -20,6 +20,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read, Seek as _, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
+use std::sync::mpsc;
 
 use flate2::bufread::DeflateDecoder;
 use sha2::{Digest as _, Sha256};
@@ -30,6 +31,11 @@ const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
 
 /// Bytes read from the wheel at a time.
 const READ_BUFFER: usize = 1 << 18;
+/// Members from this size on are hashed into the tar on a second thread (below it, starting
+/// the thread costs more than it saves).
+const PARALLEL_HASH_MIN: u64 = 1 << 20;
+/// Inflated chunks waiting for the tar's hash: bounds the memory a slow hash can hold.
+const HASH_QUEUE: usize = 8;
 
 /// A deflated member of a wheel file, with what `RECORD` says it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,24 +114,52 @@ impl ZipMember {
 
     /// Writes the member to `gzip` as one gzip member made of its own deflate stream, and its
     /// inflated bytes to `plain` (for the tar's hash).
-    pub fn write_gzip(&self, gzip: &mut dyn Write, plain: &mut dyn Write) -> Result<(), MemberError> {
+    pub fn write_gzip(
+        &self,
+        gzip: &mut dyn Write,
+        plain: &mut (dyn Write + Send),
+    ) -> Result<(), MemberError> {
         let file = self.open()?;
         let write_err =
             |source| MemberError::Io { op: "writing a layer from", path: self.wheel.clone(), source };
         gzip.write_all(&GZIP_HEADER).map_err(write_err)?;
         let mut reader = MemberReader::new(self, Tee { inner: file, copy: &mut *gzip, failed: None });
-        let mut buf = vec![0; READ_BUFFER];
-        loop {
-            let n = match reader.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) => {
-                    // A failed copy is a write error, not a corrupt member.
-                    let tee = reader.decoder.get_mut().get_mut().get_mut();
-                    return Err(tee.failed.take().map_or_else(|| into_member_error(self, e), write_err));
+        let read = |reader: &mut MemberReader<'_, Tee<'_, File>>, buf: &mut [u8]| {
+            reader.read(buf).map_err(|e| {
+                // A failed copy is a write error, not a corrupt member.
+                let tee = reader.decoder.get_mut().get_mut().get_mut();
+                tee.failed.take().map_or_else(|| into_member_error(self, e), write_err)
+            })
+        };
+        if self.size < PARALLEL_HASH_MIN {
+            let mut buf = vec![0; READ_BUFFER];
+            loop {
+                let n = read(&mut reader, &mut buf)?;
+                if n == 0 {
+                    break;
                 }
-            };
-            plain.write_all(&buf[..n]).map_err(write_err)?;
+                plain.write_all(&buf[..n]).map_err(write_err)?;
+            }
+        } else {
+            // The tar's hash (and the audit's tap) take the inflated bytes on a second thread
+            // while this one inflates and checks the next ones against RECORD: the two SHA-256
+            // passes overlap instead of running one after the other on one core.
+            std::thread::scope(|scope| {
+                let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(HASH_QUEUE);
+                let tar_hash =
+                    scope.spawn(move || rx.into_iter().try_for_each(|chunk| plain.write_all(&chunk)));
+                let inflated = (|| loop {
+                    let mut buf = vec![0; READ_BUFFER];
+                    let n = read(&mut reader, &mut buf)?;
+                    buf.truncate(n);
+                    if n == 0 || tx.send(buf).is_err() {
+                        return Ok::<(), MemberError>(());
+                    }
+                })();
+                drop(tx);
+                let tar_hashed = tar_hash.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                inflated.and(tar_hashed.map_err(write_err))
+            })?;
         }
         let crc = reader.crc.clone().finalize();
         // RFC 1952: CRC32 then ISIZE, the size modulo 2^32, both little-endian.
@@ -292,6 +326,22 @@ mod tests {
         let mut back = Vec::new();
         flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut back).unwrap();
         assert_eq!(back, data, "a valid gzip member, CRC and size checked by the decoder");
+    }
+
+    #[test]
+    fn a_large_member_is_hashed_on_a_second_thread_with_the_same_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..3_000_000u32).flat_map(|i| (i % 7919).to_le_bytes()).collect();
+        let m = member(dir.path(), &data, b"", 0);
+        assert!(m.size >= PARALLEL_HASH_MIN);
+        let (gz, plain) = gzip_of(&m).unwrap();
+        assert_eq!(plain, data, "every inflated byte, in order");
+        let mut back = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut back).unwrap();
+        assert_eq!(back, data);
+        let mut lying = m.clone();
+        lying.sha256 = "AAAA".into();
+        assert!(gzip_of(&lying).unwrap_err().to_string().contains("RECORD says sha256=AAAA"));
     }
 
     #[test]
