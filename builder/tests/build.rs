@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{build, debian_builds_ready as ready, have, ok, stand_in_repo, Built};
+use common::{
+    build, debian_builds_ready as ready, have, ok, six_patch, stand_in_repo, Built, BOOKWORM_PYTHON,
+};
 
 fn recipe(dir: &Path, url: &str, commit: &str, tomli: &str, find: &str) -> PathBuf {
     let path = dir.join("small.toml");
@@ -18,10 +20,7 @@ name = "small"
 tag = "test"
 cmd = ["python3", "-c", "import six; print(six.__version__)"]
 
-[base]
-debian = "bookworm"
-packages = ["python3"]
-
+{base}
 [python]
 version = "3.11"
 packages = ["six==1.16.0", "tomli=={tomli}"]
@@ -32,17 +31,12 @@ git = "{url}"
 commit = "{commit}"
 dest = "/workspace/model"
 
-[[patch]]
-name = "six-version"
-package = "six"
-file = "six.py"
-find = '{find}'
-replace = '__version__ = "1.16.0+patched"'
-count = 1
-
+{patch}
 [host]
 modules = ["nvidia_uvm"]
-"#
+"#,
+            base = BOOKWORM_PYTHON,
+            patch = six_patch(find),
         ),
     )
     .unwrap();

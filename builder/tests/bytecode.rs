@@ -9,7 +9,7 @@ use std::process::Command;
 use sha2::Digest;
 
 mod common;
-use common::{build_ok as build, debian_builds_ready, have, Built};
+use common::{build_ok as build, debian_builds_ready, have, six_patch, Built, BOOKWORM_PYTHON};
 
 fn recipe(dir: &Path, bytecode: &str) -> PathBuf {
     let path = dir.join("bytecode.toml");
@@ -21,23 +21,15 @@ name = "bytecode"
 tag = "test"
 cmd = ["python3", "-c", "import six; print(six.__version__)"]
 
-[base]
-debian = "bookworm"
-packages = ["python3"]
-
+{base}
 [python]
 version = "3.11"
 packages = ["six==1.16.0", "idna==3.6"]
 {bytecode}
 
-[[patch]]
-name = "six-version"
-package = "six"
-file = "six.py"
-find = '__version__ = "1.16.0"'
-replace = '__version__ = "1.16.0+patched"'
-count = 1
-"#
+{patch}"#,
+            base = BOOKWORM_PYTHON,
+            patch = six_patch(r#"__version__ = "1.16.0""#),
         ),
     )
     .unwrap();

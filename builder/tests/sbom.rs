@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{debian_builds_ready, stand_in_repo};
+use common::{debian_builds_ready, six_patch, stand_in_repo, BOOKWORM_PYTHON};
 
 const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 
@@ -90,10 +90,7 @@ fn recipe(dir: &Path) -> (PathBuf, String) {
 name = "small"
 tag = "test"
 
-[base]
-debian = "bookworm"
-packages = ["python3"]
-
+{base}
 [python]
 version = "3.11"
 packages = ["six==1.16.0", "tomli==2.0.1"]
@@ -104,14 +101,9 @@ git = "{url}"
 commit = "{commit}"
 dest = "/workspace/model"
 
-[[patch]]
-name = "six-version"
-package = "six"
-file = "six.py"
-find = '__version__ = "1.16.0"'
-replace = '__version__ = "1.16.0+patched"'
-count = 1
-"#
+{patch}"#,
+            base = BOOKWORM_PYTHON,
+            patch = six_patch(r#"__version__ = "1.16.0""#),
         ),
     )
     .unwrap();

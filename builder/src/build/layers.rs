@@ -341,7 +341,7 @@ impl PlatformBuilder<'_> {
                     .any(|p| matches!(&p.target, PatchTarget::Package(n) if *n == w.pin.name))
             })
             .collect();
-        let artifacts = py.fetch(cache, &targets)?;
+        let artifacts = py.fetcher().fetch(cache, &targets)?;
         for p in package_patches {
             let PatchTarget::Package(name) = &p.target else { continue };
             let artifact = artifacts.get(name.as_ref()).ok_or_else(|| BuildError::PatchTargetMissing {

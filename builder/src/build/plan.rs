@@ -125,16 +125,7 @@ pub(super) struct PythonPlan<'a> {
 }
 
 impl PythonPlan<'_> {
-    /// Fetches the wheels of some locked packages, by normalized name.
-    pub(super) fn fetch(
-        &self,
-        cache: &Cache,
-        wanted: &[&Wheel],
-    ) -> Result<BTreeMap<String, Artifact>, BuildError> {
-        self.fetcher().fetch(cache, wanted)
-    }
-
-    /// What fetching needs, to hand to another thread.
+    /// What fetching the locked wheels needs, to use here or hand to another thread.
     pub(super) fn fetcher(&self) -> Fetcher<'_> {
         Fetcher { python: self.python, target: self.target.as_ref() }
     }

@@ -8,6 +8,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The Debian base of the small test recipes: bookworm with its Python.
+pub const BOOKWORM_PYTHON: &str = "[base]\ndebian = \"bookworm\"\npackages = [\"python3\"]\n";
+
+/// The small test recipes' patch of `six`: `find` replaced by a `+patched` version, once.
+pub fn six_patch(find: &str) -> String {
+    format!(
+        "[[patch]]\nname = \"six-version\"\npackage = \"six\"\nfile = \"six.py\"\nfind = '{find}'\n\
+         replace = '__version__ = \"1.16.0+patched\"'\ncount = 1\n"
+    )
+}
+
 /// The builder under test.
 pub const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 
