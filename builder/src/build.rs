@@ -396,14 +396,21 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             recipe.path.display()
         )));
     }
+    // `--load` takes each layer of the host's image into the daemon as soon as it is written.
+    let mut loader = match archived.filter(|_| opts.load) {
+        Some(i) => Some(crate::load::Loader::start(&reference, recipe.image.platforms[i])?),
+        None => None,
+    };
     let mut builds = Vec::with_capacity(recipe.image.platforms.len());
-    for &platform in &recipe.image.platforms {
+    for (i, &platform) in recipe.image.platforms.iter().enumerate() {
         if recipe.image.platforms.len() > 1 {
             tracing::info!("platform {platform}");
         }
         // Base, download (logged on its own) and layers.
         let _stage = crate::progress::Stage::start(format!("build of {platform}"));
-        builds.push(build_platform(recipe, platform, &lock, &cache, &out, opts, epoch)?);
+        let mut b = PlatformBuilder::new(recipe, platform, &lock, &cache, &out, opts, epoch);
+        b.loader = loader.as_ref().filter(|_| archived == Some(i));
+        builds.push(build_platform(b)?);
     }
     let images: Vec<Image> = builds.iter().map(|b| b.image.clone()).collect();
     let multi = builds.len() > 1;
@@ -438,7 +445,16 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     let write = crate::progress::Stage::start("write");
     let digest = crate::output::write_layout(&out, &images, &recipe.image.tag)?;
     if let Some(image) = archived.and_then(|i| images.get(i)) {
-        write_archive_and_load(image, &reference, &cache, opts)?;
+        if let Some(archive) = &opts.archive {
+            crate::output::check_output_file("--archive", archive)?;
+            oci::write_archive(archive, image, &reference)?;
+            tracing::info!("wrote {}", archive.display());
+        }
+        if let Some(loader) = loader.take() {
+            for line in loader.finish(image)? {
+                tracing::info!("docker: {line}");
+            }
+        }
     }
     drop(write);
     // Before the push: a failed push still leaves the documents of the image just written.
@@ -548,49 +564,11 @@ fn write_sbom_files(builds: &[PlatformBuild], dir: &Path, name: &str) -> Result<
     Ok(files)
 }
 
-/// `--archive` and `--load` of one image.
-fn write_archive_and_load(
-    image: &Image,
-    reference: &str,
-    cache: &Cache,
-    opts: &BuildOptions,
-) -> Result<(), BuildError> {
-    if let Some(archive) = &opts.archive {
-        crate::output::check_output_file("--archive", archive)?;
-        oci::write_archive(archive, image, reference)?;
-        tracing::info!("wrote {}", archive.display());
-    }
-    if opts.load {
-        // The archive the daemon reads: the one asked for, or a temporary one in the cache.
-        let tmp;
-        let archive = if let Some(a) = &opts.archive {
-            a.clone()
-        } else {
-            tmp = tempdir(cache)?;
-            let path = tmp.path().join("image.tar");
-            oci::write_archive(&path, image, reference)?;
-            path
-        };
-        for line in crate::load::load_archive(&archive)? {
-            tracing::info!("docker: {line}");
-        }
-    }
-    Ok(())
-}
-
 /// Assembles the image of one platform: every layer built or found in the cache, the config,
 /// the stack description; nothing is written to `out`. The steps in layer order: base, Python
 /// package groups, sources, configuration; then the image over them.
-fn build_platform(
-    recipe: &Recipe,
-    platform: Platform,
-    lock: &Lock,
-    cache: &Cache,
-    out: &Path,
-    opts: &BuildOptions,
-    epoch: u64,
-) -> Result<PlatformBuild, BuildError> {
-    let mut b = PlatformBuilder::new(recipe, platform, lock, cache, out, opts, epoch);
+fn build_platform(mut b: PlatformBuilder<'_>) -> Result<PlatformBuild, BuildError> {
+    let (recipe, platform, epoch) = (b.recipe, b.platform, b.epoch);
     let base = b.base_layers()?;
     let py = b.python_plan(&base.facts, base.interpreter.as_ref())?;
     b.python_layers(&py)?;

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -115,6 +115,7 @@ pub enum OciError {
     },
 }
 
+pub use archive::{write_archive, Archive, DockerSaveEntry};
 pub use stackcontract::time::rfc3339;
 
 /// `null` (as Docker writes for empty fields) reads as the default value.
@@ -695,164 +696,6 @@ fn split_repo_tag(repo_tag: &str) -> Result<(&str, &str), OciError> {
     }
 }
 
-/// The content of an archive member.
-enum Source<'a> {
-    Bytes(&'a [u8]),
-    File(&'a Path, u64),
-}
-
-/// One entry of `docker save`'s `manifest.json` (Docker's image spec v1.2, "Combined Image JSON +
-/// Filesystem Changeset Format", <https://github.com/moby/docker-image-spec/blob/main/spec.md>):
-/// written by [`write_archive`], read from base and `affinity` archives.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct DockerSaveEntry {
-    /// The config's member name (`blobs/sha256/<hex>`, or `<hex>.json` before Docker 25).
-    pub config: String,
-    /// `name:tag`s of the image (absent or `null` for an untagged one).
-    #[serde(default, deserialize_with = "null_default")]
-    pub repo_tags: Vec<String>,
-    /// The layers' member names, base first.
-    pub layers: Vec<String>,
-}
-
-/// Writes `image` as a tar archive at `file` that `docker load` (20.10 and later), `skopeo copy
-/// oci-archive:` and `podman load` accept, named `repo_tag` (`name:tag`; tag `latest` if
-/// missing); returns the manifest digest.
-///
-/// The archive holds an OCI layout (`oci-layout`, `index.json`, `blobs/sha256/*`) and Docker's
-/// legacy `manifest.json`. Entries are sorted with mtime 0, root-owned, so the archive is
-/// deterministic. It is written to a unique temporary name next to `file` (`.<name>.stackbuild-tmp-*`,
-/// never another file of that directory) and renamed over it, as `docker save -o` does; errors
-/// name `file`.
-pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<String, OciError> {
-    let (name, tag) = split_repo_tag(repo_tag)?;
-    let full = format!("{name}:{tag}");
-    let docs = image.documents()?;
-    // Replacing a regular file is what writing an archive means; a directory, a symlink or a
-    // device there is the user's and stays.
-    if let Ok(meta) = fs::symlink_metadata(file) {
-        if !meta.is_file() {
-            return Err(OciError::Unsupported {
-                path: file.to_owned(),
-                what: format!("archive path: {} is there", crate::input::kind_of(meta.file_type())),
-            });
-        }
-    }
-
-    let annotations = BTreeMap::from([
-        (ANNOTATION_CONTAINERD_NAME.to_string(), full.clone()),
-        (ANNOTATION_REF_NAME.to_string(), tag.to_string()),
-    ]);
-    let index = Index {
-        schema_version: 2,
-        media_type: Some(MEDIA_TYPE_INDEX.to_string()),
-        manifests: vec![image.index_descriptor(&docs, annotations)],
-        annotations: BTreeMap::new(),
-    };
-    let index_json = to_json(&file.to_string_lossy(), &spec::index(&index)?)?;
-    let blob_name =
-        |digest: &str| -> Result<String, OciError> { Ok(format!("blobs/sha256/{}", sha256_hex(digest)?)) };
-    let legacy = [DockerSaveEntry {
-        config: blob_name(&docs.config_digest)?,
-        repo_tags: vec![full.clone()],
-        layers: image.layers.iter().map(|l| blob_name(&l.digest)).collect::<Result<_, _>>()?,
-    }];
-    let legacy_json = to_json(&file.to_string_lossy(), &legacy)?;
-
-    // Sorted by name; a layer used twice is stored once.
-    let mut files: BTreeMap<String, Source<'_>> = BTreeMap::new();
-    files.insert(blob_name(&docs.config_digest)?, Source::Bytes(&docs.config));
-    files.insert(blob_name(&docs.manifest_digest)?, Source::Bytes(&docs.manifest));
-    for layer in &image.layers {
-        files.insert(blob_name(&layer.digest)?, Source::File(&layer.path, layer.size));
-    }
-    files.insert("index.json".into(), Source::Bytes(&index_json));
-    files.insert("manifest.json".into(), Source::Bytes(&legacy_json));
-    files.insert("oci-layout".into(), Source::Bytes(OCI_LAYOUT));
-
-    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let prefix = archive_temp_prefix(file);
-    clean_archive_temps(dir, &prefix);
-    let tmp = dir.join(unique_temp_name(&prefix));
-    // Errors name the archive the user asked for; the temporary name is ours.
-    let user = |op: &'static str| io_err(op, file);
-    let out = File::options().write(true).create_new(true).open(&tmp).map_err(user("creating"))?;
-    // Held while writing: a later build removes only a leftover whose writer is gone.
-    out.try_lock().map_err(|e| user("locking")(e.into()))?;
-    let result = (|| -> Result<(), OciError> {
-        let mut builder = tar::Builder::new(io::BufWriter::with_capacity(1 << 20, &out));
-        let header = |ty: tar::EntryType, mode: u32, size: u64| {
-            let mut h = tar::Header::new_gnu();
-            h.set_entry_type(ty);
-            h.set_mode(mode);
-            h.set_size(size);
-            h.set_mtime(0);
-            h.set_uid(0);
-            h.set_gid(0);
-            h
-        };
-        for dir_name in ["blobs", "blobs/sha256"] {
-            let mut h = header(tar::EntryType::Directory, 0o755, 0);
-            builder.append_data(&mut h, dir_name, io::empty()).map_err(user("writing"))?;
-        }
-        for (name, source) in &files {
-            match source {
-                Source::Bytes(bytes) => {
-                    let mut h = header(tar::EntryType::Regular, 0o644, bytes.len() as u64);
-                    builder.append_data(&mut h, name, *bytes).map_err(user("writing"))?;
-                }
-                Source::File(path, size) => {
-                    let f = File::open(path).map_err(io_err("opening", path))?;
-                    let actual = f.metadata().map_err(io_err("reading", path))?.len();
-                    if actual != *size {
-                        return Err(OciError::BlobMismatch {
-                            path: path.to_path_buf(),
-                            expected: format!("{size} bytes"),
-                            actual: format!("{actual} bytes"),
-                        });
-                    }
-                    let mut h = header(tar::EntryType::Regular, 0o644, *size);
-                    builder.append_data(&mut h, name, f.take(*size)).map_err(user("writing"))?;
-                }
-            }
-        }
-        let buffered = builder.into_inner().map_err(user("writing"))?;
-        buffered.into_inner().map_err(|e| user("writing")(e.into_error()))?;
-        out.sync_all().map_err(user("syncing"))?;
-        fs::rename(&tmp, file).map_err(user("writing"))?;
-        cache::sync_dir(dir).map_err(|e| io_err("syncing", dir)(e).into())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map(|()| docs.manifest_digest)
-}
-
-/// `.<archive name>.stackbuild-tmp-`: the temporary names of an archive being written.
-fn archive_temp_prefix(file: &Path) -> String {
-    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    // Short enough that the stamp still fits NAME_MAX (255 bytes).
-    let name: String = name.chars().take(100).collect();
-    format!(".{name}.stackbuild-tmp-")
-}
-
-/// Removes archives a killed build left half-written next to the final name: files named with
-/// `prefix` by [`unique_temp_name`] that no writer holds locked, a minute old.
-fn clean_archive_temps(dir: &Path, prefix: &str) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let ours = cache::is_temp_name(&entry.file_name().to_string_lossy(), prefix);
-        if !ours || !entry.file_type().is_ok_and(|t| t.is_file()) {
-            continue;
-        }
-        let unlocked = File::open(entry.path()).is_ok_and(|f| f.try_lock().is_ok());
-        if unlocked && cache::modified_before(&entry, std::time::Duration::from_mins(1)) {
-            let _ = fs::remove_file(entry.path());
-        }
-    }
-}
-
 /// An image read back from an OCI layout.
 #[derive(Clone, Debug)]
 pub struct LayoutImage {
@@ -1077,6 +920,7 @@ pub fn verify_layout_blob(blob: &LayerBlob) -> Result<(), OciError> {
     }
 }
 
+mod archive;
 mod spec;
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,8 @@ pub(super) struct PlatformBuilder<'a> {
     pub(super) layers: Vec<(LayerReport, LayerBlob, String)>,
     /// The stack description's components so far.
     pub(super) components: Vec<Component>,
+    /// `--load`: takes each layer into the Docker daemon as it is pushed.
+    pub(super) loader: Option<&'a crate::load::Loader>,
 }
 
 impl<'a> PlatformBuilder<'a> {
@@ -53,6 +55,7 @@ impl<'a> PlatformBuilder<'a> {
             compression: opts.compression,
             layers: Vec::new(),
             components: Vec::new(),
+            loader: None,
         }
     }
 
@@ -60,6 +63,9 @@ impl<'a> PlatformBuilder<'a> {
     pub(super) fn push(&mut self, name: &str, created_by: String, blob: LayerBlob, built: bool) {
         let source = LayerSource::of(&blob, built, self.cache);
         tracing::info!("layer {name:<8} {} {} ({} bytes)", source.verb(), blob.digest, blob.size);
+        if let Some(loader) = self.loader {
+            loader.layer(&blob);
+        }
         self.layers.push((
             LayerReport {
                 name: name.to_owned(),

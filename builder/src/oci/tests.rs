@@ -1,3 +1,4 @@
+use std::io::Read;
 use std::os::unix::fs::symlink;
 
 use super::*;
