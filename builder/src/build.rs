@@ -574,7 +574,7 @@ fn build_platform(mut b: PlatformBuilder<'_>) -> Result<PlatformBuild, BuildErro
     b.python_layers(&py)?;
     b.check_lock(&py)?;
     b.sources_layer()?;
-    let stack = b.stack_manifest(&py.wheels)?;
+    let stack = b.stack_manifest(&py)?;
     let sbom = b.config_layer(&py, &stack)?;
     let config = image::runtime_config(recipe, base.config, &stack.requirements);
     let (image, layers) = image::image(recipe, platform, epoch, base.image, config, b.layers)?;

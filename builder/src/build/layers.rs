@@ -56,12 +56,26 @@ impl PlatformBuilder<'_> {
                 .map(|((layer, _), _)| layer.members.clone())
                 .collect();
             let (fetcher, cache) = (py.fetcher(), self.cache);
+            let torch = py.wheels.iter().find(|w| w.pin.name.as_ref() == "torch");
+            let torch_code = &py.torch_code;
             std::thread::scope(|scope| {
                 let (tx, rx) = std::sync::mpsc::sync_channel(1);
                 scope.spawn(move || {
                     for members in to_fetch {
-                        if tx.send(fetcher.fetch(cache, &members)).is_err() {
+                        let wheels = fetcher.fetch(cache, &members);
+                        let has_torch = wheels.is_ok()
+                            && torch.is_some_and(|t| members.iter().any(|m| std::ptr::eq(*m, t)));
+                        if tx.send(wheels).is_err() {
                             return;
+                        }
+                        // The torch wheel is here now: its fat binaries are read (seconds of
+                        // inflating) while the layers are written, not after them.
+                        if let Some(t) = torch.filter(|_| has_torch) {
+                            let _ = torch_code.set(crate::fatbin::torch_code_for_build(
+                                cache.root(),
+                                &t.filename,
+                                &t.sha256,
+                            ));
                         }
                     }
                 });
@@ -233,8 +247,8 @@ impl PlatformBuilder<'_> {
 
     /// The stack description: every component so far and the patches, and the host
     /// requirements derived from the locked packages.
-    pub(super) fn stack_manifest(&mut self, wheels: &[Wheel]) -> Result<StackManifest, BuildError> {
-        let (recipe, platform, cache) = (self.recipe, self.platform, self.cache);
+    pub(super) fn stack_manifest(&mut self, py: &PythonPlan<'_>) -> Result<StackManifest, BuildError> {
+        let (recipe, platform, cache, wheels) = (self.recipe, self.platform, self.cache, &py.wheels);
         let packages: Vec<derive::Package<'_>> = wheels
             .iter()
             .map(|w| derive::Package { name: w.pin.name.as_ref(), version: &w.pin.version, platform })
@@ -243,7 +257,11 @@ impl PlatformBuilder<'_> {
         let torch_code = wheels
             .iter()
             .find(|w| w.pin.name.as_ref() == "torch")
-            .and_then(|w| crate::fatbin::torch_code_for_build(cache.root(), &w.filename, &w.sha256))
+            .and_then(|w| {
+                py.torch_code.get().cloned().unwrap_or_else(|| {
+                    crate::fatbin::torch_code_for_build(cache.root(), &w.filename, &w.sha256)
+                })
+            })
             .or_else(|| derive::torch_code(&packages));
         let requirements = derive::requirements_with(&packages, &recipe.host, torch_code.as_ref());
         for p in &recipe.patches {

@@ -7,12 +7,14 @@
 #![allow(clippy::result_large_err)]
 
 use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
 
 use super::platform::PlatformBuilder;
 use super::{artifact_dir, io, BuildError};
 use crate::base::BaseFacts;
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, LayerKey};
+use crate::derive::GpuCode;
 use crate::fetch::{self, Artifact};
 use crate::lock::Lock;
 use crate::platform::Platform;
@@ -122,12 +124,18 @@ pub(super) struct PythonPlan<'a> {
     pub(super) scheme: Option<Scheme>,
     pub(super) target: Option<Target>,
     pub(super) bytecode: crate::bytecode::Plan<'a>,
+    /// The wheels fetched and verified in this run, by normalized name: a second use (the lock
+    /// check after the layers) does not hash gigabytes again. The cache is locked meanwhile.
+    verified: Mutex<BTreeMap<String, Artifact>>,
+    /// The torch build's GPU code, read from its wheel while later layers are written
+    /// ([`crate::fatbin::torch_code_for_build`]); unset when the torch layer was reused.
+    pub(super) torch_code: OnceLock<Option<GpuCode>>,
 }
 
 impl PythonPlan<'_> {
     /// What fetching the locked wheels needs, to use here or hand to another thread.
     pub(super) fn fetcher(&self) -> Fetcher<'_> {
-        Fetcher { python: self.python, target: self.target.as_ref() }
+        Fetcher { python: self.python, target: self.target.as_ref(), verified: &self.verified }
     }
 }
 
@@ -136,16 +144,31 @@ impl PythonPlan<'_> {
 pub(super) struct Fetcher<'a> {
     python: Option<&'a PythonSection>,
     target: Option<&'a Target>,
+    verified: &'a Mutex<BTreeMap<String, Artifact>>,
 }
 
 impl Fetcher<'_> {
-    /// Fetches the wheels of some locked packages, by normalized name.
+    /// Fetches the wheels of some locked packages, by normalized name; those fetched before in
+    /// this run are not fetched (nor hashed) again.
     pub(super) fn fetch(
         &self,
         cache: &Cache,
         wanted: &[&Wheel],
     ) -> Result<BTreeMap<String, Artifact>, BuildError> {
-        fetch_wheels(self.python, self.target, cache, wanted)
+        let known = |verified: &BTreeMap<String, Artifact>, w: &Wheel| {
+            verified.get(w.pin.name.as_ref()).is_some_and(|a| a.sha256 == w.sha256)
+        };
+        let missing: Vec<&Wheel> = {
+            let verified = self.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            wanted.iter().copied().filter(|w| !known(&verified, w)).collect()
+        };
+        let fetched = fetch_wheels(self.python, self.target, cache, &missing)?;
+        let mut verified = self.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        verified.extend(fetched);
+        Ok(wanted
+            .iter()
+            .filter_map(|w| verified.get(w.pin.name.as_ref()).map(|a| (w.pin.name.to_string(), a.clone())))
+            .collect())
     }
 }
 
@@ -182,7 +205,15 @@ impl<'a> PlatformBuilder<'a> {
         // inside the chroot: no bytecode for it (yet), with a note.
         let native = platform.machine() == std::env::consts::ARCH;
         let bytecode = crate::bytecode::Plan::new(python, facts, interpreter_base.filter(|_| native), cache);
-        Ok(PythonPlan { python, wheels, scheme, target, bytecode })
+        Ok(PythonPlan {
+            python,
+            wheels,
+            scheme,
+            target,
+            bytecode,
+            verified: Mutex::default(),
+            torch_code: OnceLock::new(),
+        })
     }
 }
 
@@ -210,6 +241,9 @@ fn fetch_wheels(
     wanted: &[&Wheel],
 ) -> Result<BTreeMap<String, Artifact>, BuildError> {
     let (Some(py), Some(target)) = (python, target) else { return Ok(BTreeMap::new()) };
+    if wanted.is_empty() {
+        return Ok(BTreeMap::new());
+    }
     let pins: Vec<Pinned> = wanted.iter().map(|w| w.pin.clone()).collect();
     tracing::info!("fetching {} wheel(s)", pins.len());
     let _stage = crate::progress::Stage::start("download");
