@@ -78,21 +78,23 @@ use serde::{Deserialize, Serialize};
 
 use self::elf::ElfInfo;
 use self::fs::{join, split_parent, ElfState, FileInfo, Kind, RootFs};
+use crate::io_error::{io_err, IoError};
 use crate::oci::{self, OciError};
 
 /// Errors of an audit (findings are not errors: they are in the [`AuditReport`]).
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
-    /// Reading the root filesystem or a layer failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: String,
-        /// The path involved.
-        path: PathBuf,
-        /// The underlying error.
+    /// Reading the root filesystem failed.
+    #[error(transparent)]
+    Io(#[from] IoError),
+    /// Reading a layer failed.
+    #[error("layer {digest}: {source}")]
+    Layer {
+        /// The layer's digest.
+        digest: String,
+        /// What failed, on the layer's blob.
         #[source]
-        source: io::Error,
+        source: IoError,
     },
     /// The OCI layout could not be read.
     #[error(transparent)]
@@ -1424,7 +1426,7 @@ pub fn audit_dir(root: &Path, env: &[String], platform: &str) -> Result<AuditRep
     let started = Instant::now();
     // Check the platform before the (possibly long) walk.
     parse_platform(platform).ok_or_else(|| AuditError::Platform(platform.to_string()))?;
-    let fs = RootFs::from_dir(root).map_err(|(op, path, source)| AuditError::Io { op, path, source })?;
+    let fs = RootFs::from_dir(root)?;
     let mut auditor = Auditor::new(&fs, env, platform)?;
     let scanned = auditor.audit();
     Ok(auditor.report(scanned, started))
@@ -1468,7 +1470,7 @@ fn layer_ops(layer: &crate::blob::LayerBlob, spool_above: u64, cache: Option<&Pa
         return Ok(ops);
     }
     let ops = fs::read_layer(&layer.path, &layer.media_type, spool_above).map_err(|source| {
-        AuditError::Io { op: format!("reading layer {} at", layer.digest), path: layer.path.clone(), source }
+        AuditError::Layer { digest: layer.digest.clone(), source: io_err("reading", &layer.path)(source) }
     })?;
     if let Some(path) = &entry {
         store_layer_ops(path, &layer.digest, &ops);
@@ -1543,11 +1545,11 @@ fn audit_layers(
     let mut rootfs = RootFs::default();
     for (i, slot) in results.into_iter().enumerate() {
         let ops = slot.into_inner().unwrap_or_else(PoisonError::into_inner).unwrap_or_else(|| {
-            Err(AuditError::Io {
-                op: "reading layer".into(),
+            Err(AuditError::Io(IoError {
+                op: "reading layer",
                 path: layers[i].path.clone(),
                 source: io::Error::other("worker did not finish"),
-            })
+            }))
         })?;
         rootfs.apply(ops, i + 1);
     }

@@ -81,15 +81,8 @@ pub enum BuildError {
         source_name: String,
     },
     /// I/O on a path.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] crate::io_error::IoError),
     /// A file the recipe names (a patch, a base archive) that is not a readable regular file.
     #[error(transparent)]
     Input(#[from] crate::input::InputError),
@@ -153,8 +146,9 @@ pub enum BuildError {
     Registry(#[from] crate::registry::RegistryError),
 }
 
+/// [`crate::io_error::io_err`], already a [`BuildError`] (also where no `?` converts it).
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BuildError + 'a {
-    move |source| BuildError::Io { op, path: path.to_owned(), source }
+    move |source| crate::io_error::io_err(op, path)(source).into()
 }
 
 /// How to build.

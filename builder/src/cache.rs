@@ -33,6 +33,7 @@ use std::time::Duration;
 use sha2::{Digest as _, Sha256};
 
 use crate::blob::LayerBlob;
+use crate::io_error::{io_err, IoError};
 
 /// Largest key file accepted by [`Cache::get_layer`]; real ones are a few hundred bytes.
 const MAX_KEY_FILE: u64 = 64 * 1024;
@@ -78,16 +79,8 @@ const LEGACY_CONTENT: &[&str] = &["blobs", "keys", "artifacts"];
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
     /// An I/O operation on a cache path failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path involved.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
     /// Content did not hash to the digest it was expected to have.
     #[error("sha256 mismatch for {what}: expected {expected}, got {actual}")]
     DigestMismatch {
@@ -124,10 +117,6 @@ pub enum CacheError {
         #[source]
         source: serde_json::Error,
     },
-}
-
-fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CacheError + 'a {
-    move |source| CacheError::Io { op, path: path.to_path_buf(), source }
 }
 
 /// Returns the 64 hex digits of a sha256 digest given as `sha256:<hex>` or bare `<hex>`.
@@ -303,7 +292,7 @@ fn inspect_dir(dir: &Path) -> Result<CacheDir, CacheError> {
                 CacheDir::Missing
             });
         }
-        Err(e) => return Err(io_err("reading", dir)(e)),
+        Err(e) => return Err(io_err("reading", dir)(e).into()),
     };
     if !meta.is_dir() {
         return Ok(CacheDir::Foreign(crate::input::kind_of(meta.file_type()).to_owned()));
@@ -348,9 +337,9 @@ fn mark(root: &Path) -> Result<(), CacheError> {
 /// Creates `path` with `bytes`; a file already there (another build's) is left as it is.
 fn write_new(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
     match OpenOptions::new().write(true).create_new(true).open(path) {
-        Ok(mut file) => file.write_all(bytes).map_err(io_err("writing", path)),
+        Ok(mut file) => Ok(file.write_all(bytes).map_err(io_err("writing", path))?),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(io_err("creating", path)(e)),
+        Err(e) => Err(io_err("creating", path)(e).into()),
     }
 }
 
@@ -572,11 +561,7 @@ impl Cache {
             .create_new(true)
             .open(&path)
             .map_err(io_err("creating", &path))?;
-        file.try_lock().map_err(|e| CacheError::Io {
-            op: "locking",
-            path: path.clone(),
-            source: e.into(),
-        })?;
+        file.try_lock().map_err(|e| io_err("locking", &path)(e.into()))?;
         Ok(TempFile { file, path, committed: false })
     }
 
@@ -670,7 +655,7 @@ impl Cache {
         let path = self.key_path(key);
         let json =
             serde_json::to_vec(blob).map_err(|source| CacheError::Json { path: path.clone(), source })?;
-        write_atomic(&path, &json).map_err(io_err("writing", &path))
+        Ok(write_atomic(&path, &json).map_err(io_err("writing", &path))?)
     }
 
     /// Streams `reader` into the cache, verifying its sha256 on the way; returns the blob's path.
@@ -690,7 +675,7 @@ impl Cache {
                 Err(source) => {
                     // The stream failed, not the temporary file: name where it was going.
                     let path = self.blob_dir().join(&expected_hex);
-                    return Err(CacheError::Io { op: "reading the artifact for", path, source });
+                    return Err(IoError { op: "reading the artifact for", path, source }.into());
                 }
             };
             hasher.update(&buf[..n]);
@@ -731,7 +716,7 @@ impl Cache {
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_err("removing", &path)(e)),
+            Err(e) => Err(io_err("removing", &path)(e).into()),
         }
     }
 }

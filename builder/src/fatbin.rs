@@ -36,6 +36,7 @@ use stackcontract::version::ComputeCapability;
 
 use crate::derive::GpuCode;
 use crate::input::ReadAt;
+use crate::io_error::{io_err, IoError};
 
 /// The magic number of a fat binary container.
 pub const FATBIN_MAGIC: u32 = 0xBA55_ED50;
@@ -61,15 +62,9 @@ const MAX_MEMBER: u64 = 16 << 30;
 /// Why a fat binary could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum FatbinError {
-    /// Reading the file failed.
-    #[error("reading {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        #[source]
-        source: io::Error,
-    },
+    /// Reading the file (or writing a member extracted from a wheel) failed.
+    #[error(transparent)]
+    Io(#[from] IoError),
     /// The ELF file or its `.nv_fatbin` section is malformed.
     #[error("{path}: {why}")]
     Malformed {
@@ -235,9 +230,8 @@ fn parse_containers<R: ReadAt + ?Sized>(
 
 /// The fat binary entries of the ELF file at `path`; empty when it has no `.nv_fatbin`.
 pub fn read_elf(path: &Path) -> Result<Vec<Entry>, FatbinError> {
-    let io_err = |source| FatbinError::Io { path: path.to_owned(), source };
-    let file = File::open(path).map_err(io_err)?;
-    let size = file.metadata().map_err(io_err)?.len();
+    let file = File::open(path).map_err(io_err("opening", path))?;
+    let size = file.metadata().map_err(io_err("reading", path))?.len();
     entries_of(&file, size).map_err(|why| FatbinError::Malformed { path: path.to_owned(), why })
 }
 
@@ -274,7 +268,7 @@ fn is_torch_library(name: &str) -> bool {
 /// CPU build).
 pub fn torch_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCode>, FatbinError> {
     let werr = |why: String| FatbinError::Wheel { path: wheel.to_owned(), why };
-    let file = File::open(wheel).map_err(|source| FatbinError::Io { path: wheel.to_owned(), source })?;
+    let file = File::open(wheel).map_err(io_err("opening", wheel))?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| werr(e.to_string()))?;
     let names: Vec<String> =
         archive.file_names().filter(|n| is_torch_library(n)).map(str::to_owned).collect();
@@ -284,10 +278,10 @@ pub fn torch_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCode>, Fat
         if member.size() > MAX_MEMBER {
             return Err(werr(format!("{name} is {} bytes, above the cap of {MAX_MEMBER}", member.size())));
         }
-        let mut out = tempfile::NamedTempFile::new_in(tmp)
-            .map_err(|source| FatbinError::Io { path: tmp.to_owned(), source })?;
+        let mut out =
+            tempfile::NamedTempFile::new_in(tmp).map_err(io_err("creating a temporary file in", tmp))?;
         let copied = io::copy(&mut (&mut member).take(MAX_MEMBER), out.as_file_mut())
-            .map_err(|source| FatbinError::Io { path: PathBuf::from(&name), source })?;
+            .map_err(io_err("extracting", &wheel.join(&name)))?;
         let mut magic = [0u8; 4];
         if copied < 64 || ReadAt::read_at(out.as_file(), &mut magic, 0).is_err() || magic != *b"\x7fELF" {
             continue;
@@ -342,7 +336,7 @@ pub fn torch_code_for_build(cache_root: &Path, filename: &str, sha256: &str) -> 
     }
     let tmp = cache_root.join("tmp");
     let read = std::fs::create_dir_all(&tmp)
-        .map_err(|source| FatbinError::Io { path: tmp.clone(), source })
+        .map_err(|e| FatbinError::from(io_err("creating", &tmp)(e)))
         .and_then(|()| torch_wheel_code(&wheel, &tmp));
     match read {
         Ok(code) => {

@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{FileType, Mode, OFlags};
 
+use crate::io_error::{io_err, IoError};
+
 /// The rule every file opened here must follow, quoted in errors.
 pub const RULE: &str = "it must be a regular file (not a symlink, FIFO, socket, device or directory)";
 
@@ -27,15 +29,13 @@ pub const MAX_TEXT: u64 = 64 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
     /// The file could not be opened or read.
-    #[error("reading {what} {path}: {source}")]
+    #[error("{what}: {source}")]
     Io {
         /// What the file is for (`recipe`, `lock file`, `patch`, ...).
         what: &'static str,
-        /// The path as the user gave it.
-        path: PathBuf,
-        /// The system error.
+        /// The operation, on the path as the user gave it.
         #[source]
-        source: io::Error,
+        source: IoError,
     },
     /// The path is not a regular file.
     #[error("the {what} {path} is {kind}; {RULE}")]
@@ -63,7 +63,7 @@ impl InputError {
     /// The system error, when the open or read failed (for example `NotFound`).
     pub fn io_kind(&self) -> Option<io::ErrorKind> {
         match self {
-            Self::Io { source, .. } => Some(source.kind()),
+            Self::Io { source, .. } => Some(source.source.kind()),
             _ => None,
         }
     }
@@ -106,7 +106,7 @@ pub fn kind_of(ft: std::fs::FileType) -> &'static str {
 /// Opens `path` for reading if, and only if, it is a regular file and not a symlink; `what`
 /// names the file's role in errors (`"recipe"`, `"lock file"`, `"patch"`).
 pub fn open_regular(path: &Path, what: &'static str) -> Result<File, InputError> {
-    let io_err = |source: io::Error| InputError::Io { what, path: path.to_owned(), source };
+    let failed = |op, source: io::Error| InputError::Io { what, source: io_err(op, path)(source) };
     let not_regular = |kind| InputError::NotRegular { what, path: path.to_owned(), kind };
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
     let fd = match rustix::fs::open(path, flags, Mode::empty()) {
@@ -119,16 +119,16 @@ pub fn open_regular(path: &Path, what: &'static str) -> Result<File, InputError>
                     return Err(not_regular(kind_of(meta.file_type())));
                 }
             }
-            return Err(io_err(e.into()));
+            return Err(failed("opening", e.into()));
         }
     };
-    let stat = rustix::fs::fstat(&fd).map_err(|e| io_err(e.into()))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| failed("reading", e.into()))?;
     let ft = FileType::from_raw_mode(stat.st_mode);
     if ft != FileType::RegularFile {
         return Err(not_regular(describe(ft)));
     }
-    let fl = rustix::fs::fcntl_getfl(&fd).map_err(|e| io_err(e.into()))?;
-    rustix::fs::fcntl_setfl(&fd, fl - OFlags::NONBLOCK).map_err(|e| io_err(e.into()))?;
+    let fl = rustix::fs::fcntl_getfl(&fd).map_err(|e| failed("opening", e.into()))?;
+    rustix::fs::fcntl_setfl(&fd, fl - OFlags::NONBLOCK).map_err(|e| failed("opening", e.into()))?;
     Ok(File::from(fd))
 }
 
@@ -146,11 +146,9 @@ pub fn read_open_capped(
     what: &'static str,
 ) -> Result<Vec<u8>, InputError> {
     let mut bytes = Vec::new();
-    file.take(cap.saturating_add(1)).read_to_end(&mut bytes).map_err(|source| InputError::Io {
-        what,
-        path: path.to_owned(),
-        source,
-    })?;
+    file.take(cap.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|source| InputError::Io { what, source: io_err("reading", path)(source) })?;
     if bytes.len() as u64 > cap {
         return Err(InputError::TooLarge { what, path: path.to_owned(), cap });
     }
@@ -162,8 +160,7 @@ pub fn read_text(path: &Path, cap: u64, what: &'static str) -> Result<String, In
     let bytes = read_capped(path, cap, what)?;
     String::from_utf8(bytes).map_err(|_| InputError::Io {
         what,
-        path: path.to_owned(),
-        source: io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"),
+        source: io_err("reading", path)(io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text")),
     })
 }
 

@@ -32,6 +32,7 @@ use tar::{EntryType, Header};
 
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, CacheError, TempFile};
+use crate::io_error::{io_err, IoError};
 use crate::zip_member::{MemberError, ZipMember};
 
 /// Default gzip level (gzip's own default).
@@ -137,16 +138,8 @@ impl std::str::FromStr for Compression {
 #[derive(Debug, thiserror::Error)]
 pub enum LayerError {
     /// An I/O operation failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path involved.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
     /// A tar stream could not be read.
     #[error("reading tar {source_name}{}: {source}", entry.as_ref().map(|e| format!(" at entry {e:?}")).unwrap_or_default())]
     Tar {
@@ -228,10 +221,6 @@ pub enum LayerError {
     /// A wheel member carried into the layer is not what its wheel says.
     #[error(transparent)]
     Member(#[from] MemberError),
-}
-
-fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> LayerError + 'a {
-    move |source| LayerError::Io { op, path: path.to_path_buf(), source }
 }
 
 fn lossy(bytes: &[u8]) -> String {
@@ -744,7 +733,7 @@ impl LayerWriter {
             let kind = match kind {
                 Kind::File(Data::Spool { len, .. }) => {
                     let offset = self.spool_copy(&mut entry, len).map_err(|e| match e {
-                        LayerError::Io { source, .. } => tar_err(Some(&raw_name))(source),
+                        LayerError::Io(IoError { source, .. }) => tar_err(Some(&raw_name))(source),
                         other => other,
                     })?;
                     Kind::File(Data::Spool { offset, len })
@@ -766,14 +755,15 @@ impl LayerWriter {
             let copied = io::copy(&mut reader.take(len), &mut io::sink())
                 .map_err(io_err("reading", Path::new("<layer>")))?;
             if copied != len {
-                return Err(LayerError::Io {
+                return Err(IoError {
                     op: "reading",
                     path: PathBuf::from("<layer>"),
                     source: io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "tar entry shorter than its header says",
                     ),
-                });
+                }
+                .into());
             }
             return Ok(0);
         }
@@ -790,14 +780,15 @@ impl LayerWriter {
         let copied = io::copy(&mut reader.take(len), &mut out).map_err(io_err("spooling into", &path))?;
         out.flush().map_err(io_err("spooling into", &path))?;
         if copied != len {
-            return Err(LayerError::Io {
+            return Err(IoError {
                 op: "spooling into",
                 path,
                 source: io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "tar entry shorter than its header says",
                 ),
-            });
+            }
+            .into());
         }
         spool.len += len;
         Ok(offset)
@@ -979,7 +970,7 @@ fn entry_error(source: io::Error, tmp_path: &Path, path: &[u8]) -> LayerError {
     }
     match source.get_ref().and_then(|e| e.downcast_ref::<ChangedError>()) {
         Some(ChangedError(path)) => LayerError::Changed { path: path.clone() },
-        None => LayerError::Io { op: "writing entry into", path: tmp_path.join(lossy(path)), source },
+        None => IoError { op: "writing entry into", path: tmp_path.join(lossy(path)), source }.into(),
     }
 }
 
@@ -1090,11 +1081,7 @@ fn write_gzip_member<W: Write>(sink: &mut Hashing<Encoder<W>>, member: &ZipMembe
     let Hashing { inner, hasher, count, tap } = sink;
     let Encoder::Gzip(gzip) = inner else { unreachable!("called for gzip layers only") };
     let mut plain = HashOnly { hasher, count, tap };
-    let out = gzip.raw().map_err(|source| LayerError::Io {
-        op: "writing a layer from",
-        path: member.wheel.clone(),
-        source,
-    })?;
+    let out = gzip.raw().map_err(io_err("writing a layer from", &member.wheel))?;
     member.write_gzip(out, &mut plain)?;
     Ok(())
 }

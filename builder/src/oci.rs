@@ -731,9 +731,7 @@ fn read_capped(path: &Path) -> Result<Vec<u8>, OciError> {
             path: path.to_path_buf(),
             what: format!("document over {MAX_JSON} bytes"),
         },
-        InputError::Io { source, .. } => {
-            OciError::Io(IoError { op: "reading", path: path.to_path_buf(), source })
-        }
+        InputError::Io { source, .. } => OciError::Io(source),
         other @ InputError::NotRegular { .. } => {
             OciError::Unsupported { path: path.to_path_buf(), what: other.to_string() }
         }

@@ -22,6 +22,8 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::io_error::{io_err, IoError};
+
 /// How much of a searched text or mismatching line error messages quote.
 const EXCERPT_CHARS: usize = 60;
 
@@ -145,15 +147,13 @@ pub enum PatchError {
         file: String,
     },
     /// Reading or writing a file failed.
-    #[error("patch {name:?}: {}: {source}", path.display())]
+    #[error("patch {name:?}: {source}")]
     Io {
         /// The patch.
         name: String,
-        /// The file.
-        path: PathBuf,
-        /// The underlying error.
+        /// What failed, on which file.
         #[source]
-        source: io::Error,
+        source: IoError,
     },
 }
 
@@ -227,9 +227,8 @@ enum Resolved {
 }
 
 impl Ctx<'_> {
-    fn io(&self, path: &Path) -> impl FnOnce(io::Error) -> PatchError + '_ {
-        let path = path.to_owned();
-        move |source| PatchError::Io { name: self.name.to_owned(), path, source }
+    fn io<'a>(&'a self, op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> PatchError + 'a {
+        move |source| PatchError::Io { name: self.name.to_owned(), source: io_err(op, path)(source) }
     }
 
     /// Resolves `rel` inside the root: a plain relative path whose existing components are real
@@ -277,7 +276,7 @@ impl Ctx<'_> {
                     let full = parts.iter().fold(self.root.to_owned(), |p, c| p.join(c));
                     return Ok(Resolved::Absent(full));
                 }
-                Err(e) => return Err(self.io(&path)(e)),
+                Err(e) => return Err(self.io("reading", &path)(e)),
             }
         }
         Err(invalid("is empty"))
@@ -310,7 +309,7 @@ impl Ctx<'_> {
             return Err(invalid("count must be at least 1"));
         }
         let (path, mode) = self.existing(file)?;
-        let content = fs::read(&path).map_err(self.io(&path))?;
+        let content = fs::read(&path).map_err(self.io("reading", &path))?;
         let hits = find_all(&content, find.as_bytes());
         if hits.len() != count {
             return Err(PatchError::Count {
@@ -349,7 +348,7 @@ impl Ctx<'_> {
             }
         } else {
             let (path, mode) = self.existing(rel)?;
-            let content = fs::read(&path).map_err(self.io(&path))?;
+            let content = fs::read(&path).map_err(self.io("reading", &path))?;
             (path, content, mode, false)
         };
         let lines: Vec<&[u8]> = old.split_inclusive(|b| *b == b'\n').collect();
@@ -412,7 +411,7 @@ impl Ctx<'_> {
     /// Writes one change: a temporary file next to the target, then `rename` over it.
     fn write(&self, change: &Change) -> Result<(), PatchError> {
         let Some(content) = &change.content else {
-            return fs::remove_file(&change.path).map_err(self.io(&change.path));
+            return fs::remove_file(&change.path).map_err(self.io("removing", &change.path));
         };
         let dir = change.path.parent().unwrap_or(self.root);
         if change.create_parents {
@@ -421,12 +420,14 @@ impl Ctx<'_> {
             for part in dir.strip_prefix(self.root).unwrap_or(Path::new("")).components() {
                 d.push(part);
                 if fs::symlink_metadata(&d).is_err() {
-                    fs::create_dir(&d).map_err(self.io(&d))?;
-                    fs::set_permissions(&d, Permissions::from_mode(0o755)).map_err(self.io(&d))?;
+                    fs::create_dir(&d).map_err(self.io("creating", &d))?;
+                    fs::set_permissions(&d, Permissions::from_mode(0o755))
+                        .map_err(self.io("setting permissions of", &d))?;
                 }
             }
         }
-        crate::atomic::write_atomic_mode(&change.path, content, change.mode).map_err(self.io(&change.path))
+        crate::atomic::write_atomic_mode(&change.path, content, change.mode)
+            .map_err(self.io("writing", &change.path))
     }
 }
 

@@ -17,6 +17,7 @@ use pep508_rs::PackageName;
 use percent_encoding::{percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use stackcontract::version::{PackageVersion, PythonVersion};
 
+use crate::io_error::{io_err, IoError};
 use crate::platform::Platform;
 use crate::recipe::{PythonSection, Recipe};
 
@@ -132,7 +133,8 @@ pub enum SolveError {
         /// The target being resolved.
         target: Target,
         /// The I/O error.
-        source: std::io::Error,
+        #[source]
+        source: IoError,
     },
     /// uv ran and reported a failure.
     #[error("resolving python packages for {target} failed: {message}")]
@@ -229,8 +231,12 @@ fn is_executable(path: &Path) -> bool {
 /// index pip later downloads from.
 pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, SolveError> {
     let uv = find_uv()?;
-    let io = |source| SolveError::Io { target: target.clone(), source };
-    let dir = tempfile::Builder::new().prefix("stackbuild-solve-").tempdir().map_err(io)?;
+    let tmp = std::env::temp_dir();
+    let dir = tempfile::Builder::new().prefix("stackbuild-solve-").tempdir_in(&tmp).map_err(uv_io(
+        target,
+        "creating a directory in",
+        &tmp,
+    ))?;
     let requirements = dir.path().join("requirements.in");
     let constraints = dir.path().join("constraints.txt");
     let mut lines: Vec<String> = python.packages.iter().map(ToString::to_string).collect();
@@ -244,8 +250,12 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
     for line in lines.iter().chain(&constraint_lines) {
         check_line(line)?;
     }
-    write_lines(&requirements, lines.into_iter()).map_err(io)?;
-    write_lines(&constraints, constraint_lines.into_iter()).map_err(io)?;
+    write_lines(&requirements, lines.into_iter()).map_err(uv_io(target, "writing", &requirements))?;
+    write_lines(&constraints, constraint_lines.into_iter()).map_err(uv_io(
+        target,
+        "writing",
+        &constraints,
+    ))?;
 
     let mut cmd = uv.command();
     cmd.args(["pip", "compile"])
@@ -263,7 +273,7 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
     } else {
         bridge_pip_index_env(&mut cmd);
     }
-    let output = cmd.stdin(Stdio::null()).output().map_err(io)?;
+    let output = cmd.stdin(Stdio::null()).output().map_err(uv_io(target, "starting", &uv.program))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(SolveError::Uv { target: target.clone(), message: uv_error_message(&stderr) });
@@ -283,6 +293,15 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
         }
     }
     Ok(pins)
+}
+
+/// A `map_err` argument for a failed operation on `path` while resolving for `target`.
+fn uv_io<'a>(
+    target: &'a Target,
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> SolveError + 'a {
+    move |source| SolveError::Io { target: target.clone(), source: io_err(op, path)(source) }
 }
 
 /// A `[[python.wheel]]` must be a regular file before uv is pointed at it: uv would block on a

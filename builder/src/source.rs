@@ -30,6 +30,9 @@ use std::thread;
 
 use sha2::{Digest, Sha256};
 
+use crate::input::InputError;
+use crate::io_error::{io_err, IoError};
+
 /// Environment variables passed through to git: the search path, proxies and CA bundles, which
 /// fetching over HTTPS may need. Everything else is cleared.
 const PASS_ENV: &[&str] = &[
@@ -133,14 +136,11 @@ pub enum SourceError {
         reason: String,
     },
     /// Reading or writing a file failed.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file involved.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] IoError),
+    /// A file of the tree is not a regular file any more, or could not be opened.
+    #[error(transparent)]
+    Input(#[from] InputError),
     /// Reading the `git archive` stream failed.
     #[error("git source {url}: reading `git archive {commit}`: {source}")]
     Archive {
@@ -152,10 +152,6 @@ pub enum SourceError {
         #[source]
         source: io::Error,
     },
-}
-
-fn io_at(path: &Path) -> impl FnOnce(io::Error) -> SourceError + '_ {
-    move |source| SourceError::Io { path: path.to_owned(), source }
 }
 
 /// Stages `commit` of the repository at `url` into `stage` at `dest_in_image` (an absolute
@@ -200,7 +196,7 @@ pub fn stage_path_excluding(
     stage: &Path,
     exclude: &[&Path],
 ) -> Result<StagedSource, SourceError> {
-    let meta = fs::symlink_metadata(src).map_err(io_at(src))?;
+    let meta = fs::symlink_metadata(src).map_err(io_err("reading", src))?;
     if meta.file_type().is_symlink() {
         return Err(SourceError::SymlinkRoot { path: src.to_owned() });
     }
@@ -255,7 +251,7 @@ pub fn tree_digest(root: &Path) -> Result<StagedSource, SourceError> {
             hasher.update(rel);
             hasher.update(b"\n");
         } else if ft.is_symlink() {
-            let target = fs::read_link(&path).map_err(io_at(&path))?;
+            let target = fs::read_link(&path).map_err(io_err("reading link", &path))?;
             hasher.update(b"l ");
             hasher.update(rel);
             hasher.update(b"\0");
@@ -264,8 +260,8 @@ pub fn tree_digest(root: &Path) -> Result<StagedSource, SourceError> {
             files += 1;
         } else {
             let mut content = Sha256::new();
-            let mut file = File::open(&path).map_err(io_at(&path))?;
-            bytes += io::copy(&mut file, &mut content).map_err(io_at(&path))?;
+            let mut file = File::open(&path).map_err(io_err("opening", &path))?;
+            bytes += io::copy(&mut file, &mut content).map_err(io_err("reading", &path))?;
             hasher.update(format!("f {mode:o} ").as_bytes());
             hasher.update(rel);
             hasher.update(b"\0");
@@ -279,9 +275,9 @@ pub fn tree_digest(root: &Path) -> Result<StagedSource, SourceError> {
 
 fn collect(root: &Path, rel: &Path, out: &mut Vec<(PathBuf, fs::Metadata)>) -> Result<(), SourceError> {
     let dir = root.join(rel);
-    for entry in fs::read_dir(&dir).map_err(io_at(&dir))? {
-        let entry = entry.map_err(io_at(&dir))?;
-        let meta = entry.metadata().map_err(io_at(&entry.path()))?;
+    for entry in fs::read_dir(&dir).map_err(io_err("listing", &dir))? {
+        let entry = entry.map_err(io_err("listing", &dir))?;
+        let meta = entry.metadata().map_err(io_err("reading", &entry.path()))?;
         let child = rel.join(entry.file_name());
         if meta.is_dir() {
             collect(root, &child, out)?;
@@ -308,14 +304,14 @@ fn prepare_dest(stage: &Path, dest_in_image: &str) -> Result<PathBuf, SourceErro
     if parts.is_empty() {
         return Err(invalid("must not be the image root"));
     }
-    fs::create_dir_all(stage).map_err(io_at(stage))?;
+    fs::create_dir_all(stage).map_err(io_err("creating", stage))?;
     let dest = ensure_dirs(
         stage,
         parts.iter().map(OsStr::new),
         stage.display().to_string().as_str(),
         dest_in_image,
     )?;
-    let mut listing = fs::read_dir(&dest).map_err(io_at(&dest))?;
+    let mut listing = fs::read_dir(&dest).map_err(io_err("listing", &dest))?;
     if listing.next().is_some() {
         return Err(invalid("already exists and is not empty"));
     }
@@ -343,10 +339,11 @@ fn ensure_dirs<'p>(
                 })
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir(&dir).map_err(io_at(&dir))?;
-                fs::set_permissions(&dir, Permissions::from_mode(0o755)).map_err(io_at(&dir))?;
+                fs::create_dir(&dir).map_err(io_err("creating", &dir))?;
+                fs::set_permissions(&dir, Permissions::from_mode(0o755))
+                    .map_err(io_err("setting permissions of", &dir))?;
             }
-            Err(e) => return Err(SourceError::Io { path: dir, source: e }),
+            Err(e) => return Err(IoError { op: "reading", path: dir, source: e }.into()),
         }
     }
     Ok(dir)
@@ -396,8 +393,13 @@ fn link_stays_inside(link: &[&OsStr], target: &Path) -> Result<(), &'static str>
 
 /// Creates `path` for writing; `create_new` fails on anything already there, symlinks included.
 fn create_file(path: &Path, mode: u32) -> Result<File, SourceError> {
-    let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(io_at(path))?;
-    file.set_permissions(Permissions::from_mode(mode)).map_err(io_at(path))?;
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io_err("creating", path))?;
+    file.set_permissions(Permissions::from_mode(mode)).map_err(io_err("setting permissions of", path))?;
     Ok(file)
 }
 
@@ -472,15 +474,15 @@ fn resolve_in_tree(root: &Path, link: &[&OsStr], target: &Path) -> Result<(), &'
 /// one by one as they arrive, and only the whole tree shows where a chain of them leads.
 fn check_links(root: &Path, tree: &Path, rel: &Path, origin: &str) -> Result<(), SourceError> {
     let dir = tree.join(rel);
-    for entry in fs::read_dir(&dir).map_err(io_at(&dir))? {
-        let entry = entry.map_err(io_at(&dir))?;
+    for entry in fs::read_dir(&dir).map_err(io_err("listing", &dir))? {
+        let entry = entry.map_err(io_err("listing", &dir))?;
         let rel = rel.join(entry.file_name());
-        let ft = entry.file_type().map_err(io_at(&dir))?;
+        let ft = entry.file_type().map_err(io_err("listing", &dir))?;
         if ft.is_dir() {
             check_links(root, tree, &rel, origin)?;
         } else if ft.is_symlink() {
             let path = tree.join(&rel);
-            let target = fs::read_link(&path).map_err(io_at(&path))?;
+            let target = fs::read_link(&path).map_err(io_err("reading link", &path))?;
             let parts: Vec<&OsStr> = rel.iter().collect();
             resolve_in_tree(root, &parts, &target).map_err(|reason| SourceError::Unsafe {
                 origin: origin.to_owned(),
@@ -510,10 +512,10 @@ fn parts_of(target: &Path) -> Result<std::collections::VecDeque<Option<OsString>
 fn copy_dir(src: &Path, dest: &Path, rel: &Path, origin: &str, skip: &Skip) -> Result<(), SourceError> {
     let dir = src.join(rel);
     let mut names: Vec<OsString> = fs::read_dir(&dir)
-        .map_err(io_at(&dir))?
+        .map_err(io_err("listing", &dir))?
         .map(|e| e.map(|e| e.file_name()))
         .collect::<Result<_, _>>()
-        .map_err(io_at(&dir))?;
+        .map_err(io_err("listing", &dir))?;
     names.sort();
     for name in names {
         if name == ".git" {
@@ -522,7 +524,7 @@ fn copy_dir(src: &Path, dest: &Path, rel: &Path, origin: &str, skip: &Skip) -> R
         let rel = rel.join(&name);
         let from = src.join(&rel);
         let to = dest.join(&rel);
-        let meta = fs::symlink_metadata(&from).map_err(io_at(&from))?;
+        let meta = fs::symlink_metadata(&from).map_err(io_err("reading", &from))?;
         let ft = meta.file_type();
         let unsafe_entry = |reason: &str| SourceError::Unsafe {
             origin: origin.to_owned(),
@@ -537,25 +539,23 @@ fn copy_dir(src: &Path, dest: &Path, rel: &Path, origin: &str, skip: &Skip) -> R
                 );
                 continue;
             }
-            fs::create_dir(&to).map_err(io_at(&to))?;
+            fs::create_dir(&to).map_err(io_err("creating", &to))?;
             copy_dir(src, dest, &rel, origin, skip)?;
             // Set last: a directory without write permission must still receive its entries.
             fs::set_permissions(&to, Permissions::from_mode(dir_mode(meta.permissions().mode())))
-                .map_err(io_at(&to))?;
+                .map_err(io_err("setting permissions of", &to))?;
         } else if ft.is_symlink() {
-            let target = fs::read_link(&from).map_err(io_at(&from))?;
+            let target = fs::read_link(&from).map_err(io_err("reading link", &from))?;
             let parts: Vec<&OsStr> = rel.iter().collect();
             resolve_in_tree(src, &parts, &target).map_err(unsafe_entry)?;
-            std::os::unix::fs::symlink(&target, &to).map_err(io_at(&to))?;
+            std::os::unix::fs::symlink(&target, &to).map_err(io_err("creating symlink", &to))?;
         } else if ft.is_file() {
             // O_NOFOLLOW | O_NONBLOCK and a check of what was opened: the entry could have been
             // swapped for a link or a FIFO since it was listed.
-            let mut input = crate::input::open_regular(&from, "source file").map_err(|e| {
-                SourceError::Io { path: from.clone(), source: io::Error::other(e.to_string()) }
-            })?;
+            let mut input = crate::input::open_regular(&from, "source file")?;
             let mut out = BufWriter::new(create_file(&to, file_mode(meta.permissions().mode()))?);
-            io::copy(&mut input, &mut out).map_err(io_at(&to))?;
-            out.into_inner().map_err(|e| SourceError::Io { path: to.clone(), source: e.into_error() })?;
+            io::copy(&mut input, &mut out).map_err(io_err("writing", &to))?;
+            out.into_inner().map_err(|e| io_err("writing", &to)(e.into_error()))?;
         } else {
             return Err(unsafe_entry("not a regular file, directory or symlink"));
         }
@@ -574,8 +574,8 @@ impl Git {
     fn new(url: &str, cache_dir: &Path) -> Result<Self, SourceError> {
         // Absolute: git runs with `home` as its working directory, where a relative path would
         // name another directory.
-        let home = std::path::absolute(cache_dir).map_err(io_at(cache_dir))?.join("git");
-        fs::create_dir_all(&home).map_err(io_at(&home))?;
+        let home = std::path::absolute(cache_dir).map_err(io_err("resolving", cache_dir))?.join("git");
+        fs::create_dir_all(&home).map_err(io_err("creating", &home))?;
         let mirror = home.join(hex::encode(Sha256::digest(url.as_bytes())));
         Ok(Self { url: url.to_owned(), home, mirror })
     }
@@ -638,7 +638,7 @@ impl Git {
             // for a mirror.
             let tmp = self.mirror.with_extension(format!("tmp{}", std::process::id()));
             if tmp.exists() {
-                fs::remove_dir_all(&tmp).map_err(io_at(&tmp))?;
+                fs::remove_dir_all(&tmp).map_err(io_err("removing", &tmp))?;
             }
             let tmp_str = tmp.to_string_lossy().into_owned();
             self.run(false, &["clone", "--mirror", "--quiet", "--", &self.url, &tmp_str])?;
@@ -646,7 +646,7 @@ impl Git {
                 // Another build won the race; its mirror is as good as ours.
                 let _ = fs::remove_dir_all(&tmp);
                 if !self.mirror.exists() {
-                    return Err(SourceError::Io { path: self.mirror.clone(), source: e });
+                    return Err(io_err("moving the clone into place at", &self.mirror)(e).into());
                 }
             }
         }
@@ -725,9 +725,8 @@ impl Git {
                 tar::EntryType::Regular | tar::EntryType::Continuous => {
                     let mode = entry.header().mode().map_err(archive_err)?;
                     let mut out = BufWriter::new(create_file(&path, file_mode(mode))?);
-                    io::copy(&mut entry, &mut out).map_err(io_at(&path))?;
-                    out.into_inner()
-                        .map_err(|e| SourceError::Io { path: path.clone(), source: e.into_error() })?;
+                    io::copy(&mut entry, &mut out).map_err(io_err("writing", &path))?;
+                    out.into_inner().map_err(|e| io_err("writing", &path)(e.into_error()))?;
                 }
                 tar::EntryType::Symlink => {
                     let target = entry
@@ -735,7 +734,7 @@ impl Git {
                         .map(|t| PathBuf::from(OsString::from_vec(t.into_owned())))
                         .ok_or_else(|| unsafe_entry("symlink without a target"))?;
                     link_stays_inside(&parts, &target).map_err(unsafe_entry)?;
-                    std::os::unix::fs::symlink(&target, &path).map_err(io_at(&path))?;
+                    std::os::unix::fs::symlink(&target, &path).map_err(io_err("creating symlink", &path))?;
                 }
                 other => return Err(unsafe_entry(&format!("unsupported entry type {other:?}"))),
             }

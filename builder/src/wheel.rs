@@ -44,6 +44,7 @@ use sha2::{Digest, Sha256};
 use stackcontract::version::PythonVersion;
 use zip::ZipArchive;
 
+use crate::io_error::{io_err, IoError};
 use crate::zip_member::ZipMember;
 
 /// Largest metadata member (`WHEEL`, `METADATA`, `RECORD`, `entry_points.txt`) read into memory.
@@ -136,15 +137,13 @@ pub struct InstalledWheel {
 #[derive(Debug, thiserror::Error)]
 pub enum WheelError {
     /// Reading the wheel or writing the stage failed.
-    #[error("wheel {}: {}: {source}", wheel.display(), path.display())]
+    #[error("wheel {}: {source}", wheel.display())]
     Io {
         /// The wheel file.
         wheel: PathBuf,
-        /// The file being read or written.
-        path: PathBuf,
-        /// The underlying error.
+        /// What failed, on the wheel or on the file being written.
         #[source]
-        source: io::Error,
+        source: IoError,
     },
     /// The archive is not a readable zip file, or a member could not be opened.
     #[error("wheel {}: {what}: {source}", wheel.display())]
@@ -564,22 +563,14 @@ impl<'a> Installer<'a> {
         let dirs = Dirs::new(scheme)?;
         // A regular file only: a FIFO or a device would block or never end.
         let file = crate::input::open_regular(wheel, "wheel")?;
-        let probe = file.try_clone().map_err(|source| WheelError::Io {
-            wheel: wheel.to_owned(),
-            path: wheel.to_owned(),
-            source,
-        })?;
+        let probe = file.try_clone().map_err(wheel_io(wheel, "opening", wheel))?;
         let archive = ZipArchive::new(file).map_err(|source| WheelError::Zip {
             wheel: wheel.to_owned(),
             what: "opening the archive".to_owned(),
             source,
         })?;
         check_unique_members(wheel, &probe, &archive)?;
-        let meta = probe.metadata().map_err(|source| WheelError::Io {
-            wheel: wheel.to_owned(),
-            path: wheel.to_owned(),
-            source,
-        })?;
+        let meta = probe.metadata().map_err(wheel_io(wheel, "reading", wheel))?;
         let identity =
             (std::os::unix::fs::MetadataExt::dev(&meta), std::os::unix::fs::MetadataExt::ino(&meta));
         Ok(Self { wheel, dirs, stage, archive, identity })
@@ -754,11 +745,7 @@ impl<'a> Installer<'a> {
         let site_root = if plan.purelib_root { self.dirs.purelib.clone() } else { self.dirs.platlib.clone() };
         let headers_path = self.dirs.headers.replace("{name}", &plan.name);
         let headers = image_path("headers", &headers_path)?;
-        fs::create_dir_all(self.stage).map_err(|source| WheelError::Io {
-            wheel: self.wheel.to_owned(),
-            path: self.stage.to_owned(),
-            source,
-        })?;
+        fs::create_dir_all(self.stage).map_err(wheel_io(self.wheel, "creating", self.stage))?;
         let mut out =
             Output { stage: self.stage, written: HashSet::new(), rows: Vec::new(), bytes: 0, deferred };
 
@@ -945,7 +932,7 @@ impl<'a> Installer<'a> {
         let executable = is_script || member.unix_mode().is_some_and(|m| m & 0o111 != 0);
         let mode = if executable { 0o755 } else { 0o644 };
         let (file, path) = out.create(dest).map_err(|e| e.into_wheel_error(&wheel, name))?;
-        let io_err = |source| WheelError::Io { wheel: wheel.clone(), path: path.clone(), source };
+        let write_err = |op| wheel_io(&wheel, op, &path);
         let read_err =
             |source| WheelError::ReadEntry { wheel: wheel.clone(), entry: name.to_owned(), source };
 
@@ -961,10 +948,10 @@ impl<'a> Installer<'a> {
             io::copy(&mut source, &mut sink)
         };
         if let Err(e) = copied {
-            return Err(if source.failed { read_err(e) } else { io_err(e) });
+            return Err(if source.failed { read_err(e) } else { write_err("writing")(e) });
         }
-        let file = sink.inner.into_inner().map_err(|e| io_err(e.into_error()))?;
-        file.set_permissions(Permissions::from_mode(mode)).map_err(io_err)?;
+        let file = sink.inner.into_inner().map_err(|e| write_err("writing")(e.into_error()))?;
+        file.set_permissions(Permissions::from_mode(mode)).map_err(write_err("setting permissions of"))?;
         drop(file);
 
         let actual = urlsafe_b64(&source.hasher.finalize());
@@ -998,12 +985,20 @@ impl<'a> Installer<'a> {
     }
 }
 
+/// A `map_err` argument for a failed operation on `path` while installing `wheel`.
+fn wheel_io<'a>(
+    wheel: &'a Path,
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> WheelError + 'a {
+    move |source| WheelError::Io { wheel: wheel.to_owned(), source: io_err(op, path)(source) }
+}
+
 /// Refuses a zip whose central directory lists one name twice. The `zip` crate keeps one of
 /// them (by name) and others keep the other, so the file an installer writes would depend on the
 /// tool; the central directory is walked here to count what the crate collapsed.
 fn check_unique_members(wheel: &Path, file: &File, archive: &ZipArchive<File>) -> Result<(), WheelError> {
     use std::os::unix::fs::FileExt as _;
-    let io_err = |source| WheelError::Io { wheel: wheel.to_owned(), path: wheel.to_owned(), source };
     let mut names: HashSet<Vec<u8>> = HashSet::new();
     let mut pos = archive.central_directory_start();
     let mut header = [0u8; 46];
@@ -1011,7 +1006,7 @@ fn check_unique_members(wheel: &Path, file: &File, archive: &ZipArchive<File>) -
         match file.read_exact_at(&mut header, pos) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
-            Err(e) => return Err(io_err(e)),
+            Err(e) => return Err(wheel_io(wheel, "reading", wheel)(e)),
         }
         if header[..4] != [0x50, 0x4b, 0x01, 0x02] {
             break;
@@ -1019,7 +1014,7 @@ fn check_unique_members(wheel: &Path, file: &File, archive: &ZipArchive<File>) -
         let u16_at = |i: usize| u64::from(u16::from_le_bytes([header[i], header[i + 1]]));
         let (name_len, extra_len, comment_len) = (u16_at(28), u16_at(30), u16_at(32));
         let mut name = vec![0u8; usize::try_from(name_len).unwrap_or(0)];
-        file.read_exact_at(&mut name, pos + 46).map_err(io_err)?;
+        file.read_exact_at(&mut name, pos + 46).map_err(wheel_io(wheel, "reading", wheel))?;
         if !names.insert(name.clone()) {
             return Err(WheelError::Duplicate {
                 wheel: wheel.to_owned(),
@@ -1107,18 +1102,24 @@ fn join(base: &[String], rest: &[impl AsRef<str>]) -> Components {
 
 /// Why a file could not be placed; turned into a [`WheelError`] by the caller who knows the entry.
 enum PlaceError {
-    Io(PathBuf, io::Error),
+    Io(IoError),
     Conflict(String, String),
 }
 
 impl PlaceError {
     fn into_wheel_error(self, wheel: &Path, entry: &str) -> WheelError {
         match self {
-            Self::Io(path, source) => WheelError::Io { wheel: wheel.to_owned(), path, source },
+            Self::Io(source) => WheelError::Io { wheel: wheel.to_owned(), source },
             Self::Conflict(dest, problem) => {
                 WheelError::Conflict { wheel: wheel.to_owned(), entry: entry.to_owned(), dest, problem }
             }
         }
+    }
+}
+
+impl From<IoError> for PlaceError {
+    fn from(e: IoError) -> Self {
+        Self::Io(e)
     }
 }
 
@@ -1146,7 +1147,7 @@ impl Output<'_> {
             .create_new(true)
             .mode(0o600)
             .open(&path)
-            .map_err(|e| PlaceError::Io(path.clone(), e))?;
+            .map_err(io_err("creating", &path))?;
         Ok((file, path))
     }
 
@@ -1174,11 +1175,11 @@ impl Output<'_> {
                 Ok(m) if m.file_type().is_dir() => {}
                 Ok(_) => return Err(conflict("has a parent that is not a directory")),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    fs::create_dir(&dir).map_err(|e| PlaceError::Io(dir.clone(), e))?;
+                    fs::create_dir(&dir).map_err(io_err("creating", &dir))?;
                     fs::set_permissions(&dir, Permissions::from_mode(0o755))
-                        .map_err(|e| PlaceError::Io(dir.clone(), e))?;
+                        .map_err(io_err("setting permissions of", &dir))?;
                 }
-                Err(e) => return Err(PlaceError::Io(dir.clone(), e)),
+                Err(e) => return Err(io_err("reading", &dir)(e).into()),
             }
         }
         let path = dir.join(file_name);
@@ -1194,11 +1195,11 @@ impl Output<'_> {
                 } else {
                     tracing::warn!(path = %rel, "replacing a file installed by another wheel");
                 }
-                fs::remove_file(&path).map_err(|e| PlaceError::Io(path.clone(), e))?;
+                fs::remove_file(&path).map_err(io_err("removing", &path))?;
             }
             Ok(_) => return Err(conflict("exists and is not a regular file")),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(PlaceError::Io(path.clone(), e)),
+            Err(e) => return Err(io_err("reading", &path)(e).into()),
         }
         if self.deferred.as_deref_mut().and_then(|d| d.members.remove(&rel)).is_some() {
             tracing::warn!(path = %rel, "replacing a file installed by another wheel");
@@ -1212,7 +1213,7 @@ impl Output<'_> {
         let (mut file, path) = self.create(dest)?;
         file.write_all(content)
             .and_then(|()| file.set_permissions(Permissions::from_mode(mode)))
-            .map_err(|e| PlaceError::Io(path, e))?;
+            .map_err(io_err("writing", &path))?;
         self.bytes += content.len() as u64;
         Ok(())
     }

@@ -25,6 +25,8 @@ use std::sync::mpsc;
 use flate2::bufread::DeflateDecoder;
 use sha2::{Digest as _, Sha256};
 
+use crate::io_error::{io_err, IoError};
+
 /// The fixed gzip member header: deflate, no flags, mtime 0, no extra flags, OS 255 (unknown),
 /// so the member depends on the data alone (the same header as the layer writer's own members).
 const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
@@ -61,17 +63,9 @@ pub struct ZipMember {
 /// Why a member could not be carried into a layer.
 #[derive(Debug, thiserror::Error)]
 pub enum MemberError {
-    /// Reading the wheel failed.
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The wheel.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: io::Error,
-    },
+    /// Reading the wheel (or writing the layer made from it) failed.
+    #[error(transparent)]
+    Io(#[from] IoError),
     /// The wheel file was replaced after its members were planned.
     #[error("{} changed while the layer was being written", path.display())]
     Changed {
@@ -93,16 +87,12 @@ pub enum MemberError {
 impl ZipMember {
     /// Opens the wheel at the member's data, checking it is still the file that was planned.
     fn open(&self) -> Result<File, MemberError> {
-        let io_err = |op| {
-            let path = self.wheel.clone();
-            move |source| MemberError::Io { op, path, source }
-        };
-        let mut file = File::open(&self.wheel).map_err(io_err("opening"))?;
-        let meta = file.metadata().map_err(io_err("reading"))?;
+        let mut file = File::open(&self.wheel).map_err(io_err("opening", &self.wheel))?;
+        let meta = file.metadata().map_err(io_err("reading", &self.wheel))?;
         if !meta.is_file() || meta.dev() != self.dev || meta.ino() != self.ino {
             return Err(MemberError::Changed { path: self.wheel.clone() });
         }
-        file.seek(SeekFrom::Start(self.data_start)).map_err(io_err("reading"))?;
+        file.seek(SeekFrom::Start(self.data_start)).map_err(io_err("reading", &self.wheel))?;
         Ok(file)
     }
 
@@ -120,8 +110,7 @@ impl ZipMember {
         plain: &mut (dyn Write + Send),
     ) -> Result<(), MemberError> {
         let file = self.open()?;
-        let write_err =
-            |source| MemberError::Io { op: "writing a layer from", path: self.wheel.clone(), source };
+        let write_err = |source| MemberError::from(io_err("writing a layer from", &self.wheel)(source));
         gzip.write_all(&GZIP_HEADER).map_err(write_err)?;
         let mut reader = MemberReader::new(self, Tee { inner: file, copy: &mut *gzip, failed: None });
         let read = |reader: &mut MemberReader<'_, Tee<'_, File>>, buf: &mut [u8]| {
@@ -255,7 +244,7 @@ pub fn into_member_error(member: &ZipMember, e: io::Error) -> MemberError {
         io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => {
             member.corrupt(format!("not a valid deflate stream: {e}"))
         }
-        _ => MemberError::Io { op: "reading", path: member.wheel.clone(), source: e },
+        _ => io_err("reading", &member.wheel)(e).into(),
     }
 }
 

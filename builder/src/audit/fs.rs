@@ -9,10 +9,11 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::elf::{self, ElfInfo, MAGIC};
+use crate::io_error::{io_err, IoError};
 use crate::layer::Compression;
 
 /// ELF files larger than this are spooled to an anonymous temporary file instead of memory
@@ -282,29 +283,28 @@ impl RootFs {
     }
 
     /// Builds the view of the directory `root`, never following its symlinks.
-    pub fn from_dir(root: &Path) -> Result<Self, (String, PathBuf, io::Error)> {
+    pub fn from_dir(root: &Path) -> Result<Self, IoError> {
         let mut fs = Self::default();
         let mut stack = vec![(root.to_path_buf(), String::new())];
         while let Some((dir, image_dir)) = stack.pop() {
-            let entries = fs::read_dir(&dir).map_err(|e| ("reading directory".into(), dir.clone(), e))?;
+            let entries = fs::read_dir(&dir).map_err(io_err("reading directory", &dir))?;
             for entry in entries {
-                let entry = entry.map_err(|e| ("reading directory".into(), dir.clone(), e))?;
+                let entry = entry.map_err(io_err("reading directory", &dir))?;
                 let host = entry.path();
                 let name = entry.file_name().to_string_lossy().into_owned();
                 let path = format!("{image_dir}/{name}");
-                let meta = fs::symlink_metadata(&host).map_err(|e| ("reading".into(), host.clone(), e))?;
+                let meta = fs::symlink_metadata(&host).map_err(io_err("reading", &host))?;
                 let ty = meta.file_type();
                 let kind = if ty.is_dir() {
                     stack.push((host, path.clone()));
                     Kind::Dir
                 } else if ty.is_symlink() {
-                    let target =
-                        fs::read_link(&host).map_err(|e| ("reading link".into(), host.clone(), e))?;
+                    let target = fs::read_link(&host).map_err(io_err("reading link", &host))?;
                     Kind::Symlink(target.to_string_lossy().into_owned())
                 } else if ty.is_file() {
-                    let file = File::open(&host).map_err(|e| ("opening".into(), host.clone(), e))?;
-                    let info = file_info_from_file(&file, meta.len(), &path)
-                        .map_err(|e| ("reading".into(), host.clone(), e))?;
+                    let file = File::open(&host).map_err(io_err("opening", &host))?;
+                    let info =
+                        file_info_from_file(&file, meta.len(), &path).map_err(io_err("reading", &host))?;
                     Kind::File(Arc::new(info))
                 } else {
                     Kind::Other

@@ -265,7 +265,7 @@ fn bytecode_is_on_unless_the_recipe_turns_it_off() {
 fn missing_file() {
     let e = Recipe::load("/nonexistent/recipe.toml").unwrap_err();
     assert!(matches!(e, RecipeError::Read { .. }));
-    assert!(e.to_string().starts_with("reading recipe /nonexistent/recipe.toml: "));
+    assert!(e.to_string().starts_with("recipe: opening /nonexistent/recipe.toml: "), "{e}");
 }
 
 macro_rules! error_snapshots {
