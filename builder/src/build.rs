@@ -109,8 +109,8 @@ pub enum BuildError {
     Wheel {
         /// The wheel's file name.
         wheel: String,
-        /// The error.
-        source: wheel::WheelError,
+        /// The error (boxed: it is the largest of these errors).
+        source: Box<wheel::WheelError>,
     },
     /// Source staging.
     #[error("source {name:?}: {source}")]

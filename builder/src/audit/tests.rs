@@ -929,8 +929,11 @@ fn audits_a_layout_without_extracting_it() {
     let image = oci::read_layout(&dir, Some("test")).unwrap();
     let saved: Vec<Vec<u8>> = image.layers.iter().map(|l| std::fs::read(&l.path).unwrap()).collect();
     for l in &image.layers {
-        std::fs::write(blobs.join(l.digest.trim_start_matches("sha256:")), vec![0u8; l.size as usize])
-            .unwrap();
+        std::fs::write(
+            blobs.join(l.digest.trim_start_matches("sha256:")),
+            vec![0u8; usize::try_from(l.size).unwrap()],
+        )
+        .unwrap();
     }
     let mut cached = audit_layout_cached(&dir, Some("test"), None, &layers).unwrap();
     cached.elapsed = Duration::ZERO;

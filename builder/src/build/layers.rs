@@ -159,7 +159,7 @@ impl PlatformBuilder<'_> {
                 (pin.0, &pin.1),
                 &mut deferred,
             )
-            .map_err(|source| BuildError::Wheel { wheel: w.filename.clone(), source })?;
+            .map_err(|source| BuildError::Wheel { wheel: w.filename.clone(), source: Box::new(source) })?;
         }
         let added = bytecode.compile(stage.path(), scheme, epoch, key)?;
         let mut writer = LayerWriter::new(cache, epoch);
@@ -374,7 +374,10 @@ impl PlatformBuilder<'_> {
                 artifact.name.as_ref(),
                 &artifact.version.to_string(),
             )
-            .map_err(|source| BuildError::Wheel { wheel: artifact.filename.clone(), source })?;
+            .map_err(|source| BuildError::Wheel {
+                wheel: artifact.filename.clone(),
+                source: Box::new(source),
+            })?;
             let site_rel = scheme.purelib.trim_start_matches('/');
             let site = pristine.path().join(site_rel);
             let report = patch::apply(&p.name, &patch_spec(&p.change)?, &site)?;

@@ -302,8 +302,10 @@ fn check_lock_graph(
         let _ = std::fs::create_dir_all(cache.root().join("facts"));
         for w in unread {
             let Some(artifact) = artifacts.get(w.pin.name.as_ref()) else { continue };
-            let id = wheel::wheel_identity(&artifact.path)
-                .map_err(|source| BuildError::Wheel { wheel: artifact.filename.clone(), source })?;
+            let id = wheel::wheel_identity(&artifact.path).map_err(|source| BuildError::Wheel {
+                wheel: artifact.filename.clone(),
+                source: Box::new(source),
+            })?;
             if let Ok(json) = serde_json::to_vec(&id.requires) {
                 // A lost record is read again next time: nothing depends on it being written.
                 let _ = crate::cache::write_atomic(&record(w), &json);

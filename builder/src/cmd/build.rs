@@ -33,7 +33,7 @@ pub struct Args {
     /// Fail when the lock file is missing or stale instead of resolving again.
     #[arg(long)]
     locked: bool,
-    /// Cache directory [default: $STACKBUILD_CACHE or ~/.cache/stackbuild].
+    /// Cache directory [default: `$STACKBUILD_CACHE` or `~/.cache/stackbuild`].
     #[arg(long, env = "STACKBUILD_CACHE")]
     cache_dir: Option<PathBuf>,
     /// Layer compression: gzip, zstd or none.
@@ -45,7 +45,7 @@ pub struct Args {
     /// Write the build report (layers built or reused, the stack) as JSON to this file.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
-    /// Also write the image's SBOM (SPDX 2.3 and CycloneDX 1.6 JSON, as in /etc/stackbuild/) here.
+    /// Also write the image's SBOM (SPDX 2.3 and `CycloneDX` 1.6 JSON, as in `/etc/stackbuild/`) here.
     #[arg(long, value_name = "DIR")]
     sbom: Option<PathBuf>,
     /// Share layers through a registry repository: each layer missing from the local cache is

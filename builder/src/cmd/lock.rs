@@ -9,7 +9,7 @@ use stackbuild::recipe::Recipe;
 pub struct Args {
     /// The recipe (TOML).
     recipe: PathBuf,
-    /// Cache directory [default: $STACKBUILD_CACHE or ~/.cache/stackbuild].
+    /// Cache directory [default: `$STACKBUILD_CACHE` or `~/.cache/stackbuild`].
     #[arg(long, env = "STACKBUILD_CACHE")]
     cache_dir: Option<PathBuf>,
     /// Exit 1 if the lock is missing or stale, without writing it.
@@ -22,16 +22,11 @@ impl Args {
         let recipe = Recipe::load(&self.recipe)?;
         if self.check {
             let lock = stackbuild::lock::Lock::load_optional(stackbuild::lock::Lock::path_for(&recipe.path))?;
-            return Ok(match lock.and_then(|l| l.stale_reason(&recipe).map_or(Some(()), |_| None)) {
-                Some(()) => std::process::ExitCode::SUCCESS,
-                None => {
-                    eprintln!(
-                        "{}: missing or stale",
-                        stackbuild::lock::Lock::path_for(&recipe.path).display()
-                    );
-                    std::process::ExitCode::FAILURE
-                }
-            });
+            let fresh = lock.is_some_and(|l| l.stale_reason(&recipe).is_none());
+            if !fresh {
+                eprintln!("{}: missing or stale", stackbuild::lock::Lock::path_for(&recipe.path).display());
+            }
+            return Ok(if fresh { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE });
         }
         let cache = match self.cache_dir {
             Some(d) => Cache::open(d)?,

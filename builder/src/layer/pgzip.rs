@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn round_trips_and_does_not_depend_on_threads() {
-        let data: Vec<u8> = (0..(CHUNK * 2 + 12345)).map(|i| (i * 7 % 251) as u8).collect();
+        let data: Vec<u8> = (0..(CHUNK * 2 + 12345)).map(|i| u8::try_from(i * 7 % 251).unwrap()).collect();
         let one = compress(&data, 1);
         assert_eq!(one, compress(&data, 2));
         assert_eq!(one, compress(&data, 5));
