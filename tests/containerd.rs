@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use e2e::{binary, have, is_root};
+use e2e::{binary, have, installed_copy, is_root, text};
 use stackhook::fixture::Preset;
 
 /// The test image: scratch, a static busybox in `/bin`, and `[host] modules = ["nvidia_uvm"]`,
@@ -32,10 +32,6 @@ const BROKEN: Preset = Preset::UvmMissing;
 const SHIM: &str = "io.containerd.runc.v2";
 /// The containerd namespace the tests use (Kubernetes uses `k8s.io`).
 const NAMESPACE: &str = "stackhook-e2e";
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// Whether the tests can run here; prints why not.
 fn runnable() -> bool {
@@ -144,26 +140,8 @@ impl Containerd {
 
 impl Drop for Containerd {
     fn drop(&mut self) {
-        let pid = rustix::process::Pid::from_child(&self.child);
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        for _ in 0..80 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        test_support::process::stop(&mut self.child, std::time::Duration::from_secs(20));
     }
-}
-
-/// `stackhook` copied to `<dir>/bin`, where `install` puts the `stackhook-runtime` link.
-fn installed_copy(dir: &Path) -> PathBuf {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let copy = bin.join("stackhook");
-    std::fs::copy(binary("stackhook"), &copy).unwrap();
-    copy
 }
 
 /// `stackhook install containerd`: links the wrapper and returns the runtime handler table it
