@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use e2e::{binary, have, installed_copy, is_root, text};
+use e2e::{binary, have, installed_copy, is_root, text, write_config};
 use stackhook::fixture::Preset;
 
 /// The test image: scratch, a static busybox in `/bin`, and `[host] modules = ["nvidia_uvm"]`,
@@ -172,19 +172,6 @@ fn install(stackhook: &Path, prefix: &Path, config: &Path) -> (PathBuf, String) 
     (wrapper, table)
 }
 
-/// The wrapper's configuration: probe `host`, enforce, reports into `reports`.
-fn write_config(path: &Path, host: &Path, reports: &Path) {
-    std::fs::write(
-        path,
-        format!(
-            "policy = \"enforce\"\nhost_root = {:?}\nreport_dir = {:?}\nhook_timeout = 20\n",
-            host.to_str().unwrap(),
-            reports.to_str().unwrap()
-        ),
-    )
-    .unwrap();
-}
-
 /// Builds the test image with stackbuild; returns its archive.
 fn build_image(dir: &Path) -> PathBuf {
     let bin = dir.join("rootfs/bin");
@@ -214,7 +201,7 @@ fn setup() -> Setup {
     let stackhook = installed_copy(dir.path());
     let config = dir.path().join("stackhook.toml");
     let reports = dir.path().join("reports");
-    write_config(&config, &dir.path().join("no-host-yet"), &reports);
+    write_config(&config, &dir.path().join("no-host-yet"), "enforce", &reports);
     let (wrapper, table) = install(&stackhook, &dir.path().join("prefix"), &config);
     let archive = build_image(&dir.path().join("image"));
     let ctd = dir.path().join("ctd");
@@ -229,7 +216,7 @@ impl Setup {
     /// hook's decision.
     fn run_on(&self, preset: Preset) -> (bool, String, String, String) {
         let host = preset.build(&self.dir.path().join(format!("host-{}", preset.name()))).unwrap();
-        write_config(&self.config, host.root(), &self.reports);
+        write_config(&self.config, host.root(), "enforce", &self.reports);
         let id = format!("ctd-{}-{}", preset.name().replace('_', "-"), std::process::id());
         let out = self.daemon.run(&self.wrapper, &id, &["echo", "container-ran"]);
         let report = self.reports.join(format!("{id}.json"));

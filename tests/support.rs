@@ -277,6 +277,47 @@ pub fn installed_copy(dir: &Path) -> PathBuf {
     copy
 }
 
+/// Writes the wrapper's (and hooks.d's) configuration: probe `host`, with `policy`, reports
+/// into `reports`.
+pub fn write_config(path: &Path, host: &Path, policy: &str, reports: &Path) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        path,
+        format!(
+            "policy = {policy:?}\nhost_root = {:?}\nreport_dir = {:?}\nhook_timeout = 20\n",
+            host.to_str().unwrap(),
+            reports.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+}
+
+/// A shared object whose constructor creates `marker` when a dynamic loader loads it (the
+/// `LD_PRELOAD` attack on the hook), built with `cc` in `dir`; `None` without a C compiler.
+pub fn preload_library(dir: &Path, marker: &Path) -> Option<PathBuf> {
+    if !have("cc") {
+        return None;
+    }
+    let src = dir.join("preload.c");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <fcntl.h>\n#include <unistd.h>\n__attribute__((constructor)) static void preloaded(void) \
+             {{ int fd = open(\"{}\", O_CREAT | O_WRONLY, 0644); if (fd >= 0) close(fd); }}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let so = dir.join("preload.so");
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .is_ok_and(|s| s.success());
+    built.then_some(so)
+}
+
 /// The builder the end-to-end tests run: `STACKBUILD_BIN`, else the workspace's release build.
 pub fn stackbuild_bin() -> PathBuf {
     std::env::var_os("STACKBUILD_BIN")
