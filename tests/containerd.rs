@@ -19,7 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use e2e::{binary, have, is_root};
+use e2e::{binary, have, installed_copy, is_root, text, write_config};
 use stackhook::fixture::Preset;
 
 /// The test image: scratch, a static busybox in `/bin`, and `[host] modules = ["nvidia_uvm"]`,
@@ -32,10 +32,6 @@ const BROKEN: Preset = Preset::UvmMissing;
 const SHIM: &str = "io.containerd.runc.v2";
 /// The containerd namespace the tests use (Kubernetes uses `k8s.io`).
 const NAMESPACE: &str = "stackhook-e2e";
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// Whether the tests can run here; prints why not.
 fn runnable() -> bool {
@@ -144,26 +140,8 @@ impl Containerd {
 
 impl Drop for Containerd {
     fn drop(&mut self) {
-        let pid = rustix::process::Pid::from_child(&self.child);
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        for _ in 0..80 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        test_support::process::stop(&mut self.child, std::time::Duration::from_secs(20));
     }
-}
-
-/// `stackhook` copied to `<dir>/bin`, where `install` puts the `stackhook-runtime` link.
-fn installed_copy(dir: &Path) -> PathBuf {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let copy = bin.join("stackhook");
-    std::fs::copy(binary("stackhook"), &copy).unwrap();
-    copy
 }
 
 /// `stackhook install containerd`: links the wrapper and returns the runtime handler table it
@@ -192,19 +170,6 @@ fn install(stackhook: &Path, prefix: &Path, config: &Path) -> (PathBuf, String) 
     let wrapper = stackhook.with_file_name(stackhook::runtime::WRAPPER_NAME);
     assert!(wrapper.symlink_metadata().is_ok(), "{} was not linked", wrapper.display());
     (wrapper, table)
-}
-
-/// The wrapper's configuration: probe `host`, enforce, reports into `reports`.
-fn write_config(path: &Path, host: &Path, reports: &Path) {
-    std::fs::write(
-        path,
-        format!(
-            "policy = \"enforce\"\nhost_root = {:?}\nreport_dir = {:?}\nhook_timeout = 20\n",
-            host.to_str().unwrap(),
-            reports.to_str().unwrap()
-        ),
-    )
-    .unwrap();
 }
 
 /// Builds the test image with stackbuild; returns its archive.
@@ -236,7 +201,7 @@ fn setup() -> Setup {
     let stackhook = installed_copy(dir.path());
     let config = dir.path().join("stackhook.toml");
     let reports = dir.path().join("reports");
-    write_config(&config, &dir.path().join("no-host-yet"), &reports);
+    write_config(&config, &dir.path().join("no-host-yet"), "enforce", &reports);
     let (wrapper, table) = install(&stackhook, &dir.path().join("prefix"), &config);
     let archive = build_image(&dir.path().join("image"));
     let ctd = dir.path().join("ctd");
@@ -251,7 +216,7 @@ impl Setup {
     /// hook's decision.
     fn run_on(&self, preset: Preset) -> (bool, String, String, String) {
         let host = preset.build(&self.dir.path().join(format!("host-{}", preset.name()))).unwrap();
-        write_config(&self.config, host.root(), &self.reports);
+        write_config(&self.config, host.root(), "enforce", &self.reports);
         let id = format!("ctd-{}-{}", preset.name().replace('_', "-"), std::process::id());
         let out = self.daemon.run(&self.wrapper, &id, &["echo", "container-ran"]);
         let report = self.reports.join(format!("{id}.json"));

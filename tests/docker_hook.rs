@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use e2e::{binary, busybox_rootfs_tar, have, is_root, Bundle, Dockerd};
+use e2e::{busybox_rootfs_tar, have, installed_copy, is_root, text, write_config, Bundle, Dockerd};
 use stackhook::fixture::Preset;
 
 /// What the imported test images need from the host (the healthy fixture's driver 535 gives
@@ -26,35 +26,6 @@ const GPU_IMAGE: &str = "stackhook-e2e-gpu:test";
 const PLAIN_IMAGE: &str = "stackhook-e2e-plain:test";
 /// The broken host the blocking cases use, and the code its verdict names.
 const BROKEN: Preset = Preset::UvmMissing;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `stackhook` copied to `<dir>/bin`, where an installed binary sits: `install` puts the
-/// `stackhook-runtime` link next to it, and the engines run this copy.
-fn installed_copy(dir: &Path) -> PathBuf {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let copy = bin.join("stackhook");
-    std::fs::copy(binary("stackhook"), &copy).unwrap();
-    copy
-}
-
-/// Writes the wrapper's (and hooks.d's) configuration: probe `host`, with `policy`, reports
-/// into `reports`.
-fn write_config(path: &Path, host: &Path, policy: &str, reports: &Path) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(
-        path,
-        format!(
-            "policy = {policy:?}\nhost_root = {:?}\nreport_dir = {:?}\nhook_timeout = 20\n",
-            host.to_str().unwrap(),
-            reports.to_str().unwrap()
-        ),
-    )
-    .unwrap();
-}
 
 /// The hook's report for container `id`.
 fn report(reports: &Path, id: &str) -> serde_json::Value {

@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use e2e::{
-    binary, have, is_root, kill_group, verify_cache, verify_layout, write_simple_index, write_wheel, Bundle,
-    FileServer, Tmpfs, XorShift,
+    binary, have, is_root, kill_group, preload_library, verify_cache, verify_layout, write_simple_index,
+    write_wheel, Bundle, FileServer, Tmpfs, XorShift,
 };
 use stackhook::fixture::Preset;
 
@@ -873,31 +873,6 @@ fn hook_is_static() -> bool {
     })
 }
 
-/// Builds a shared object whose constructor creates `marker`, if a C compiler is at hand.
-fn evil_preload(dir: &Path, marker: &Path) -> Option<PathBuf> {
-    if !have("cc") {
-        return None;
-    }
-    let src = dir.join("evil.c");
-    std::fs::write(
-        &src,
-        format!(
-            "#include <fcntl.h>\n#include <unistd.h>\n__attribute__((constructor)) static void evil(void) \
-             {{ int fd = open(\"{}\", O_CREAT | O_WRONLY, 0644); if (fd >= 0) close(fd); }}\n",
-            marker.display()
-        ),
-    )
-    .unwrap();
-    let so = dir.join("evil.so");
-    let ok = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&src)
-        .status()
-        .is_ok_and(|s| s.success());
-    ok.then_some(so)
-}
-
 #[test]
 fn malicious_images_do_not_steer_the_hook() {
     let dir = tempfile::tempdir().unwrap();
@@ -914,7 +889,7 @@ fn malicious_images_do_not_steer_the_hook() {
     // a dynamic one, from a toolchain without static archives, is `the_hook_binary_is_static`'s
     // failure, not this test's.
     let static_hook = hook_is_static();
-    let preload = if static_hook { evil_preload(dir.path(), &marker) } else { None };
+    let preload = if static_hook { preload_library(dir.path(), &marker) } else { None };
     if !static_hook {
         eprintln!(
             "note: {} is not static; LD_PRELOAD in the hook's own environment not tried",

@@ -2,7 +2,7 @@
 //! start, a broken one stops it before its process runs, with our verdict in the runtime's
 //! error output.
 
-use e2e::{binary, have, is_root, Bundle};
+use e2e::{binary, have, is_root, preload_library, Bundle};
 use stackhook::fixture::Preset;
 
 /// Runs a busybox container whose image needs `requires`, with stackhook at `stage` probing
@@ -155,28 +155,6 @@ fn the_hook_binary_is_static() {
     };
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("statically linked") || text.contains("static-pie"), "{text}");
-}
-
-/// A shared object whose constructor creates `marker` when a dynamic loader loads it.
-fn preload_library(dir: &std::path::Path, marker: &std::path::Path) -> Option<std::path::PathBuf> {
-    let src = dir.join("preload.c");
-    std::fs::write(
-        &src,
-        format!(
-            "#include <fcntl.h>\n#include <unistd.h>\n__attribute__((constructor)) static void preloaded(void) \
-             {{ int fd = open(\"{}\", O_CREAT | O_WRONLY, 0644); if (fd >= 0) close(fd); }}\n",
-            marker.display()
-        ),
-    )
-    .unwrap();
-    let so = dir.join("preload.so");
-    let built = std::process::Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&src)
-        .status()
-        .is_ok_and(|s| s.success());
-    built.then_some(so)
 }
 
 #[test]

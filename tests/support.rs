@@ -1,35 +1,18 @@
-//! Helpers shared by the end-to-end tests: locating our binaries, and OCI bundles that real
-//! runtimes (runc, crun) execute with stackhook installed as a hook.
+//! Helpers shared by the end-to-end tests: OCI bundles that real runtimes (runc, crun) execute
+//! with stackhook installed as a hook, checks of what stackbuild leaves on disk, the GPU test
+//! image. What other suites share too (tool probes, our binaries, dockerd, wheels, the index
+//! server, the seeded generator) comes from the `test-support` crate, re-exported here.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The workspace root.
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_owned()
-}
-
-/// A release binary of ours, built by `cargo build --release` (as `.ci/test` does; the hook is static).
-pub fn binary(name: &str) -> PathBuf {
-    let var = format!("{}_BIN", name.to_ascii_uppercase());
-    let path =
-        std::env::var_os(&var).map_or_else(|| workspace().join("target/release").join(name), PathBuf::from);
-    assert!(path.is_file(), "{} is missing: run .ci/test (or set {var})", path.display());
-    path
-}
-
-/// Whether this process runs as root (runc, mknod and dockerd need it).
-pub fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
-
-/// Whether `program` is on PATH.
-pub fn have(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
+pub use test_support::digest::sha256_file;
+pub use test_support::dockerd::Dockerd;
+pub use test_support::process::{kill_group, text};
+pub use test_support::rng::XorShift;
+pub use test_support::server::FileServer;
+pub use test_support::tools::{binary, have, is_root, workspace};
+pub use test_support::wheel::{write_simple_index, write_wheel};
 
 /// An OCI bundle whose rootfs holds a static busybox.
 pub struct Bundle {
@@ -115,342 +98,10 @@ pub fn busybox_rootfs_tar(dir: &Path) -> PathBuf {
     tar
 }
 
-/// A dockerd of the test's own: its own data root, exec root, pid file and socket, no bridge
-/// and no iptables rules, and the daemon.json it is given; the machine's Docker (its config,
-/// images and containers) is not touched. It starts its own containerd (unless a system one
-/// answers at `/run/containerd/containerd.sock`), so the environment it is started with reaches
-/// the runtimes it runs. Stopped (SIGTERM, then SIGKILL) on drop.
-pub struct Dockerd {
-    socket: PathBuf,
-    log: PathBuf,
-    child: std::process::Child,
-}
-
-impl Dockerd {
-    /// The Debian `docker.io` binaries; a newer CLI may sit in /usr/local/bin.
-    pub const DOCKERD: &'static str = "/usr/sbin/dockerd";
-    /// The Docker CLI used against it.
-    pub const DOCKER: &'static str = "/usr/bin/docker";
-
-    /// Starts dockerd with its state under `dir`, `config_file` as its daemon.json and `env`
-    /// added to its environment; waits up to 60 s for it to answer.
-    pub fn start(dir: &Path, config_file: &Path, env: &[(&str, &Path)]) -> Result<Self, String> {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        let socket = dir.join("docker.sock");
-        let log = dir.join("dockerd.log");
-        let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-        let log_err = log_file.try_clone().map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(Self::DOCKERD);
-        cmd.arg("--data-root")
-            .arg(dir.join("data"))
-            .arg("--exec-root")
-            .arg(dir.join("exec"))
-            .arg("--pidfile")
-            .arg(dir.join("docker.pid"))
-            .arg("--host")
-            .arg(format!("unix://{}", socket.display()))
-            .args(["--bridge=none", "--iptables=false", "--ip-masq=false"])
-            .arg("--config-file")
-            .arg(config_file)
-            .stdin(std::process::Stdio::null())
-            .stdout(log_file)
-            .stderr(log_err);
-        for (key, value) in env {
-            cmd.env(key, value);
-        }
-        let child = cmd.spawn().map_err(|e| format!("{}: {e}", Self::DOCKERD))?;
-        let mut daemon = Self { socket, log, child };
-        for _ in 0..240 {
-            if let Ok(Some(status)) = daemon.child.try_wait() {
-                return Err(format!("dockerd exited ({status}):\n{}", daemon.log_tail(30)));
-            }
-            if daemon.docker().arg("version").output().is_ok_and(|o| o.status.success()) {
-                return Ok(daemon);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-        Err(format!("dockerd did not answer within 60 s:\n{}", daemon.log_tail(30)))
-    }
-
-    /// `docker --host <this daemon>`.
-    pub fn docker(&self) -> Command {
-        let mut cmd = Command::new(Self::DOCKER);
-        cmd.arg("--host").arg(format!("unix://{}", self.socket.display()));
-        cmd
-    }
-
-    /// The last `lines` lines of dockerd's log.
-    pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
-    }
-}
-
-impl Drop for Dockerd {
-    fn drop(&mut self) {
-        let pid = rustix::process::Pid::from_child(&self.child);
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        for _ in 0..120 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
-// Fault injection (tests/faults.rs): a seeded generator, hand-made wheels, a local package
-// index, a small tmpfs, and checks of an image layout and of a build cache.
+// Fault injection (tests/faults.rs): a small tmpfs, and checks of an image layout and of a
+// build cache (the seeded generator, wheels, index and its server are test-support's).
 // ---------------------------------------------------------------------------------------------
-
-/// xorshift64* (Vigna, "An experimental exploration of Marsaglia's xorshift generators"): a
-/// tiny seeded generator, so that a failing run of random fault points can be replayed from the
-/// seed it printed.
-#[derive(Debug, Clone)]
-pub struct XorShift(u64);
-
-impl XorShift {
-    /// A generator from `seed` (0, a fixed point of xorshift, is replaced by a constant).
-    pub fn new(seed: u64) -> Self {
-        Self(if seed == 0 { 0x9E37_79B9_7F4A_7C15 } else { seed })
-    }
-
-    /// A seed from `$name` when set (to replay a run), else from the clock.
-    pub fn seed_from_env(name: &str) -> u64 {
-        std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-            // Truncation is fine: any 64 bits of the clock make a seed.
-            #[allow(clippy::cast_possible_truncation)]
-            let nanos = now.as_nanos() as u64;
-            nanos ^ u64::from(std::process::id())
-        })
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A number in `lo..hi` (`hi > lo`).
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next_u64() % (hi - lo).max(1)
-    }
-
-    /// `n` pseudo-random bytes.
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(n + 8);
-        while out.len() < n {
-            out.extend_from_slice(&self.next_u64().to_le_bytes());
-        }
-        out.truncate(n);
-        out
-    }
-}
-
-/// Lowercase hex sha256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    hex_lower(&sha2::Sha256::digest(bytes))
-}
-
-/// Lowercase hex sha256 of a file's content, streamed.
-pub fn sha256_file(path: &Path) -> std::io::Result<String> {
-    use sha2::Digest as _;
-    let mut hasher = sha2::Sha256::new();
-    std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
-    Ok(hex_lower(&hasher.finalize()))
-}
-
-fn hex_lower(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
-
-/// Unpadded urlsafe base64, as a wheel's `RECORD` writes hashes (PEP 376, RFC 4648 §5).
-fn base64_urlsafe(bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-}
-
-/// Writes a pure-Python wheel `<name>-<version>-py3-none-any.whl` into `dir`: a package
-/// `<name>/__init__.py` and `<name>/payload.bin` of `payload` pseudo-random (incompressible)
-/// bytes drawn from `seed`, with a correct `RECORD`. The same arguments give the same bytes.
-pub fn write_wheel(dir: &Path, name: &str, version: &str, payload: usize, seed: u64) -> PathBuf {
-    use std::fmt::Write as _;
-    use std::io::Write as _;
-    let dist_info = format!("{name}-{version}.dist-info");
-    let mut members: Vec<(String, Vec<u8>)> = vec![
-        (format!("{name}/__init__.py"), format!("VERSION = {version:?}\n").into_bytes()),
-        (format!("{name}/payload.bin"), XorShift::new(seed).bytes(payload)),
-        (
-            format!("{dist_info}/METADATA"),
-            format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n").into_bytes(),
-        ),
-        (
-            format!("{dist_info}/WHEEL"),
-            b"Wheel-Version: 1.0\nGenerator: e2e\nRoot-Is-Purelib: true\nTag: py3-none-any\n".to_vec(),
-        ),
-    ];
-    let mut record = String::new();
-    for (member, bytes) in &members {
-        use sha2::Digest as _;
-        let hash = base64_urlsafe(&sha2::Sha256::digest(bytes));
-        let _ = writeln!(record, "{member},sha256={hash},{}", bytes.len());
-    }
-    let _ = writeln!(record, "{dist_info}/RECORD,,");
-    members.push((format!("{dist_info}/RECORD"), record.into_bytes()));
-
-    std::fs::create_dir_all(dir).unwrap();
-    let path = dir.join(format!("{name}-{version}-py3-none-any.whl"));
-    let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
-    let options = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Stored)
-        .last_modified_time(zip::DateTime::default())
-        .unix_permissions(0o644);
-    for (member, bytes) in &members {
-        zip.start_file(member.as_str(), options).unwrap();
-        zip.write_all(bytes).unwrap();
-    }
-    zip.finish().unwrap();
-    path
-}
-
-/// Writes a PEP 503 "simple" index under `<root>/simple` that lists `wheels` (copied into
-/// `<root>/simple/<project>/`), each link carrying its `#sha256=` as the spec recommends.
-/// Returns the copies' paths, in the order given.
-pub fn write_simple_index(root: &Path, wheels: &[PathBuf]) -> Vec<PathBuf> {
-    use std::fmt::Write as _;
-    let simple = root.join("simple");
-    let mut projects: std::collections::BTreeMap<String, Vec<(String, String)>> =
-        std::collections::BTreeMap::new();
-    let mut copies = Vec::new();
-    for wheel in wheels {
-        let file = wheel.file_name().unwrap().to_string_lossy().into_owned();
-        let project = file.split('-').next().unwrap().to_ascii_lowercase().replace('_', "-");
-        let dir = simple.join(&project);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::copy(wheel, dir.join(&file)).unwrap();
-        copies.push(dir.join(&file));
-        projects.entry(project).or_default().push((file, sha256_file(wheel).unwrap()));
-    }
-    let mut top = String::from("<!DOCTYPE html>\n<html><body>\n");
-    for (project, files) in &projects {
-        let _ = writeln!(top, "<a href=\"{project}/\">{project}</a>");
-        let mut page = String::from("<!DOCTYPE html>\n<html><body>\n");
-        for (file, sha) in files {
-            let _ = writeln!(page, "<a href=\"{file}#sha256={sha}\">{file}</a>");
-        }
-        page.push_str("</body></html>\n");
-        std::fs::write(simple.join(project).join("index.html"), page).unwrap();
-    }
-    top.push_str("</body></html>\n");
-    std::fs::write(simple.join("index.html"), top).unwrap();
-    copies
-}
-
-/// A static HTTP/1.1 file server on 127.0.0.1 (an ephemeral port) for one directory: enough
-/// for pip and uv to read a PEP 503 index. Every response closes its connection and says
-/// `Cache-Control: no-store`, so no client keeps a copy of a file a test swaps. Stopped on drop.
-pub struct FileServer {
-    addr: std::net::SocketAddr,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl FileServer {
-    /// Serves `root`.
-    pub fn start(root: &Path) -> Self {
-        use std::sync::atomic::Ordering;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (root, flag) = (root.to_owned(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if flag.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(stream) = stream else { continue };
-                let root = root.clone();
-                std::thread::spawn(move || serve_one(stream, &root));
-            }
-        });
-        Self { addr, stop, thread: Some(thread) }
-    }
-
-    /// `http://127.0.0.1:PORT/<path>`.
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}/{}", self.addr, path.trim_start_matches('/'))
-    }
-}
-
-impl Drop for FileServer {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = std::net::TcpStream::connect(self.addr);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn serve_one(stream: std::net::TcpStream, root: &Path) {
-    use std::io::{BufRead as _, Write as _};
-    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
-    let Ok(mut writer) = stream.try_clone() else { return };
-    let mut reader = std::io::BufReader::new(stream);
-    let mut request = String::new();
-    if reader.read_line(&mut request).is_err() {
-        return;
-    }
-    loop {
-        let mut line = String::new();
-        match reader.read_line(&mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) if line.trim().is_empty() => break,
-            Ok(_) => {}
-        }
-    }
-    let mut parts = request.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
-    let path = target.split(['?', '#']).next().unwrap_or("/");
-    let mut file = root.join(path.trim_start_matches('/'));
-    if path.split('/').any(|c| c == "..") {
-        file = root.join("\0refused");
-    }
-    if file.is_dir() {
-        file = file.join("index.html");
-    }
-    let (status, body, kind) = match std::fs::read(&file) {
-        Ok(body) => {
-            let html = file.extension().is_some_and(|e| e == "html");
-            ("200 OK", body, if html { "text/html" } else { "application/octet-stream" })
-        }
-        Err(_) => ("404 Not Found", b"not found\n".to_vec(), "text/plain"),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\
-         Connection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = writer.write_all(head.as_bytes());
-    if method != "HEAD" {
-        let _ = writer.write_all(&body);
-    }
-    let _ = writer.flush();
-}
 
 /// A tmpfs mounted at a directory (root only), unmounted on drop: a small disk to fill.
 pub struct Tmpfs {
@@ -616,22 +267,55 @@ pub fn verify_cache(dir: &Path) -> Result<CacheCheck, String> {
     Ok(check)
 }
 
-/// Sends `SIGKILL` to the process group `pid` leads (a child spawned with
-/// `process_group(0)`), reaps the child, and waits up to 10 s until no member of the group is
-/// left. Returns whether the group is gone.
-pub fn kill_group(child: &mut std::process::Child) -> bool {
-    let Some(pid) = rustix::process::Pid::from_raw(child.id().cast_signed()) else { return false };
-    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-    let _ = child.wait();
-    for _ in 0..200 {
-        // Signal 0 probes for members without touching them; ESRCH means the group is empty.
-        if rustix::process::test_kill_process_group(pid).is_err() {
-            return true;
-        }
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        std::thread::sleep(std::time::Duration::from_millis(50));
+/// `stackhook` copied to `<dir>/bin`, where an installed binary sits: `install` puts the
+/// `stackhook-runtime` link next to it, and the engines run this copy.
+pub fn installed_copy(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let copy = bin.join("stackhook");
+    std::fs::copy(binary("stackhook"), &copy).unwrap();
+    copy
+}
+
+/// Writes the wrapper's (and hooks.d's) configuration: probe `host`, with `policy`, reports
+/// into `reports`.
+pub fn write_config(path: &Path, host: &Path, policy: &str, reports: &Path) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        path,
+        format!(
+            "policy = {policy:?}\nhost_root = {:?}\nreport_dir = {:?}\nhook_timeout = 20\n",
+            host.to_str().unwrap(),
+            reports.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+}
+
+/// A shared object whose constructor creates `marker` when a dynamic loader loads it (the
+/// `LD_PRELOAD` attack on the hook), built with `cc` in `dir`; `None` without a C compiler.
+pub fn preload_library(dir: &Path, marker: &Path) -> Option<PathBuf> {
+    if !have("cc") {
+        return None;
     }
-    false
+    let src = dir.join("preload.c");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <fcntl.h>\n#include <unistd.h>\n__attribute__((constructor)) static void preloaded(void) \
+             {{ int fd = open(\"{}\", O_CREAT | O_WRONLY, 0644); if (fd >= 0) close(fd); }}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let so = dir.join("preload.so");
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .is_ok_and(|s| s.success());
+    built.then_some(so)
 }
 
 /// The builder the end-to-end tests run: `STACKBUILD_BIN`, else the workspace's release build.

@@ -193,7 +193,7 @@ fn push_to_registry(recipe: &Path, cache: &Path, layout: &Path, digest: &str) {
 /// into the same blobs, and the image built on them runs.
 #[test]
 fn bases_from_an_archive_and_the_docker_daemon() {
-    if !rustix::process::geteuid().is_root() || !Path::new("/bin/busybox").exists() {
+    if !common::is_root() || !Path::new("/bin/busybox").exists() {
         eprintln!("skipped: needs root and busybox-static");
         return;
     }

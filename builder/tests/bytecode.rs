@@ -6,10 +6,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sha2::Digest;
-
 mod common;
 use common::{build_ok as build, debian_builds_ready, have, six_patch, Built, BOOKWORM_PYTHON};
+use test_support::digest::sha256_hex;
 
 fn recipe(dir: &Path, bytecode: &str) -> PathBuf {
     let path = dir.join("bytecode.toml");
@@ -57,7 +56,7 @@ fn pyc_hashes(dir: &Path) -> BTreeMap<PathBuf, String> {
             if m.is_dir() {
                 stack.push(p);
             } else if m.is_file() && p.to_string_lossy().contains("__pycache__") {
-                out.insert(p.clone(), hex::encode(sha2::Sha256::digest(std::fs::read(&p).unwrap())));
+                out.insert(p.clone(), sha256_hex(&std::fs::read(&p).unwrap()));
             }
         }
     }

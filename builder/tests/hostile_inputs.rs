@@ -11,12 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sha2::{Digest as _, Sha256};
 use stackbuild::blob::LayerBlob;
 use stackbuild::oci::{Image, ImageConfig};
 
 mod common;
 use common::have;
+use test_support::digest::sha256_digest as sha256;
 
 const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 /// Longest any of these runs may take; they all end in seconds.
@@ -319,10 +319,6 @@ fn pax_tar(path: &str) -> Vec<u8> {
     out.resize(out.len().div_ceil(512) * 512, 0);
     out.extend_from_slice(&tar_of(&[raw("innocent", tar::EntryType::Regular)]));
     out
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
 /// Writes an OCI layout at `dir` whose layers are the uncompressed tars `layers`;

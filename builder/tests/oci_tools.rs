@@ -7,32 +7,19 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use stackbuild::cache::Cache;
 use stackbuild::layer::{Compression, LayerWriter};
 use stackbuild::oci::{self, Image, ImageConfig, RuntimeConfig};
 
 mod common;
-use common::{go_arch, have};
+use common::{have, is_root};
+use test_support::digest::sha256_hex;
+use test_support::process::run;
+use test_support::tools::go_arch;
 
 const BUSYBOX: &str = "/bin/busybox";
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed with {}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.trim_ascii() == b"0")
-}
 
 /// Builds the test image: `/bin/busybox` and `/bin/sh` (a hardlink to it), gzip or zstd.
 fn build_image(cache: &Cache, compression: Compression) -> Image {
@@ -68,11 +55,6 @@ fn skopeo_digest(reference: &str) -> String {
     // The digest skopeo reports is the manifest it read.
     assert_eq!(digest, format!("sha256:{}", sha256_hex(&raw)), "{reference}");
     digest
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 #[test]

@@ -8,45 +8,23 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
-use sha2::Digest as _;
 use stackbuild::cache::Cache;
 use stackbuild::layer::{Compression, LayerWriter};
 use stackbuild::oci::{self, Image, ImageConfig, RuntimeConfig};
 use stackbuild::registry::{self, Client, Credentials, PushOptions, Reference, RegistryError};
 
 mod common;
-use common::{go_arch, have, Registry};
+use common::{have, Registry, RegistryExt};
+use test_support::digest::sha256_hex;
+use test_support::process::run;
+use test_support::rng::noise;
+use test_support::tools::go_arch;
 
 const BUSYBOX: &str = "/bin/busybox";
 const MIB: u64 = 1024 * 1024;
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed with {}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Deterministic bytes that do not compress.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()[0]
-        })
-        .collect()
-}
 
 /// An image layout at `dir` tagged `tag`: `/bin/busybox`, `/bin/sh` and, when `extra` is not
 /// zero, `/data` of `extra` incompressible bytes. Returns the manifest digest.
@@ -88,7 +66,7 @@ fn skopeo_digest(reference: &str) -> String {
     let out = run(Command::new("skopeo").arg("inspect").args(tls).arg(reference));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let digest = json["Digest"].as_str().unwrap_or_default().to_string();
-    assert_eq!(digest, format!("sha256:{}", hex::encode(sha2::Sha256::digest(&raw))), "{reference}");
+    assert_eq!(digest, format!("sha256:{}", sha256_hex(&raw)), "{reference}");
     digest
 }
 

@@ -15,12 +15,9 @@ use std::process::Command;
 
 mod common;
 use common::{debian_builds_ready, six_patch, stand_in_repo, BOOKWORM_PYTHON};
+use test_support::process::text;
 
 const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// The venv holding the validators, installed when missing; `None` (with the reason printed)
 /// when they cannot be had.

@@ -378,36 +378,8 @@ fn a_control_character_in_a_wheel_path_is_refused_without_leaking() {
 
 /// A minimal pure-Python wheel of `demo-pkg` 1.0 at `path`.
 fn write_demo_wheel(path: &Path) {
-    use std::fmt::Write as _;
-    use std::io::Write as _;
-    use zip::write::SimpleFileOptions;
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let files: [(&str, &str); 3] = [
-        ("demo_pkg/__init__.py", "NAME = 'demo'\n"),
-        ("demo_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.0\n\n"),
-        (
-            "demo_pkg-1.0.dist-info/WHEEL",
-            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n\n",
-        ),
-    ];
-    let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
-    let mut record = String::new();
-    for (name, content) in files {
-        zip.start_file(name, SimpleFileOptions::default()).unwrap();
-        zip.write_all(content.as_bytes()).unwrap();
-        let digest = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(content));
-        let _ = writeln!(record, "{name},sha256={},{}", urlsafe_b64(&digest), content.len());
-    }
-    record.push_str("demo_pkg-1.0.dist-info/RECORD,,\n");
-    zip.start_file("demo_pkg-1.0.dist-info/RECORD", SimpleFileOptions::default()).unwrap();
-    zip.write_all(record.as_bytes()).unwrap();
-    zip.finish().unwrap();
-}
-
-/// Base64 with the URL-safe alphabet and no padding (PEP 376 RECORD hashes).
-fn urlsafe_b64(bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    let init = ("demo_pkg/__init__.py".to_owned(), b"NAME = 'demo'\n".to_vec());
+    test_support::wheel::pure_wheel(path, "demo-pkg", "1.0", vec![init]);
 }
 
 #[test]

@@ -42,11 +42,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn main() {
-    let bin = std::env::var_os("STACKHOOK_BIN").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/stackhook"),
-        std::path::PathBuf::from,
-    );
-    assert!(bin.is_file(), "{} missing: build it first (.ci/test)", bin.display());
+    let bin = test_support::tools::binary("stackhook");
     let dir = tempfile::tempdir().expect("tempdir");
     let host = Preset::EightGpus.build(&dir.path().join("host")).expect("fixture");
     let bundle = dir.path().join("bundle");

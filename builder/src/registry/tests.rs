@@ -11,6 +11,7 @@ use super::*;
 use crate::blob::sha256_bytes;
 use crate::blob::LayerBlob;
 use crate::oci::{self, Image, ImageConfig, Platform};
+use test_support::rng::noise;
 
 #[derive(Default)]
 enum Auth {
@@ -235,19 +236,6 @@ fn upload(s: &mut State, req: &Request, name: &str, id: &str) -> Reply {
             }
         }
     }
-}
-
-/// Deterministic bytes that do not compress.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()[0]
-        })
-        .collect()
 }
 
 /// A layout at `dir/layout-<seed>` with one layer of `size` noise bytes, tagged `t`.
