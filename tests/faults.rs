@@ -7,8 +7,8 @@
 //! stackhook: 32 concurrent invocations on one fixture host, and images crafted to attack it
 //! (`stack.json` as a symlink to host files, a FIFO, a huge file; `LD_PRELOAD` in the image).
 //!
-//! Fast by default (under a minute). `STACKBUILD_LONG_FAULTS=1` adds 20 kills of builds with a
-//! Debian base (about ten minutes). Random kill points come from a seeded generator whose seed
+//! Fast by default (under a minute); the two long tests, 20 kills of builds with a Debian base
+//! (about ten minutes), are ignored unless run with `cargo test --test faults -- --ignored`. Random kill points come from a seeded generator whose seed
 //! every run prints; `STACKBUILD_FAULT_SEED=N` replays a run.
 
 use std::io::Write as _;
@@ -25,7 +25,6 @@ use e2e::{
 use stackhook::fixture::Preset;
 
 const SEED_VAR: &str = "STACKBUILD_FAULT_SEED";
-const LONG_VAR: &str = "STACKBUILD_LONG_FAULTS";
 /// The name of the hand-made package every recipe here installs.
 const PACKAGE: &str = "faultpkg";
 
@@ -384,17 +383,14 @@ fn sigkill_at_random_points_then_rebuild() {
     );
 }
 
-/// 20 kills of a build with a Debian base (mmdebstrap), behind `STACKBUILD_LONG_FAULTS=1`.
+/// 20 kills of a build with a Debian base (mmdebstrap); ignored unless asked for (`-- --ignored`).
 ///
 /// mmdebstrap cannot resume, so a killed base starts over and random points of a cold build
 /// mostly land in it: two rounds kill cold builds, two kill builds whose base is already cached
 /// (pip, installing, the audit of the base's ELF files, compressing, writing the layout).
 #[test]
+#[ignore = "long: 20 kills of Debian-base builds, about ten minutes; run with -- --ignored"]
 fn sigkill_with_a_debian_base_long() {
-    if std::env::var(LONG_VAR).map_or(true, |v| v != "1") {
-        eprintln!("skipped (set {LONG_VAR}=1)");
-        return;
-    }
     if !builder_ready() || !is_root() || !have("mmdebstrap") {
         eprintln!("skipped: needs root and mmdebstrap");
         return;
@@ -442,13 +438,10 @@ fn sigkill_with_a_debian_base_long() {
 }
 
 /// A flipped byte in a cached Debian base: built again, not shipped (behind
-/// `STACKBUILD_LONG_FAULTS=1`: two runs of mmdebstrap).
+/// `-- --ignored`: two runs of mmdebstrap).
 #[test]
+#[ignore = "long: two runs of mmdebstrap; run with -- --ignored"]
 fn corrupted_debian_base_is_rebuilt_long() {
-    if std::env::var(LONG_VAR).map_or(true, |v| v != "1") {
-        eprintln!("skipped (set {LONG_VAR}=1)");
-        return;
-    }
     if !builder_ready() || !is_root() || !have("mmdebstrap") {
         eprintln!("skipped: needs root and mmdebstrap");
         return;

@@ -40,12 +40,14 @@ impl Bundle {
     }
 
     /// Adds `KEY=VALUE` to the container's environment.
+    #[must_use]
     pub fn env(mut self, entry: &str) -> Self {
         self.config["process"]["env"].as_array_mut().unwrap().push(entry.into());
         self
     }
 
     /// Adds a hook entry at `stage` (`createRuntime`, `prestart`, ...).
+    #[must_use]
     pub fn hook(mut self, stage: &str, path: &Path, args: &[&str], env: &[&str]) -> Self {
         let entry = serde_json::json!({ "path": path, "args": args, "env": env, "timeout": 10 });
         let hooks =
@@ -62,6 +64,7 @@ impl Bundle {
     }
 
     /// Writes `config.json`.
+    #[must_use]
     pub fn write(self) -> Self {
         std::fs::write(self.dir.join("config.json"), serde_json::to_vec_pretty(&self.config).unwrap())
             .unwrap();
