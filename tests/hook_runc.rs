@@ -89,10 +89,10 @@ fn no_gpu_requested_starts_untouched_even_on_a_broken_host() {
 
 #[test]
 fn mig_pods_are_checked_on_their_parent_gpu() {
+    use stackhook::fixture::fixture_mig_uuid;
     if !runnable() {
         return;
     }
-    use stackhook::fixture::fixture_mig_uuid;
     // The MIG node: GPU 0 an A100 (8.0) with MIG devices 0:0 and 0:1, GPU 1 an H100 (9.0).
     let arch9 = "STACKBUILD_REQUIRE_ARCH=arch>=9.0";
     for (devices, starts) in [
