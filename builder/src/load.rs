@@ -100,10 +100,13 @@ impl Daemon {
                 Ok(said)
             });
             let wrote = writer.join().unwrap_or_else(|_| Err(io_panic(daemon)));
-            // A blob that could not be read explains why the daemon saw a short archive.
+            // A blob that could not be read explains why the daemon saw a short archive; a body
+            // cut short because the daemon stopped reading is explained by its answer. An
+            // archive not sent whole is never a success.
             match (wrote, said) {
-                (Err(e), _) if !is_broken_pipe(&e) => Err(e.into()),
-                (_, said) => said,
+                (Ok(()), said) => said,
+                (Err(e), Err(said)) if is_broken_pipe(&e) => Err(said),
+                (Err(e), _) => Err(e.into()),
             }
         })
     }

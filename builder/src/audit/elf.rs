@@ -27,6 +27,8 @@ const MAX_PHDRS: u64 = 4 << 20;
 const MAX_DYNAMIC: u64 = 1 << 20;
 /// Longest string read from the dynamic string table or `PT_INTERP`. `PATH_MAX` is 4096.
 const MAX_STRING: u64 = 4096;
+/// Largest dynamic string table read in one piece (larger ones are read string by string).
+const MAX_STRTAB: u64 = 64 << 20;
 
 /// What the dynamic loader needs to know about one ELF file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -176,8 +178,14 @@ pub(super) fn parse<R: ReadAt + ?Sized>(src: &R, size: u64) -> Result<ElfInfo, E
     })?;
     let strsz = tag(DT_STRSZ).unwrap_or(size.saturating_sub(strtab));
     let limit = strtab.saturating_add(strsz);
+    // The table read once, front to back, when it is of a sane size: a file read as a stream
+    // ([`super::fs::Large::Once`]) cannot go back for strings in another order.
+    let table = if strsz <= MAX_STRTAB { Some(read_range(src, size, strtab, strsz)?) } else { None };
     for d in &parsed.dyns {
-        let string = || read_cstr(src, size, strtab.saturating_add(d.d_val), limit);
+        let string = || match &table {
+            Some(t) => read_cstr(t.as_slice(), strsz, d.d_val, strsz),
+            None => read_cstr(src, size, strtab.saturating_add(d.d_val), limit),
+        };
         match d.d_tag {
             DT_NEEDED => info.needed.push(string()?),
             DT_SONAME => info.soname = Some(string()?),

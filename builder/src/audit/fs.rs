@@ -16,9 +16,32 @@ use super::elf::{self, ElfInfo, MAGIC};
 use crate::io_error::{io_err, IoError};
 use crate::layer::Compression;
 
-/// ELF files larger than this are spooled to an anonymous temporary file instead of memory
-/// before parsing.
+/// ELF files larger than this are not held in memory whole before parsing: read from a blob,
+/// they are spooled to an anonymous temporary file; read as the build writes them
+/// ([`Large::Once`]), only their first `SPOOL_ABOVE` bytes are kept.
 pub(super) const SPOOL_ABOVE: u64 = 64 << 20;
+
+/// How an ELF file larger than the limit is read.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Large {
+    /// Spooled whole to an anonymous temporary file, then parsed: any layout parses.
+    Spool(u64),
+    /// Read once, front to back: the first bytes up to the limit kept in memory, later ranges
+    /// read as the stream reaches them. The parser reads the headers, then the dynamic segment,
+    /// then its strings; in every library of `recipes/dreamzero.toml` (4.2 GB of ELF files over
+    /// 64 MiB: CUDA, cuDNN, NCCL, torch, triton) the strings lie in the first bytes, before
+    /// the code, so nothing is written to disk. A file whose strings do not (they would have to
+    /// be read again) fails the reading, and the audit then reads the layer from its blob.
+    Once(u64),
+}
+
+impl Large {
+    fn limit(self) -> u64 {
+        match self {
+            Self::Spool(n) | Self::Once(n) => n,
+        }
+    }
+}
 /// Largest configuration file kept as text.
 const MAX_TEXT: u64 = 64 << 10;
 /// Most symlinks followed while resolving one path (Linux's `MAXSYMLINKS`).
@@ -363,20 +386,33 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 /// Reads what the audit needs from a file streamed out of a tar, `size` bytes long. ELF files
 /// are buffered (in memory up to `spool_above` bytes, in an anonymous temporary file beyond)
 /// since their dynamic section may come after the bytes that point at it.
-fn file_info_from_stream(r: &mut impl Read, size: u64, path: &str, spool_above: u64) -> io::Result<FileInfo> {
+fn file_info_from_stream(r: &mut impl Read, size: u64, path: &str, large: Large) -> io::Result<FileInfo> {
     let mut magic = [0; 4];
     let got = read_full(r, &mut magic)?;
     if got == 4 && magic == MAGIC {
-        let parsed = if size <= spool_above {
-            let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-            buf.extend_from_slice(&magic);
-            r.read_to_end(&mut buf)?;
-            elf::parse(buf.as_slice(), buf.len() as u64)
-        } else {
-            let mut tmp = tempfile::tempfile()?;
-            tmp.write_all(&magic)?;
-            let copied = io::copy(r, &mut tmp)?;
-            elf::parse(&tmp, copied + 4)
+        let parsed = match large {
+            _ if size <= large.limit() => {
+                let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+                buf.extend_from_slice(&magic);
+                r.read_to_end(&mut buf)?;
+                elf::parse(buf.as_slice(), buf.len() as u64)
+            }
+            Large::Spool(_) => {
+                let mut tmp = tempfile::tempfile()?;
+                tmp.write_all(&magic)?;
+                let copied = io::copy(r, &mut tmp)?;
+                elf::parse(&tmp, copied + 4)
+            }
+            Large::Once(keep) => {
+                let once = Once::new(r, magic, keep)?;
+                let parsed = elf::parse(&once, size);
+                if once.missed.get() {
+                    return Err(io::Error::other(format!(
+                        "{path}: its dynamic strings lie past the first {keep} bytes"
+                    )));
+                }
+                parsed
+            }
         };
         let elf = match parsed {
             Ok(info) => ElfState::Elf(info),
@@ -393,6 +429,48 @@ fn file_info_from_stream(r: &mut impl Read, size: u64, path: &str, spool_above: 
         None
     };
     Ok(FileInfo { elf: ElfState::NotElf, text })
+}
+
+/// A file read once, front to back ([`Large::Once`]), as [`elf::ReadAt`]: its first bytes are
+/// kept, later ones read when asked for and then gone.
+struct Once<'r, R> {
+    head: Vec<u8>,
+    rest: std::cell::RefCell<(&'r mut R, u64)>,
+    /// A read asked for bytes already gone.
+    missed: std::cell::Cell<bool>,
+}
+
+impl<'r, R: Read> Once<'r, R> {
+    /// Keeps the first `keep` bytes of the file (`magic` already read from `r`).
+    fn new(r: &'r mut R, magic: [u8; 4], keep: u64) -> io::Result<Self> {
+        let mut head = magic.to_vec();
+        r.take(keep.saturating_sub(4)).read_to_end(&mut head)?;
+        let pos = head.len() as u64;
+        Ok(Self { head, rest: std::cell::RefCell::new((r, pos)), missed: std::cell::Cell::new(false) })
+    }
+}
+
+impl<R: Read> elf::ReadAt for Once<'_, R> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let kept = self.head.len() as u64;
+        if offset < kept {
+            return self.head.read_at(buf, offset);
+        }
+        let mut rest = self.rest.borrow_mut();
+        let (r, pos) = &mut *rest;
+        if offset < *pos {
+            self.missed.set(true);
+            return Err(io::Error::other(format!("offset {offset:#x} was streamed past")));
+        }
+        let skipped = io::copy(&mut (&mut **r).take(offset - *pos), &mut io::sink())?;
+        *pos += skipped;
+        if *pos < offset {
+            return Ok(0);
+        }
+        let n = r.read(buf)?;
+        *pos += n as u64;
+        Ok(n)
+    }
 }
 
 /// The compression of a layer: from its media type, else from its first bytes.
@@ -419,11 +497,11 @@ pub(super) fn read_layer(path: &Path, media_type: &str, spool_above: u64) -> io:
         Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(reader)?),
         Compression::None => Box::new(reader),
     };
-    read_tar(decoded, spool_above)
+    read_tar(decoded, Large::Spool(spool_above))
 }
 
 /// Lists the changes of an uncompressed layer tar.
-pub(super) fn read_tar(reader: impl Read, spool_above: u64) -> io::Result<Vec<Op>> {
+pub(super) fn read_tar(reader: impl Read, large: Large) -> io::Result<Vec<Op>> {
     let mut archive = tar::Archive::new(reader);
     let mut ops = Vec::new();
     for entry in archive.entries()? {
@@ -467,7 +545,7 @@ pub(super) fn read_tar(reader: impl Read, spool_above: u64) -> io::Result<Vec<Op
             }
             tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
                 let size = entry.size();
-                let info = file_info_from_stream(&mut entry, size, &path, spool_above)?;
+                let info = file_info_from_stream(&mut entry, size, &path, large)?;
                 Op::Put(path, Kind::File(Arc::new(info)))
             }
             _ => Op::Put(path, Kind::Other),

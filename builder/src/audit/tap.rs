@@ -37,7 +37,7 @@ impl LayerTap {
         let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(IN_FLIGHT);
         let reader = std::thread::spawn(move || {
             let mut chunks = Chunks { rx, chunk: Vec::new(), pos: 0 };
-            let ops = fs::read_tar(&mut chunks, fs::SPOOL_ABOVE);
+            let ops = fs::read_tar(&mut chunks, fs::Large::Once(fs::SPOOL_ABOVE));
             // The writer may still send the tar's end padding: take it, so it never blocks.
             for _ in &chunks.rx {}
             ops

@@ -1124,3 +1124,30 @@ fn audit_from_env() {
         }
     }
 }
+
+/// A large ELF file read once as the build writes it: the headers, its dynamic segment far
+/// after them and its strings near the start are all found without keeping the file; a file
+/// whose strings come after the kept bytes but before the dynamic segment cannot be read that
+/// way, and says so (the audit then reads the blob).
+#[test]
+fn large_elf_files_are_read_once_without_a_spool() {
+    let spec = Spec { padding: 200_000, ..lib("libbig.so.1") }.needs(&["liba.so.1"]).runpath("$ORIGIN");
+    let bytes = spec.build();
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(bytes.len() as u64);
+    header.set_mode(0o755);
+    tar.append_data(&mut header, "usr/lib/libbig.so.1", bytes.as_slice()).unwrap();
+    let tar = tar.into_inner().unwrap();
+    let json = |ops: &[fs::Op]| serde_json::to_string(ops).unwrap();
+
+    let spooled = fs::read_tar(tar.as_slice(), fs::Large::Spool(0)).unwrap();
+    assert!(json(&spooled).contains("liba.so.1"), "{}", json(&spooled));
+    let once = fs::read_tar(tar.as_slice(), fs::Large::Once(4096)).unwrap();
+    assert_eq!(json(&once), json(&spooled));
+
+    // Only the ELF header kept: the strings (just after the program headers) are gone by the
+    // time the dynamic segment names them.
+    let err = fs::read_tar(tar.as_slice(), fs::Large::Once(100)).unwrap_err();
+    assert!(err.to_string().contains("past the first 100 bytes"), "{err}");
+}
