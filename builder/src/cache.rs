@@ -214,12 +214,25 @@ impl LayerKeyBuilder {
     }
 }
 
+/// A store of layers behind this cache (`--cache-registry`: a registry repository, in
+/// `registry::remote_cache`). Declared here and implemented there, so that the cache does not
+/// depend on the registry client that depends on it.
+pub trait RemoteLayers: std::fmt::Debug + Send + Sync {
+    /// The layer built from `key`, put into `cache` (verified) when the remote has it; `None`
+    /// on a miss or any failure (the caller builds the layer).
+    fn fetch(&self, cache: &Cache, key: &LayerKey) -> Option<LayerBlob>;
+    /// Gives the remote the layer `blob` built from `key`; a failure is a warning.
+    fn store(&self, cache: &Cache, key: &LayerKey, blob: &LayerBlob);
+    /// Whether the layer blob `digest` came from the remote in this process.
+    fn pulled(&self, digest: &str) -> bool;
+}
+
 /// The cache directory. Cheap to clone: it is a path, and the shared registry cache if any.
 #[derive(Clone, Debug)]
 pub struct Cache {
     root: PathBuf,
     /// `--cache-registry`: consulted when a layer is not here, and given every layer put here.
-    remote: Option<crate::registry::RemoteCache>,
+    remote: Option<std::sync::Arc<dyn RemoteLayers>>,
 }
 
 /// An exclusive lock on a cache, released when dropped (or when the process dies).
@@ -425,14 +438,14 @@ impl Cache {
     /// This cache backed by a registry (`--cache-registry`): a layer missing here is looked up
     /// there (and pulled, verified), and every layer put here is pushed there too.
     #[must_use]
-    pub fn with_remote(mut self, remote: crate::registry::RemoteCache) -> Self {
-        self.remote = Some(remote);
+    pub fn with_remote(mut self, remote: impl RemoteLayers + 'static) -> Self {
+        self.remote = Some(std::sync::Arc::new(remote));
         self
     }
 
     /// The registry behind this cache, if any.
-    pub fn remote(&self) -> Option<&crate::registry::RemoteCache> {
-        self.remote.as_ref()
+    pub fn remote(&self) -> Option<&dyn RemoteLayers> {
+        self.remote.as_deref()
     }
 
     /// The cache directory.

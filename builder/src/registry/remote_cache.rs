@@ -139,14 +139,14 @@ impl RemoteCache {
     }
 
     /// Whether the layer blob `digest` was taken from the registry by this process.
-    pub fn pulled(&self, digest: &str) -> bool {
+    fn was_pulled(&self, digest: &str) -> bool {
         self.inner.pulled.lock().unwrap_or_else(PoisonError::into_inner).contains(digest)
     }
 
     /// Looks `key` up in the registry; on a hit the blob (verified) and its records go into
     /// `cache` and the key is recorded there. A miss, or anything wrong, is `None`: the caller
     /// builds the layer.
-    pub fn fetch(&self, cache: &Cache, key: &LayerKey) -> Option<LayerBlob> {
+    fn fetch_layer(&self, cache: &Cache, key: &LayerKey) -> Option<LayerBlob> {
         if self.inner.off.load(Ordering::Relaxed) {
             return None;
         }
@@ -167,7 +167,7 @@ impl RemoteCache {
 
     /// Pushes the layer `blob` built from `key` (its blob in `cache`) with its records; a failure
     /// is a warning.
-    pub fn store(&self, cache: &Cache, key: &LayerKey, blob: &LayerBlob) {
+    fn store_layer(&self, cache: &Cache, key: &LayerKey, blob: &LayerBlob) {
         if self.inner.off.load(Ordering::Relaxed) || self.inner.push_off.load(Ordering::Relaxed) {
             return;
         }
@@ -383,6 +383,20 @@ fn check_diff_id(path: &Path, layer: &CachedLayer) -> Result<(), RegistryError> 
         Ok(())
     } else {
         Err(RegistryError::DigestMismatch { what: what(), expected: layer.diff_id.clone(), actual })
+    }
+}
+
+impl crate::cache::RemoteLayers for RemoteCache {
+    fn fetch(&self, cache: &Cache, key: &LayerKey) -> Option<LayerBlob> {
+        self.fetch_layer(cache, key)
+    }
+
+    fn store(&self, cache: &Cache, key: &LayerKey, blob: &LayerBlob) {
+        self.store_layer(cache, key, blob);
+    }
+
+    fn pulled(&self, digest: &str) -> bool {
+        self.was_pulled(digest)
     }
 }
 
