@@ -169,6 +169,8 @@ impl PlatformBuilder<'_> {
         }
         let blob = finish_layer(writer, compression, cache, opts)?;
         cache.put_layer(key, &blob)?;
+        // Removed when the platform's image is assembled, not now: see `spent_stages`.
+        self.spent_stages.push(stage);
         self.push(&layer.name, created_by, blob, true);
         self.note_bytecode(bytecode, key, added);
         Ok(())
