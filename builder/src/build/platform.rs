@@ -35,7 +35,7 @@ pub(super) struct PlatformBuilder<'a> {
     /// The Python layers' stages, removed together when the builder is dropped. Removing each
     /// after its layer made the next layer's file creations slow: ext4's inode allocator skips
     /// recently deleted inodes one inode-table lookup at a time (`recently_deleted` in
-    /// `fs/ext4/ialloc.c`), which took about 10 s of system time in a DreamZero build (`perf`;
+    /// `fs/ext4/ialloc.c`), which took about 10 s of system time in a build of `recipes/dreamzero.toml` (`perf`;
     /// system time 53 s -> 36 s, build 90 s -> 87 s on the 2-core VM). A killed build's
     /// stages are removed by the next one (`Cache::clean_temps`).
     pub(super) spent_stages: Vec<tempfile::TempDir>,
