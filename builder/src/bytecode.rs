@@ -221,7 +221,7 @@ impl Interpreter {
 pub struct Plan<'a> {
     cache: &'a Cache,
     on: Option<(LayerBlob, String)>,
-    interpreter: std::cell::OnceCell<Interpreter>,
+    interpreter: std::sync::OnceLock<Interpreter>,
 }
 
 impl<'a> Plan<'a> {
@@ -235,7 +235,7 @@ impl<'a> Plan<'a> {
         base: Option<&LayerBlob>,
         cache: &'a Cache,
     ) -> Self {
-        let mut plan = Self { cache, on: None, interpreter: std::cell::OnceCell::new() };
+        let mut plan = Self { cache, on: None, interpreter: std::sync::OnceLock::new() };
         let Some(py) = python else { return plan };
         if !py.bytecode {
             tracing::info!("bytecode: off (bytecode = false in [python])");

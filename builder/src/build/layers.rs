@@ -48,53 +48,7 @@ impl PlatformBuilder<'_> {
                 .collect();
             let reused: Vec<Option<LayerBlob>> =
                 planned.iter().map(|(_, key)| reuse(self.cache, key, self.out, self.opts)).collect();
-            // The wheels of the next layer download while this one is written: one layer ahead.
-            let to_fetch: Vec<Vec<&Wheel>> = planned
-                .iter()
-                .zip(&reused)
-                .filter(|(_, hit)| hit.is_none())
-                .map(|((layer, _), _)| layer.members.clone())
-                .collect();
-            let (fetcher, cache) = (py.fetcher(), self.cache);
-            let torch = py.wheels.iter().find(|w| w.pin.name.as_ref() == "torch");
-            let torch_code = &py.torch_code;
-            std::thread::scope(|scope| {
-                let (tx, rx) = std::sync::mpsc::sync_channel(1);
-                scope.spawn(move || {
-                    for members in to_fetch {
-                        let wheels = fetcher.fetch(cache, &members);
-                        let has_torch = wheels.is_ok()
-                            && torch.is_some_and(|t| members.iter().any(|m| std::ptr::eq(*m, t)));
-                        if tx.send(wheels).is_err() {
-                            return;
-                        }
-                        // The torch wheel is here now: its fat binaries are read (seconds of
-                        // inflating) while the layers are written, not after them.
-                        if let Some(t) = torch.filter(|_| has_torch) {
-                            let _ = torch_code.set(crate::fatbin::torch_code_for_build(
-                                cache.root(),
-                                &t.filename,
-                                &t.sha256,
-                            ));
-                        }
-                    }
-                });
-                for ((layer, key), hit) in planned.iter().zip(reused) {
-                    let created_by = python_created_by(layer);
-                    if let Some(blob) = hit {
-                        self.push(&layer.name, created_by, blob, false);
-                        self.note_bytecode(&py.bytecode, key, None);
-                        continue;
-                    }
-                    let artifacts = rx.recv().map_err(|_| {
-                        BuildError::Unsupported(
-                            "the wheel downloads stopped before every layer had its wheels".into(),
-                        )
-                    })??;
-                    self.python_group_layer(py, scheme, layer, key, &artifacts)?;
-                }
-                Ok::<(), BuildError>(())
-            })?;
+            self.write_python_layers(py, scheme, &planned, reused)?;
         }
         let python = py.python;
         self.components.extend(py.wheels.iter().map(|w| Component {
@@ -129,50 +83,89 @@ impl PlatformBuilder<'_> {
         key.finish()
     }
 
-    /// One Python layer, from its fetched wheels: installed into a stage (their large members
-    /// left in the wheels, for the layer to carry as they are), compiled and written.
-    fn python_group_layer(
+    /// Writes the Python layers in order: reused ones from the cache; the others are fetched,
+    /// staged and compiled on a second thread one layer ahead ([`stage_python_layer`]), so that
+    /// a layer's download, install and bytecode overlap the writing of the layer before.
+    fn write_python_layers(
         &mut self,
         py: &PythonPlan<'_>,
         scheme: &Scheme,
+        planned: &[(PythonLayer<'_>, LayerKey)],
+        reused: Vec<Option<LayerBlob>>,
+    ) -> Result<(), BuildError> {
+        let to_build: Vec<&(PythonLayer<'_>, LayerKey)> =
+            planned.iter().zip(&reused).filter(|(_, hit)| hit.is_none()).map(|(p, _)| p).collect();
+        let (fetcher, cache, epoch) = (py.fetcher(), self.cache, self.epoch);
+        let (bytecode, torch_code) = (&py.bytecode, &py.torch_code);
+        let torch = py.wheels.iter().find(|w| w.pin.name.as_ref() == "torch");
+        std::thread::scope(|scope| {
+            // Three stages, each one layer ahead of the next: download, stage and compile, write.
+            let (fetched_tx, fetched_rx) = std::sync::mpsc::sync_channel(1);
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let layers = to_build.clone();
+            scope.spawn(move || {
+                for (layer, _) in layers {
+                    let wheels = fetcher.fetch(cache, &layer.members);
+                    let has_torch = wheels.is_ok()
+                        && torch.is_some_and(|t| layer.members.iter().any(|m| std::ptr::eq(*m, t)));
+                    if fetched_tx.send(wheels).is_err() {
+                        return;
+                    }
+                    // The torch wheel is here now: its fat binaries are read (seconds of
+                    // inflating) while the layers are written, not after them.
+                    if let Some(t) = torch.filter(|_| has_torch) {
+                        let code = crate::fatbin::torch_code_for_build(cache.root(), &t.filename, &t.sha256);
+                        let _ = torch_code.set(code);
+                    }
+                }
+            });
+            scope.spawn(move || {
+                for (layer, key) in to_build {
+                    let Ok(wheels) = fetched_rx.recv() else { return };
+                    let staged = wheels.and_then(|artifacts| {
+                        stage_python_layer(bytecode, scheme, layer, key, &artifacts, cache, epoch)
+                    });
+                    if tx.send(staged).is_err() {
+                        return;
+                    }
+                }
+            });
+            for ((layer, key), hit) in planned.iter().zip(reused) {
+                let created_by = python_created_by(layer);
+                if let Some(blob) = hit {
+                    self.push(&layer.name, created_by, blob, false);
+                    self.note_bytecode(bytecode, key, None);
+                    continue;
+                }
+                let staged = rx.recv().map_err(|_| {
+                    BuildError::Unsupported("the layer staging stopped before every layer was staged".into())
+                })??;
+                self.write_python_layer(bytecode, layer, key, staged)?;
+            }
+            Ok::<(), BuildError>(())
+        })
+    }
+
+    /// Writes a staged Python layer: the stage's files and the wheels' deferred members.
+    fn write_python_layer(
+        &mut self,
+        bytecode: &crate::bytecode::Plan<'_>,
         layer: &PythonLayer<'_>,
         key: &LayerKey,
-        artifacts: &BTreeMap<String, Artifact>,
+        staged: Staged,
     ) -> Result<(), BuildError> {
-        let members = &layer.members;
         let (cache, opts, epoch, compression) = (self.cache, self.opts, self.epoch, self.compression);
-        let bytecode = &py.bytecode;
-        let created_by = python_created_by(layer);
-        let stage = tempdir(cache)?;
-        let mut deferred = wheel::Deferred::default();
-        for w in members {
-            let artifact = artifacts
-                .get(w.pin.name.as_ref())
-                .ok_or_else(|| BuildError::Unsupported(format!("wheel {} was not fetched", w.filename)))?;
-            // The lock's name and version, checked against the wheel's METADATA: stack.json
-            // records the lock's, so the wheel must be that package.
-            let pin = (w.pin.name.as_ref(), w.pin.version.to_string());
-            wheel::install_wheel_deferring(
-                &artifact.path,
-                scheme,
-                stage.path(),
-                (pin.0, &pin.1),
-                &mut deferred,
-            )
-            .map_err(|source| BuildError::Wheel { wheel: w.filename.clone(), source: Box::new(source) })?;
-        }
-        let added = bytecode.compile(stage.path(), scheme, epoch, key)?;
         let mut writer = LayerWriter::new(cache, epoch);
-        writer.add_dir(stage.path(), "")?;
-        for (path, member, mode) in deferred.into_members() {
+        writer.add_dir(staged.stage.path(), "")?;
+        for (path, member, mode) in staged.deferred.into_members() {
             writer.add_zip_member(&path, member, mode)?;
         }
         let blob = finish_layer(writer, compression, cache, opts)?;
         cache.put_layer(key, &blob)?;
         // Removed when the platform's image is assembled, not now: see `spent_stages`.
-        self.spent_stages.push(stage);
-        self.push(&layer.name, created_by, blob, true);
-        self.note_bytecode(bytecode, key, added);
+        self.spent_stages.push(staged.stage);
+        self.push(&layer.name, python_created_by(layer), blob, true);
+        self.note_bytecode(bytecode, key, staged.added);
         Ok(())
     }
 
@@ -470,4 +463,46 @@ fn patch_identity(change: &PatchChange) -> Result<String, BuildError> {
         }
     }
     Ok(hex::encode(h.finalize()))
+}
+
+/// A Python layer's files, installed and compiled, waiting to be written.
+struct Staged {
+    stage: tempfile::TempDir,
+    /// The wheels' large members, left in the wheels for the layer to carry as they are.
+    deferred: wheel::Deferred,
+    /// The bytecode compiled into the stage.
+    added: Option<crate::bytecode::Added>,
+}
+
+/// Installs a Python layer's fetched wheels into a new stage (their large members deferred)
+/// and compiles their bytecode there.
+fn stage_python_layer(
+    bytecode: &crate::bytecode::Plan<'_>,
+    scheme: &Scheme,
+    layer: &PythonLayer<'_>,
+    key: &LayerKey,
+    artifacts: &BTreeMap<String, Artifact>,
+    cache: &crate::cache::Cache,
+    epoch: u64,
+) -> Result<Staged, BuildError> {
+    let stage = tempdir(cache)?;
+    let mut deferred = wheel::Deferred::default();
+    for w in &layer.members {
+        let artifact = artifacts
+            .get(w.pin.name.as_ref())
+            .ok_or_else(|| BuildError::Unsupported(format!("wheel {} was not fetched", w.filename)))?;
+        // The lock's name and version, checked against the wheel's METADATA: stack.json
+        // records the lock's, so the wheel must be that package.
+        let version = w.pin.version.to_string();
+        wheel::install_wheel_deferring(
+            &artifact.path,
+            scheme,
+            stage.path(),
+            (w.pin.name.as_ref(), &version),
+            &mut deferred,
+        )
+        .map_err(|source| BuildError::Wheel { wheel: w.filename.clone(), source: Box::new(source) })?;
+    }
+    let added = bytecode.compile(stage.path(), scheme, epoch, key)?;
+    Ok(Staged { stage, deferred, added })
 }
