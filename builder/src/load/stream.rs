@@ -185,7 +185,7 @@ impl Worker {
         if in_daemon == 0 {
             return self.daemon.load(&full, &describe(&self.reference, None));
         }
-        let rest = Archive::of(image, &self.reference)?.without_layers(&skip(layers, in_daemon));
+        let rest = full.clone().without_layers(&skip(layers, in_daemon));
         match self.daemon.load(&rest, &describe(&self.reference, None)) {
             Ok(said) => Ok(said),
             Err(e) => {

@@ -38,7 +38,7 @@ pub struct DockerSaveEntry {
 }
 
 /// The content of an archive member.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Member {
     Bytes(Vec<u8>),
     /// A blob file of the cache, of this size.
@@ -46,7 +46,7 @@ enum Member {
 }
 
 /// The members of an image archive, by name (the order they are written in).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Archive {
     members: BTreeMap<String, Member>,
     /// The layer members, by blob digest.
