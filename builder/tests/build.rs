@@ -144,8 +144,8 @@ fn check_with_umoci_and_runc(dir: &Path, layout: &Path) {
 }
 
 fn docker_load(archive: &Path) {
-    let docker = Path::new("/usr/bin/docker");
-    if !docker.exists() || !Command::new(docker).arg("version").output().is_ok_and(|o| o.status.success()) {
+    let docker = Path::new(test_support::tools::DOCKER);
+    if !test_support::tools::dockerd_answers() {
         eprintln!("skipped docker load: no dockerd answering (.ci/services starts one)");
         return;
     }
@@ -270,8 +270,8 @@ fn bases_from_an_archive_and_the_docker_daemon() {
         eprintln!("skipped the OCI base's config fields: umoci is not installed");
     }
 
-    let docker = Path::new("/usr/bin/docker");
-    if !docker.exists() || !Command::new(docker).arg("version").output().is_ok_and(|o| o.status.success()) {
+    let docker = Path::new(test_support::tools::DOCKER);
+    if !test_support::tools::dockerd_answers() {
         eprintln!("skipped the docker base: no dockerd answering (.ci/services starts one)");
         return;
     }

@@ -8,19 +8,14 @@ use std::process::Command;
 
 mod common;
 use common::{build, have, ok, six_patch};
+use test_support::tools::{dockerd_answers, DOCKER};
 
-const DOCKER: &str = "/usr/bin/docker";
 const PARTIAL: &str = "label=io.stackbuild.partial";
 
 fn docker(args: &[&str]) -> String {
     let out = Command::new(DOCKER).args(args).output().unwrap();
     assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-fn dockerd_answers() -> bool {
-    Path::new(DOCKER).exists()
-        && Command::new(DOCKER).arg("version").output().is_ok_and(|o| o.status.success())
 }
 
 /// The `diff_ids` of the image `tag` of the layout `dir`.

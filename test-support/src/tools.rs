@@ -16,6 +16,15 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// The host's Docker CLI (Debian's `docker.io`).
+pub const DOCKER: &str = "/usr/bin/docker";
+
+/// Whether the host's dockerd answers its CLI (`.ci/services` starts one).
+pub fn dockerd_answers() -> bool {
+    Path::new(DOCKER).exists()
+        && Command::new(DOCKER).arg("version").output().is_ok_and(|o| o.status.success())
+}
+
 /// The machine's architecture in Go's spelling, as OCI platforms write it.
 pub fn go_arch() -> &'static str {
     match std::env::consts::ARCH {
