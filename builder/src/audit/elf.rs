@@ -27,8 +27,6 @@ const MAX_PHDRS: u64 = 4 << 20;
 const MAX_DYNAMIC: u64 = 1 << 20;
 /// Longest string read from the dynamic string table or `PT_INTERP`. `PATH_MAX` is 4096.
 const MAX_STRING: u64 = 4096;
-/// Largest dynamic string table read in one piece (larger ones are read string by string).
-const MAX_STRTAB: u64 = 64 << 20;
 
 /// What the dynamic loader needs to know about one ELF file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -177,14 +175,28 @@ pub(super) fn parse<R: ReadAt + ?Sized>(src: &R, size: u64) -> Result<ElfInfo, E
         ElfError::Malformed(format!("DT_STRTAB {strtab_addr:#x} is not in a PT_LOAD segment"))
     })?;
     let strsz = tag(DT_STRSZ).unwrap_or(size.saturating_sub(strtab));
-    let limit = strtab.saturating_add(strsz);
-    // The table read once, front to back, when it is of a sane size: a file read as a stream
-    // ([`super::fs::Large::Once`]) cannot go back for strings in another order.
-    let table = if strsz <= MAX_STRTAB { Some(read_range(src, size, strtab, strsz)?) } else { None };
+    // The part of the table holding the strings asked for, read once, front to back (a file
+    // read as a stream, [`super::fs::Large::Once`], cannot go back for strings in another
+    // order); usually a few hundred bytes, not the whole table.
+    let wanted =
+        parsed.dyns.iter().filter(|d| [DT_NEEDED, DT_SONAME, DT_RPATH, DT_RUNPATH].contains(&d.d_tag));
+    let first = wanted.clone().map(|d| d.d_val).min().unwrap_or(0);
+    let last = wanted.map(|d| d.d_val).max().unwrap_or(0);
+    let span_end = last.saturating_add(MAX_STRING).min(strsz).min(size.saturating_sub(strtab));
+    if first >= span_end {
+        return Err(ElfError::Malformed(format!(
+            "string at {:#x} outside its table",
+            strtab.saturating_add(first)
+        )));
+    }
+    let span = read_range(src, size, strtab.saturating_add(first), span_end - first)?;
     for d in &parsed.dyns {
-        let string = || match &table {
-            Some(t) => read_cstr(t.as_slice(), strsz, d.d_val, strsz),
-            None => read_cstr(src, size, strtab.saturating_add(d.d_val), limit),
+        let string = || {
+            let at = d
+                .d_val
+                .checked_sub(first)
+                .ok_or_else(|| ElfError::Malformed("string before its table".into()))?;
+            read_cstr(span.as_slice(), span.len() as u64, at, span.len() as u64)
         };
         match d.d_tag {
             DT_NEEDED => info.needed.push(string()?),
