@@ -42,6 +42,7 @@ pub mod bytecode;
 pub mod cache;
 pub mod canonical;
 pub mod check;
+pub mod chunks;
 pub mod derive;
 pub mod diagnostic;
 pub mod fatbin;

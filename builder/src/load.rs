@@ -9,7 +9,7 @@
 
 mod stream;
 
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 
 use bollard::image::ImportImageOptions;
@@ -86,7 +86,11 @@ impl Daemon {
         let body = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
         let daemon = Path::new("the Docker daemon");
         std::thread::scope(|scope| {
-            let writer = scope.spawn(move || archive.write_to(ChannelWriter::new(tx), daemon));
+            let chunks = crate::chunks::ChunkWriter::new(1 << 20, move |chunk| {
+                // Fails only when the request is gone: the daemon answered (with an error) early.
+                tx.blocking_send(Bytes::from(chunk)).map_err(|_| io::ErrorKind::BrokenPipe.into())
+            });
+            let writer = scope.spawn(move || archive.write_to(chunks, daemon));
             let said = self.runtime.block_on(async {
                 let mut responses =
                     self.docker.import_image_stream(ImportImageOptions { quiet: true }, body, None);
@@ -130,44 +134,6 @@ fn io_panic(path: &Path) -> OciError {
 /// Whether writing stopped because the daemon stopped reading (its answer says why).
 fn is_broken_pipe(e: &OciError) -> bool {
     matches!(e, OciError::Io(IoError { source, .. }) if source.kind() == io::ErrorKind::BrokenPipe)
-}
-
-/// A writer whose bytes become the chunks of a request body.
-struct ChannelWriter {
-    tx: tokio::sync::mpsc::Sender<Bytes>,
-    buf: Vec<u8>,
-}
-
-impl ChannelWriter {
-    const CHUNK: usize = 1 << 20;
-
-    fn new(tx: tokio::sync::mpsc::Sender<Bytes>) -> Self {
-        Self { tx, buf: Vec::with_capacity(Self::CHUNK) }
-    }
-
-    fn send(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(Self::CHUNK));
-        // Fails only when the request is gone: the daemon answered (with an error) early.
-        self.tx.blocking_send(Bytes::from(chunk)).map_err(|_| io::ErrorKind::BrokenPipe.into())
-    }
-}
-
-impl Write for ChannelWriter {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        let n = data.len().min(Self::CHUNK - self.buf.len());
-        self.buf.extend_from_slice(&data[..n]);
-        if self.buf.len() == Self::CHUNK {
-            self.send()?;
-        }
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.send()
-    }
 }
 
 /// The id of an image of the local Docker daemon: the digest of its config, which names exactly

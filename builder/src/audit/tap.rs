@@ -24,13 +24,6 @@ pub struct LayerTap {
     reader: JoinHandle<io::Result<Vec<Op>>>,
 }
 
-/// The writing end of a [`LayerTap`]: never fails, so a reading that gave up (a malformed entry
-/// the audit will report when it reads the blob itself) cannot fail the layer.
-pub struct TapWriter {
-    tx: Option<SyncSender<Vec<u8>>>,
-    buf: Vec<u8>,
-}
-
 impl LayerTap {
     /// Starts the reading thread.
     pub fn spawn() -> Self {
@@ -45,9 +38,17 @@ impl LayerTap {
         Self { tx: Some(tx), reader }
     }
 
-    /// The writer to give the layer writer.
-    pub fn writer(&mut self) -> TapWriter {
-        TapWriter { tx: self.tx.take(), buf: Vec::with_capacity(CHUNK) }
+    /// The writer to give the layer writer. It never fails, so a reading that gave up (a
+    /// malformed entry the audit will report when it reads the blob itself) cannot fail the
+    /// layer; once the reader is gone it stops sending.
+    pub fn writer(&mut self) -> impl Write + Send + 'static {
+        let mut tx = self.tx.take();
+        crate::chunks::ChunkWriter::new(CHUNK, move |chunk| {
+            if tx.as_ref().is_some_and(|tx| tx.send(chunk).is_err()) {
+                tx = None;
+            }
+            Ok(())
+        })
     }
 
     /// Waits for the reading and keeps it for the blob `digest` in the audit's layer cache
@@ -68,41 +69,6 @@ impl LayerTap {
     /// The directory of the audit's layer cache in a build cache rooted at `cache_root`.
     pub fn cache_dir(cache_root: &Path) -> PathBuf {
         cache_root.join("audits").join("layers")
-    }
-}
-
-impl TapWriter {
-    fn send(&mut self) {
-        if self.buf.is_empty() {
-            return;
-        }
-        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
-        if self.tx.as_ref().is_some_and(|tx| tx.send(chunk).is_err()) {
-            // The reader is gone: stop sending.
-            self.tx = None;
-        }
-    }
-}
-
-impl Write for TapWriter {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if self.tx.is_some() {
-            self.buf.extend_from_slice(data);
-            if self.buf.len() >= CHUNK {
-                self.send();
-            }
-        }
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Drop for TapWriter {
-    fn drop(&mut self) {
-        self.send();
     }
 }
 
