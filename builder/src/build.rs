@@ -28,7 +28,7 @@ use stackcontract::image::StackManifest;
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, LayerKey};
 use crate::fetch;
-use crate::layer::{self, Compression, LayerWriter};
+use crate::layer::{self, Compression};
 use crate::lock::Lock;
 use crate::oci::{self, Image};
 use crate::patch;
@@ -581,23 +581,6 @@ fn registry_client(opts: &BuildOptions) -> crate::registry::Client {
 
 /// The audit of an image, reused from the cache when the same manifest was audited before (a
 /// no-change rebuild must not re-read gigabytes of layers).
-/// Finishes a layer the build wrote, the audit reading it as it is written
-/// ([`crate::audit::LayerTap`]) instead of inflating its blob again, unless the audit is off.
-fn finish_layer(
-    writer: LayerWriter,
-    compression: Compression,
-    cache: &Cache,
-    opts: &BuildOptions,
-) -> Result<LayerBlob, BuildError> {
-    if !opts.audit {
-        return Ok(writer.finish(compression)?);
-    }
-    let mut tap = crate::audit::LayerTap::spawn();
-    let blob = writer.with_tap(tap.writer()).finish(compression)?;
-    tap.store(&crate::audit::LayerTap::cache_dir(cache.root()), &blob.digest);
-    Ok(blob)
-}
-
 fn audit_cached(cache: &Cache, image: &Image) -> Result<crate::audit::AuditReport, BuildError> {
     let digest = image.manifest_digest()?;
     let name = format!("v{}-{}.json", crate::audit::POLICY_VERSION, digest.trim_start_matches("sha256:"));

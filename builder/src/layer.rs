@@ -422,10 +422,14 @@ impl LayerWriter {
     }
 
     /// Copies the uncompressed tar to `tap` as [`LayerWriter::finish`] writes it, for a reader
-    /// that would otherwise inflate the blob again (the audit's [`crate::audit::LayerTap`]).
+    /// that would otherwise inflate the blob again (the audit's [`crate::audit::LayerTap`], the
+    /// `--load` spool [`crate::load::TarSpool`]); with taps given before.
     #[must_use]
     pub fn with_tap(mut self, tap: impl Write + Send + 'static) -> Self {
-        self.tap = Some(Box::new(tap));
+        self.tap = Some(match self.tap.take() {
+            Some(before) => Box::new(Tee(before, Box::new(tap))),
+            None => Box::new(tap),
+        });
         self
     }
 
@@ -1038,6 +1042,21 @@ impl Read for SpoolReader<'_> {
 
 /// Where a copy of a layer's uncompressed tar goes as it is written ([`LayerWriter::tap`]).
 pub type Tap = Box<dyn Write + Send>;
+
+/// Two taps given the same bytes; one that fails does not keep them from the other.
+struct Tee(Tap, Tap);
+
+impl Write for Tee {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let (a, b) = (self.0.write_all(buf), self.1.write_all(buf));
+        a.and(b).map(|()| buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let (a, b) = (self.0.flush(), self.1.flush());
+        a.and(b)
+    }
+}
 
 /// A writer that hashes and counts what passes through it, and copies it to a tap if it has one.
 struct Hashing<W> {

@@ -7,6 +7,7 @@
 //! memory or stored twice. The API version is negotiated down to the daemon's, since Debian's
 //! Docker 20.10 speaks API 1.41 and refuses newer clients.
 
+mod spool;
 mod stream;
 
 use std::io;
@@ -20,6 +21,7 @@ use futures_util::StreamExt;
 use crate::io_error::IoError;
 use crate::oci::{Archive, OciError};
 
+pub use spool::{SpooledTar, TarSpool};
 pub use stream::Loader;
 
 /// Why loading into Docker failed.

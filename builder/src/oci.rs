@@ -115,7 +115,7 @@ pub enum OciError {
     },
 }
 
-pub use archive::{write_archive, Archive, DockerSaveEntry};
+pub use archive::{write_archive, Archive, DockerSaveEntry, LayerFile};
 pub use stackcontract::time::rfc3339;
 
 /// `null` (as Docker writes for empty fields) reads as the default value.

@@ -97,6 +97,9 @@ fn load_streams_layers_and_leaves_no_partial_images() {
     assert_eq!(docker(&["run", "--rm", "--network", "none", reference]), "first");
     assert_eq!(docker_diff_ids(reference), layout_diff_ids(&layout), "dockerd holds the layout's layers");
     assert_eq!(docker(&["images", "-aq", "--filter", PARTIAL]), "", "partial images removed");
+    // The layers' uncompressed copies for the daemon (`load::TarSpool`) are gone too.
+    let left: Vec<_> = std::fs::read_dir(cache.join("tmp")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.is_empty(), "nothing left in the cache's tmp/: {left:?}");
     let first_id = docker(&["image", "inspect", "--format", "{{.Id}}", reference]);
 
     // One layer changed: only it (and what follows) is sent, and the image is replaced.

@@ -13,9 +13,9 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 use stackcontract::image::{Component, StackManifest, STACK_JSON_PATH};
 
-use super::plan::{python_layers, Group, PythonLayer, PythonPlan, Wheel};
+use super::plan::{fetch_batch, python_layers, Group, PythonLayer, PythonPlan, Wheel};
 use super::platform::PlatformBuilder;
-use super::{debian_arch, finish_layer, io, reuse, tempdir, BuildError, LayerReport};
+use super::{debian_arch, io, reuse, tempdir, BuildError, LayerReport};
 use crate::blob::LayerBlob;
 use crate::cache::LayerKey;
 use crate::derive;
@@ -104,7 +104,18 @@ impl PlatformBuilder<'_> {
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
             let layers = to_build.clone();
             scope.spawn(move || {
-                for (layer, _) in layers {
+                let mut batch_end = 0;
+                for (i, (layer, _)) in layers.iter().enumerate() {
+                    if i == batch_end {
+                        batch_end = fetch_batch(layers[i..].iter().map(|(l, _)| l)) + i;
+                        // Into the run's memo of verified wheels; an error comes again below,
+                        // for the layer it belongs to.
+                        let all: Vec<&Wheel> = layers[i..batch_end]
+                            .iter()
+                            .flat_map(|(l, _)| l.members.iter().copied())
+                            .collect();
+                        let _ = fetcher.fetch(cache, &all);
+                    }
                     let wheels = fetcher.fetch(cache, &layer.members);
                     let has_torch = wheels.is_ok()
                         && torch.is_some_and(|t| layer.members.iter().any(|m| std::ptr::eq(*m, t)));
@@ -154,13 +165,13 @@ impl PlatformBuilder<'_> {
         key: &LayerKey,
         staged: Staged,
     ) -> Result<(), BuildError> {
-        let (cache, opts, epoch, compression) = (self.cache, self.opts, self.epoch, self.compression);
+        let (cache, epoch) = (self.cache, self.epoch);
         let mut writer = LayerWriter::new(cache, epoch);
         writer.add_dir(staged.stage.path(), "")?;
         for (path, member, mode) in staged.deferred.into_members() {
             writer.add_zip_member(&path, member, mode)?;
         }
-        let blob = finish_layer(writer, compression, cache, opts)?;
+        let blob = self.finish_layer(writer)?;
         cache.put_layer(key, &blob)?;
         // Removed when the platform's image is assembled, not now: see `spent_stages`.
         self.spent_stages.push(staged.stage);
@@ -234,7 +245,7 @@ impl PlatformBuilder<'_> {
         }
         let mut writer = LayerWriter::new(cache, epoch);
         writer.add_dir(stage.path(), "")?;
-        let blob = finish_layer(writer, compression, cache, opts)?;
+        let blob = self.finish_layer(writer)?;
         cache.put_layer(&key, &blob)?;
         self.push("sources", "stackbuild: sources".into(), blob, true);
         Ok(())
@@ -328,7 +339,7 @@ impl PlatformBuilder<'_> {
             added = bytecode.compile(stage.path(), scheme, epoch, &key)?;
             writer.add_dir(stage.path(), "")?;
         }
-        let blob = finish_layer(writer, compression, cache, opts)?;
+        let blob = self.finish_layer(writer)?;
         cache.put_layer(&key, &blob)?;
         self.push("config", "stackbuild: patches and configuration".into(), blob, true);
         self.note_bytecode(bytecode, &key, added);

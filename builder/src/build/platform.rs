@@ -7,10 +7,10 @@ use std::path::Path;
 
 use stackcontract::image::Component;
 
-use super::{BuildOptions, LayerReport, LayerSource};
+use super::{BuildError, BuildOptions, LayerReport, LayerSource};
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, LayerKey};
-use crate::layer::Compression;
+use crate::layer::{Compression, LayerWriter};
 use crate::lock::Lock;
 use crate::platform::Platform;
 use crate::recipe::Recipe;
@@ -39,6 +39,8 @@ pub(super) struct PlatformBuilder<'a> {
     /// system time 53 s -> 36 s, build 90 s -> 87 s on the 2-core VM). A killed build's
     /// stages are removed by the next one (`Cache::clean_temps`).
     pub(super) spent_stages: Vec<tempfile::TempDir>,
+    /// The uncompressed tar of the layer just finished, for `loader` with the layer's push.
+    spooled: Option<crate::load::SpooledTar>,
 }
 
 impl<'a> PlatformBuilder<'a> {
@@ -64,7 +66,33 @@ impl<'a> PlatformBuilder<'a> {
             components: Vec::new(),
             loader: None,
             spent_stages: Vec::new(),
+            spooled: None,
         }
+    }
+
+    /// Finishes a layer the build wrote, the audit reading it as it is written
+    /// ([`crate::audit::LayerTap`]) instead of inflating its blob again, unless the audit is
+    /// off; with `--load` and a compressed layer, its tar is also kept for the daemon
+    /// ([`crate::load::TarSpool`]) until [`PlatformBuilder::push`].
+    pub(super) fn finish_layer(&mut self, mut writer: LayerWriter) -> Result<LayerBlob, BuildError> {
+        let spool = self
+            .loader
+            .filter(|_| self.compression != Compression::None)
+            .and_then(|_| crate::load::TarSpool::create(self.cache));
+        // A spool whose writer cannot be made gives no tar (`TarSpool::finish`).
+        if let Some(w) = spool.as_ref().and_then(|s| s.writer().ok()) {
+            writer = writer.with_tap(w);
+        }
+        let blob = if self.opts.audit {
+            let mut tap = crate::audit::LayerTap::spawn();
+            let blob = writer.with_tap(tap.writer()).finish(self.compression)?;
+            tap.store(&crate::audit::LayerTap::cache_dir(self.cache.root()), &blob.digest);
+            blob
+        } else {
+            writer.finish(self.compression)?
+        };
+        self.spooled = spool.and_then(|s| s.finish(&blob));
+        Ok(blob)
     }
 
     /// Appends a layer, built in this run or reused from the cache.
@@ -72,7 +100,7 @@ impl<'a> PlatformBuilder<'a> {
         let source = LayerSource::of(&blob, built, self.cache);
         tracing::info!("layer {name:<8} {} {} ({} bytes)", source.verb(), blob.digest, blob.size);
         if let Some(loader) = self.loader {
-            loader.layer(&blob);
+            loader.layer(&blob, self.spooled.take().filter(|t| t.diff_id == blob.diff_id));
         }
         self.layers.push((
             LayerReport {

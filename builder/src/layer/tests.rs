@@ -540,3 +540,30 @@ fn oversized_names_are_refused_before_their_parents_are_made() {
     let name = format!("{}/{}", "y".repeat(255), "z/".repeat(1500) + "f");
     w.add_tar(&pax_path(&name, "innocent")[..], &TarImport::default()).unwrap();
 }
+
+/// A writer whose bytes can be read after it is handed away.
+#[derive(Clone, Default)]
+struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn every_tap_gets_the_whole_tar() {
+    let (_dir, cache) = cache();
+    let (a, b) = (Shared::default(), Shared::default());
+    let mut w = LayerWriter::new(&cache, 0);
+    w.add_file("etc/a", b"a file".to_vec(), 0o644).unwrap();
+    let blob = w.with_tap(a.clone()).with_tap(b.clone()).finish(Compression::Gzip).unwrap();
+    let tar = tar_bytes(&blob);
+    assert_eq!(*a.0.lock().unwrap(), tar);
+    assert_eq!(*b.0.lock().unwrap(), tar);
+}

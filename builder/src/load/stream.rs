@@ -14,15 +14,18 @@
 //! removed by the next `--load` of the same image (or `docker image prune --filter
 //! label=io.stackbuild.partial`). Anything that goes wrong on the way falls back to sending
 //! the whole image at the end, as `docker load` would.
+//!
+//! A layer built in this run goes in as its uncompressed tar when the build kept a copy
+//! ([`super::TarSpool`]); a reused one as its blob.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use super::{describe, image_layers, Daemon, LoadError};
+use super::{describe, image_layers, Daemon, LoadError, SpooledTar};
 use crate::blob::{sha256_bytes, LayerBlob};
-use crate::oci::{Archive, Image};
+use crate::oci::{Archive, Image, LayerFile};
 use crate::platform::Platform;
 
 /// The label of the untagged images holding the layers loaded so far; its value is the image's
@@ -31,7 +34,7 @@ pub const PARTIAL_LABEL: &str = "io.stackbuild.partial";
 
 /// Loads an image into the local Docker daemon layer by layer as the build writes them.
 pub struct Loader {
-    queue: Option<mpsc::Sender<LayerBlob>>,
+    queue: Option<mpsc::Sender<(LayerBlob, Option<SpooledTar>)>>,
     worker: Option<JoinHandle<Worker>>,
     reference: String,
 }
@@ -43,6 +46,8 @@ struct Worker {
     platform: Platform,
     /// The image's layers so far, base first.
     chain: Vec<LayerBlob>,
+    /// Uncompressed tars of layers of `chain` not loaded yet, by blob digest.
+    tars: HashMap<String, SpooledTar>,
     /// How many of `chain` the daemon holds.
     in_daemon: usize,
     /// The `diff_ids` of the image the daemon had under this name before: a common prefix of
@@ -65,19 +70,21 @@ impl Loader {
             reference: reference.to_owned(),
             platform,
             chain: Vec::new(),
+            tars: HashMap::new(),
             in_daemon: 0,
             partials: Vec::new(),
             failed: false,
         };
         worker.remove_leftovers();
-        let (tx, rx) = mpsc::channel::<LayerBlob>();
+        let (tx, rx) = mpsc::channel::<(LayerBlob, Option<SpooledTar>)>();
         let handle = std::thread::Builder::new()
             .name("load".into())
             .spawn(move || {
                 while let Ok(first) = rx.recv() {
-                    worker.chain.push(first);
                     // Layers written while the last load ran go in together.
-                    worker.chain.extend(rx.try_iter());
+                    for (blob, tar) in std::iter::once(first).chain(rx.try_iter()) {
+                        worker.add(blob, tar);
+                    }
                     worker.load_written();
                 }
                 worker
@@ -90,11 +97,12 @@ impl Loader {
         Ok(Self { queue: Some(tx), worker: Some(handle), reference: reference.to_owned() })
     }
 
-    /// The build wrote (or reused) the next layer of the image.
-    pub fn layer(&self, blob: &LayerBlob) {
+    /// The build wrote (or reused) the next layer of the image; `tar` is its uncompressed tar
+    /// if the build kept one.
+    pub fn layer(&self, blob: &LayerBlob, tar: Option<SpooledTar>) {
         if let Some(queue) = &self.queue {
             // A worker that is gone failed; `finish` then loads everything.
-            let _ = queue.send(blob.clone());
+            let _ = queue.send((blob.clone(), tar));
         }
     }
 
@@ -129,6 +137,14 @@ impl Drop for Loader {
 }
 
 impl Worker {
+    /// Appends a layer to the chain.
+    fn add(&mut self, blob: LayerBlob, tar: Option<SpooledTar>) {
+        if let Some(tar) = tar.filter(|t| t.diff_id == blob.diff_id && !self.failed) {
+            self.tars.insert(blob.digest.clone(), tar);
+        }
+        self.chain.push(blob);
+    }
+
     /// Loads the layers written so far as a partial image.
     fn load_written(&mut self) {
         let n = self.chain.len();
@@ -136,18 +152,27 @@ impl Worker {
         let from = self.in_daemon.max(known).min(n);
         if self.failed || from == n {
             self.in_daemon = from;
+            self.tars.clear();
             return;
         }
+        let uncompressed = self.tars.len();
         let result = self.partial_config().and_then(|config| {
             let id = sha256_bytes(&config);
+            let files: Vec<LayerFile<'_>> = self.chain.iter().map(|l| self.file(l)).collect();
             let archive =
-                Archive::docker(config, &self.chain, Vec::new())?.without_layers(&skip(&self.chain, from));
+                Archive::docker_of(config, &files, Vec::new())?.without_layers(&skip(&self.chain, from));
             self.daemon.load(&archive, &describe(&self.reference, Some(n)))?;
             Ok(id)
         });
+        // Loaded or not, the tars are not needed again: the end sends blobs.
+        self.tars.clear();
         match result {
             Ok(id) => {
-                tracing::debug!("docker holds layers {}..{n} of {} ({id})", from + 1, self.reference);
+                tracing::debug!(
+                    "docker holds layers {}..{n} of {} ({id}; {uncompressed} sent as uncompressed tars)",
+                    from + 1,
+                    self.reference
+                );
                 self.partials.push(id);
                 self.in_daemon = n;
             }
@@ -155,6 +180,17 @@ impl Worker {
                 tracing::warn!("loading layers into Docker as they are written failed ({e}); the image goes in whole at the end");
                 self.failed = true;
             }
+        }
+    }
+
+    /// The file that carries `layer` into the daemon: its uncompressed tar if there is one.
+    fn file<'a>(&'a self, layer: &'a LayerBlob) -> LayerFile<'a> {
+        match self.tars.get(&layer.digest) {
+            Some(tar) => {
+                let (path, size) = tar.file();
+                LayerFile { blob: &layer.digest, digest: &layer.diff_id, path, size }
+            }
+            None => LayerFile::blob(layer),
         }
     }
 

@@ -45,6 +45,29 @@ enum Member {
     File(PathBuf, u64),
 }
 
+/// The file a Docker archive holds for a layer. Docker's loader reads a layer's file whatever
+/// its name, inflates it if it is compressed and checks what it read against the config's
+/// `diff_ids` (`image/tarexport/load.go` in moby); an uncompressed tar spares it the inflating.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerFile<'a> {
+    /// The layer's blob digest (what [`Archive::without_layers`] names it by).
+    pub blob: &'a str,
+    /// The digest of the file's bytes, which names it in the archive: the blob digest, or the
+    /// `diff_id` for the uncompressed tar.
+    pub digest: &'a str,
+    /// Where the file is.
+    pub path: &'a Path,
+    /// Its size.
+    pub size: u64,
+}
+
+impl<'a> LayerFile<'a> {
+    /// The layer's blob.
+    pub fn blob(layer: &'a LayerBlob) -> Self {
+        Self { blob: &layer.digest, digest: &layer.digest, path: &layer.path, size: layer.size }
+    }
+}
+
 /// The members of an image archive, by name (the order they are written in).
 #[derive(Clone, Debug)]
 pub struct Archive {
@@ -87,21 +110,31 @@ impl Archive {
     }
 
     /// What Docker's classic image store reads and nothing more: the config, `manifest.json`
-    /// and the layers. The manifest digest of such an archive is empty.
+    /// and the layers' blobs. The manifest digest of such an archive is empty.
     pub fn docker(config: Vec<u8>, layers: &[LayerBlob], repo_tags: Vec<String>) -> Result<Self, OciError> {
+        let files: Vec<LayerFile<'_>> = layers.iter().map(LayerFile::blob).collect();
+        Self::docker_of(config, &files, repo_tags)
+    }
+
+    /// [`Archive::docker`] with each layer's file given: its blob or its uncompressed tar.
+    pub fn docker_of(
+        config: Vec<u8>,
+        layers: &[LayerFile<'_>],
+        repo_tags: Vec<String>,
+    ) -> Result<Self, OciError> {
         let config_name = blob_name(&crate::blob::sha256_bytes(&config))?;
         let mut members = BTreeMap::new();
         let mut names = BTreeMap::new();
         // A layer used twice is stored once.
         for layer in layers {
-            let name = blob_name(&layer.digest)?;
-            members.insert(name.clone(), Member::File(layer.path.clone(), layer.size));
-            names.insert(layer.digest.clone(), name);
+            let name = blob_name(layer.digest)?;
+            members.insert(name.clone(), Member::File(layer.path.to_owned(), layer.size));
+            names.insert(layer.blob.to_owned(), name);
         }
         let legacy = [DockerSaveEntry {
             config: config_name.clone(),
             repo_tags,
-            layers: layers.iter().map(|l| blob_name(&l.digest)).collect::<Result<_, _>>()?,
+            layers: layers.iter().map(|l| blob_name(l.digest)).collect::<Result<_, _>>()?,
         }];
         members.insert("manifest.json".into(), Member::Bytes(to_json("manifest.json", &legacy)?));
         members.insert(config_name, Member::Bytes(config));
