@@ -446,6 +446,11 @@ impl LayerWriter {
         self.resolve_hardlinks()
     }
 
+    /// Bytes of file contents so far (the tar adds headers and padding).
+    pub fn content_size(&self) -> u64 {
+        self.entries.values().map(|n| if let Kind::File(d) = &n.kind { d.len() } else { 0 }).sum()
+    }
+
     /// Number of entries so far (implied directories included).
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -854,9 +859,7 @@ impl LayerWriter {
         let tmp_path = tmp.path().to_path_buf();
         let write_err = io_err("writing", &tmp_path);
 
-        let total: u64 =
-            self.entries.values().map(|n| if let Kind::File(d) = &n.kind { d.len() } else { 0 }).sum();
-        let bar = crate::progress::Progress::bytes(total, "writing layer");
+        let bar = crate::progress::Progress::bytes(self.content_size(), "writing layer");
 
         let blob_out = Hashing::new(BufWriter::with_capacity(1 << 20, &tmp.file));
         let encoder =

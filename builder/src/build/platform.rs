@@ -78,7 +78,7 @@ impl<'a> PlatformBuilder<'a> {
         let spool = self
             .loader
             .filter(|_| self.compression != Compression::None)
-            .and_then(|_| crate::load::TarSpool::create(self.cache));
+            .and_then(|_| crate::load::TarSpool::create(self.cache, writer.content_size()));
         // A spool whose writer cannot be made gives no tar (`TarSpool::finish`).
         if let Some(w) = spool.as_ref().and_then(|s| s.writer().ok()) {
             writer = writer.with_tap(w);

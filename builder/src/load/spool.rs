@@ -16,6 +16,9 @@ use std::sync::{Arc, OnceLock};
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, TempFile};
 
+/// Free space a spool leaves besides itself and the layer's blob.
+pub const SPOOL_MARGIN: u64 = 1 << 30;
+
 /// A spool being written: [`TarSpool::writer`] is the layer writer's tap.
 pub struct TarSpool {
     file: TempFile,
@@ -33,13 +36,25 @@ pub struct SpooledTar {
 }
 
 impl TarSpool {
-    /// A new spool in the cache's temporary directory; `None` (and the layer goes in as its
-    /// blob) when it cannot be created.
-    pub fn create(cache: &Cache) -> Option<Self> {
-        match cache.temp_file() {
-            Ok(file) => Some(Self { file, written: Arc::default() }),
+    /// A new spool in the cache's temporary directory for a tar of about `size` bytes; `None`
+    /// (and the layer goes in as its blob) when it cannot be created, or when the file system
+    /// lacks room for it and the blob with [`SPOOL_MARGIN`] to spare: a spool must never be
+    /// what fills the disk under the build.
+    pub fn create(cache: &Cache, size: u64) -> Option<Self> {
+        let file = match cache.temp_file() {
+            Ok(file) => file,
             Err(e) => {
                 tracing::debug!("no uncompressed copy of the layer for --load: {e}");
+                return None;
+            }
+        };
+        let free = rustix::fs::fstatvfs(&file.file).map(|s| s.f_bavail.saturating_mul(s.f_frsize));
+        match free {
+            Ok(free) if free >= size.saturating_mul(2).saturating_add(SPOOL_MARGIN) => {
+                Some(Self { file, written: Arc::default() })
+            }
+            _ => {
+                tracing::debug!("no uncompressed copy of the layer for --load: {free:?} bytes free");
                 None
             }
         }
@@ -118,7 +133,7 @@ mod tests {
     fn holds_what_was_written_until_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path()).unwrap();
-        let spool = TarSpool::create(&cache).unwrap();
+        let spool = TarSpool::create(&cache, 9).unwrap();
         let mut w = spool.writer().unwrap();
         w.write_all(b"tar bytes").unwrap();
         drop(w);
@@ -132,10 +147,19 @@ mod tests {
     }
 
     #[test]
+    fn no_spool_that_would_fill_the_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        assert!(TarSpool::create(&cache, u64::MAX / 2).is_none());
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("tmp")).unwrap().collect();
+        assert!(left.is_empty(), "its temporary file is gone: {left:?}");
+    }
+
+    #[test]
     fn a_writer_still_open_gives_no_tar() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path()).unwrap();
-        let spool = TarSpool::create(&cache).unwrap();
+        let spool = TarSpool::create(&cache, 9).unwrap();
         let _w = spool.writer().unwrap();
         assert!(spool.finish(&blob()).is_none());
     }
