@@ -392,7 +392,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     }
     // `--load` takes each layer of the host's image into the daemon as soon as it is written.
     let mut loader = match archived.filter(|_| opts.load) {
-        Some(i) => Some(crate::load::Loader::start(&reference, recipe.image.platforms[i])?),
+        Some(i) => Some(crate::load::Loader::start(&reference, recipe.image.platforms[i], &cache)?),
         None => None,
     };
     let mut builds = Vec::with_capacity(recipe.image.platforms.len());

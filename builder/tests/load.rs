@@ -1,7 +1,7 @@
 //! `--load` into a real dockerd: the layers go in as they are written (as untagged partial
 //! images), the image comes out under its name with exactly the layout's layers, and no
 //! partial image is left behind, whether the build succeeds, is rebuilt with one layer changed,
-//! or fails after some layers went in.
+//! or fails after some layers went in; zstd layers go in too (Docker 20.10 reads no zstd).
 
 use std::path::Path;
 use std::process::Command;
@@ -122,6 +122,23 @@ fn load_streams_layers_and_leaves_no_partial_images() {
     assert!(!failed.out.status.success(), "the patch cannot apply");
     assert_eq!(docker(&["images", "-aq", "--filter", PARTIAL]), "", "partial images removed after a failure");
     assert_eq!(docker(&["run", "--rm", "--network", "none", reference]), "second");
+
+    // zstd layers, which Docker before 23.0 cannot read: those the build writes go in as their
+    // uncompressed tars, and those reused from the cache (all of them here, after a build
+    // without --load) are decompressed into one first.
+    let _ = Command::new(DOCKER).args(["rmi", "-f", reference]).output();
+    let zstd = tmp.path().join("zstd");
+    ok(&build(&recipe(tmp.path(), "zstd\n", find), &cache, &zstd, &["--compression", "zstd"]));
+    let reused =
+        build(&recipe(tmp.path(), "zstd\n", find), &cache, &zstd, &["--compression", "zstd", "--load"]);
+    ok(&reused);
+    let stderr = String::from_utf8_lossy(&reused.out.stderr);
+    assert!(!stderr.contains("whole"), "no fallback to a whole-image load: {stderr}");
+    assert_eq!(docker(&["run", "--rm", "--network", "none", reference]), "zstd");
+    assert_eq!(docker_diff_ids(reference), layout_diff_ids(&zstd));
+    assert_eq!(docker(&["images", "-aq", "--filter", PARTIAL]), "");
+    let left: Vec<_> = std::fs::read_dir(cache.join("tmp")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.is_empty(), "nothing left in the cache's tmp/: {left:?}");
 
     // The first image lost its name to the second, as with `docker load`; both go.
     let _ = Command::new(DOCKER).args(["rmi", "-f", reference, &first_id]).output();

@@ -7,7 +7,9 @@
 //! while the build itself holds the same bytes uncompressed for a moment anyway (it hashes them
 //! for the `diff_id`). Writing them once more into the page cache costs a few seconds of system
 //! time; the spool is removed as soon as the daemon holds the layer, usually before it reaches
-//! the disk. A zstd layer built in the run goes in this way too (Docker 20.10 reads no zstd).
+//! the disk. Docker before 23.0 reads no zstd layer at all: a zstd layer goes in this way too,
+//! and one reused from the cache is decompressed into a spool first
+//! ([`TarSpool::of_zstd_blob`]).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -15,6 +17,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, TempFile};
+use crate::layer::Compression;
 
 /// Free space a spool leaves besides itself and the layer's blob.
 pub const SPOOL_MARGIN: u64 = 1 << 30;
@@ -58,6 +61,25 @@ impl TarSpool {
                 None
             }
         }
+    }
+
+    /// The uncompressed tar of a zstd blob the build did not write in this run (one reused
+    /// from the cache): Docker before 23.0 reads no zstd layer, and refuses the archive with
+    /// nothing more than "stream error". Four times the blob is taken as the tar's size for the
+    /// room check (zstd -3 makes about a third of a layer of libraries). `None` for any other
+    /// blob, or when the blob cannot be read whole: the blob is sent then.
+    pub fn of_zstd_blob(cache: &Cache, blob: &LayerBlob) -> Option<SpooledTar> {
+        if Compression::from_media_type(&blob.media_type) != Some(Compression::Zstd) {
+            return None;
+        }
+        let spool = Self::create(cache, blob.size.saturating_mul(4))?;
+        let file = crate::input::open_regular(&blob.path, "layer blob").ok()?;
+        let mut tar = Compression::Zstd.decoder(io::Read::take(file, blob.size)).ok()?;
+        let mut writer = spool.writer().ok()?;
+        // A short or corrupt blob gives no tar (the spool is removed on return), not a short one.
+        io::copy(&mut tar, &mut writer).ok()?;
+        drop(writer);
+        spool.finish(blob)
     }
 
     /// The writer to give the layer writer as its tap ([`crate::layer::LayerWriter::with_tap`]).

@@ -23,8 +23,9 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use super::{describe, image_layers, Daemon, LoadError, SpooledTar};
+use super::{describe, image_layers, Daemon, LoadError, SpooledTar, TarSpool};
 use crate::blob::{sha256_bytes, LayerBlob};
+use crate::cache::Cache;
 use crate::oci::{Archive, Image, LayerFile};
 use crate::platform::Platform;
 
@@ -44,6 +45,8 @@ struct Worker {
     daemon: Daemon,
     reference: String,
     platform: Platform,
+    /// Where spools go.
+    cache: Cache,
     /// The image's layers so far, base first.
     chain: Vec<LayerBlob>,
     /// Uncompressed tars of layers of `chain` not loaded yet, by blob digest.
@@ -61,14 +64,15 @@ struct Worker {
 
 impl Loader {
     /// Connects to the daemon (failing now rather than after the build) and starts the thread
-    /// that loads the layers of `reference`'s image for `platform`.
-    pub fn start(reference: &str, platform: Platform) -> Result<Self, LoadError> {
+    /// that loads the layers of `reference`'s image for `platform`; spools go into `cache`.
+    pub fn start(reference: &str, platform: Platform, cache: &Cache) -> Result<Self, LoadError> {
         let daemon = Daemon::connect(Path::new(reference))?;
         let mut worker = Worker {
             present: image_layers(&daemon, reference),
             daemon,
             reference: reference.to_owned(),
             platform,
+            cache: cache.clone(),
             chain: Vec::new(),
             tars: HashMap::new(),
             in_daemon: 0,
@@ -154,6 +158,13 @@ impl Worker {
             self.in_daemon = from;
             self.tars.clear();
             return;
+        }
+        for layer in &self.chain[from..] {
+            if !self.tars.contains_key(&layer.digest) {
+                if let Some(tar) = TarSpool::of_zstd_blob(&self.cache, layer) {
+                    self.tars.insert(layer.digest.clone(), tar);
+                }
+            }
         }
         let uncompressed = self.tars.len();
         let result = self.partial_config().and_then(|config| {
