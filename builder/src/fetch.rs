@@ -249,18 +249,10 @@ fn download(
     // `--no-cache-dir`: the cache keeps every wheel verified by its hash (`find_present`), so
     // pip's HTTP cache would only be a second copy of each download, written as it arrives:
     // torch 2.1.0's 670 MB wheel took 7.5 s of CPU with it and 4.2 s without (`time`, pip 23.2).
-    cmd.args([
-        "-m",
-        "pip",
-        "download",
-        "--no-cache-dir",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--require-hashes",
-    ])
-    .args(["--disable-pip-version-check", "--no-input", "--progress-bar", "off"])
-    .args(["--implementation", "cp", "--python-version", &target.python_minor()])
-    .args(["--abi", &target.python_tag(), "--abi", "abi3", "--abi", "none"]);
+    cmd.args(["-m", "pip", "download", "--no-cache-dir", "--no-deps", "--only-binary=:all:"])
+        .args(["--require-hashes", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"])
+        .args(["--implementation", "cp", "--python-version", &target.python_minor()])
+        .args(["--abi", &target.python_tag(), "--abi", "abi3", "--abi", "none"]);
     for tag in target.platform_tags() {
         cmd.args(["--platform", &tag]);
     }

@@ -29,6 +29,12 @@ fn docker_diff_ids(reference: &str) -> Vec<String> {
     serde_json::from_str(&json).unwrap()
 }
 
+/// The layers' uncompressed copies for the daemon (`load::TarSpool`) are gone.
+fn assert_no_spools(cache: &Path) {
+    let left: Vec<_> = std::fs::read_dir(cache.join("tmp")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.is_empty(), "nothing left in the cache's tmp/: {left:?}");
+}
+
 fn recipe(dir: &Path, message: &str, find: &str) -> std::path::PathBuf {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -97,9 +103,7 @@ fn load_streams_layers_and_leaves_no_partial_images() {
     assert_eq!(docker(&["run", "--rm", "--network", "none", reference]), "first");
     assert_eq!(docker_diff_ids(reference), layout_diff_ids(&layout), "dockerd holds the layout's layers");
     assert_eq!(docker(&["images", "-aq", "--filter", PARTIAL]), "", "partial images removed");
-    // The layers' uncompressed copies for the daemon (`load::TarSpool`) are gone too.
-    let left: Vec<_> = std::fs::read_dir(cache.join("tmp")).unwrap().map(|e| e.unwrap().path()).collect();
-    assert!(left.is_empty(), "nothing left in the cache's tmp/: {left:?}");
+    assert_no_spools(&cache);
     let first_id = docker(&["image", "inspect", "--format", "{{.Id}}", reference]);
 
     // One layer changed: only it (and what follows) is sent, and the image is replaced.
@@ -137,8 +141,7 @@ fn load_streams_layers_and_leaves_no_partial_images() {
     assert_eq!(docker(&["run", "--rm", "--network", "none", reference]), "zstd");
     assert_eq!(docker_diff_ids(reference), layout_diff_ids(&zstd));
     assert_eq!(docker(&["images", "-aq", "--filter", PARTIAL]), "");
-    let left: Vec<_> = std::fs::read_dir(cache.join("tmp")).unwrap().map(|e| e.unwrap().path()).collect();
-    assert!(left.is_empty(), "nothing left in the cache's tmp/: {left:?}");
+    assert_no_spools(&cache);
 
     // The first image lost its name to the second, as with `docker load`; both go.
     let _ = Command::new(DOCKER).args(["rmi", "-f", reference, &first_id]).output();
