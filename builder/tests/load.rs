@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 mod common;
-use common::{build, have, ok, six_patch};
+use common::{build, have, ok, six_patch, Built};
 use test_support::tools::{dockerd_answers, DOCKER};
 
 const PARTIAL: &str = "label=io.stackbuild.partial";
@@ -29,8 +29,16 @@ fn docker_diff_ids(reference: &str) -> Vec<String> {
     serde_json::from_str(&json).unwrap()
 }
 
-/// The layers' uncompressed copies for the daemon (`load::TarSpool`) are gone.
-fn assert_no_spools(cache: &Path) {
+/// `built` loaded the image of `layout` into dockerd as `reference`, layer by layer (no
+/// fallback to a whole-image load), and it prints `says`; no partial image and none of the
+/// layers' uncompressed copies for the daemon (`load::TarSpool`) are left.
+fn assert_loaded(built: &Built, reference: &str, layout: &Path, cache: &Path, says: &str) {
+    ok(built);
+    let stderr = String::from_utf8_lossy(&built.out.stderr);
+    assert!(!stderr.contains("whole"), "no fallback to a whole-image load: {stderr}");
+    assert_eq!(docker(&["run", "--rm", "--network", "none", reference]), says);
+    assert_eq!(docker_diff_ids(reference), layout_diff_ids(layout), "dockerd holds the layout's layers");
+    assert_eq!(docker(&["images", "-aq", "--filter", PARTIAL]), "", "partial images removed");
     let left: Vec<_> = std::fs::read_dir(cache.join("tmp")).unwrap().map(|e| e.unwrap().path()).collect();
     assert!(left.is_empty(), "nothing left in the cache's tmp/: {left:?}");
 }
@@ -97,23 +105,12 @@ fn load_streams_layers_and_leaves_no_partial_images() {
     let find = r#"__version__ = "1.16.0""#;
 
     let first = build(&recipe(tmp.path(), "first\n", find), &cache, &layout, &["--load"]);
-    ok(&first);
-    let stderr = String::from_utf8_lossy(&first.out.stderr);
-    assert!(!stderr.contains("whole"), "no fallback to a whole-image load: {stderr}");
-    assert_eq!(docker(&["run", "--rm", "--network", "none", reference]), "first");
-    assert_eq!(docker_diff_ids(reference), layout_diff_ids(&layout), "dockerd holds the layout's layers");
-    assert_eq!(docker(&["images", "-aq", "--filter", PARTIAL]), "", "partial images removed");
-    assert_no_spools(&cache);
+    assert_loaded(&first, reference, &layout, &cache, "first");
     let first_id = docker(&["image", "inspect", "--format", "{{.Id}}", reference]);
 
     // One layer changed: only it (and what follows) is sent, and the image is replaced.
     let second = build(&recipe(tmp.path(), "second\n", find), &cache, &layout, &["--load"]);
-    ok(&second);
-    let stderr = String::from_utf8_lossy(&second.out.stderr);
-    assert!(!stderr.contains("whole"), "no fallback to a whole-image load: {stderr}");
-    assert_eq!(docker(&["run", "--rm", "--network", "none", reference]), "second");
-    assert_eq!(docker_diff_ids(reference), layout_diff_ids(&layout));
-    assert_eq!(docker(&["images", "-aq", "--filter", PARTIAL]), "");
+    assert_loaded(&second, reference, &layout, &cache, "second");
 
     // A build that fails after its first layers went in leaves nothing behind, and the image
     // of the last good build keeps its name.
@@ -135,13 +132,7 @@ fn load_streams_layers_and_leaves_no_partial_images() {
     ok(&build(&recipe(tmp.path(), "zstd\n", find), &cache, &zstd, &["--compression", "zstd"]));
     let reused =
         build(&recipe(tmp.path(), "zstd\n", find), &cache, &zstd, &["--compression", "zstd", "--load"]);
-    ok(&reused);
-    let stderr = String::from_utf8_lossy(&reused.out.stderr);
-    assert!(!stderr.contains("whole"), "no fallback to a whole-image load: {stderr}");
-    assert_eq!(docker(&["run", "--rm", "--network", "none", reference]), "zstd");
-    assert_eq!(docker_diff_ids(reference), layout_diff_ids(&zstd));
-    assert_eq!(docker(&["images", "-aq", "--filter", PARTIAL]), "");
-    assert_no_spools(&cache);
+    assert_loaded(&reused, reference, &zstd, &cache, "zstd");
 
     // The first image lost its name to the second, as with `docker load`; both go.
     let _ = Command::new(DOCKER).args(["rmi", "-f", reference, &first_id]).output();

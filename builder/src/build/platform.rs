@@ -100,7 +100,7 @@ impl<'a> PlatformBuilder<'a> {
         let source = LayerSource::of(&blob, built, self.cache);
         tracing::info!("layer {name:<8} {} {} ({} bytes)", source.verb(), blob.digest, blob.size);
         if let Some(loader) = self.loader {
-            loader.layer(&blob, self.spooled.take().filter(|t| t.diff_id == blob.diff_id));
+            loader.layer(&blob, self.spooled.take());
         }
         self.layers.push((
             LayerReport {

@@ -171,7 +171,7 @@ impl Worker {
             let id = sha256_bytes(&config);
             let files: Vec<LayerFile<'_>> = self.chain.iter().map(|l| self.file(l)).collect();
             let archive =
-                Archive::docker_of(config, &files, Vec::new())?.without_layers(&skip(&self.chain, from));
+                Archive::docker(config, &files, Vec::new())?.without_layers(&skip(&self.chain, from));
             self.daemon.load(&archive, &describe(&self.reference, Some(n)))?;
             Ok(id)
         });

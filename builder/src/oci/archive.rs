@@ -99,7 +99,8 @@ impl Archive {
             manifests: vec![image.index_descriptor(&docs, annotations)],
             annotations: BTreeMap::new(),
         };
-        let mut archive = Self::docker(docs.config, &image.layers, vec![full])?;
+        let files: Vec<LayerFile<'_>> = image.layers.iter().map(LayerFile::blob).collect();
+        let mut archive = Self::docker(docs.config, &files, vec![full])?;
         archive.manifest_digest.clone_from(&docs.manifest_digest);
         let members = &mut archive.members;
         members.insert(blob_name(&docs.manifest_digest)?, Member::Bytes(docs.manifest));
@@ -110,14 +111,9 @@ impl Archive {
     }
 
     /// What Docker's classic image store reads and nothing more: the config, `manifest.json`
-    /// and the layers' blobs. The manifest digest of such an archive is empty.
-    pub fn docker(config: Vec<u8>, layers: &[LayerBlob], repo_tags: Vec<String>) -> Result<Self, OciError> {
-        let files: Vec<LayerFile<'_>> = layers.iter().map(LayerFile::blob).collect();
-        Self::docker_of(config, &files, repo_tags)
-    }
-
-    /// [`Archive::docker`] with each layer's file given: its blob or its uncompressed tar.
-    pub fn docker_of(
+    /// and each layer's file (its blob or its uncompressed tar). The manifest digest of such an
+    /// archive is empty.
+    pub fn docker(
         config: Vec<u8>,
         layers: &[LayerFile<'_>],
         repo_tags: Vec<String>,
