@@ -114,6 +114,43 @@ impl DeviceSelection {
         }
     }
 
+    /// The GPUs the CDI device names `names` select (`nvidia.com/gpu=0`, `nvidia.com/mig=0:1`,
+    /// as the Kubernetes device plugin's `cdi-annotations` strategy writes them), `None` when
+    /// none of them is an NVIDIA GPU or MIG device: a CDI name of another kind (a NIC, an IMEX
+    /// channel, a DRA claim's opaque device) asks for no GPU.
+    pub fn from_cdi_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
+        let gpus: Vec<&str> = names
+            .into_iter()
+            .map(str::trim)
+            .filter(|n| n.contains('/') && !matches!(entry(n), Entry::NotGpu))
+            .collect();
+        if gpus.is_empty() {
+            Self::None
+        } else {
+            Self::parse(Some(&gpus.join(",")))
+        }
+    }
+
+    /// Both selections together: `all` in either wins, then the devices of both in order
+    /// (without repeats), then `none`.
+    #[must_use]
+    pub fn union(self, other: Self) -> Self {
+        match (self, other) {
+            (Self::All, _) | (_, Self::All) => Self::All,
+            (Self::List(mut a), Self::List(b)) => {
+                for id in b {
+                    if !a.contains(&id) {
+                        a.push(id);
+                    }
+                }
+                Self::List(a)
+            }
+            (l @ Self::List(_), _) | (_, l @ Self::List(_)) => l,
+            (Self::NoDevices, _) | (_, Self::NoDevices) => Self::NoDevices,
+            (Self::None, Self::None) => Self::None,
+        }
+    }
+
     /// Whether this is a GPU container, the condition for any check: some GPU is requested,
     /// or `none` (the driver without devices).
     pub fn any(&self) -> bool {
@@ -335,14 +372,18 @@ impl ContainerRequest {
     ///
     /// `privileged`: the container has `CAP_SYS_ADMIN` in its bounding set (NVIDIA's
     /// `IsPrivileged`), which `NVIDIA_MIG_CONFIG_DEVICES` and `NVIDIA_MIG_MONITOR_DEVICES` need.
+    ///
+    /// `given`: the GPUs the container was handed otherwise (device nodes, CDI annotations, read
+    /// by the hook from the final `config.json`), added to what the environment selects.
     pub fn for_start<'a>(
         env: impl IntoIterator<Item = &'a str>,
         annotations: &BTreeMap<String, String>,
         mount_devices: &[String],
+        given: DeviceSelection,
         privileged: bool,
     ) -> Result<Self, StartError> {
         let vars = env_map(env);
-        let selection = selection_of(&vars, mount_devices);
+        let selection = selection_of(&vars, mount_devices).union(given);
         let mut request = Self { selection, requirements: RequirementSet::default(), disabled: false };
         if !request.selection.any() {
             return Ok(request);
@@ -410,6 +451,22 @@ pub struct DerivedRequirement {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn union_and_cdi_names() {
+        use DeviceSelection as S;
+        let l = |ids: &[&str]| S::List(ids.iter().map(|s| (*s).to_owned()).collect());
+        assert_eq!(S::None.union(S::None), S::None);
+        assert_eq!(S::None.union(S::NoDevices), S::NoDevices);
+        assert_eq!(S::NoDevices.union(l(&["1"])), l(&["1"]));
+        assert_eq!(l(&["0", "1"]).union(l(&["1", "2"])), l(&["0", "1", "2"]));
+        assert_eq!(l(&["0"]).union(S::All), S::All);
+        assert_eq!(S::from_cdi_names(["nvidia.com/gpu=0", " nvidia.com/mig=1:0"]), l(&["0", "1:0"]));
+        assert_eq!(S::from_cdi_names(["vendor.com/net=eth0", "nvidia.com/imex-channel=0"]), S::None);
+        assert_eq!(S::from_cdi_names(["k8s.gpu.nvidia.com/device=gpu-0"]), S::None);
+        assert_eq!(S::from_cdi_names(["0", "all"]), S::None, "bare names are not CDI names");
+        assert_eq!(S::from_cdi_names(["nvidia.com/gpu=all"]), S::All);
+    }
 
     #[test]
     fn device_selection() {

@@ -28,6 +28,7 @@
 //! Codes are stable (`L1-NOUVEAU-LOADED`): scripts and tests match on them, people read the
 //! message.
 
+mod given;
 mod render;
 
 use std::path::Path;
@@ -38,6 +39,7 @@ use crate::contract::image::{ContainerRequest, DeviceSelection};
 use crate::contract::kb;
 use crate::contract::require::{CudaBound, Key, RequirementSet, Unsatisfied, Value};
 use crate::contract::version::{CudaVersion, DriverVersion};
+use crate::given::{Given, GpuSource};
 use crate::probe::{
     self, ChainEnd, GpuProbe, HostProbe, LibraryProbe, NodeState, Platform, UnresolvedDevice,
 };
@@ -207,6 +209,10 @@ pub struct Diagnosis {
     pub findings: Vec<Finding>,
     /// Layers whose checks were skipped because a lower layer failed.
     pub skipped: Vec<Layer>,
+    /// Where the GPU set came from (environment, device nodes, CDI annotation) and which GPUs
+    /// those were.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpu_sources: Vec<GpuSource>,
 }
 
 impl Diagnosis {
@@ -217,7 +223,7 @@ impl Diagnosis {
         } else {
             Verdict::Allow
         };
-        Self { verdict, host, findings, skipped }
+        Self { verdict, host, findings, skipped, gpu_sources: Vec::new() }
     }
 
     /// Block when any finding is an error.
@@ -278,21 +284,28 @@ pub struct Request {
     pub requirements: RequirementSet,
     /// `NVIDIA_DISABLE_REQUIRE` is set: requirements are reported as skipped.
     pub requirements_disabled: bool,
+    /// What the container was given (device nodes, driver libraries), checked against the host
+    /// for a stale CDI spec.
+    pub given: Given,
+    /// Where `selection` came from, for the report.
+    pub sources: Vec<GpuSource>,
 }
 
 impl Request {
     /// A request for `selection` with `requirements`.
     pub fn new(selection: DeviceSelection, requirements: RequirementSet) -> Self {
-        Self { selection, requirements, requirements_disabled: false }
+        Self {
+            selection,
+            requirements,
+            requirements_disabled: false,
+            given: Given::default(),
+            sources: Vec::new(),
+        }
     }
 
     /// The request a container's configuration makes.
     pub fn from_container(c: &ContainerRequest) -> Self {
-        Self {
-            selection: c.selection.clone(),
-            requirements: c.requirements.clone(),
-            requirements_disabled: c.disabled,
-        }
+        Self { requirements_disabled: c.disabled, ..Self::new(c.selection.clone(), c.requirements.clone()) }
     }
 }
 
@@ -307,10 +320,11 @@ pub fn diagnose(probe: &HostProbe, request: &Request) -> Diagnosis {
             Severity::Info,
             "no GPU requested (NVIDIA_VISIBLE_DEVICES unset, empty or void): nothing to check",
         ));
-        return Diagnosis::new(summary, c.out, Vec::new());
+        return c.finish(summary, Vec::new());
     }
     let driver_up = c.l1_driver();
     c.l2_libraries(driver_up);
+    c.l2_given(driver_up);
     let selected = match (driver_up, &request.selection) {
         (false, _) => Err(()),
         (true, DeviceSelection::NoDevices) => {
@@ -318,8 +332,8 @@ pub fn diagnose(probe: &HostProbe, request: &Request) -> Diagnosis {
                 "L3-NO-DEVICES",
                 Layer::L3Gpus,
                 Severity::Info,
-                "NVIDIA_VISIBLE_DEVICES=none: the container gets no GPU device but the driver's libraries, so \
-                 only the cuda and driver requirements apply",
+                "no GPU device (NVIDIA_VISIBLE_DEVICES=none, or only the driver's control and UVM nodes): the \
+                 container gets the driver's libraries, so only the cuda and driver requirements apply",
             ));
             Ok(Vec::new())
         }
@@ -347,7 +361,7 @@ pub fn diagnose(probe: &HostProbe, request: &Request) -> Diagnosis {
         c.l4_links(gpus);
     }
     let skipped = if driver_up { Vec::new() } else { vec![Layer::L3Gpus, Layer::L4Versions] };
-    Diagnosis::new(summary, c.out, skipped)
+    c.finish(summary, skipped)
 }
 
 /// `stackhook doctor`: probes `host_root`, checks the GPUs `gpus` selects (as
@@ -390,6 +404,12 @@ const ENROL_MOK: &str = "sign the nvidia modules with a Machine Owner Key and en
 impl<'a> Checks<'a> {
     fn push(&mut self, f: Finding) {
         self.out.push(f);
+    }
+
+    fn finish(self, summary: HostSummary, skipped: Vec<Layer>) -> Diagnosis {
+        let mut d = Diagnosis::new(summary, self.out, skipped);
+        d.gpu_sources.clone_from(&self.req.sources);
+        d
     }
 
     fn summary(&self) -> HostSummary {

@@ -11,6 +11,8 @@
 //! regular file stands in, which the probe reports as "not a character device", never as a
 //! device; [`FixtureHost::real_device_nodes`] tells tests whether node checks can be asserted.
 
+pub mod cdi;
+
 use std::fmt::Write as _;
 use std::fs;
 use std::io;

@@ -4,6 +4,7 @@
 //! the container's process and receive the same state. A non-zero exit blocks the start; the
 //! first stderr line is the verdict, which runc prints inside its own error message.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use std::time::Instant;
 
 use crate::contract::image::{ContainerRequest, StackManifest, STACK_JSON_PATH};
 use crate::diagnose::{self, Diagnosis, Request, Verdict};
+use crate::given::Given;
 use crate::oci::{Config, State};
 use crate::{probe, rootfs};
 
@@ -106,22 +108,60 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     annotations.extend(state.annotations.clone());
     let mount_devices = bundle_config.volume_mount_devices();
     let privileged = bundle_config.privileged();
-    let request =
-        match ContainerRequest::for_start(bundle_config.env(), &annotations, &mount_devices, privileged) {
-            Ok(r) => r,
-            Err(e) => return fail_closed(config, id, &e.to_string()),
-        };
+
+    // What the container was given, beyond its environment: device nodes (CDI, DRA, `--device`),
+    // CDI annotations. `proc/devices` tells GPU nodes from others; it is read only when the
+    // container has devices at all. A privileged container's nodes are every host device and ask
+    // for nothing (README, "Privileged containers").
+    let majors = if bundle_config.devices().is_empty() {
+        BTreeMap::new()
+    } else {
+        probe::char_majors(&config.host_root)
+    };
+    let mut given = Given::read(&bundle_config, &annotations, &majors);
+    let nodes_count = !given.by_privilege(privileged);
+    let mut host = None;
+    let mut given_selection = given.annotated_selection();
+    if nodes_count && (given.has_gpu_nodes() || given.has_driver_nodes()) {
+        let probed = probe::probe(&config.host_root);
+        given_selection = given_selection.union(given.node_selection(&probed));
+        host = Some(probed);
+    }
+    let request = match ContainerRequest::for_start(
+        bundle_config.env(),
+        &annotations,
+        &mount_devices,
+        given_selection,
+        privileged,
+    ) {
+        Ok(r) => r,
+        Err(e) => return fail_closed(config, id, &e.to_string()),
+    };
 
     // Fast path: not a GPU container means nothing to check (as NVIDIA's hook does), and the
     // host is not even probed (nor the requirements parsed: `for_start`).
     if !request.selection.any() {
-        write_report(config, id, "skipped", "no GPU requested", None, None, None, started);
+        let reason = if nodes_count {
+            "no GPU requested"
+        } else {
+            "no GPU requested (a privileged container: its device nodes are every host device, not a GPU request)"
+        };
+        write_report(config, id, "skipped", reason, None, None, None, started);
         return HookOutcome { code: 0, stderr: String::new() };
     }
 
     let stack = bundle_config.rootfs(&bundle).map(|root| read_stack(&root));
-    let host = probe::probe(&config.host_root);
-    let diagnosis = diagnose::diagnose(&host, &Request::from_container(&request));
+    let host = host.unwrap_or_else(|| probe::probe(&config.host_root));
+    let env_value = environment_value(&bundle_config, &mount_devices);
+    let sources = given.sources(env_value.as_ref().map(|(v, m)| (v.as_str(), *m)), Some(&host), nodes_count);
+    if !nodes_count {
+        given.nodes.clear();
+        given.misnumbered.clear();
+    }
+    let mut checked = Request::from_container(&request);
+    checked.given = given;
+    checked.sources = sources;
+    let diagnosis = diagnose::diagnose(&host, &checked);
     let mut text = String::new();
     let (stack, stack_note) = match stack {
         Some(Ok(s)) => (s, None),
@@ -158,6 +198,18 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
         text.clear();
     }
     HookOutcome { code, stderr: text }
+}
+
+/// `NVIDIA_VISIBLE_DEVICES` as the container has it (the last one set), or the device volume
+/// mounts' list when it points at them; with whether it was the mounts.
+fn environment_value(config: &Config, mount_devices: &[String]) -> Option<(String, bool)> {
+    let value = config.env().filter_map(|e| e.strip_prefix("NVIDIA_VISIBLE_DEVICES=")).last()?;
+    if value.split(',').any(|e| e.trim().starts_with(crate::contract::image::VOLUME_MOUNT_DEVICES_ROOT))
+        && !mount_devices.is_empty()
+    {
+        return Some((mount_devices.join(","), true));
+    }
+    Some((value.to_owned(), false))
 }
 
 /// Reads the image's `stack.json` through in-root resolution; a bad one is a note, never a
@@ -219,6 +271,9 @@ fn write_report(
         let _ = crate::atomic::write_atomic(&dir.join(format!("{safe}.json")), &json);
     }
 }
+
+#[cfg(test)]
+mod cdi_tests;
 
 #[cfg(test)]
 mod tests {

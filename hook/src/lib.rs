@@ -5,6 +5,8 @@
 //!   versions, requirement expressions, the knowledge base, what an image carries).
 //! - [`probe`]: what the host is, read from a host root (`/` or a fixture tree).
 //! - [`diagnose`]: findings, ordered by layer, each with a code, evidence and remedy.
+//! - [`given`]: what a container was given in its final `config.json` (GPU device nodes, CDI
+//!   annotations, driver library mounts), the GPU set under CDI and DRA.
 //! - [`fixture`]: fixture host trees for tests (this crate's and the end-to-end tests).
 //! - [`invoke`]: one hook invocation: state -> config -> request -> probe -> verdict.
 //! - [`rootfs`]: reads inside an untrusted container root without leaving it.
@@ -19,6 +21,7 @@ pub mod atomic;
 pub use stackcontract as contract;
 pub mod diagnose;
 pub mod fixture;
+pub mod given;
 pub mod install;
 pub mod invoke;
 pub mod labels;

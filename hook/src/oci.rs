@@ -109,9 +109,54 @@ pub struct Config {
     /// Annotations.
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
-    /// Mounts (only read for device volume mounts).
+    /// Mounts: device volume mounts, and the driver libraries a CDI spec binds in.
     #[serde(default)]
     pub mounts: Vec<Mount>,
+    /// `linux` of `config.json`.
+    #[serde(default)]
+    pub linux: Option<Linux>,
+}
+
+/// `linux` of `config.json`: only its device list is read.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct Linux {
+    /// Device nodes the runtime creates in the container (runtime-spec `config-linux.md`
+    /// "Devices"): where CDI edits, `--device` and privileged containers put theirs.
+    #[serde(default)]
+    pub devices: Vec<Device>,
+}
+
+/// One entry of `linux.devices`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct Device {
+    /// Path in the container; a spec may name a node anything, so it never identifies one.
+    #[serde(default)]
+    pub path: String,
+    /// `c` (or `u`, unbuffered character), `b` or `p`.
+    #[serde(default, rename = "type")]
+    pub kind: String,
+    /// Major number (int64 in the spec; a negative or absent one reads as `None`).
+    #[serde(default, deserialize_with = "device_number")]
+    pub major: Option<u32>,
+    /// Minor number.
+    #[serde(default, deserialize_with = "device_number")]
+    pub minor: Option<u32>,
+}
+
+impl Device {
+    /// Major and minor of a character device, the only kind a GPU driver's nodes are.
+    pub fn char_numbers(&self) -> Option<(u32, u32)> {
+        matches!(self.kind.as_str(), "c" | "u").then_some(())?;
+        Some((self.major?, self.minor?))
+    }
+}
+
+/// A device number as runtime-spec writes it (int64), kept only when it fits a Linux major or
+/// minor; anything else (a string, a float, out of range) reads as absent rather than failing
+/// the whole config.
+fn device_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    let v = <serde_json::Value as serde::Deserialize>::deserialize(d)?;
+    Ok(v.as_u64().and_then(|n| u32::try_from(n).ok()))
 }
 
 /// One entry of `mounts` in `config.json`.
@@ -208,6 +253,11 @@ impl Config {
         out
     }
 
+    /// `linux.devices`.
+    pub fn devices(&self) -> &[Device] {
+        self.linux.as_ref().map_or(&[], |l| l.devices.as_slice())
+    }
+
     /// The rootfs directory, resolved against the bundle.
     pub fn rootfs(&self, bundle: &Path) -> Option<PathBuf> {
         self.root.as_ref().map(|r| bundle.join(&r.path))
@@ -292,6 +342,22 @@ mod tests {
             c.volume_mount_devices(),
             ["GPU0", "GPU1-MIG0/0/1", "nvidia.com/gpu=0", "nvidia.com/gpu=all"]
         );
+    }
+
+    #[test]
+    fn linux_devices_are_read_leniently() {
+        let c: Config = serde_json::from_str(
+            r#"{"linux":{"devices":[
+                {"path":"/dev/nvidia0","type":"c","major":195,"minor":0,"fileMode":438},
+                {"path":"/dev/x","type":"b","major":8,"minor":0},
+                {"path":"/dev/odd","type":"c","major":-1,"minor":"3"},
+                {"path":"/dev/u","type":"u","major":10,"minor":200}
+            ]}}"#,
+        )
+        .unwrap();
+        let numbers: Vec<_> = c.devices().iter().map(Device::char_numbers).collect();
+        assert_eq!(numbers, [Some((195, 0)), None, None, Some((10, 200))]);
+        assert!(serde_json::from_str::<Config>("{}").unwrap().devices().is_empty());
     }
 
     #[test]

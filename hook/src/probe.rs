@@ -409,6 +409,10 @@ pub struct MigProbe {
     pub instances: Vec<MigInstance>,
     /// MIG devices from the recorded `nvidia-smi -L`.
     pub records: Vec<MigRecord>,
+    /// The `nvidia-caps` minors of `mig/config` and `mig/monitor`: capabilities to configure
+    /// or watch MIG, which a container may be given without a MIG device.
+    #[serde(skip)]
+    pub control_minors: Vec<u32>,
 }
 
 impl MigProbe {
@@ -427,6 +431,10 @@ pub struct MigInstance {
     pub gi: u32,
     /// Compute instance id.
     pub ci: u32,
+    /// The `nvidia-caps` minor granting the GPU instance (`gi<G>/access`), when readable.
+    pub gi_minor: Option<u32>,
+    /// The `nvidia-caps` minor granting the compute instance (`ci<C>/access`), when readable.
+    pub ci_minor: Option<u32>,
 }
 
 /// One MIG device of the recorded `nvidia-smi -L`.
@@ -629,6 +637,22 @@ pub fn probe(host_root: &Path) -> HostProbe {
     p
 }
 
+/// The NVIDIA character-device majors of `proc/devices` alone (`nvidia-uvm` -> 510): what the
+/// hook needs to tell a container's GPU nodes from others before it decides to probe the host.
+pub fn char_majors(host_root: &Path) -> BTreeMap<String, u32> {
+    let Ok(fs) = HostFs::open(host_root) else { return BTreeMap::new() };
+    let mut r = Reader { fs, notes: Vec::new() };
+    r.text_all("proc/devices", FILE_CAP).map(|t| nvidia_majors(&t)).unwrap_or_default()
+}
+
+fn nvidia_majors(proc_devices: &str) -> BTreeMap<String, u32> {
+    parse::char_devices(proc_devices)
+        .into_iter()
+        .filter(|(_, n)| n.starts_with("nvidia"))
+        .map(|(m, n)| (n, m))
+        .collect()
+}
+
 /// The file system plus the notes of failed reads.
 struct Reader {
     fs: HostFs,
@@ -825,11 +849,7 @@ impl Reader {
 
     fn char_devices(&mut self, p: &mut HostProbe) {
         if let Some(t) = self.text_all("proc/devices", FILE_CAP) {
-            for (major, name) in parse::char_devices(&t) {
-                if name.starts_with("nvidia") {
-                    p.char_majors.insert(name, major);
-                }
-            }
+            p.char_majors = nvidia_majors(&t);
         }
     }
 
@@ -1090,6 +1110,11 @@ impl Reader {
     fn mig(&mut self, p: &mut HostProbe) {
         let numbered =
             |name: &str, prefix: &str| name.strip_prefix(prefix).and_then(|n| n.parse::<u32>().ok());
+        for control in ["config", "monitor"] {
+            if let Some(m) = self.capability_minor(&format!("{MIG_CAPABILITIES_DIR}/mig/{control}")) {
+                p.mig.control_minors.push(m);
+            }
+        }
         for gpu in self.list(MIG_CAPABILITIES_DIR, MAX_GPUS + 8) {
             let Some(minor) = numbered(&gpu, "gpu") else { continue };
             let mig = format!("{MIG_CAPABILITIES_DIR}/{gpu}/mig");
@@ -1103,12 +1128,26 @@ impl Reader {
                     .filter_map(|n| numbered(n, "ci"))
                     .collect();
                 cis.sort_unstable();
-                p.mig.instances.extend(cis.into_iter().map(|ci| MigInstance { gpu_minor: minor, gi, ci }));
+                let gi_minor = self.capability_minor(&format!("{mig}/gi{gi}/access"));
+                for ci in cis {
+                    let ci_minor = self.capability_minor(&format!("{mig}/gi{gi}/ci{ci}/access"));
+                    p.mig.instances.push(MigInstance { gpu_minor: minor, gi, ci, gi_minor, ci_minor });
+                }
             }
         }
         if let Some(text) = self.text(MIG_RECORD_PATH, FILE_CAP) {
             p.mig.records = parse::nvidia_smi_list(&text);
         }
+    }
+
+    /// `DeviceFileMinor:` of a capability's `access` file: the minor of the `nvidia-caps` node
+    /// that grants it (what the toolkit's `internal/nvcaps` reads to give a MIG device).
+    fn capability_minor(&mut self, rel: &str) -> Option<u32> {
+        let text = self.text(rel, FILE_CAP)?;
+        parse::key_values(&text)
+            .into_iter()
+            .find(|(k, _)| k == "DeviceFileMinor")
+            .and_then(|(_, v)| v.parse().ok())
     }
 
     /// The facts file `stackhook doctor --record` writes, used only while its driver version and

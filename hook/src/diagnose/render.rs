@@ -56,6 +56,10 @@ pub fn human(d: &Diagnosis, color: bool) -> String {
             let _ = writeln!(out, "          {}: {}", src.path, src.value);
         }
     }
+    for src in &d.gpu_sources {
+        let counted = if src.counted { "" } else { " (not a GPU request: privileged container)" };
+        let _ = writeln!(out, "  from    {}{counted}: {}", src.source, src.devices.join(", "));
+    }
     let kb_d = if h.knowledge_base.kb_d.is_empty() {
         String::new()
     } else {
