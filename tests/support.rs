@@ -63,6 +63,33 @@ impl Bundle {
         self
     }
 
+    /// Applies what the CDI devices `names` of `spec` edit into a container, as containerd and
+    /// CRI-O do before they hand the bundle to runc: env, `linux.devices` with their cgroup
+    /// rules, bind mounts ([`stackhook::fixture::cdi::apply`]).
+    #[must_use]
+    pub fn cdi(mut self, spec: &serde_json::Value, names: &[&str]) -> Self {
+        let edited = stackhook::fixture::cdi::apply(spec, names, &[]);
+        for e in edited["process"]["env"].as_array().into_iter().flatten() {
+            self.config["process"]["env"].as_array_mut().unwrap().push(e.clone());
+        }
+        let linux = self.config["linux"].as_object_mut().unwrap();
+        linux.insert("devices".into(), edited["linux"]["devices"].clone());
+        let rules = linux
+            .entry("resources")
+            .or_insert_with(|| serde_json::json!({}))
+            .as_object_mut()
+            .unwrap()
+            .entry("devices")
+            .or_insert_with(|| serde_json::json!([]));
+        rules
+            .as_array_mut()
+            .unwrap()
+            .extend(edited["linux"]["resources"]["devices"].as_array().unwrap().clone());
+        let mounts = self.config["mounts"].as_array_mut().unwrap();
+        mounts.extend(edited["mounts"].as_array().unwrap().clone());
+        self
+    }
+
     /// Writes `config.json`.
     #[must_use]
     pub fn write(self) -> Self {
