@@ -127,9 +127,15 @@ impl Containerd {
 
     /// `ctr run --rm` of IMAGE through the runc v2 shim with `runc_binary` as its runc.
     fn run(&self, runc_binary: &Path, id: &str, args: &[&str]) -> Output {
+        self.run_with(runc_binary, &[], id, args)
+    }
+
+    /// [`Containerd::run`] with `options` for `ctr run` (`--mount ...`).
+    fn run_with(&self, runc_binary: &Path, options: &[&str], id: &str, args: &[&str]) -> Output {
         self.ctr()
             .args(["run", "--rm", "--runtime", SHIM, "--runc-binary"])
             .arg(runc_binary)
+            .args(options)
             .args([IMAGE, id])
             .args(args)
             .stdin(Stdio::null())
@@ -279,6 +285,32 @@ fn healthy_host_starts_and_broken_host_is_blocked_through_the_runc_shim() {
     let code = BROKEN.expected_code().unwrap();
     assert!(stderr.contains(code), "{code} missing from ctr's error: {stderr}");
     assert_eq!(decision, "blocked");
+}
+
+/// A CDI spec written for the driver before an upgrade mounts libraries that are gone: containerd
+/// applies its edits and hands runc a bundle whose mount source does not exist. The wrapper's
+/// pre-check says so with both driver versions and the remedy, where runc would only say that it
+/// cannot stat the file.
+#[test]
+fn the_wrapper_diagnoses_a_stale_cdi_mount_before_runc() {
+    if !runnable() {
+        return;
+    }
+    let s = setup();
+    let host = Preset::Healthy.build(&s.dir.path().join("host-stale")).unwrap();
+    write_config(&s.config, host.root(), "enforce", &s.reports);
+    let gone = host.root().join("usr/lib/x86_64-linux-gnu/libcuda.so.550.54.14");
+    let mount = format!(
+        "type=bind,src={},dst=/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.14,options=rbind:ro",
+        gone.display()
+    );
+    let id = format!("ctd-stale-{}", std::process::id());
+    let out = s.daemon.run_with(&s.wrapper, &["--mount", &mount], &id, &["echo", "container-ran"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success() && !text(&out.stdout).contains("container-ran"), "started: {stderr}");
+    assert!(stderr.contains("L2-CDI-STALE-LIBRARIES"), "no diagnosis in ctr's error: {stderr}");
+    assert!(stderr.contains("550.54.14") && stderr.contains("535.104.05"), "{stderr}");
+    assert!(stderr.contains("nvidia-ctk cdi generate"), "{stderr}");
 }
 
 /// `name:tag` of the node image recipe.

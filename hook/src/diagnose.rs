@@ -31,6 +31,8 @@
 mod given;
 mod render;
 
+pub use given::REGENERATE_CDI;
+
 use std::path::Path;
 
 use serde::Serialize;

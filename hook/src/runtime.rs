@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 
 use crate::invoke::Policy;
 
+pub mod precheck;
+
 /// The wrapper's configuration file when `STACKHOOK_CONFIG` does not name one.
 pub const DEFAULT_CONFIG: &str = "/etc/stackhook/config.toml";
 /// Names this binary answers to as the wrapper (`argv[0]`), and the symlink `install` makes.
@@ -107,6 +109,12 @@ pub enum RuntimeError {
         path: PathBuf,
         /// What is wrong.
         what: &'static str,
+    },
+    /// The bundle carries a stale CDI spec's edits (see [`precheck`]).
+    #[error("blocked: {diagnosis}")]
+    StaleSpec {
+        /// The diagnosis, first line the verdict.
+        diagnosis: String,
     },
     /// A path that must go into JSON is not UTF-8.
     #[error("{what} {} is not valid UTF-8", path.display())]
@@ -242,6 +250,10 @@ pub struct RuncInvocation {
     pub bundle: Option<PathBuf>,
     /// crun's `--config`/`-f` of `create`/`run`, as given.
     pub config: Option<PathBuf>,
+    /// The global `--log` file, where containerd's shim reads a failed runtime's error.
+    pub log: Option<PathBuf>,
+    /// `--log-format json`.
+    pub log_json: bool,
 }
 
 impl RuncInvocation {
@@ -290,8 +302,15 @@ pub fn parse_runc_args(args: &[OsString]) -> RuncInvocation {
             out.command = Some(text.to_owned());
             break;
         };
-        if inline.is_none() && GLOBAL_VALUE_OPTIONS.contains(&name) {
-            iter.next();
+        let value = match inline {
+            Some(v) => Some(v),
+            None if GLOBAL_VALUE_OPTIONS.contains(&name) => iter.next().and_then(|a| a.to_str()),
+            None => None,
+        };
+        match (name, value) {
+            ("log", Some(v)) => out.log = Some(PathBuf::from(v)),
+            ("log-format", Some(v)) => out.log_json = v == "json",
+            _ => {}
         }
     }
     if !out.creates() {
@@ -325,6 +344,30 @@ pub fn parse_runc_args(args: &[OsString]) -> RuncInvocation {
         }
     }
     out
+}
+
+/// Appends `message` as an error to the runtime log the command line names (`--log`), in its
+/// `--log-format`, as runc would: containerd's shim reports a failed `create` from that file
+/// ("unable to retrieve OCI runtime error" when it is missing), not from stderr. The file is
+/// opened without following a symlink; nothing happens without `--log`.
+pub fn write_runtime_log(args: &[OsString], message: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let invocation = parse_runc_args(args);
+    let Some(path) = invocation.log else { return };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let time = crate::time::rfc3339(now);
+    let line = if invocation.log_json {
+        serde_json::json!({ "level": "error", "msg": message, "time": time }).to_string()
+    } else {
+        format!("time={time:?} level=error msg={message:?}")
+    };
+    let flags = i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0);
+    if let Ok(mut f) =
+        std::fs::OpenOptions::new().append(true).create(true).mode(0o600).custom_flags(flags).open(&path)
+    {
+        let _ = writeln!(f, "{line}");
+    }
 }
 
 /// `--name[=value]` or `-name[=value]` -> (name, value); `None` for a non-option.
@@ -482,6 +525,8 @@ pub struct Plan {
     pub runtime: PathBuf,
     /// The `config.json` the hook was added to, when this call added it.
     pub edited: Option<PathBuf>,
+    /// What the pre-check found, to print before the runtime runs (policy `warn`).
+    pub warning: Option<String>,
 }
 
 /// Decides one wrapper invocation: loads the configuration, finds the real runtime and, on
@@ -496,13 +541,23 @@ pub fn prepare(args: &[OsString], env: &WrapperEnv) -> Result<Plan, RuntimeError
     let runtime = find_runtime(&name, &dirs, &env.exe)?;
     let invocation = parse_runc_args(args);
     let mut edited = None;
+    let mut warning = None;
     if invocation.creates() {
         let path = invocation.config_path(&env.cwd);
         if add_hook_to_file(&path, &config.hook_entry(&env.exe)?)? {
-            edited = Some(path);
+            edited = Some(path.clone());
+        }
+        let bundle = path.parent().unwrap_or(Path::new("."));
+        let host_root = config.host_root.clone().unwrap_or_else(|| PathBuf::from("/"));
+        if let Some(found) = precheck::stale_spec(bundle, &host_root) {
+            match config.policy {
+                Policy::Enforce => return Err(RuntimeError::StaleSpec { diagnosis: found }),
+                Policy::Warn => warning = Some(found),
+                Policy::Audit => {}
+            }
         }
     }
-    Ok(Plan { runtime, edited })
+    Ok(Plan { runtime, edited, warning })
 }
 
 /// `path` taken as absolute and placed under `root` (`/etc/x` under `/tmp/p` is `/tmp/p/etc/x`).
@@ -520,6 +575,35 @@ mod tests {
 
     fn entry() -> HookEntry {
         WrapperConfig::default().hook_entry(Path::new("/usr/local/bin/stackhook")).unwrap()
+    }
+
+    #[test]
+    fn a_failure_goes_to_the_runtime_log_as_runc_writes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log.json");
+        let line = |format: &str| {
+            let _ = std::fs::remove_file(&log);
+            let a = args(&[
+                "--root",
+                "/r",
+                "--log",
+                log.to_str().unwrap(),
+                "--log-format",
+                format,
+                "create",
+                "x",
+            ]);
+            write_runtime_log(&a, "stackhook-runtime: blocked: why");
+            std::fs::read_to_string(&log).unwrap()
+        };
+        let json: serde_json::Value = serde_json::from_str(line("json").trim()).unwrap();
+        assert_eq!(
+            (json["level"].as_str(), json["msg"].as_str()),
+            (Some("error"), Some("stackhook-runtime: blocked: why"))
+        );
+        assert!(line("text").contains("level=error msg=\"stackhook-runtime: blocked: why\""));
+        // No --log, nothing written.
+        write_runtime_log(&args(&["create", "x"]), "m");
     }
 
     #[test]
@@ -756,7 +840,7 @@ mod tests {
             exe: PathBuf::from("/opt/stackhook"),
         };
         let plan = prepare(&args(&["--root", "/r", "state", "id"]), &env).unwrap();
-        assert_eq!(plan, Plan { runtime: runtime.clone(), edited: None });
+        assert_eq!(plan, Plan { runtime: runtime.clone(), edited: None, warning: None });
         assert_eq!(std::fs::read_to_string(bundle.join("config.json")).unwrap(), "{}");
         let plan = prepare(&args(&["create", "id"]), &env).unwrap();
         assert_eq!(plan.edited, Some(bundle.join("config.json")));

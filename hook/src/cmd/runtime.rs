@@ -44,7 +44,9 @@ pub fn dispatch() -> Option<i32> {
 /// Docker shows when the runtime left no log).
 fn run(args: &[OsString]) -> i32 {
     let fail = |what: &dyn std::fmt::Display| {
-        let _ = writeln!(std::io::stderr().lock(), "{WRAPPER_NAME}: {what}");
+        let message = format!("{WRAPPER_NAME}: {what}");
+        let _ = writeln!(std::io::stderr().lock(), "{message}");
+        runtime::write_runtime_log(args, message.trim_end());
         1
     };
     let exe = match std::env::current_exe().and_then(std::fs::canonicalize) {
@@ -62,6 +64,9 @@ fn run(args: &[OsString]) -> i32 {
         Ok(plan) => plan,
         Err(e) => return fail(&e),
     };
+    if let Some(warning) = &plan.warning {
+        let _ = write!(std::io::stderr().lock(), "{WRAPPER_NAME}: would block (policy warn): {warning}");
+    }
     let err = std::process::Command::new(&plan.runtime).args(args).exec();
     fail(&format!("cannot run {}: {err}", plan.runtime.display()))
 }
