@@ -228,6 +228,16 @@ impl Diagnosis {
         Self { verdict, host, findings, skipped, gpu_sources: Vec::new() }
     }
 
+    /// The diagnosis with `more` findings, its verdict decided again.
+    #[must_use]
+    pub fn with(self, more: Vec<Finding>) -> Self {
+        let mut findings = self.findings;
+        findings.extend(more);
+        let mut d = Self::new(self.host, findings, self.skipped);
+        d.gpu_sources = self.gpu_sources;
+        d
+    }
+
     /// Block when any finding is an error.
     pub fn verdict(&self) -> Verdict {
         self.verdict
@@ -377,7 +387,15 @@ pub fn doctor(host_root: &Path, requires: &[String], gpus: &str, json: bool, col
         }
     }
     let probe = probe::probe(host_root);
-    let d = diagnose(&probe, &Request::new(DeviceSelection::parse(Some(gpus)), requirements));
+    let mut request = Request::new(DeviceSelection::parse(Some(gpus)), requirements);
+    request.sources =
+        vec![GpuSource { source: "command-line", devices: vec![format!("--gpus {gpus}")], counted: true }];
+    let mut d = diagnose(&probe, &request);
+    // The host's CDI specs: what containers given GPUs through CDI would get.
+    let specs = crate::cdi::load(host_root, &[]).unwrap_or_default();
+    if !specs.is_empty() {
+        d = d.with(given::spec_findings(&crate::cdi::check_all(host_root, &specs)));
+    }
     let text = if json { d.to_json() } else { d.render_human(color) };
     (text, d.verdict().exit_code())
 }

@@ -117,7 +117,7 @@ pub struct Given {
 
 /// The driver libraries whose file names carry the driver version: every `lib*nvidia*` and
 /// `libcuda`, `libnvcuvid`, `libnvoptix` (what `nvidia-ctk cdi generate` mounts).
-fn driver_library_version(file_name: &str) -> Option<DriverVersion> {
+pub fn driver_library_version(file_name: &str) -> Option<DriverVersion> {
     let (stem, version) = file_name.split_once(".so.")?;
     let driver = stem == "libcuda"
         || stem == "libcudadebugger"

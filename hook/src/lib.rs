@@ -4,6 +4,8 @@
 //! - [`contract`]: the image-host contract both programs share (the `stackcontract` crate:
 //!   versions, requirement expressions, the knowledge base, what an image carries).
 //! - [`probe`]: what the host is, read from a host root (`/` or a fixture tree).
+//! - [`cdi`]: `stackhook cdi check`, the host's CDI specs against its driver, GPUs and MIG
+//!   devices.
 //! - [`diagnose`]: findings, ordered by layer, each with a code, evidence and remedy.
 //! - [`given`]: what a container was given in its final `config.json` (GPU device nodes, CDI
 //!   annotations, driver library mounts), the GPU set under CDI and DRA.
@@ -18,6 +20,7 @@
 //!   reads back (the hook itself never runs a program).
 
 pub mod atomic;
+pub mod cdi;
 pub use stackcontract as contract;
 pub mod diagnose;
 pub mod fixture;

@@ -27,8 +27,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::FileType;
 use serde::Serialize;
 
-use hostfs::HostFs;
-pub use hostfs::ReadError;
+pub use hostfs::{HostFs, ReadError};
 
 use crate::contract::image::DeviceSelection;
 use crate::contract::kb;

@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod cdi;
 mod doctor;
 mod hook;
 mod install;
@@ -33,6 +34,8 @@ enum Command {
     Install(install::Args),
     /// Remove what `install` added.
     Uninstall(install::Args),
+    /// CDI specs: `stackhook cdi check [SPEC...]`.
+    Cdi(cdi::Args),
 }
 
 impl Cli {
@@ -45,6 +48,7 @@ impl Cli {
             Command::Install(args) => args.run(true),
             Command::Uninstall(args) => args.run(false),
             Command::Labels(args) => args.run(),
+            Command::Cdi(args) => args.run(),
         }
     }
 }

@@ -133,3 +133,41 @@ fn expected_major(p: &crate::probe::HostProbe, n: &Node) -> Option<(&'static str
     };
     p.char_major(dev).map(|m| (dev, m))
 }
+
+/// `doctor`'s findings from `stackhook cdi check`: one per NVIDIA spec with problems, an error
+/// when containers given its devices would fail, a warning when it only lacks devices.
+pub(super) fn spec_findings(reports: &[crate::cdi::SpecReport]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for r in reports.iter().filter(|r| r.nvidia || r.unreadable.is_some()) {
+        if r.problems.is_empty() && r.unreadable.is_none() {
+            out.push(Finding::new(
+                "L2-CDI-SPEC-OK",
+                Layer::L2UserSpace,
+                Severity::Info,
+                format!("CDI spec {} ({}) matches the host", r.path, r.kind.as_deref().unwrap_or("?")),
+            ));
+            continue;
+        }
+        let (code, severity) = if r.has_errors() {
+            ("L2-CDI-SPEC-STALE", Severity::Error)
+        } else {
+            ("L2-CDI-SPEC-INCOMPLETE", Severity::Warning)
+        };
+        let summary = match &r.unreadable {
+            Some(why) => format!("CDI spec {} does not parse: {why}", r.path),
+            None => format!(
+                "CDI spec {} ({}) no longer matches the host: {} (stackhook cdi check lists all {})",
+                r.path,
+                r.kind.as_deref().unwrap_or("?"),
+                r.problems[0].message,
+                r.problems.len()
+            ),
+        };
+        let mut f = Finding::new(code, Layer::L2UserSpace, severity, summary);
+        for p in r.problems.iter().take(6) {
+            f = f.with(&r.path, format!("{}: {}", p.code, p.message));
+        }
+        out.push(f.remedy(REGENERATE_CDI));
+    }
+    out
+}

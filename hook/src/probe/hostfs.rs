@@ -133,6 +133,7 @@ impl HostFs {
 
     /// Forces the user-space resolver (for tests of the fallback).
     #[cfg(test)]
+    #[must_use]
     pub fn without_openat2(mut self) -> Self {
         self.openat2 = false;
         self
