@@ -212,3 +212,105 @@ fn podman_device_nvidia_gpu_through_hooks_d() {
 
     let _ = podman().args(["rmi", "--all", "--force"]).output();
 }
+
+/// A stand-in for `nvidia-container-runtime`: on `create` or `run` it writes the CDI-edited
+/// `config.json` into the bundle (as NVIDIA's runtime does in jit-CDI and `cdi` mode), then
+/// execs the first of its config's `runtimes`, as NVIDIA's does.
+const STAND_IN: &str = r#"#!/bin/sh
+lower=$(sed -n 's/^runtimes *= *\[ *"\([^"]*\)".*/\1/p' "$STANDIN_NVIDIA_CONFIG" | head -n 1)
+bundle=.
+prev=
+for a in "$@"; do
+  if [ "$prev" = "--bundle" ] || [ "$prev" = "-b" ]; then bundle="$a"; fi
+  prev="$a"
+done
+case " $* " in *" create "*|*" run "*) cp "$STANDIN_EDITED" "$bundle/config.json" ;; esac
+exec "$lower" "$@"
+"#;
+
+#[test]
+fn nvidia_runtime_in_front_runs_the_wrapper_on_its_edited_config() {
+    if !runnable(&["runc"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let healthy = Preset::Healthy.spec();
+    let Some(root) = host(&healthy, d, "host") else { return };
+    let stackhook = installed_copy(d);
+    let prefix = d.join("prefix");
+    let nvidia_config = prefix.join("etc/nvidia-container-runtime/config.toml");
+    std::fs::create_dir_all(nvidia_config.parent().unwrap()).unwrap();
+    std::fs::write(
+        &nvidia_config,
+        "[nvidia-container-runtime]\nmode = \"auto\"\nruntimes = [\"docker-runc\", \"runc\", \"crun\"]\n",
+    )
+    .unwrap();
+    let config = d.join("stackhook.toml");
+    let reports = d.join("reports");
+    write_config(&config, &root, "enforce", &reports);
+    let out = Command::new(&stackhook)
+        .args(["install", "containerd", "--prefix"])
+        .arg(&prefix)
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "install: {}", text(&out.stderr));
+    let wrapper = stackhook.with_file_name(stackhook::runtime::WRAPPER_NAME);
+    let chained = std::fs::read_to_string(&nvidia_config).unwrap();
+    assert!(
+        chained.contains(&format!("runtimes = [\"{}\", \"docker-runc\"", wrapper.display())),
+        "{chained}"
+    );
+
+    let stand_in = d.join("bin/nvidia-container-runtime");
+    std::fs::write(&stand_in, STAND_IN).unwrap();
+    std::fs::set_permissions(&stand_in, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+
+    let run = |n: usize, generated_on: &FixtureSpec, env: &str| {
+        let plain = Bundle::busybox(&d.join(format!("plain{n}")), &["echo", "container-ran"]).write();
+        let edited = d.join(format!("edited{n}"));
+        let spec = generated_on.cdi_spec(&root, "nvidia.com/gpu");
+        let _ = Bundle::busybox(&edited, &["echo", "container-ran"]).cdi(&spec, &["0"]).env(env).write();
+        let id = format!("chain{n}-{}", std::process::id());
+        let out = Command::new(&stand_in)
+            .args(["run", "--bundle"])
+            .arg(&plain.dir)
+            .arg(&id)
+            .env("STACKHOOK_CONFIG", &config)
+            .env("STANDIN_NVIDIA_CONFIG", &nvidia_config)
+            .env("STANDIN_EDITED", edited.join("config.json"))
+            .output()
+            .unwrap();
+        let _ = Command::new("runc").args(["delete", "--force", &id]).output();
+        let final_config = std::fs::read_to_string(plain.dir.join("config.json")).unwrap();
+        (out, final_config)
+    };
+
+    // NVIDIA's edits first, then our hook on top of them, then runc: the container runs.
+    let (out, final_config) = run(0, &healthy, CUDA12);
+    assert_eq!(text(&out.stdout).trim(), "container-ran", "{}", text(&out.stderr));
+    assert!(
+        final_config.contains("NVIDIA_VISIBLE_DEVICES=void")
+            && final_config.contains("\"stackhook\",\"hook\"")
+    );
+    // The hook judges the edited file: CUDA 13 on R535.
+    let (out, _) = run(1, &healthy, CUDA13);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("L4-CUDA-REQUIREMENT"), "{stderr}");
+    // The wrapper's pre-check sees NVIDIA's edits too: a static spec of the driver before,
+    // whose libraries are gone, is diagnosed before runc fails on them.
+    let (out, _) = run(2, &Preset::Healthy.spec().driver("550.54.14"), CUDA12);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "started");
+    assert!(
+        stderr.contains("stackhook-runtime: blocked") && stderr.contains("L2-CDI-STALE-LIBRARIES"),
+        "{stderr}"
+    );
+
+    let out =
+        Command::new(&stackhook).args(["uninstall", "containerd", "--prefix"]).arg(&prefix).output().unwrap();
+    assert!(out.status.success(), "uninstall: {}", text(&out.stderr));
+    assert!(!std::fs::read_to_string(&nvidia_config).unwrap().contains("stackhook-runtime"));
+}

@@ -16,6 +16,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub mod nvidia;
+
 use crate::runtime::{self, join_under, HookEntry, RuntimeError, WrapperConfig, HOOK_ARGS, WRAPPER_NAME};
 
 /// Docker's daemon configuration, under the prefix.
@@ -69,6 +71,23 @@ pub enum InstallError {
         path: PathBuf,
         /// What is wrong.
         what: &'static str,
+    },
+    /// A TOML file that does not parse: left alone.
+    #[error("{path} is not valid TOML ({message}); fix it first, nothing was changed")]
+    Toml {
+        /// The file.
+        path: PathBuf,
+        /// The parser's error.
+        message: String,
+    },
+    /// The wrapper's lower runtime is NVIDIA's, which would exec the wrapper again.
+    #[error(
+        "the wrapper's `runtime` is {runtime}, and NVIDIA's runtime runs the wrapper: that would loop; \
+         leave `runtime` unset (runc) in the stackhook configuration, nothing was changed"
+    )]
+    Loop {
+        /// The configured runtime.
+        runtime: String,
     },
     /// Docker's default runtime is ours: removing it would stop dockerd from starting.
     #[error("{path} sets \"default-runtime\": \"{RUNTIME_NAME}\"; set it back (e.g. to \"runc\") first")]
@@ -208,6 +227,7 @@ impl Installer {
                 let new = docker_add_runtime(existing.as_deref(), &wrapper, &path)?;
                 self.apply_json(&path, existing.is_some(), new, "runtimes.stackhook", &mut report)?;
                 self.link_wrapper(&mut report)?;
+                self.chain_nvidia(&mut report)?;
                 report.notes.push(format!(
                     "next: reload dockerd (`systemctl reload docker` or `kill -HUP $(pidof dockerd)`), then \
                      `docker run --runtime {RUNTIME_NAME} ...`; the wrapper reads its settings (runtime, \
@@ -258,6 +278,7 @@ impl Installer {
             }
             Engine::Containerd => {
                 self.link_wrapper(&mut report)?;
+                self.chain_nvidia(&mut report)?;
                 report.notes.push(containerd_snippet(&self.wrapper()?));
             }
         }
@@ -275,6 +296,7 @@ impl Installer {
                         self.apply_json(&path, true, Some(new), "runtimes.stackhook", &mut report)?;
                     }
                 }
+                self.unchain_nvidia(&mut report)?;
                 self.unlink_wrapper(&mut report)?;
             }
             Engine::Podman | Engine::Crio => {
@@ -296,6 +318,7 @@ impl Installer {
                 }
             }
             Engine::Containerd => {
+                self.unchain_nvidia(&mut report)?;
                 self.unlink_wrapper(&mut report)?;
                 report.notes.push(format!(
                     "remove the `{RUNTIME_NAME}` runtime handler from containerd's config and the RuntimeClass \
@@ -351,6 +374,73 @@ impl Installer {
             }
         }
         report.changes.push(Change { action, path: path.to_owned(), detail });
+        Ok(())
+    }
+
+    /// When NVIDIA's runtime is installed, puts the wrapper first among its lower runtimes
+    /// ([`nvidia`]): every engine handler that runs it then runs ours after its CDI edits.
+    fn chain_nvidia(&self, report: &mut Report) -> Result<(), InstallError> {
+        let path = self.under(nvidia::NVIDIA_RUNTIME_CONFIG);
+        let Some(existing) = read_optional(&path)? else { return Ok(()) };
+        if nvidia::loops(self.config.runtime.as_deref()) {
+            return Err(InstallError::Loop { runtime: self.config.runtime.clone().unwrap_or_default() });
+        }
+        let wrapper = self.wrapper()?;
+        let wrapper =
+            wrapper.to_str().ok_or(RuntimeError::NotUtf8 { what: "the wrapper", path: wrapper.clone() })?;
+        let text = String::from_utf8_lossy(&existing);
+        let new = nvidia::chain(&text, wrapper, &path)?;
+        self.apply_text(&path, new, "the wrapper first in nvidia-container-runtime.runtimes", report)?;
+        report.notes.push(format!(
+            "NVIDIA's runtime is installed: it now runs {wrapper} (then runc) after writing its CDI edits, so \
+             Docker's `nvidia` runtime and containerd's `nvidia` handlers (the GPU Operator's `nvidia` and \
+             `nvidia-cdi` RuntimeClasses) are checked on the final config.json without further setup"
+        ));
+        Ok(())
+    }
+
+    /// Takes the wrapper out of NVIDIA's lower runtimes again.
+    fn unchain_nvidia(&self, report: &mut Report) -> Result<(), InstallError> {
+        let path = self.under(nvidia::NVIDIA_RUNTIME_CONFIG);
+        let Some(existing) = read_optional(&path)? else { return Ok(()) };
+        let wrapper = self.wrapper()?;
+        let new = nvidia::unchain(&String::from_utf8_lossy(&existing), &wrapper.to_string_lossy(), &path)?;
+        if new.is_some() {
+            self.apply_text(&path, new, "the wrapper out of nvidia-container-runtime.runtimes", report)?;
+        }
+        Ok(())
+    }
+
+    /// Replaces an existing file with `new` (when `Some`), after a backup.
+    fn apply_text(
+        &self,
+        path: &Path,
+        new: Option<String>,
+        what: &str,
+        report: &mut Report,
+    ) -> Result<(), InstallError> {
+        let Some(text) = new else {
+            report.changes.push(Change {
+                action: Action::Keep,
+                path: path.to_owned(),
+                detail: format!("{what} already"),
+            });
+            return Ok(());
+        };
+        let backup = backup_path(path);
+        if !self.dry_run {
+            std::fs::copy(path, &backup)
+                .map_err(|source| InstallError::Io { path: backup.clone(), source })?;
+            let meta = std::fs::metadata(path)
+                .map_err(|source| InstallError::Io { path: path.to_owned(), source })?;
+            runtime::write_file_atomic(path, text.as_bytes(), Some(&meta))
+                .map_err(|source| InstallError::Io { path: path.to_owned(), source })?;
+        }
+        report.changes.push(Change {
+            action: Action::Modify,
+            path: path.to_owned(),
+            detail: format!("{what} (backup: {})", backup.display()),
+        });
         Ok(())
     }
 
