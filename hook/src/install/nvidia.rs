@@ -2,7 +2,7 @@
 //! as its lower runtime, runc last.
 //!
 //! GPU nodes run NVIDIA's runtime already: Docker's `"default-runtime": "nvidia"`, containerd's
-//! `nvidia` handler, the GPU Operator's `nvidia` and `nvidia-cdi` RuntimeClasses. In jit-CDI
+//! `nvidia` handler, the GPU Operator's `nvidia` and `nvidia-cdi` `RuntimeClasses`. In jit-CDI
 //! mode (the default since toolkit 1.18.0) and in `cdi` mode it is that runtime that writes the
 //! CDI edits (device nodes, library mounts, `NVIDIA_VISIBLE_DEVICES=void`) into `config.json`,
 //! and then execs the first runtime of `nvidia-container-runtime.runtimes` in
@@ -16,7 +16,7 @@
 //! stays as it is. The reverse (ours in front, NVIDIA's as our lower runtime) would let the
 //! hook judge the final file too, but the pre-check would only see the file before NVIDIA's
 //! edits, and every engine's runtime configuration would have to change. The file is edited in
-//! place with its comments kept (toml_edit), after a backup, and `uninstall` takes the entry
+//! place with its comments kept (`toml_edit`), after a backup, and `uninstall` takes the entry
 //! out again.
 
 use std::path::Path;
