@@ -21,6 +21,10 @@ pub const SCHEMA: &str = "stackbuild.io/labels.schema";
 pub const HOST_READY: &str = "stackbuild.io/host.ready";
 /// The code of the doctor's first error (`L2-UVM-NOT-LOADED`) when the host is not ready.
 pub const HOST_ERROR: &str = "stackbuild.io/host.error";
+/// The node's NVIDIA CDI specs (`stackhook cdi check`): `current`, `stale` (containers given
+/// their devices fail or get the wrong ones) or `incomplete` (devices the host has are missing);
+/// absent without one. Pods whose GPUs come through CDI (DRA, `cdi-cri`) need `current`.
+pub const HOST_CDI: &str = "stackbuild.io/host.cdi";
 /// `linux`, `wsl2` or `jetson`.
 pub const PLATFORM: &str = "stackbuild.io/platform";
 /// The machine as the hook compares it (`x86_64`, `aarch64`), lowercase.

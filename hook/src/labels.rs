@@ -81,6 +81,20 @@ pub fn node_labels(probe: &HostProbe) -> BTreeMap<String, String> {
     if let Some(first) = ready.of(Severity::Error).next() {
         put(HOST_ERROR, sanitize_value(first.code));
     }
+    if let Ok(specs) = crate::cdi::load(&probe.root, &[]) {
+        let reports = crate::cdi::check_all(&probe.root, &specs);
+        let nvidia: Vec<_> = reports.iter().filter(|r| r.nvidia).collect();
+        if !nvidia.is_empty() {
+            let state = if nvidia.iter().any(|r| r.has_errors()) {
+                "stale"
+            } else if nvidia.iter().any(|r| !r.problems.is_empty()) {
+                "incomplete"
+            } else {
+                "current"
+            };
+            put(HOST_CDI, state.to_owned());
+        }
+    }
     put(PLATFORM, probe.platform.name().to_owned());
     if let Some(machine) = &facts.machine {
         put(MACHINE, machine.to_ascii_lowercase());
@@ -307,6 +321,25 @@ mod tests {
         if real {
             insta::assert_snapshot!("preset_hosts_ready", ready);
         }
+    }
+
+    #[test]
+    fn the_cdi_label_says_whether_the_specs_are_current() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("host");
+        let host = Preset::Healthy.build(&root).unwrap();
+        let label = || node_labels(&crate::probe::probe(&root)).get(HOST_CDI).cloned();
+        assert_eq!(label(), None, "no spec, no label");
+        if !host.real_device_nodes() {
+            return;
+        }
+        std::fs::create_dir_all(root.join("etc/cdi")).unwrap();
+        let spec = |s: crate::fixture::FixtureSpec| s.cdi_spec(&root, "nvidia.com/gpu").to_string();
+        std::fs::write(root.join("etc/cdi/nvidia.json"), spec(Preset::Healthy.spec())).unwrap();
+        assert_eq!(label().as_deref(), Some("current"));
+        std::fs::write(root.join("etc/cdi/nvidia.json"), spec(Preset::Healthy.spec().driver("550.54.14")))
+            .unwrap();
+        assert_eq!(label().as_deref(), Some("stale"));
     }
 
     #[test]
