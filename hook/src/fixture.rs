@@ -38,6 +38,8 @@ pub const UVM_MAJOR: u32 = 510;
 pub const FIXTURE_BOOT_ID: &str = "5eed0b00-0000-4000-8000-00000000b001";
 /// The NVIDIA frontend major (fixed).
 pub const NVIDIA_MAJOR: u32 = 195;
+/// The dynamic major a Jetson fixture's nvgpu nodes get.
+pub const JETSON_NVHOST_MAJOR: u32 = 497;
 
 /// One GPU of a fixture host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -424,6 +426,10 @@ impl FixtureSpec {
             // A device-tree string property: each string NUL-terminated.
             let property: String = compatible.iter().flat_map(|c| [c.as_str(), "\0"]).collect();
             w.file("proc/device-tree/compatible", property)?;
+            // nvgpu's channel and control nodes and nvmap (numbers of this fixture's own).
+            w.node("dev/nvhost-ctrl-gpu", JETSON_NVHOST_MAJOR, 1)?;
+            w.node("dev/nvhost-gpu", JETSON_NVHOST_MAJOR, 2)?;
+            w.node("dev/nvmap", 10, 62)?;
         }
         if self.mig_recorded {
             w.file("etc/stackhook/mig-devices.txt", self.nvidia_smi_list())?;

@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::contract::image::DeviceSelection;
 use crate::contract::version::DriverVersion;
 use crate::oci::Config;
-use crate::probe::HostProbe;
+use crate::probe::{HostProbe, NodeState};
 
 /// `NV_CTL_DEVICE_MINOR`.
 const CTL_MINOR: u32 = 255;
@@ -42,6 +42,10 @@ const DRM_MAJOR: u32 = 226;
 pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
 /// Most devices and mounts looked at: a privileged container lists every host device.
 const MAX_ENTRIES: usize = 4096;
+/// The host nodes through which an integrated GPU is given: WSL2's paravirtual GPU (`dxg`), a
+/// Jetson's nvgpu channel and control nodes and its memory manager. Compared by number with the
+/// host's own nodes of these names.
+pub const INTEGRATED_NODES: [&str; 4] = ["dxg", "nvhost-gpu", "nvhost-ctrl-gpu", "nvmap"];
 
 /// What an NVIDIA device node is, by its numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -109,6 +113,9 @@ pub struct Given {
     pub misnumbered: Vec<Node>,
     /// How many devices of other drivers it has (a privileged container has every host device).
     pub other_devices: usize,
+    /// The numbers of the character devices of other majors (at most [`MAX_ENTRIES`]): an
+    /// integrated GPU's nodes are among them (WSL2's `/dev/dxg`, a Jetson's `/dev/nvhost-gpu`).
+    pub others: Vec<(u32, u32)>,
     /// CDI device names from `cdi.k8s.io/*` annotations.
     pub annotated: Vec<String>,
     /// Driver libraries mounted in, with the version their file names carry.
@@ -163,6 +170,7 @@ impl Given {
             } else if majors.values().any(|&m| m == maj) {
                 Role::OtherNvidia
             } else {
+                given.others.push((maj, min));
                 let name = d.path.rsplit('/').next().unwrap_or("");
                 if name.starts_with("nvidia") && d.path.starts_with("/dev/") {
                     given.misnumbered.push(Node {
@@ -213,6 +221,22 @@ impl Given {
         self.nodes.iter().any(|n| matches!(n.role, Role::Control | Role::Uvm)) || !self.misnumbered.is_empty()
     }
 
+    /// Whether a node may be an integrated GPU's, which only the probed host can tell.
+    pub fn may_be_integrated(&self) -> bool {
+        !self.others.is_empty()
+    }
+
+    /// The host node (of [`INTEGRATED_NODES`]) the container was given, on a WSL2 host or a
+    /// Jetson, whose GPUs come through those nodes rather than the `nvidia` major.
+    fn integrated_node(&self, host: &HostProbe) -> Option<&'static str> {
+        if !host.is_wsl2() && !host.is_jetson() {
+            return None;
+        }
+        INTEGRATED_NODES.into_iter().find(|name| {
+            matches!(host.node(name), NodeState::CharDevice { major, minor } if self.others.contains(&(major, minor)))
+        })
+    }
+
     /// Whether the container holds every host device by privilege: `CAP_SYS_ADMIN` in its
     /// bounding set (NVIDIA's `IsPrivileged`) and devices of other drivers, which `--privileged`
     /// and Kubernetes privileged pods copy from the host and no GPU spec hands out. Its NVIDIA
@@ -231,6 +255,10 @@ impl Given {
     /// host has no GPU for are left to [`Given::unmatched`]. The driver without a GPU is
     /// `NoDevices`; no NVIDIA node at all is `None`.
     pub fn node_selection(&self, host: &HostProbe) -> DeviceSelection {
+        if self.integrated_node(host).is_some() {
+            // WSL2's dxg and a Jetson's GPU nodes grant every GPU the host has.
+            return DeviceSelection::All;
+        }
         let mut ids: Vec<String> = Vec::new();
         for n in &self.nodes {
             let gpu = match n.role {
@@ -350,6 +378,10 @@ impl Given {
                 }
             })
             .collect();
+        let mut nodes = nodes;
+        if let Some(name) = host.and_then(|h| self.integrated_node(h)) {
+            nodes.push(format!("/dev/{name} -> every GPU of the host"));
+        }
         if !nodes.is_empty() {
             out.push(GpuSource { source: "device-nodes", devices: nodes, counted: nodes_count });
         }
@@ -473,6 +505,31 @@ mod tests {
         assert_eq!(g.annotated_selection(), DeviceSelection::List(vec!["0".into(), "1".into()]));
         let versions: Vec<String> = g.libraries.iter().map(|l| l.version.to_string()).collect();
         assert_eq!(versions, ["550.54.14", "550.54.14"]);
+    }
+
+    #[test]
+    fn integrated_gpus_come_through_their_hosts_nodes() {
+        let dir = tempfile::tempdir().unwrap();
+        for (preset, node) in [(Preset::Wsl2, "dxg"), (Preset::JetsonOrin, "nvhost-gpu")] {
+            let host = preset.build(&dir.path().join(preset.name())).unwrap();
+            if !host.real_device_nodes() {
+                return;
+            }
+            let probe = crate::probe::probe(host.root());
+            let NodeState::CharDevice { major, minor } = probe.node(node) else {
+                panic!("{node}: {:?}", probe.node(node))
+            };
+            let c = config(&format!(
+                r#"{{"linux":{{"devices":[{{"path":"/dev/renamed","type":"c","major":{major},"minor":{minor}}}]}}}}"#
+            ));
+            let g = Given::read(&c, &BTreeMap::new(), &crate::probe::char_majors(host.root()));
+            assert!(g.may_be_integrated());
+            assert_eq!(g.node_selection(&probe), DeviceSelection::All, "{}", preset.name());
+            let fuse =
+                config(r#"{"linux":{"devices":[{"path":"/dev/fuse","type":"c","major":10,"minor":229}]}}"#);
+            let g = Given::read(&fuse, &BTreeMap::new(), &BTreeMap::new());
+            assert_eq!(g.node_selection(&probe), DeviceSelection::None, "{}", preset.name());
+        }
     }
 
     #[test]

@@ -122,7 +122,7 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     let nodes_count = !given.by_privilege(privileged);
     let mut host = None;
     let mut given_selection = given.annotated_selection();
-    if nodes_count && (given.has_gpu_nodes() || given.has_driver_nodes()) {
+    if nodes_count && (given.has_gpu_nodes() || given.has_driver_nodes() || given.may_be_integrated()) {
         let probed = probe::probe(&config.host_root);
         given_selection = given_selection.union(given.node_selection(&probed));
         host = Some(probed);

@@ -981,8 +981,9 @@ impl Reader {
     }
 
     fn device_nodes(&mut self, p: &mut HostProbe) {
-        let mut names: Vec<String> = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "dxg"]
+        let mut names: Vec<String> = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"]
             .iter()
+            .chain(crate::given::INTEGRATED_NODES.iter())
             .map(|s| (*s).to_owned())
             .collect();
         names.extend(p.gpus.iter().filter_map(|g| g.minor).map(|m| format!("nvidia{m}")));

@@ -237,3 +237,21 @@ fn a_uvm_node_of_a_previous_major_is_stale() {
     assert_eq!(r.out.code, 1, "{}", r.out.stderr);
     assert!(r.out.stderr.contains("nvidia-uvm is 510 now"), "{}", r.out.stderr);
 }
+
+#[test]
+fn wsl2_and_jetson_gpus_given_through_their_nodes_are_checked() {
+    for (preset, node, numbers) in
+        [(Preset::Wsl2, "/dev/dxg", (10, 63)), (Preset::JetsonOrin, "/dev/nvhost-gpu", (497, 2))]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let host = preset.build(&dir.path().join("host")).unwrap();
+        if !host.real_device_nodes() {
+            return;
+        }
+        let config = json!({ "process": { "env": ["NVIDIA_VISIBLE_DEVICES=void", "STACKBUILD_REQUIRE_MACHINE=machine=riscv64"] },
+            "linux": { "devices": [ { "path": node, "type": "c", "major": numbers.0, "minor": numbers.1 } ] } });
+        let r = run_built(host.root(), dir.path(), &config, &json!({}));
+        assert_eq!(r.out.code, 1, "{}: {}", preset.name(), r.out.stderr);
+        assert!(r.out.stderr.contains("machine=riscv64"), "{}", r.out.stderr);
+    }
+}
