@@ -424,3 +424,110 @@ fn podman_runs_the_hooks_d_file() {
     let said = install(&stackhook, "uninstall", "podman", &prefix, None);
     assert!(said.starts_with("removed") && !hooks_dir.join("stackhook.json").exists(), "{said}");
 }
+
+/// A stand-in for `nvidia-container-runtime` under dockerd: on `create` it adds the CDI edits in
+/// `$STANDIN_EDITS` (env, `linux.devices` with their cgroup rules, mounts) to the bundle's
+/// `config.json`, as NVIDIA's runtime does in jit-CDI and `cdi` mode, then execs the first of
+/// the `runtimes` in `$STANDIN_NVIDIA_CONFIG`.
+const NVIDIA_STAND_IN: &str = r#"#!/usr/bin/python3
+import json, os, re, sys
+conf = open(os.environ["STANDIN_NVIDIA_CONFIG"]).read()
+lower = re.search(r'^runtimes\s*=\s*\[\s*"([^"]+)"', conf, re.M).group(1)
+args = sys.argv[1:]
+if "create" in args or "run" in args:
+    bundle = args[args.index("--bundle") + 1] if "--bundle" in args else "."
+    path = os.path.join(bundle, "config.json")
+    with open(path) as f:
+        c = json.load(f)
+    with open(os.environ["STANDIN_EDITS"]) as f:
+        e = json.load(f)
+    c["process"]["env"] += e["process"]["env"]
+    linux = c.setdefault("linux", {})
+    linux["devices"] = linux.get("devices") or []
+    linux["devices"] += e["linux"]["devices"]
+    res = linux.setdefault("resources", {})
+    res["devices"] = (res.get("devices") or []) + e["linux"]["resources"]["devices"]
+    c["mounts"] += e["mounts"]
+    with open(path, "w") as f:
+        json.dump(c, f)
+os.execv(lower, [lower] + args)
+"#;
+
+/// Docker with NVIDIA's runtime as `--runtime nvidia`, chained by `stackhook install docker`: a
+/// container given GPU 0 through CDI edits runs on a healthy host, and one whose static spec is
+/// of the driver before (its libraries gone) is stopped by the wrapper's pre-check with the
+/// diagnosis in Docker's error, where runc would only fail to stat the file.
+#[test]
+fn docker_with_nvidias_runtime_in_front() {
+    if let Some(why) = docker_skip_reason() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    if !have("python3") {
+        eprintln!("skipped: needs python3 for the stand-in NVIDIA runtime");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let host = Preset::Healthy.build(&d.join("hosts/healthy")).unwrap();
+    if !host.real_device_nodes() {
+        eprintln!("skipped: mknod is not permitted here");
+        return;
+    }
+    let stackhook = installed_copy(d);
+    let prefix = d.join("root");
+    let nvidia_config = prefix.join("etc/nvidia-container-runtime/config.toml");
+    std::fs::create_dir_all(nvidia_config.parent().unwrap()).unwrap();
+    std::fs::write(
+        &nvidia_config,
+        "[nvidia-container-runtime]\nruntimes = [\"docker-runc\", \"runc\", \"crun\"]\n",
+    )
+    .unwrap();
+    let stand_in = d.join("bin/nvidia-container-runtime");
+    std::fs::write(&stand_in, NVIDIA_STAND_IN).unwrap();
+    std::fs::set_permissions(&stand_in, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let daemon_json = prefix.join("etc/docker/daemon.json");
+    std::fs::create_dir_all(daemon_json.parent().unwrap()).unwrap();
+    std::fs::write(
+        &daemon_json,
+        serde_json::json!({ "runtimes": { "nvidia": { "path": stand_in } } }).to_string(),
+    )
+    .unwrap();
+    let said = install(&stackhook, "install", "docker", &prefix, None);
+    assert!(said.contains("NVIDIA's runtime is installed"), "{said}");
+    let config = prefix.join("etc/stackhook/config.toml");
+    let reports = d.join("reports");
+    write_config(&config, host.root(), "enforce", &reports);
+    let edits = d.join("edits.json");
+    let write_edits = |spec: serde_json::Value| {
+        let applied = stackhook::fixture::cdi::apply(&spec, &["0"], &[]);
+        std::fs::write(&edits, applied.to_string()).unwrap();
+    };
+    write_edits(Preset::Healthy.spec().cdi_spec(host.root(), "nvidia.com/gpu"));
+    let dockerd = Dockerd::start(
+        &d.join("docker"),
+        &daemon_json,
+        &[
+            ("STACKHOOK_CONFIG", &config),
+            ("STANDIN_NVIDIA_CONFIG", &nvidia_config),
+            ("STANDIN_EDITS", &edits),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    load_images(&|| dockerd.docker(), d);
+
+    // The plain image asks for no GPU; the edits give it GPU 0, and the hook checks that.
+    let (out, id) = docker_run(&dockerd, d, &["--runtime", "nvidia", PLAIN_IMAGE, "echo", "hi"]);
+    assert_eq!(text(&out.stdout).trim(), "hi", "{}\n{}", text(&out.stderr), dockerd.log_tail(20));
+    let done = report(&reports, &id);
+    assert_eq!(done["decision"], "allowed", "{done}");
+    assert_eq!(done["diagnosis"]["gpu_sources"][1]["source"], "device-nodes", "{done}");
+
+    write_edits(Preset::Healthy.spec().driver("550.54.14").cdi_spec(host.root(), "nvidia.com/gpu"));
+    let (out, _) = docker_run(&dockerd, d, &["--runtime", "nvidia", PLAIN_IMAGE, "echo", "hi"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success() && !text(&out.stdout).contains("hi"), "started: {stderr}");
+    assert!(stderr.contains("L2-CDI-STALE-LIBRARIES") && stderr.contains("550.54.14"), "{stderr}");
+    assert!(stderr.contains("nvidia-ctk cdi generate"), "{stderr}");
+    drop(dockerd);
+}
