@@ -31,6 +31,7 @@
 //! - [`registry`]: an OCI distribution client: push a layout to a registry, pull an image from one.
 //! - [`sbom`]: the image's SBOM (SPDX 2.3 and `CycloneDX` 1.6 JSON), a pure function of the build's inputs.
 //! - [`affinity`]: Kubernetes node affinity from an image's requirements, over `stackhook labels`.
+//! - [`claim`]: a Kubernetes DRA `ResourceClaimTemplate` whose CEL selectors are an image's requirements.
 
 pub mod affinity;
 pub mod atomic;
@@ -43,6 +44,7 @@ pub mod cache;
 pub mod canonical;
 pub mod check;
 pub mod chunks;
+pub mod claim;
 pub mod derive;
 pub mod diagnostic;
 pub mod fatbin;

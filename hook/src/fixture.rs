@@ -386,7 +386,12 @@ impl FixtureSpec {
         self
     }
 
-    /// The GPUs of this spec.
+    /// The MIG devices: (GPU index, GPU instance, compute instance).
+    pub fn mig_list(&self) -> &[(usize, u32, u32)] {
+        &self.mig
+    }
+
+    /// The GPUs, in index order.
     pub fn gpu_list(&self) -> &[FixtureGpu] {
         &self.gpus
     }

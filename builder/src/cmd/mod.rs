@@ -6,6 +6,7 @@ mod affinity;
 mod audit;
 mod build;
 mod check;
+mod claim;
 mod lock;
 
 /// Builds reproducible, layered OCI images of GPU software stacks from a recipe, and refuses
@@ -36,6 +37,10 @@ enum Command {
     /// Print the Kubernetes node affinity that places an image's pods only on nodes whose
     /// `stackhook` accepts its requirements (over `stackhook labels`).
     Affinity(affinity::Args),
+    /// Print a Kubernetes DRA `ResourceClaimTemplate` (`resource.k8s.io/v1`) whose CEL selectors
+    /// pick only the GPUs (NVIDIA's DRA driver, `gpu.nvidia.com`) that satisfy an image's
+    /// requirements, and a Pod that uses it.
+    Claim(claim::Args),
 }
 
 impl Cli {
@@ -46,6 +51,7 @@ impl Cli {
             Some(Command::Lock(args)) => args.run(),
             Some(Command::Check(args)) => args.run(),
             Some(Command::Affinity(args)) => args.run(),
+            Some(Command::Claim(args)) => args.run(),
             Some(Command::Audit(args)) => args.run(),
             None => self.build.run(),
         }
