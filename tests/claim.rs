@@ -131,9 +131,11 @@ enum Hook {
 /// The hook's verdict on the requirements for one device.
 fn hook_on(probe: &HostProbe, id: &str, set: &RequirementSet) -> Hook {
     let d = diagnose::diagnose(probe, &Request::new(DeviceSelection::List(vec![id.to_owned()]), set.clone()));
-    let blocked = d
-        .of(Severity::Error)
-        .any(|f| f.code.ends_with("-REQUIREMENT") || f.code == "L4-FORWARD-COMPAT-UNSUPPORTED");
+    let blocked = d.of(Severity::Error).any(|f| {
+        f.code.ends_with("-REQUIREMENT")
+            || f.code == "L4-FORWARD-COMPAT-UNSUPPORTED"
+            || f.code == "L4-REQUIREMENT-INVALID"
+    });
     let unsure = d
         .of(Severity::Warning)
         .any(|f| f.code == "L4-REQUIREMENT-UNVERIFIABLE" || f.code == "L4-FORWARD-COMPAT-UNKNOWN-GPU");
@@ -251,6 +253,8 @@ fn device_part(set: &RequirementSet) -> RequirementSet {
                     })
                     .collect(),
             ),
+            // NVIDIA's left-to-right order, where an unknown key makes the value invalid.
+            nvidia_order: r.nvidia_order.clone(),
         })
         .collect();
     RequirementSet { entries }
@@ -328,20 +332,60 @@ fn request_of(reqs: &[(String, String)]) -> ContainerRequest {
     ContainerRequest::from_env(env.iter().map(String::as_str), &BTreeMap::new()).unwrap()
 }
 
+/// The hook's verdict on every published device of every host, for a requirement no claim can
+/// carry (no device may be handed out, so the hook must allow none).
+fn verdicts(hosts: &[Host], set: &RequirementSet) -> Vec<(String, Hook)> {
+    let mut out = Vec::new();
+    for (host, probe, ids) in hosts {
+        for (id, mig) in ids {
+            if device_of(probe, id, *mig).is_some() {
+                out.push((format!("{host} device {id}"), hook_on(probe, id, set)));
+            }
+        }
+    }
+    out
+}
+
 #[test]
+// One table-driven walk over every requirement string, host and device, with its checks side by
+// side: splitting it would scatter the tallies it asserts on.
+#[allow(clippy::too_many_lines)]
 fn claim_selects_exactly_the_devices_the_hook_allows() {
     let dir = tempfile::tempdir().unwrap();
     let hosts = hosts(dir.path());
     let mut compared = 0usize;
     let mut selected = 0usize;
     let mut cannot_tell = 0usize;
+    let mut refused = 0usize;
     let mut guarded = 0usize;
+    let mut dreamzero: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut slices = Vec::new();
     let mut disagreements = Vec::new();
     for (label, reqs) in requirement_strings() {
         let request = request_of(&reqs);
         let options = Options { name: "t-gpu".into(), count: Some(1), mig: false };
-        let c = claim::for_request(&request, &options).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let set = device_part(&request.requirements);
+        let c = match claim::for_request(&request, &options) {
+            Ok(c) => c,
+            // No claim: no device may be handed out, so the hook must allow none of them.
+            Err(e @ claim::ClaimError::Unsatisfiable { .. }) => {
+                for (where_, verdict) in verdicts(&hosts, &set) {
+                    match verdict {
+                        Hook::CannotTell => cannot_tell += 1,
+                        Hook::Allows => {
+                            disagreements
+                                .push(format!("{label} | {where_}: hook allows, claim refused: {e}"));
+                        }
+                        Hook::Blocks => {
+                            compared += 1;
+                            refused += 1;
+                        }
+                    }
+                }
+                continue;
+            }
+            Err(e) => panic!("{label}: {e}"),
+        };
         let programs: Vec<Program> = c
             .selectors
             .iter()
@@ -349,7 +393,6 @@ fn claim_selects_exactly_the_devices_the_hook_allows() {
                 Program::compile(&s.expression).unwrap_or_else(|e| panic!("{label}: {e}\n{}", s.expression))
             })
             .collect();
-        let set = device_part(&request.requirements);
         for (host, probe, ids) in &hosts {
             for (id, mig) in ids {
                 let Some(device) = device_of(probe, id, *mig) else { continue };
@@ -358,6 +401,11 @@ fn claim_selects_exactly_the_devices_the_hook_allows() {
                 }
                 let verdict = hook_on(probe, id, &set);
                 let picked = selects(&programs, &device.cel(claim::DOMAIN));
+                if label.starts_with("dreamzero.toml") {
+                    let key =
+                        format!("{label} | {host}: {}", if picked { "selected" } else { "not selected" });
+                    dreamzero.entry(key).or_default().push(format!("{id} {}", device.strings["productName"]));
+                }
                 // A device that lacks an attribute a selector reads is not selected, and is never
                 // a CEL error (`selects` panics on one): the guards at the front hold.
                 if picked && ids.first().is_some_and(|(first, _)| first == id) {
@@ -400,11 +448,16 @@ fn claim_selects_exactly_the_devices_the_hook_allows() {
         }
     }
     eprintln!(
-        "compared {compared} device verdicts ({selected} selected), {cannot_tell} the hook cannot tell, \
-         {guarded} evaluations of a selected device with one attribute taken away"
+        "compared {compared} device verdicts ({selected} selected, {refused} under a requirement no claim can \
+         carry), {cannot_tell} the hook cannot tell, {guarded} evaluations of a selected device with one attribute \
+         taken away"
     );
     assert!(disagreements.is_empty(), "{} disagreements:\n{}", disagreements.len(), disagreements.join("\n"));
     assert!(compared > 10_000 && selected > 1_000 && guarded > 100, "{compared} {selected} {guarded}");
+    // What the DreamZero claim picks, per fixture host (shown with --nocapture).
+    for (key, devices) in &dreamzero {
+        eprintln!("dreamzero {key} ({}): {}", devices.len(), devices.join(", "));
+    }
     validate_slices(dir.path(), &slices);
 }
 

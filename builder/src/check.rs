@@ -357,7 +357,7 @@ fn resolve<'r>(
 
 /// Run the rules on one platform's facts and describe its stack.
 fn finish(facts: &Facts<'_>, resolution: Resolution, findings: &mut Vec<Finding>) -> PlatformStack {
-    findings.extend(rules::run(facts, resolution.is_resolved()));
+    findings.extend(rules::run(facts, rules::Evidence::of(&resolution)));
     let packages = facts.derive_packages();
     PlatformStack {
         platform: facts.platform,

@@ -221,7 +221,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 fn counts_hold(set: &RequirementSet, count: u32) -> bool {
     set.entries
         .iter()
-        .all(|r| r.expr.0.iter().any(|t| t.0.iter().all(|f| gpus_holds(f, count) != Some(false))))
+        .all(|r| r.nvidia_expr().0.iter().any(|t| t.0.iter().all(|f| gpus_holds(f, count) != Some(false))))
 }
 
 /// A `gpus` factor decided for `count`; `None` for other keys.
@@ -479,28 +479,38 @@ fn selectors(set: &RequirementSet, count: u32, notes: &mut Vec<String>) -> Resul
     let mut out = Vec::new();
     for req in &set.entries {
         let mut attrs = BTreeSet::new();
-        let has_cuda = req.expr.0.iter().any(|t| t.has(Key::Cuda));
+        // As NVIDIA's evaluator reads it: the alternatives met before it reaches a key it has
+        // no rule for (libnvidia-container's dsl.c), which the hook refuses as NVIDIA does.
+        let expr = req.nvidia_expr();
+        let has_cuda = expr.0.iter().any(|t| t.has(Key::Cuda));
         // Each term that can hold, with whether the hook accepts it without forward compatibility.
-        let terms: Vec<(Vec<Piece>, bool)> = req
-            .expr
+        let terms: Vec<(Vec<Piece>, bool)> = expr
             .0
             .iter()
             .filter_map(|t| term_pieces(t, count, &mut attrs, &mut host_keys).map(|p| (p, t.has(Key::Cuda))))
             .collect();
         if terms.is_empty() {
-            let hint = if req.expr.0.iter().any(|t| t.has(Key::Gpus)) {
+            let unsupported = req.unsupported_keys();
+            let hint = if !unsupported.is_empty() && expr.0.is_empty() {
+                format!(
+                    "; NVIDIA's evaluator has no rule for `{}` and reaches it on every device, so NVIDIA's hook \
+                     (and stackhook) refuse the container as an invalid expression: move such factors to a \
+                     STACKBUILD_REQUIRE_* variable",
+                    unsupported.join("`, `")
+                )
+            } else if expr.0.iter().any(|t| t.has(Key::Gpus)) {
                 "; give --count a value that satisfies it".to_owned()
             } else {
                 String::new()
             };
             return Err(ClaimError::Unsatisfiable {
                 variable: req.source.clone(),
-                expr: req.expr.to_string(),
+                expr: req.written(),
                 count,
                 hint,
             });
         }
-        let body = match needed_cuda(&req.expr).filter(|_| has_cuda) {
+        let body = match needed_cuda(&expr).filter(|_| has_cuda) {
             Some(major) if terms.iter().any(|(_, c)| !c) => {
                 attrs.insert(Attr::CudaDriverVersion);
                 attrs.insert(Attr::ProductName);
@@ -523,7 +533,7 @@ fn selectors(set: &RequirementSet, count: u32, notes: &mut Vec<String>) -> Resul
         if expression.len() > MAX_EXPRESSION {
             return Err(ClaimError::TooLong { variable: req.source.clone(), len: expression.len() });
         }
-        out.push(Selector { source: req.source.clone(), requirement: req.expr.to_string(), expression });
+        out.push(Selector { source: req.source.clone(), requirement: req.written(), expression });
     }
     if !host_keys.is_empty() {
         let keys: Vec<String> = host_keys.iter().map(|k| format!("`{}`", k.as_str())).collect();

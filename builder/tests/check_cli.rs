@@ -71,6 +71,7 @@ fn json_lists_every_conflict() {
         kinds,
         [
             "companion-mismatch",
+            "cuda-mismatch",
             "cudnn-mismatch",
             "host-arch",
             "host-driver",
@@ -78,7 +79,6 @@ fn json_lists_every_conflict() {
             "numpy-abi",
             "python-unsupported",
             "torch-requirement",
-            "torch-variant",
         ]
     );
 }
@@ -132,4 +132,113 @@ fn the_project_recipes_pass() {
         assert!(out.contains("result: compatible"), "{name}: {out}");
         assert!(out.contains(expect), "{name}: {out}");
     }
+}
+
+/// The `Requires-Dist` of torch 2.11.0+cu129, the build the torch project publishes on its cu129 index
+/// (pytorch/pytorch `.github/scripts/generate_binary_build_matrix.py` of the 2.11 release,
+/// `PYTORCH_EXTRA_INSTALL_REQUIREMENTS["12.9"]`, and the `triton==3.6.0` pin every 2.11 Linux
+/// wheel carries). Every `nvidia-*` wheel it names is on the package index.
+const TORCH_2_11_CU129: &[&str] = &[
+    "filelock",
+    "typing-extensions>=4.10.0",
+    "setuptools<82",
+    "sympy>=1.13.3",
+    "networkx>=2.5.1",
+    "jinja2",
+    "fsspec>=0.8.5",
+    "cuda-bindings==12.9.4; platform_system == \"Linux\"",
+    "nvidia-cuda-nvrtc-cu12==12.9.86; platform_system == \"Linux\"",
+    "nvidia-cuda-runtime-cu12==12.9.79; platform_system == \"Linux\"",
+    "nvidia-cuda-cupti-cu12==12.9.79; platform_system == \"Linux\"",
+    "nvidia-cudnn-cu12==9.17.1.4; platform_system == \"Linux\"",
+    "nvidia-cublas-cu12==12.9.1.4; platform_system == \"Linux\"",
+    "nvidia-cufft-cu12==11.4.1.4; platform_system == \"Linux\"",
+    "nvidia-curand-cu12==10.3.10.19; platform_system == \"Linux\"",
+    "nvidia-cusolver-cu12==11.7.5.82; platform_system == \"Linux\"",
+    "nvidia-cusparse-cu12==12.5.10.65; platform_system == \"Linux\"",
+    "nvidia-cusparselt-cu12==0.7.1; platform_system == \"Linux\"",
+    "nvidia-nccl-cu12==2.28.9; platform_system == \"Linux\"",
+    "nvidia-nvshmem-cu12==3.4.5; platform_system == \"Linux\"",
+    "nvidia-nvtx-cu12==12.9.79; platform_system == \"Linux\"",
+    "nvidia-nvjitlink-cu12==12.9.86; platform_system == \"Linux\"",
+    "nvidia-cufile-cu12==1.14.1.1; platform_system == \"Linux\"",
+    "triton==3.6.0; platform_system == \"Linux\"",
+    "optree>=0.13.0; extra == \"optree\"",
+];
+
+/// A recipe whose torch is a stand-in of torch 2.11.0+cu129 (its real Requires-Dist, no
+/// libraries) given as `[[python.wheel]]`, in a fresh directory.
+fn torch_2_11_cu129_recipe() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let wheels = dir.path().join("wheels");
+    std::fs::create_dir_all(&wheels).unwrap();
+    let wheel = test_support::wheel::stand_in_wheel(
+        &wheels,
+        "torch",
+        "2.11.0+cu129",
+        "cp311-cp311-manylinux_2_28_x86_64",
+        ">=3.10",
+        TORCH_2_11_CU129,
+    );
+    let recipe = dir.path().join("cu129.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "[image]\nname = \"cu129\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\n\
+             packages = [\"numpy==2.2.6\"]\n[[python.wheel]]\npath = \"wheels/{}\"\n",
+            wheel.file_name().unwrap().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    (dir, recipe)
+}
+
+/// What `check` must derive for the cu129 build, from the wheels alone: CUDA 12.9 (the runtime
+/// wheel it requires), so `cuda>=12.9` and the CUDA 12 minor-version-compatibility driver.
+fn assert_cu129_derived(out: &str) {
+    assert!(out.contains("NVIDIA_REQUIRE_CUDA=cuda>=12.9"), "{out}");
+    assert!(out.contains("nvidia-cudnn-cu12") && out.contains("9.17.1.4"), "{out}");
+    assert!(!out.contains("never published"), "{out}");
+    assert!(out.contains("result: compatible"), "{out}");
+}
+
+/// A torch build the tables lack (the cu129 build of 2.11.0), given as the recipe's own
+/// wheel: checked from its Requires-Dist, offline, and compatible.
+#[test]
+fn a_build_the_tables_lack_is_checked_from_its_wheel_offline() {
+    let (_dir, recipe) = torch_2_11_cu129_recipe();
+    let (code, out, err) = check(&["--offline", path(&recipe)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_cu129_derived(&out);
+    assert!(out.contains("torch-2.11.0+cu129-cp311-cp311-manylinux_2_28_x86_64.whl"), "{out}");
+    assert!(
+        out.contains("note[unknown-torch]: torch 2.11.0+cu129 is a build the knowledge base lacks"),
+        "{out}"
+    );
+}
+
+/// The same build resolved for real: uv reads the index's metadata for the CUDA 12.9 wheels the
+/// stand-in requires (no wheel is downloaded), and the check reads the stack it found.
+#[test]
+fn a_build_the_tables_lack_is_checked_from_its_resolution() {
+    let (_dir, recipe) = torch_2_11_cu129_recipe();
+    let (code, out, err) = check(&[path(&recipe)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("resolved by uv"), "{out}");
+    assert_cu129_derived(&out);
+    assert!(out.contains("nvidia-cuda-runtime-cu12") && out.contains("12.9.79"), "{out}");
+}
+
+/// A CUDA build no index serves (torch 2.1.0+cu124): the resolver finds none, and only then is it
+/// "never published", naming the builds that exist.
+#[test]
+fn never_published_only_when_the_resolver_finds_no_such_build() {
+    let (code, out, err) = check(&[path(&fixture("variant-local"))]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("error[torch-variant]: torch 2.1.0+cu124 was never published"), "{out}");
+    assert!(out.contains("cu118 (CUDA 11.8), cu121 (CUDA 12.1, the PyPI wheel)"), "{out}");
+    assert!(out.contains("error[resolution-failed]"), "{out}");
+    let (code, out, err) = check(&["--offline", path(&fixture("variant-local"))]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("warning[torch-variant]") && !out.contains("never published"), "{out}");
 }

@@ -7,7 +7,8 @@
 //!
 //! NVIDIA's keys: `cuda` (the highest CUDA the host driver supports), `driver`, `arch` (compute
 //! capability) and `brand` (`=`/`!=` only). `arch` and `brand` are evaluated for each GPU the
-//! container gets. Ours: `kernel` (kernel release), `module` (`module=nvidia_uvm` must be loaded,
+//! container gets. In an `NVIDIA_REQUIRE_*` value any other key is an "invalid expression" where
+//! NVIDIA's evaluator reaches it ([`Dialect::Nvidia`]). Ours, in our variables: `kernel` (kernel release), `module` (`module=nvidia_uvm` must be loaded,
 //! `module!=nouveau` must not be), `gpus` (how many GPUs the container gets), `machine`
 //! (`x86_64`, `aarch64`) and `platform` (the kind of host: `linux`, `wsl2` or `jetson`, as the
 //! probe classifies it; `=`/`!=` only).
@@ -75,6 +76,12 @@ impl Key {
     /// The key as written in expressions.
     pub fn as_str(self) -> &'static str {
         Self::ALL.iter().find(|(k, _)| *k == self).map_or("", |(_, s)| s)
+    }
+
+    /// Whether libnvidia-container's evaluator has a rule for the key (`cuda`, `driver`, `arch`,
+    /// `brand`: the `rules` table of `src/cli/configure.c`); the others are ours.
+    pub fn nvidia(self) -> bool {
+        matches!(self, Key::Cuda | Key::Driver | Key::Arch | Key::Brand)
     }
 
     /// Whether the key is evaluated once per selected GPU.
@@ -268,14 +275,29 @@ impl Expr {
         }
     }
 
-    /// Parses an expression the way a variable named `source` is read: [`Dialect::of`].
-    /// `None` when nothing is left to check (no factor, or only factors NVIDIA skips).
+    /// Parses an expression the way a variable named `source` is read: [`Dialect::of`], keeping
+    /// only the factors of known keys (see [`Requirement::nvidia_order`] for the others).
+    /// `None` when no such factor is left.
     pub fn parse_for(source: &str, input: &str) -> Result<Option<Self>, RequireError> {
         Self::parse_as(Dialect::of(source), input)
     }
 
     fn parse_as(dialect: Dialect, input: &str) -> Result<Option<Self>, RequireError> {
-        Parser { input }.expr(dialect).map(|terms| (!terms.is_empty()).then_some(Expr(terms)))
+        let slots = Parser { input }.expr(dialect)?;
+        let expr = Self::of_slots(&slots);
+        Ok((!expr.0.is_empty()).then_some(expr))
+    }
+
+    /// The terms of `slots` with their known factors, terms left without one dropped.
+    fn of_slots(slots: &[Vec<Slot>]) -> Self {
+        let terms = slots.iter().map(|t| {
+            Term(
+                t.iter()
+                    .filter_map(|s| if let Slot::Factor(f) = s { Some(f.clone()) } else { None })
+                    .collect(),
+            )
+        });
+        Expr(terms.filter(|t| !t.0.is_empty()).collect())
     }
 
     /// This expression and `other`: every pair of their terms joined (distributing AND over OR),
@@ -313,24 +335,127 @@ impl fmt::Display for Expr {
     }
 }
 
+/// A factor of an `NVIDIA_REQUIRE_*` value whose key libnvidia-container's evaluator has no
+/// rule for (`req0=true`, and our own keys there: `kernel!=5.15.0-105-generic`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Unsupported {
+    /// The factor as written.
+    pub factor: String,
+    /// Its key as written.
+    pub key: String,
+}
+
+/// One factor of a value in the order NVIDIA's evaluator meets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Slot {
+    /// A factor of a known key.
+    Factor(Factor),
+    /// A factor NVIDIA's evaluator refuses when it reaches it.
+    Unsupported(Unsupported),
+}
+
+impl fmt::Display for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Slot::Factor(x) => x.fmt(f),
+            Slot::Unsupported(u) => f.write_str(&u.factor),
+        }
+    }
+}
+
+/// A value as NVIDIA's evaluator reads it: alternatives separated by spaces, factors by commas.
+fn render_slots(order: &[Vec<Slot>]) -> String {
+    let terms: Vec<String> =
+        order.iter().map(|t| t.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")).collect();
+    terms.iter().map(|t| if t.is_empty() { "," } else { t.as_str() }).collect::<Vec<_>>().join(" ")
+}
+
+/// The outcomes `dsl_evaluate` may reach on a host, where some factors' truth is unknown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct DslOutcomes {
+    met: bool,
+    unmet: bool,
+    invalid: bool,
+}
+
+/// What libnvidia-container's `dsl_evaluate` (`src/cli/dsl.c`) makes of a value, walked in its
+/// order: alternatives left to right, the first whose factors all hold ends the evaluation (met);
+/// inside one, the first factor that fails ends it (the next alternative is tried); a factor
+/// without a rule ends everything ("invalid expression"); after the last alternative, unmet. An
+/// alternative that is nothing but commas ends the evaluation with the last result: met when it
+/// comes before any factor was evaluated, unmet after. A factor whose truth is unknown may go
+/// either way, so several outcomes may be possible. Also returns the first unsupported factor
+/// that evaluation may reach.
+fn dsl_walk<'a>(
+    order: &'a [Vec<Slot>],
+    host: &HostFacts,
+    gpu: Option<&GpuFacts>,
+) -> (DslOutcomes, Option<&'a Unsupported>) {
+    let mut out = DslOutcomes::default();
+    let mut reached = None;
+    // Whether some host value reaches this alternative, and whether a factor was evaluated.
+    let mut continuing = true;
+    let mut evaluated = false;
+    for term in order {
+        if !continuing {
+            break;
+        }
+        if term.is_empty() {
+            if evaluated {
+                out.unmet = true;
+            } else {
+                out.met = true;
+            }
+            return (out, reached);
+        }
+        evaluated = true;
+        let (mut alive, mut may_fail) = (true, false);
+        for slot in term {
+            match slot {
+                Slot::Factor(f) => match f.truth(host, gpu) {
+                    Truth::Holds => {}
+                    Truth::Fails => {
+                        may_fail = true;
+                        alive = false;
+                        break;
+                    }
+                    Truth::Unknown => may_fail = true,
+                },
+                Slot::Unsupported(u) => {
+                    out.invalid = true;
+                    reached.get_or_insert(u);
+                    alive = false;
+                    break;
+                }
+            }
+        }
+        out.met |= alive;
+        continuing = may_fail;
+    }
+    out.unmet |= continuing;
+    (out, reached)
+}
+
 /// Which rules a requirement variable is read with.
 ///
-/// Both share NVIDIA's lexical rules (libnvidia-container `src/cli/dsl.c`; nvidia-container-toolkit
-/// `internal/requirements/constraints/factory.go`): alternatives are separated by single spaces
-/// only (a tab or line break is not a separator, and makes the factor invalid), factors by commas;
-/// empty alternatives and factors (`a,,b`, a trailing comma, two spaces) are skipped; a factor is
-/// `key op value` where the key runs to the first of `<>=!` and the operator is exactly one of
-/// `= != < <= > >=` (so `==` is refused, as NVIDIA refuses it).
+/// Both share NVIDIA's lexical rules (libnvidia-container `src/cli/dsl.c`, `dsl_evaluate` and
+/// `evaluate_rule`): alternatives are separated by single spaces only (a tab or line break is not
+/// a separator, and makes the factor invalid), factors by commas; empty alternatives and factors
+/// (`a,,b`, a trailing comma, two spaces) are skipped; a factor is `key op value` where the key
+/// runs to the first of `<>=!` and the operator is exactly one of `= != < <= > >=` (so `==` is
+/// refused, as NVIDIA refuses it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
-    /// `NVIDIA_REQUIRE_*`: a factor whose key is not one we know is skipped, as NVIDIA's
-    /// evaluator skips an unsupported property ("unsupported property is ignored", toolkit
-    /// `constraints/factory_test.go`); an alternative left with no factor is dropped. Our own
-    /// keys (`kernel`, `module`, ...) are honoured here too: NVIDIA's CLI refuses such a factor
-    /// when it reaches it rather than ignoring it, so checking it is the closer match.
+    /// `NVIDIA_REQUIRE_*`, read as libnvidia-container's evaluator reads it: its keys are `cuda`,
+    /// `driver`, `arch` and `brand` (compared case-insensitively), and a factor with any other key
+    /// (ours included) is kept as an [`Unsupported`] factor, which makes the whole value an
+    /// "invalid expression" when evaluation reaches it (`evaluate_rule` returns -1 when no rule
+    /// matches) and changes nothing when it does not: `dsl_evaluate` stops at the first
+    /// alternative whose factors all hold, and leaves an alternative at its first factor that
+    /// fails. See [`Requirement::nvidia_order`].
     Nvidia,
-    /// `STACKBUILD_REQUIRE_*`, `io.stackbuild.require.*`, `--require`: an unknown key is an error,
-    /// so a misspelt key fails where the image is built rather than passing on every host.
+    /// `STACKBUILD_REQUIRE_*`, `io.stackbuild.require.*`, `--require`: all our keys; an unknown key
+    /// is an error, so a misspelt key fails where the image is built rather than on every host.
     Stackbuild,
 }
 
@@ -358,8 +483,10 @@ impl Parser<'_> {
         RequireError { input, column, message: message.into() }
     }
 
-    /// The terms, empty ones skipped.
-    fn expr(&self, dialect: Dialect) -> Result<Vec<Term>, RequireError> {
+    /// The terms in order, each with its factors in order (empty factors skipped). A term that
+    /// is nothing but empty factors (`,`) is kept, empty: `dsl_evaluate` stops at it (see
+    /// [`Requirement::nvidia_order`]); a term with nothing at all (two spaces) is skipped.
+    fn expr(&self, dialect: Dialect) -> Result<Vec<Vec<Slot>>, RequireError> {
         if self.input.len() > MAX_EXPRESSION_LEN {
             return Err(self.error(0, format!("longer than {MAX_EXPRESSION_LEN} bytes")));
         }
@@ -368,27 +495,22 @@ impl Parser<'_> {
         for term in self.input.split(' ') {
             let mut factors = Vec::new();
             let mut factor_at = at;
-            let mut had_factor = false;
             for factor in term.split(',') {
                 if !factor.is_empty() {
-                    had_factor = true;
-                    if let Some(f) = self.factor(factor, factor_at, dialect)? {
-                        factors.push(f);
-                    }
+                    factors.push(self.factor(factor, factor_at, dialect)?);
                 }
                 factor_at += factor.len() + 1;
             }
-            // A term whose every factor was skipped is dropped, not counted as holding.
-            if had_factor && !factors.is_empty() {
-                terms.push(Term(factors));
+            if !term.is_empty() {
+                terms.push(factors);
             }
             at += term.len() + 1;
         }
         Ok(terms)
     }
 
-    /// One factor at byte offset `start`; `None` when the dialect skips it.
-    fn factor(&self, text: &str, start: usize, dialect: Dialect) -> Result<Option<Factor>, RequireError> {
+    /// One factor at byte offset `start`.
+    fn factor(&self, text: &str, start: usize, dialect: Dialect) -> Result<Slot, RequireError> {
         if let Some(i) = text.find(char::is_whitespace) {
             return Err(self.error(
                 start + i,
@@ -406,8 +528,14 @@ impl Parser<'_> {
         }
         let key = Key::ALL.iter().find(|(_, s)| s.eq_ignore_ascii_case(key_text)).map(|(k, _)| *k);
         let key = match (key, dialect) {
-            (Some(k), _) => k,
-            (None, Dialect::Nvidia) => return Ok(None),
+            (Some(k), Dialect::Nvidia) if k.nvidia() => k,
+            (_, Dialect::Nvidia) => {
+                return Ok(Slot::Unsupported(Unsupported {
+                    factor: text.to_owned(),
+                    key: key_text.to_owned(),
+                }))
+            }
+            (Some(k), Dialect::Stackbuild) => k,
             (None, Dialect::Stackbuild) => {
                 return Err(self.error(start, format!("unknown key {key_text:?}; expected {KEYS_HINT}")))
             }
@@ -435,7 +563,7 @@ impl Parser<'_> {
             return Err(self.error(value_at, format!("expected a value after \"{key_text}{}\"", op.as_str())));
         }
         let value = self.value(key, op, raw, op_at, value_at)?;
-        Ok(Some(Factor { key, op, value, raw: raw.to_owned() }))
+        Ok(Slot::Factor(Factor { key, op, value, raw: raw.to_owned() }))
     }
 
     fn value(
@@ -762,8 +890,114 @@ pub struct Requirement {
     /// The variable or annotation it came from (`NVIDIA_REQUIRE_CUDA`,
     /// `io.stackbuild.require.driver`).
     pub source: String,
-    /// The parsed expression.
+    /// The parsed expression: the factors of known keys.
     pub expr: Expr,
+    /// For an `NVIDIA_REQUIRE_*` value that libnvidia-container's evaluator would not read as
+    /// [`Requirement::expr`] says (a factor it has no rule for, or an alternative of nothing but
+    /// commas): every alternative and factor in its order, which decides the outcome.
+    pub nvidia_order: Option<Vec<Vec<Slot>>>,
+}
+
+/// At most this many alternatives in [`Requirement::nvidia_expr`]: each unknown key behind known
+/// factors multiplies them, and no real value comes near.
+const NVIDIA_EXPR_TERMS: usize = 256;
+
+impl Requirement {
+    /// The devices on which NVIDIA's evaluator meets this value, as an OR of terms of known
+    /// keys: [`Requirement::expr`] when the evaluator reads it as written; with
+    /// [`Requirement::nvidia_order`], the alternatives met before evaluation reaches a factor
+    /// it has no rule for (where it stops with "invalid expression") or an alternative of
+    /// nothing but commas (where it stops with the failure before it). An alternative `i` counts
+    /// where every earlier alternative with an unknown key failed before reaching it: one of the
+    /// factors ahead of that key fails. No term at all: NVIDIA refuses it everywhere.
+    pub fn nvidia_expr(&self) -> Expr {
+        let Some(order) = &self.nvidia_order else { return self.expr.clone() };
+        let mut out: Vec<Term> = Vec::new();
+        // What must hold to reach the current alternative, as an OR of conjunctions.
+        let mut reach: Vec<Vec<Factor>> = vec![Vec::new()];
+        for alternative in order {
+            if alternative.is_empty() {
+                break;
+            }
+            match alternative.iter().position(|s| matches!(s, Slot::Unsupported(_))) {
+                None => {
+                    let factors: Vec<Factor> = alternative
+                        .iter()
+                        .filter_map(|s| match s {
+                            Slot::Factor(f) => Some(f.clone()),
+                            Slot::Unsupported(_) => None,
+                        })
+                        .collect();
+                    for r in &reach {
+                        out.push(Term(r.iter().cloned().chain(factors.iter().cloned()).collect()));
+                    }
+                }
+                Some(at) => {
+                    let ahead: Vec<Factor> = alternative[..at]
+                        .iter()
+                        .filter_map(|s| match s {
+                            Slot::Factor(f) => Some(f.negated()),
+                            Slot::Unsupported(_) => None,
+                        })
+                        .collect();
+                    reach = reach
+                        .iter()
+                        .flat_map(|r| {
+                            ahead.iter().map(move |n| r.iter().cloned().chain([n.clone()]).collect())
+                        })
+                        .take(NVIDIA_EXPR_TERMS)
+                        .collect();
+                }
+            }
+            if reach.is_empty() || out.len() >= NVIDIA_EXPR_TERMS {
+                break;
+            }
+        }
+        out.truncate(NVIDIA_EXPR_TERMS);
+        Expr(out)
+    }
+
+    /// The value as the image states it: [`Requirement::expr`], or with
+    /// [`Requirement::nvidia_order`] every alternative and factor in its order.
+    pub fn written(&self) -> String {
+        match &self.nvidia_order {
+            None => self.expr.to_string(),
+            Some(order) => order
+                .iter()
+                .map(|a| a.iter().map(ToString::to_string).collect::<Vec<_>>().join(","))
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
+
+    /// The keys NVIDIA's evaluator has no rule for, as written (`kernel`), in order.
+    pub fn unsupported_keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = Vec::new();
+        for slot in self.nvidia_order.iter().flatten().flatten() {
+            if let Slot::Unsupported(u) = slot {
+                if !keys.contains(&u.key.as_str()) {
+                    keys.push(&u.key);
+                }
+            }
+        }
+        keys
+    }
+}
+
+impl Factor {
+    /// The factor that holds exactly where this one fails (`cuda>=12.4` -> `cuda<12.4`).
+    #[must_use]
+    pub fn negated(&self) -> Self {
+        let op = match self.op {
+            Op::Eq => Op::Ne,
+            Op::Ne => Op::Eq,
+            Op::Lt => Op::Ge,
+            Op::Le => Op::Gt,
+            Op::Gt => Op::Le,
+            Op::Ge => Op::Lt,
+        };
+        Self { op, ..self.clone() }
+    }
 }
 
 /// A factor that failed, with the host's value.
@@ -828,6 +1062,10 @@ pub struct Unverifiable {
     /// The factors that could not be told, with what the host has (no term holds, and these keep
     /// the others from failing).
     pub unknown: Vec<FactorFailure>,
+    /// A factor NVIDIA's evaluator has no rule for, which it reaches (and refuses the value at)
+    /// if the unknown factors go one way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub may_be_invalid: Option<Unsupported>,
 }
 
 impl Unverifiable {
@@ -844,7 +1082,39 @@ impl fmt::Display for Unverifiable {
         }
         let factors: Vec<String> =
             self.unknown.iter().map(|u| format!("{} (host has {})", u.factor, u.host)).collect();
-        write!(f, "cannot tell whether {} holds", factors.join(", "))
+        write!(f, "cannot tell whether {} holds", factors.join(", "))?;
+        if let Some(u) = &self.may_be_invalid {
+            write!(f, " (if not, NVIDIA's evaluator reaches {}, a key it has no rule for)", u.factor)?;
+        }
+        Ok(())
+    }
+}
+
+/// A requirement NVIDIA's evaluator refuses on this host: evaluation reaches a factor whose key it
+/// has no rule for, and libnvidia-container fails with "invalid expression".
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Invalid {
+    /// The variable it came from.
+    pub source: String,
+    /// The whole value, as NVIDIA's evaluator reads it.
+    pub expr: String,
+    /// Index into the selected GPUs, for a value evaluated per GPU.
+    pub gpu: Option<usize>,
+    /// The factor evaluation reaches.
+    pub unsupported: Unsupported,
+}
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(gpu) = self.gpu {
+            write!(f, "GPU {gpu}: ")?;
+        }
+        write!(
+            f,
+            "invalid expression: evaluation reaches {}, and NVIDIA's evaluator has no rule for the key {:?} (its \
+             keys are cuda, driver, arch and brand)",
+            self.unsupported.factor, self.unsupported.key
+        )
     }
 }
 
@@ -855,6 +1125,8 @@ pub struct Assessment {
     pub failures: Vec<Unsatisfied>,
     /// Requirements that cannot be told.
     pub unverifiable: Vec<Unverifiable>,
+    /// Requirements NVIDIA's evaluator refuses as invalid expressions here (one per variable).
+    pub invalid: Vec<Invalid>,
 }
 
 /// Every requirement an image and its annotations carry; all must hold.
@@ -873,18 +1145,35 @@ pub enum Outcome {
     Satisfied,
     /// At least one requirement fails.
     Unsatisfied(Vec<Unsatisfied>),
+    /// None fails, but NVIDIA's evaluator refuses at least one as an invalid expression.
+    Invalid(Vec<Invalid>),
 }
 
 impl RequirementSet {
     /// Adds a requirement parsed from `value`, found under `source`.
     /// The variable's name picks the rules it is read with ([`Dialect::of`]); a value with
-    /// nothing to check (empty, only commas, only factors NVIDIA skips) adds nothing, as NVIDIA
-    /// treats an empty requirement as met.
+    /// nothing to check (empty, only spaces or commas) adds nothing, as NVIDIA treats an empty
+    /// requirement as met. An `NVIDIA_REQUIRE_*` value that only factors NVIDIA's evaluator has
+    /// no rule for is added, with no term in [`Requirement::expr`]: NVIDIA refuses it.
     pub fn push(&mut self, source: impl Into<String>, value: &str) -> Result<(), RequireError> {
         let source = source.into();
-        if let Some(expr) = Expr::parse_for(&source, value)? {
-            self.entries.push(Requirement { source, expr });
+        let dialect = Dialect::of(&source);
+        let slots = Parser { input: value }.expr(dialect)?;
+        let expr = Expr::of_slots(&slots);
+        if dialect == Dialect::Stackbuild {
+            if !expr.0.is_empty() {
+                self.entries.push(Requirement { source, expr, nvidia_order: None });
+            }
+            return Ok(());
         }
+        // Only commas (or nothing) before any factor: met, as `dsl_evaluate` stops there.
+        if slots.first().is_none_or(Vec::is_empty) {
+            return Ok(());
+        }
+        let unsupported = slots.iter().flatten().any(|s| matches!(s, Slot::Unsupported(_)));
+        let differs = unsupported || slots.iter().any(Vec::is_empty);
+        let nvidia_order = differs.then_some(slots);
+        self.entries.push(Requirement { source, expr, nvidia_order });
         Ok(())
     }
 
@@ -895,7 +1184,7 @@ impl RequirementSet {
 
     /// Evaluates every requirement; per-GPU requirements once for each selected GPU (once with
     /// no GPU when none is selected, so that their GPU factors fail). Returns the requirements
-    /// known to fail; see [`RequirementSet::assess`] for the unverifiable ones as well.
+    /// known to fail; see [`RequirementSet::assess`] for the unverifiable and the invalid ones.
     pub fn evaluate(&self, host: &HostFacts) -> Vec<Unsatisfied> {
         self.assess(host).failures
     }
@@ -905,6 +1194,7 @@ impl RequirementSet {
     pub fn assess(&self, host: &HostFacts) -> Assessment {
         let mut failures = Vec::new();
         let mut unverifiable = Vec::new();
+        let mut invalid = Vec::new();
         for req in &self.entries {
             let gpus: Vec<Option<usize>> = if req.expr.per_gpu() && !host.gpus.is_empty() {
                 (0..host.gpus.len()).map(Some).collect()
@@ -919,7 +1209,24 @@ impl RequirementSet {
                     key: f.key,
                     host: f.host_value(host, facts),
                 };
-                match req.expr.truth(host, facts) {
+                let (truth, may_be_invalid) = match &req.nvidia_order {
+                    None => (req.expr.truth(host, facts), None),
+                    Some(order) => match dsl_walk(order, host, facts) {
+                        (DslOutcomes { met: false, unmet: false, invalid: true }, Some(u)) => {
+                            invalid.push(Invalid {
+                                source: req.source.clone(),
+                                expr: render_slots(order),
+                                gpu,
+                                unsupported: u.clone(),
+                            });
+                            break; // NVIDIA's evaluator stops at the first error
+                        }
+                        (DslOutcomes { met: true, unmet: false, invalid: false }, _) => (Truth::Holds, None),
+                        (DslOutcomes { met: false, unmet: true, invalid: false }, _) => (Truth::Fails, None),
+                        (_, u) => (Truth::Unknown, u.cloned()),
+                    },
+                };
+                match truth {
                     Truth::Holds => {}
                     Truth::Unknown => unverifiable.push(Unverifiable {
                         source: req.source.clone(),
@@ -933,6 +1240,7 @@ impl RequirementSet {
                             .flat_map(|t| t.unknown_factors(host, facts))
                             .map(failure)
                             .collect(),
+                        may_be_invalid,
                     }),
                     Truth::Fails => failures.push(Unsatisfied {
                         source: req.source.clone(),
@@ -949,7 +1257,7 @@ impl RequirementSet {
                 }
             }
         }
-        Assessment { failures, unverifiable }
+        Assessment { failures, unverifiable, invalid }
     }
 
     /// Checks the set the way the hook does: nothing applies when no GPU is selected (unless the
@@ -958,11 +1266,13 @@ impl RequirementSet {
         if host.gpus.is_empty() && !host.no_devices {
             return Outcome::NotApplicable;
         }
-        let failures = self.evaluate(host);
-        if failures.is_empty() {
-            Outcome::Satisfied
-        } else {
+        let Assessment { failures, invalid, .. } = self.assess(host);
+        if !failures.is_empty() {
             Outcome::Unsatisfied(failures)
+        } else if !invalid.is_empty() {
+            Outcome::Invalid(invalid)
+        } else {
+            Outcome::Satisfied
         }
     }
 
@@ -1267,6 +1577,82 @@ mod tests {
             assert_eq!(Expr::parse(&e.to_string()).unwrap(), e);
         }
         assert_eq!(Expr::parse("  cuda>=12.1   driver=535, ").unwrap().to_string(), "cuda>=12.1 driver=535");
+    }
+
+    /// libnvidia-container `src/cli/dsl.c`: `evaluate_rule` returns -1 for a key without a rule
+    /// (keys compared with `str_case_equal`), and `dsl_evaluate` fails with "invalid expression"
+    /// when it gets there; the first alternative that holds, or a factor that fails, stops it first.
+    #[test]
+    fn nvidia_unknown_keys_are_invalid_where_evaluation_reaches_them() {
+        let h = host("535.104.05", "12.2", &["nvidia"]);
+        let outcome = |value: &str| set("NVIDIA_REQUIRE_X", value).check(&h);
+        let invalid = |value: &str| match outcome(value) {
+            Outcome::Invalid(v) => v[0].unsupported.factor.clone(),
+            other => panic!("{value}: {other:?}"),
+        };
+        // Reached: the only factor, after factors that hold, after a failing alternative.
+        assert_eq!(invalid("req0=true"), "req0=true");
+        assert_eq!(invalid("cuda>=12.0,foo=bar"), "foo=bar");
+        assert_eq!(invalid("cuda>=99.0 foo=bar"), "foo=bar");
+        assert_eq!(invalid("cuda>=99.0 Foo>1,cuda>=1"), "Foo>1");
+        // Our keys are not NVIDIA's: its evaluator refuses them too.
+        assert_eq!(invalid("kernel!=5.15.0-105-generic"), "kernel!=5.15.0-105-generic");
+        assert_eq!(invalid("gpus>=1"), "gpus>=1");
+        // Not reached: an earlier alternative holds, or an earlier factor of its alternative fails.
+        assert_eq!(outcome("cuda>=11.6 foo=bar"), Outcome::Satisfied);
+        assert_eq!(outcome("cuda>=99.0,foo=bar cuda>=12.0"), Outcome::Satisfied);
+        assert!(matches!(outcome("cuda>=99.0,foo=bar"), Outcome::Unsatisfied(_)));
+        // NVIDIA's keys in any case are rules, not unknown keys.
+        assert_eq!(outcome("CUDA>=12.0 foo=bar"), Outcome::Satisfied);
+        let req = set("NVIDIA_REQUIRE_X", "cuda>=99.0 req0=true");
+        let a = req.assess(&h);
+        assert!(a.failures.is_empty() && a.unverifiable.is_empty());
+        assert_eq!(
+            a.invalid[0].to_string(),
+            "invalid expression: evaluation reaches req0=true, and NVIDIA's evaluator has no rule for the key \
+             \"req0\" (its keys are cuda, driver, arch and brand)"
+        );
+        assert_eq!(a.invalid[0].expr, "cuda>=99.0 req0=true");
+        // Our variables keep our keys, and refuse unknown ones where the image is built.
+        assert_eq!(set("STACKBUILD_REQUIRE_X", "gpus>=1").check(&h), Outcome::Satisfied);
+        assert!(RequirementSet::default().push("STACKBUILD_REQUIRE_X", "req0=true").is_err());
+    }
+
+    /// Per GPU, and where a factor before the unknown key cannot be told, NVIDIA's evaluator may
+    /// or may not reach it: unverifiable, saying so.
+    #[test]
+    fn nvidia_unknown_key_behind_an_unknown_factor() {
+        let mut h = host("535.104.05", "12.2", &["nvidia"]);
+        h.gpus[0].arch = Some(ComputeCapability::new(9, 0));
+        let req = set("NVIDIA_REQUIRE_X", "arch>=9.0 req0=true");
+        assert_eq!(req.check(&h), Outcome::Satisfied);
+        h.gpus[0].arch = Some(ComputeCapability::new(8, 0));
+        let Outcome::Invalid(v) = req.check(&h) else { panic!() };
+        assert_eq!(v[0].gpu, Some(0));
+        h.gpus[0].arch = None;
+        let a = req.assess(&h);
+        assert!(a.invalid.is_empty() && a.failures.is_empty());
+        assert_eq!(
+            a.unverifiable[0].to_string(),
+            "GPU 0: cannot tell whether arch>=9.0 (host has no known compute capability) holds (if not, NVIDIA's \
+             evaluator reaches req0=true, a key it has no rule for)"
+        );
+    }
+
+    /// `dsl_evaluate` stops at an alternative of nothing but commas with the last result: met
+    /// before any factor was evaluated, unmet after one failed.
+    #[test]
+    fn nvidia_comma_only_alternative_ends_the_evaluation() {
+        let h = host("535.104.05", "12.2", &["nvidia"]);
+        let outcome = |value: &str| set("NVIDIA_REQUIRE_X", value).check(&h);
+        assert!(set("NVIDIA_REQUIRE_X", ", cuda>=99.0").is_empty());
+        assert!(set("NVIDIA_REQUIRE_X", ",, req0=true").is_empty());
+        assert!(matches!(outcome("cuda>=99.0 , cuda>=12.0"), Outcome::Unsatisfied(_)));
+        assert!(matches!(outcome("cuda>=99.0 , req0=true"), Outcome::Unsatisfied(_)));
+        assert_eq!(outcome("cuda>=12.0 , cuda>=99.0"), Outcome::Satisfied);
+        assert_eq!(outcome("cuda>=99.0 cuda>=12.0 ,"), Outcome::Satisfied);
+        // Our variables: no such stop (every alternative is read).
+        assert_eq!(set("STACKBUILD_REQUIRE_X", "cuda>=99.0 , cuda>=12.0").check(&h), Outcome::Satisfied);
     }
 
     #[test]

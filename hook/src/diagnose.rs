@@ -934,6 +934,7 @@ impl<'a> Checks<'a> {
                 .with("/proc/driver/nvidia/gpus", "(empty)")
                 .remedy("sudo dmesg | grep -i -e NVRM -e Xid"),
             );
+            self.unbound_too_new();
             return Err(());
         }
         for g in &selected {
@@ -957,10 +958,40 @@ impl<'a> Checks<'a> {
             if let Some(why) = self.architecture_dropped(other.pci.device_id()) {
                 f.message = format!("{}; {why}", f.message);
                 f = f.remedy("install a driver of a branch that still supports this GPU's architecture");
+            } else if let Some((why, first)) =
+                other.pci.device_id().and_then(kb::gpu_by_pci_id).and_then(|m| self.branch_too_old(m))
+            {
+                f.message = format!("{}; {why}", f.message);
+                f = f.remedy(format!("install a driver of branch R{first} or later"));
             }
             self.push(f);
         }
         Ok(selected)
+    }
+
+    /// L3: the driver lists no GPU and an NVIDIA GPU on PCI has no driver because the loaded
+    /// branch is older than its architecture's first: the known cause, with its remedy.
+    fn unbound_too_new(&mut self) {
+        let p = self.p;
+        for g in p.other_pci_gpus.iter().filter(|g| g.pci.driver.is_none()) {
+            let Some(model) = g.pci.device_id().and_then(kb::gpu_by_pci_id) else { continue };
+            let Some((why, first)) = self.branch_too_old(model) else { continue };
+            let mut f = Finding::new(
+                "L3-DRIVER-TOO-OLD-FOR-GPU",
+                Layer::L3Gpus,
+                Severity::Error,
+                format!("the NVIDIA GPU at {} has no driver: {why}, so the driver cannot drive it", g.bus_id),
+            )
+            .with(&format!("{}/driver", g.pci.path), "(no driver bound)")
+            .with(
+                &format!("{}/device", g.pci.path),
+                g.pci.device.map_or("?".to_owned(), |d| format!("0x{d:04x}")),
+            );
+            if let Some(d) = &p.driver {
+                f = f.with_evidence(&d.evidence);
+            }
+            self.push(f.remedy(format!("install a driver of branch R{first} or later")));
+        }
     }
 
     /// L3: a selected device whose GPU the host does not tell.
@@ -1020,6 +1051,30 @@ impl<'a> Checks<'a> {
         })
     }
 
+    /// Why the loaded driver cannot drive a GPU of `model`, with the first branch that can, when
+    /// the first branch of its architecture (`driver_branches.toml`, `[[architecture]]`, the row
+    /// of its compute capability where there is one) is newer than the loaded one.
+    fn branch_too_old(&self, model: &kb::GpuModel) -> Option<(String, u64)> {
+        let support = kb::gpu_support(model)?;
+        let first = support.first_branch?;
+        let driver = self.p.driver.as_ref()?;
+        let which = if support.compute_capabilities.is_empty() {
+            model.architecture.clone()
+        } else {
+            format!("{} {}", model.architecture, model.compute_capability)
+        };
+        (driver.value.branch() < first).then(|| {
+            (
+                format!(
+                    "it is a {} GPU ({}, compute capability {}), and R{first} is the first driver branch for {which} \
+                     (the loaded driver is {})",
+                    model.architecture, model.name, model.compute_capability, driver.value
+                ),
+                first,
+            )
+        })
+    }
+
     /// L3: one selected GPU.
     fn l3_gpu(&mut self, g: &GpuProbe) {
         if g.model_unknown() {
@@ -1050,6 +1105,23 @@ impl<'a> Checks<'a> {
                 .with(&g.evidence.path, "GPU Excluded: Yes")
                 .remedy("check NVreg_ExcludedGpus in /etc/modprobe.d and the driver's health checks (dmesg)"),
             );
+        }
+        if let Some((why, first)) = self.p.gpu_model(g).and_then(|(m, _)| self.branch_too_old(m)) {
+            let mut f = Finding::new(
+                "L3-DRIVER-TOO-OLD-FOR-GPU",
+                Layer::L3Gpus,
+                Severity::Error,
+                format!("GPU {} ({}): {why}: this driver cannot drive it", g.index, g.bus_id),
+            )
+            .with_evidence(&g.evidence)
+            .with(
+                &format!("{}/device", g.pci.path),
+                g.pci.device.map_or("?".to_owned(), |d| format!("0x{d:04x}")),
+            );
+            if let Some(d) = &self.p.driver {
+                f = f.with_evidence(&d.evidence);
+            }
+            self.push(f.remedy(format!("install a driver of branch R{first} or later")));
         }
         if self.p.gpu_model(g).is_none() {
             let known_arch = self.p.gpu_arch(g);
@@ -1192,6 +1264,29 @@ impl<'a> Checks<'a> {
             let f = self.unverifiable_finding(u, key, selected);
             self.push(f);
         }
+        for i in &assessment.invalid {
+            if !driver_up {
+                continue; // covered by L2-CHECKS-SKIPPED
+            }
+            let gpu = i.gpu.and_then(|n| selected.and_then(|s| s.get(n)));
+            let subject = gpu.map_or_else(String::new, |g| {
+                format!("GPU {} ({}): ", g.index, g.model.as_deref().unwrap_or("?"))
+            });
+            let message = format!(
+                "{}: {subject}{}; NVIDIA's hook refuses this container too",
+                i.source,
+                strip_gpu_prefix_text(&i.to_string())
+            );
+            self.push(
+                Finding::new("L4-REQUIREMENT-INVALID", Layer::L4Versions, Severity::Error, message)
+                    .with(&i.source, shorten(&i.expr, 120))
+                    .remedy(format!(
+                        "fix {} in the image: NVIDIA_REQUIRE_* takes only cuda, driver, arch and brand (our keys go \
+                         in STACKBUILD_REQUIRE_*); or start it with NVIDIA_DISABLE_REQUIRE=true",
+                        i.source
+                    )),
+            );
+        }
         for u in assessment.failures {
             let Some(primary) = u.primary() else { continue };
             let key = primary.key;
@@ -1239,7 +1334,16 @@ impl<'a> Checks<'a> {
             "L4-REQUIREMENT-UNVERIFIABLE",
             Layer::L4Versions,
             Severity::Warning,
-            format!("{}: {subject}cannot tell whether {} holds; not enforced", u.source, factors.join(", ")),
+            format!(
+                "{}: {subject}cannot tell whether {} holds; not enforced{}",
+                u.source,
+                factors.join(", "),
+                u.may_be_invalid.as_ref().map_or_else(String::new, |x| format!(
+                    " (if it does not, NVIDIA's evaluator reaches {}, a key it has no rule for, and refuses the \
+                     container)",
+                    x.factor
+                ))
+            ),
         )
         .with(&u.source, shorten(&u.expr, 120));
         let remedy = match key {
@@ -1261,8 +1365,8 @@ impl<'a> Checks<'a> {
                     f = f.with_evidence(&d.evidence);
                 }
                 f = f.with_evidence(&self.p.host_cuda().how.into());
-                "confirm with nvidia-smi (its header prints \"CUDA Version\"); sudo stackhook doctor --record saves it \
-                 for the hook, or add a [[branch]] row with its source in /etc/stackhook/kb.d/"
+                "confirm with nvidia-smi (its header prints \"CUDA Version\", from R610 \"CUDA UMD Version\"); sudo \
+                 stackhook doctor --record saves it for the hook, or add a [[branch]] row with its source in /etc/stackhook/kb.d/"
             }
         };
         f.remedy(remedy)
@@ -1642,6 +1746,14 @@ fn strip_gpu_prefix(u: &Unsatisfied) -> String {
     match s.split_once(": ") {
         Some((head, rest)) if head.starts_with("GPU ") => format!(": {rest}"),
         _ => format!(": {s}"),
+    }
+}
+
+/// A per-GPU message without its leading `GPU <n>: `.
+fn strip_gpu_prefix_text(s: &str) -> &str {
+    match s.split_once(": ") {
+        Some((head, rest)) if head.starts_with("GPU ") => rest,
+        _ => s,
     }
 }
 

@@ -47,6 +47,8 @@ enum Host {
     Geforce470,
     /// An A100 on driver 470 (CUDA 11.4).
     A100On470,
+    /// A Tesla P100 on driver 352.93 (R352: CUDA 7.5).
+    P100On352,
 }
 
 impl Host {
@@ -64,6 +66,9 @@ impl Host {
             Host::Geforce470 => Preset::ForwardCompatGeforce.spec(),
             Host::A100On470 => {
                 FixtureSpec::healthy_h100().driver("470.256.02").gpus_of(1, 0x20b0, "NVIDIA A100-SXM4-40GB")
+            }
+            Host::P100On352 => {
+                FixtureSpec::healthy_h100().driver("352.93").gpus_of(1, 0x15f8, "Tesla P100-PCIE-16GB")
             }
         }
     }
@@ -140,7 +145,7 @@ fn device_selection() -> Vec<Row> {
         row("TestGetNvidiaConfig/Legacy image, devices 'none'", H100, &["CUDA_VERSION=9.0", "NVIDIA_VISIBLE_DEVICES=none"], Allow),
         row("TestGetNvidiaConfig/Legacy image, devices 'none' (requirement cuda>=13.0 still checked)", H100, &["CUDA_VERSION=13.0", "NVIDIA_VISIBLE_DEVICES=none"], Block("L4-CUDA-REQUIREMENT")),
         row("TestGetNvidiaConfig/Legacy image, devices set (gpu0,gpu1: the CLI's unknown device)", H100, &["CUDA_VERSION=9.0", "NVIDIA_VISIBLE_DEVICES=gpu0,gpu1"], Block("L3-SELECTION-UNMATCHED")),
-        row("TestGetNvidiaConfig/Legacy image, devices set, capabilities set, requirements set (req0=true: unknown key skipped)", H100, &["CUDA_VERSION=9.0", "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=video,display", "NVIDIA_REQUIRE_REQ0=req0=true", "NVIDIA_REQUIRE_REQ1=req1=false"], Allow),
+        row("TestGetNvidiaConfig/Legacy image, devices set, capabilities set, requirements set (req0=true: the CLI's invalid expression)", H100, &["CUDA_VERSION=9.0", "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=video,display", "NVIDIA_REQUIRE_REQ0=req0=true", "NVIDIA_REQUIRE_REQ1=req1=false"], Block("L4-REQUIREMENT-INVALID")),
         row("TestGetNvidiaConfig/Legacy image, devices set, capabilities set, requirements set, disable requirements", H100, &["CUDA_VERSION=99.0", "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_REQ0=req0=true", "NVIDIA_DISABLE_REQUIRE=true"], Allow),
         row("TestGetNvidiaConfig/Modern image, no devices, no capabilities, no requirements, no envCUDAVersion", H100, &["NVIDIA_REQUIRE_CUDA=cuda>=99.0"], Skip),
         row("TestGetNvidiaConfig/Modern image, no devices, no capabilities, no requirement, envCUDAVersion set", H100, &["CUDA_VERSION=99.0", "NVIDIA_REQUIRE_CUDA=cuda>=99.0"], Skip),
@@ -151,7 +156,7 @@ fn device_selection() -> Vec<Row> {
         row("TestGetNvidiaConfig/Modern image, devices 'none' (cuda>=99.0 still checked)", H100, &["NVIDIA_REQUIRE_CUDA=cuda>=99.0", "NVIDIA_VISIBLE_DEVICES=none"], Block("L4-CUDA-REQUIREMENT")),
         row("TestGetNvidiaConfig/Modern image, devices set (gpu0,gpu1: the CLI's unknown device)", H100, &[c, "NVIDIA_VISIBLE_DEVICES=gpu0,gpu1"], Block("L3-SELECTION-UNMATCHED")),
         row("TestGetNvidiaConfig/Modern image, devices set, capabilities 'empty', no requirements", H100, &[c, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES="], Allow),
-        row("TestGetNvidiaConfig/Modern image, devices set, capabilities set, requirements set", H100, &[c, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_REQ0=req0=true", "NVIDIA_REQUIRE_REQ1=req1=false"], Allow),
+        row("TestGetNvidiaConfig/Modern image, devices set, capabilities set, requirements set (req0=true: the CLI's invalid expression)", H100, &[c, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_REQ0=req0=true", "NVIDIA_REQUIRE_REQ1=req1=false"], Block("L4-REQUIREMENT-INVALID")),
         row("TestGetNvidiaConfig/Modern image, devices set, capabilities set, requirements set, disable requirements", H100, &["NVIDIA_REQUIRE_CUDA=cuda>=99.0", "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DISABLE_REQUIRE=true"], Allow),
         row("TestGetNvidiaConfig/No cuda envs, devices 'all'", H100, &["NVIDIA_VISIBLE_DEVICES=all"], Allow),
         row("TestGetNvidiaConfig/Modern image, devices 'all', migConfig set, privileged", H100, &[c, "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_MIG_CONFIG_DEVICES=mig0,mig1", "+privileged"], Allow),
@@ -425,6 +430,27 @@ fn legacy_cuda_version() -> Vec<Row> {
             &["CUDA_VERSION=garbage", "NVIDIA_REQUIRE_CUDA=cuda>=11.0", "NVIDIA_VISIBLE_DEVICES=all"],
             Allow,
         ),
+        // CUDA 7.5 and 8.0 (minimum drivers 352.31 and 367.48, CUDA release notes): R352
+        // reports 7.5, so the CLI refuses a legacy CUDA 8 image there.
+        row(
+            "legacy CUDA_VERSION=8.0 on R352",
+            Host::P100On352,
+            &["CUDA_VERSION=8.0"],
+            Block("L4-CUDA-REQUIREMENT"),
+        ),
+        row(
+            "legacy CUDA_VERSION=8 on R352",
+            Host::P100On352,
+            &["CUDA_VERSION=8"],
+            Block("L4-CUDA-REQUIREMENT"),
+        ),
+        row("legacy CUDA_VERSION=7.5 on R352", Host::P100On352, &["CUDA_VERSION=7.5"], Allow),
+        row(
+            "NVIDIA_REQUIRE_CUDA=cuda>=8.0 on R352",
+            Host::P100On352,
+            &["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=8.0"],
+            Block("L4-CUDA-REQUIREMENT"),
+        ),
         row(
             "IsLegacy: the last of two CUDA_VERSION entries counts",
             H100,
@@ -436,12 +462,19 @@ fn legacy_cuda_version() -> Vec<Row> {
 }
 
 /// Requirement parsing: `TestParse`, `TestNewConstraintFromRequirement`, dsl.c's lexical rules.
+#[allow(clippy::too_many_lines)] // A table.
 fn parsing() -> Vec<Row> {
     use Host::H100;
-    let cases: [(&str, &str, Want); 40] = [
+    let cases: [(&str, &str, Want); 47] = [
         ("TestParse/empty is nil", "", Allow),
         ("TestParse/missing operator is invalid", "notvalid", Block("do not parse")),
-        ("TestParse/invalid property is invalid (ignored)", "foo=45", Allow),
+        // The toolkit's Go constraints (CSV mode) ignore an unsupported property; the CLI that
+        // NVIDIA's hook runs refuses it where evaluation reaches it (dsl.c evaluate_rule: -1).
+        (
+            "TestParse/invalid property is invalid (CLI: invalid expression)",
+            "foo=45",
+            Block("L4-REQUIREMENT-INVALID"),
+        ),
         ("TestParse/cuda must be semver", "cuda=foo", Block("do not parse")),
         ("TestParse/cuda greater than equal", "cuda>=11.6", Allow),
         ("TestParse/cuda greater than", "cuda>11.6", Allow),
@@ -455,11 +488,46 @@ fn parsing() -> Vec<Row> {
             "notvalid",
             Block("do not parse"),
         ),
-        ("TestNewConstraintFromRequirement/unsupported property is ignored", "cuda>=11.6 foo=bar", Allow),
         (
-            "TestNewConstraintFromRequirement/unsupported property is ignored (the other term fails)",
+            "TestNewConstraintFromRequirement/unsupported property (CLI: not reached, the first term holds)",
+            "cuda>=11.6 foo=bar",
+            Allow,
+        ),
+        (
+            "TestNewConstraintFromRequirement/unsupported property (CLI: reached after the failing term)",
             "cuda>=99.0 foo=bar",
+            Block("L4-REQUIREMENT-INVALID"),
+        ),
+        (
+            "dsl.c evaluate_rule: unknown key after factors that hold",
+            "cuda>=12.0,foo=bar",
+            Block("L4-REQUIREMENT-INVALID"),
+        ),
+        (
+            "dsl.c dsl_evaluate: unknown key after a failing factor is not reached",
+            "cuda>=99.0,foo=bar cuda>=12.0",
+            Allow,
+        ),
+        (
+            "dsl.c dsl_evaluate: unknown key after a failing factor, no term holds",
+            "cuda>=99.0,foo=bar",
             Block("L4-CUDA-REQUIREMENT"),
+        ),
+        (
+            "dsl.c evaluate_rule: unknown key in capitals",
+            "CUDA>=99.0 REQ0=TRUE",
+            Block("L4-REQUIREMENT-INVALID"),
+        ),
+        ("dsl.c dsl_evaluate: a term of only commas first: met", ", cuda>=99.0", Allow),
+        (
+            "dsl.c dsl_evaluate: a term of only commas after a failing term: unmet",
+            "cuda>=99.0 , cuda>=12.0",
+            Block("L4-CUDA-REQUIREMENT"),
+        ),
+        (
+            "dsl.c dsl_evaluate: a term of only commas ends the evaluation before an unknown key",
+            ", req0=true",
+            Allow,
         ),
         ("TestNewConstraintFromRequirement/space-separated alternatives", "cuda>=11.6 arch=5.3", Allow),
         (
@@ -531,7 +599,12 @@ fn evaluation() -> Vec<Row> {
         row("official nvidia/cuda:12.1.1 value, data-center GPU on 470 (forward compatibility)", A100On470, &[all, &official], Allow),
         row("DELIBERATE: official nvidia/cuda:12.1.1 value, GeForce on 470 (NVIDIA starts it; forward compatibility does not run on GeForce)", Geforce470, &[all, &official], Block("L4-FORWARD-COMPAT-UNSUPPORTED")),
         row("official value on GeForce 470, checks disabled", Geforce470, &[all, &official, "NVIDIA_DISABLE_REQUIRE=true"], Allow),
-        row("our key in an NVIDIA variable is honoured (kernel)", H100, &[all, "NVIDIA_REQUIRE_KERNEL=kernel!=5.15.0-105-generic"], Block("L1-KERNEL-REQUIREMENT")),
+        row("configure.c rules: our key in an NVIDIA variable has no rule (kernel: invalid expression)", H100, &[all, "NVIDIA_REQUIRE_KERNEL=kernel!=5.15.0-105-generic"], Block("L4-REQUIREMENT-INVALID")),
+        row("our key in our variable is honoured (kernel)", H100, &[all, "STACKBUILD_REQUIRE_KERNEL=kernel!=5.15.0-105-generic"], Block("L1-KERNEL-REQUIREMENT")),
+        row("configure.c: per visible GPU, the unknown key reached on the A100", Mig, &[all, "NVIDIA_REQUIRE_X=arch>=9.0 req0=true"], Block("L4-REQUIREMENT-INVALID")),
+        row("configure.c: per visible GPU, not reached on the H100", Mig, &["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_X=arch>=9.0 req0=true"], Allow),
+        row("configure.c: no device visible, arch holds, the unknown key not reached", H100, &["NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_REQUIRE_X=arch>=10.0 req0=true"], Allow),
+        row("configure.c: no device visible, the unknown key reached", H100, &["NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_REQUIRE_REQ0=req0=true"], Block("L4-REQUIREMENT-INVALID")),
         row("our variables: an unknown key is an error", H100, &[all, "STACKBUILD_REQUIRE_X=flavour=vanilla"], Block("do not parse")),
         row("our variables: our keys", H100, &[all, "STACKBUILD_REQUIRE_GPUS=gpus>=2"], Block("L3-GPU-COUNT-REQUIREMENT")),
     ]

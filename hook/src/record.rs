@@ -119,7 +119,8 @@ mod tests {
     use super::*;
     use crate::fixture::{FixtureSpec, FIXTURE_BOOT_ID};
 
-    /// A stand-in `nvidia-smi` that answers as driver 610.43.02 on one RTX A6000 does, and
+    /// A stand-in `nvidia-smi` that answers as driver 610.43.02 on one RTX A6000 does (its header
+    /// says `CUDA UMD Version`, as R610 and later print it), and
     /// refuses `compute_cap` when `old` (drivers before 510).
     fn fake_nvidia_smi(dir: &Path, old: bool) -> PathBuf {
         let path = dir.join("nvidia-smi");
@@ -128,12 +129,14 @@ mod tests {
         } else {
             ""
         };
+        // Before R610 the header says `CUDA Version`.
+        let cuda_label = if old { "CUDA Version" } else { "CUDA UMD Version" };
         let script = format!(
             "#!/bin/sh\ncase \"$1\" in\n{refuse}\n\
              --query-gpu=driver_version) echo 610.43.02 ;;\n\
              --query-gpu=index,uuid,pci.bus_id,name,compute_cap) echo '0, GPU-5eed0000-0000-4000-8000-000000000000, 00000000:18:00.0, NVIDIA RTX A6000, 8.6' ;;\n\
              --query-gpu=index,uuid,pci.bus_id,name) echo '0, GPU-5eed0000-0000-4000-8000-000000000000, 00000000:18:00.0, NVIDIA RTX A6000' ;;\n\
-             '') echo '| NVIDIA-SMI 610.43.02    Driver Version: 610.43.02    CUDA Version: 13.3     |' ;;\n\
+             '') echo '| NVIDIA-SMI 610.43.02              Driver Version: 610.43.02      {cuda_label}: 13.3     |' ;;\n\
              *) exit 9 ;;\nesac\n"
         );
         std::fs::write(&path, script).unwrap();
@@ -161,6 +164,8 @@ mod tests {
         let old = fake_nvidia_smi(&old_dir, true);
         let facts = query(&root, &old).unwrap();
         assert_eq!((facts.gpus.len(), facts.gpus[0].compute_cap), (1, None));
+        // Its header's `CUDA Version` is read as R610's `CUDA UMD Version` is.
+        assert_eq!(facts.cuda_version.as_ref().map(ToString::to_string).as_deref(), Some("13.3"));
 
         let missing = record(&root, Path::new("/nonexistent/nvidia-smi")).unwrap_err();
         assert!(missing.to_string().starts_with("cannot run /nonexistent/nvidia-smi"), "{missing}");

@@ -26,6 +26,11 @@ pub fn pure_wheel(path: &Path, name: &str, version: &str, members: Vec<(String, 
         format!("{dist_info}/WHEEL"),
         b"Wheel-Version: 1.0\nGenerator: test-support\nRoot-Is-Purelib: true\nTag: py3-none-any\n".to_vec(),
     ));
+    write_zip(path, &dist_info, members)
+}
+
+/// Writes `members`, then a `RECORD` of them, as a zip at `path`.
+fn write_zip(path: &Path, dist_info: &str, mut members: Vec<(String, Vec<u8>)>) -> PathBuf {
     let mut record = String::new();
     for (member, bytes) in &members {
         let hash = urlsafe_b64(&sha2::Sha256::digest(bytes));
@@ -48,6 +53,35 @@ pub fn pure_wheel(path: &Path, name: &str, version: &str, members: Vec<(String, 
     }
     zip.finish().unwrap();
     path.to_owned()
+}
+
+/// Writes a metadata-only stand-in of a platform wheel into `dir`:
+/// `<name>-<version>-<tag>.whl` (`tag` as `cp311-cp311-manylinux_2_28_x86_64`) whose `METADATA`
+/// carries `requires_python` and every `Requires-Dist` of `requires`, as the real wheel's does, and
+/// whose only module is an empty `<name>/__init__.py`. For checks that read a wheel's metadata,
+/// not its libraries.
+pub fn stand_in_wheel(
+    dir: &Path,
+    name: &str,
+    version: &str,
+    tag: &str,
+    requires_python: &str,
+    requires: &[&str],
+) -> PathBuf {
+    let dist_info = format!("{}-{version}.dist-info", name.replace('-', "_"));
+    let mut metadata = format!(
+        "Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nRequires-Python: {requires_python}\n"
+    );
+    for r in requires {
+        let _ = writeln!(metadata, "Requires-Dist: {r}");
+    }
+    let wheel = format!("Wheel-Version: 1.0\nGenerator: test-support\nRoot-Is-Purelib: false\nTag: {tag}\n");
+    let members = vec![
+        (format!("{name}/__init__.py"), Vec::new()),
+        (format!("{dist_info}/METADATA"), metadata.into_bytes()),
+        (format!("{dist_info}/WHEEL"), wheel.into_bytes()),
+    ];
+    write_zip(&dir.join(format!("{name}-{version}-{tag}.whl")), &dist_info, members)
 }
 
 /// Writes `<name>-<version>-py3-none-any.whl` into `dir`: a package `<name>/__init__.py` and

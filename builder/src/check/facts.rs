@@ -99,6 +99,9 @@ pub(crate) struct TorchFacts {
     pub requires: BTreeMap<String, PackageVersion>,
     /// Where `requires` comes from, in words; `None` when nothing is known.
     pub requires_from: Option<Requires>,
+    /// torch is the recipe's own `[[python.wheel]]`: an artifact in hand, published whatever the
+    /// tables say.
+    pub user_wheel: bool,
 }
 
 /// Where torch's exact requirements were read.
@@ -141,7 +144,22 @@ impl TorchFacts {
             }
             _ => (BTreeMap::new(), None),
         };
-        Self { version, release, variant, requires, requires_from }
+        Self { version, release, variant, requires, requires_from, user_wheel: false }
+    }
+
+    /// The requirements of the wheel at `wheel`, over the table's; a wheel that cannot be read
+    /// leaves the table's, with a warning.
+    fn read_wheel(&mut self, wheel: &Path, target: &Target) {
+        match wheel_requires(wheel, target) {
+            Ok(requires) => {
+                self.requires = requires;
+                let file = wheel.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned());
+                self.requires_from = Some(Requires::Wheel(file));
+            }
+            Err(why) => {
+                tracing::warn!("reading {}: {why}; using the knowledge base instead", wheel.display());
+            }
+        }
     }
 
     /// `torch 2.1.0+cu121`: the version with the build's tag, as messages name it.
@@ -259,17 +277,10 @@ impl<'r> Facts<'r> {
         packages.sort_by(|a, b| a.name.cmp(&b.name));
         let mut torch =
             packages.iter().find(|p| p.name == "torch").map(|p| TorchFacts::new(p.version.clone(), target));
-        if let (Some(torch), Some(wheel)) = (&mut torch, wheel) {
-            match wheel_requires(&wheel, target) {
-                Ok(requires) => {
-                    torch.requires = requires;
-                    let file =
-                        wheel.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned());
-                    torch.requires_from = Some(Requires::Wheel(file));
-                }
-                Err(why) => {
-                    tracing::warn!("reading {}: {why}; using the knowledge base instead", wheel.display());
-                }
+        if let Some(torch) = &mut torch {
+            torch.user_wheel = user_wheel(recipe, target, "torch").is_some();
+            if let Some(wheel) = wheel {
+                torch.read_wheel(&wheel, target);
             }
         }
         Self { recipe, platform: target.platform, reqs: recipe_reqs(recipe, target), packages, torch }
@@ -280,7 +291,12 @@ impl<'r> Facts<'r> {
     pub fn predicted(recipe: &'r Recipe, target: &Target) -> Self {
         let reqs = recipe_reqs(recipe, target);
         let exact = |name: &str| reqs.iter().filter(|r| r.name == name).find_map(RecipeReq::exact);
-        let torch = exact("torch").map(|v| TorchFacts::new(v, target));
+        let mut torch = exact("torch").map(|v| TorchFacts::new(v, target));
+        // The recipe's own torch wheel is at hand: its Requires-Dist, not a table's row.
+        if let (Some(t), Some(wheel)) = (&mut torch, user_wheel(recipe, target, "torch")) {
+            t.user_wheel = true;
+            t.read_wheel(&wheel.path, target);
+        }
         let mut by_name: BTreeMap<String, StackPackage> = BTreeMap::new();
         if let Some(t) = &torch {
             by_name.insert("torch".into(), StackPackage::new("torch", t.version.clone(), Origin::RecipePin));
@@ -336,6 +352,12 @@ impl<'r> Facts<'r> {
         };
         format!("{} {} ({how})", p.name, p.version)
     }
+}
+
+/// The recipe's own `[[python.wheel]]` of package `name` for the target's platform.
+fn user_wheel<'r>(recipe: &'r Recipe, target: &Target, name: &str) -> Option<&'r crate::recipe::LocalWheel> {
+    let python = recipe.python.as_ref()?;
+    python.wheels.iter().find(|w| w.fits(target.platform) && w.name.as_ref() == name)
 }
 
 /// The environment markers of the target (PEP 508), to tell which requirements apply to it.

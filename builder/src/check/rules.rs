@@ -47,17 +47,49 @@ impl Findings {
     }
 }
 
-/// Every rule, in report order. `resolved`: the packages come from a lock or a resolution
-/// (not predicted from pins).
-pub(super) fn run(f: &Facts<'_>, resolved: bool) -> Vec<Finding> {
+/// What the stack's packages rest on, which decides what a table may say about them.
+///
+/// A table is never complete (every torch release brings new builds on the project's own index),
+/// so it may add knowledge to an artifact (which GPU has which compute capability, a driver
+/// minimum, the numpy ABI) but never contradict one: a build the resolver found, or a wheel the user gave,
+/// was published, whatever the table lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Evidence {
+    /// A lock or a fresh resolution: every package was found on an index (or is the recipe's own
+    /// wheel) and the resolver honoured their real `Requires-Dist`.
+    Found,
+    /// `--offline` without a current lock: predicted from the recipe's pins and the tables; what
+    /// the tables lack is unknown, not wrong.
+    Predicted,
+    /// The resolver ran and found no solution: a build it could not find and no table knows
+    /// was never published.
+    NotFound,
+}
+
+impl Evidence {
+    /// The evidence of a platform's stack.
+    pub(crate) fn of(resolution: &super::Resolution) -> Self {
+        match resolution {
+            super::Resolution::Failed { .. } => Self::NotFound,
+            super::Resolution::Predicted { .. } => Self::Predicted,
+            super::Resolution::NoPython
+            | super::Resolution::Lock { .. }
+            | super::Resolution::Resolved { .. } => Self::Found,
+        }
+    }
+}
+
+/// Every rule, in report order.
+pub(super) fn run(f: &Facts<'_>, ev: Evidence) -> Vec<Finding> {
     let mut out = Findings { list: Vec::new(), blamed: BTreeSet::new() };
+    let resolved = ev == Evidence::Found;
     torch_known(f, resolved, &mut out);
-    python(f, &mut out);
-    torch_variant(f, &mut out);
+    python(f, ev, &mut out);
+    torch_variant(f, ev, &mut out);
     cudnn(f, resolved, &mut out);
     torch_requirements(f, resolved, &mut out);
     numpy(f, resolved, &mut out);
-    companions(f, &mut out);
+    companions(f, resolved, &mut out);
     host_driver(f, &mut out);
     host_arch(f, &mut out);
     unknown_cuda(f, &mut out);
@@ -143,14 +175,58 @@ fn torch_known(f: &Facts<'_>, resolved: bool, out: &mut Findings) {
     }
 }
 
+/// Whether the stack's torch is an artifact in hand: found by the resolver (or locked), or the
+/// recipe's own wheel. Such a build was published, whatever the tables say.
+fn torch_found(f: &Facts<'_>, ev: Evidence) -> bool {
+    ev == Evidence::Found || f.torch.as_ref().is_some_and(|t| t.user_wheel)
+}
+
+/// What the checks read from the wheels instead of a table: the CUDA runtime and the cuDNN of
+/// the stack (`CUDA 12.9 (nvidia-cuda-runtime-cu12 12.9.79) and cuDNN 9.17.1.4 (...)`).
+fn derived_from_wheels(f: &Facts<'_>) -> String {
+    let mut parts = Vec::new();
+    let runtime = f
+        .packages
+        .iter()
+        .find(|p| library_component(&p.name) == Some("cuda-runtime"))
+        .or_else(|| f.packages.iter().find(|p| p.name == "cuda-toolkit"));
+    if let (Some(cuda), Some(p)) = (derive::stack_cuda(&f.derive_packages()), runtime) {
+        parts.push(format!("CUDA {} ({} {})", cuda_minor(&cuda), p.name, p.version));
+    }
+    if let Some(p) = f.packages.iter().find(|p| p.name.starts_with("nvidia-cudnn-cu")) {
+        parts.push(format!("cuDNN {} ({})", p.version, p.name));
+    }
+    if parts.is_empty() {
+        "no CUDA runtime or cuDNN wheel among them".into()
+    } else {
+        parts.join(" and ")
+    }
+}
+
 /// A Python with no wheels of the stack's torch.
-fn python(f: &Facts<'_>, out: &mut Findings) {
+fn python(f: &Facts<'_>, ev: Evidence, out: &mut Findings) {
     let (Some(t), Some(py)) = (&f.torch, f.recipe.python.as_ref().map(|p| &p.version)) else { return };
     let Some(release) = t.release else { return };
     if release.supports_python(py) {
         return;
     }
     let (lo, hi) = (&release.python.0, &release.python.1);
+    if torch_found(f, ev) {
+        // The wheel for this Python is in hand: the table's range is behind the index.
+        out.push(
+            Severity::Note,
+            FindingKind::UnknownTorch,
+            None,
+            format!(
+                "the knowledge base lists wheels of {} for Python {lo} to {hi} only, but the stack has one for \
+                 Python {}: the table is behind the index, and the wheel in hand is what counts",
+                t.display(),
+                minor(py)
+            ),
+            None,
+        );
+        return;
+    }
     let older = py < lo;
     let base = t.base_version();
     let (use_python, other) = if older {
@@ -179,8 +255,12 @@ fn python(f: &Facts<'_>, out: &mut Findings) {
     );
 }
 
-/// A torch CUDA build that was never published, or a `[cuda] version` the stack does not ship.
-fn torch_variant(f: &Facts<'_>, out: &mut Findings) {
+/// A torch CUDA build the tables do not know, or a `[cuda] version` the stack does not ship.
+///
+/// "Never published" is said only when the resolver looked and found no such build; a build it
+/// found (or the recipe's own wheel) is checked from its wheels, and offline the table's silence
+/// is only a warning.
+fn torch_variant(f: &Facts<'_>, ev: Evidence, out: &mut Findings) {
     let expected = f.recipe.cuda.as_ref().map(|c| &c.version);
     if let Some(t) = &f.torch {
         if let Some(release) = t.release {
@@ -198,29 +278,15 @@ fn torch_variant(f: &Facts<'_>, out: &mut Findings) {
             let cuda_tag = tag
                 .strip_prefix("cu")
                 .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
-            if cuda_tag && release.variant(&tag).is_none() {
-                let published = release
-                    .variants
-                    .iter()
-                    .map(|v| format!("torch=={base}+{}", v.tag))
-                    .collect::<Vec<_>>()
-                    .join(" or ");
-                let later = nearest_release(&base, false, |r| r.variant(&tag).is_some())
-                    .map_or_else(String::new, |r| {
-                        format!(", or torch=={}+{tag}, the first release with a {tag} build", r.version)
-                    });
-                out.error(
-                    FindingKind::TorchVariant,
-                    Some("torch"),
-                    format!(
-                        "torch {} was never published: torch {base} has the CUDA builds {builds}",
-                        t.version
-                    ),
-                    format!("pin a published build ({published}){later}"),
-                );
+            if cuda_tag
+                && release.variant(&tag).is_none()
+                && missing_build(f, ev, t, release, &builds, &tag, out)
+            {
                 return;
             }
-            if let Some(cv) = expected {
+            // Offline or resolved, the CUDA the stack ships is compared below; only when the
+            // resolver failed does the table's list of builds explain why.
+            if let Some(cv) = expected.filter(|_| ev == Evidence::NotFound) {
                 if !release.variants.iter().any(|v| v.cuda.major_minor() == cv.major_minor()) {
                     let pypi = release.pypi_variant().map_or_else(String::new, |v| {
                         format!(
@@ -243,8 +309,8 @@ fn torch_variant(f: &Facts<'_>, out: &mut Findings) {
                         FindingKind::TorchVariant,
                         Some("torch"),
                         format!(
-                            "[cuda] version = \"{cv}\" but torch {base} was never built for CUDA {cv}: its CUDA builds \
-                             are {builds}"
+                            "[cuda] version = \"{cv}\" but torch {base} was never built for CUDA {cv}: the resolver \
+                             found no such build, and its CUDA builds are {builds}"
                         ),
                         fix,
                     );
@@ -267,14 +333,20 @@ fn torch_variant(f: &Facts<'_>, out: &mut Findings) {
         Some(p) => f.named(p),
         None => f.torch.as_ref().map_or_else(String::new, |t| format!("the build of {}", t.display())),
     };
+    let with_cuda = |v: &kb::TorchVariant| v.cuda.major_minor() == cv.major_minor();
     let other_build = f.torch.as_ref().and_then(|t| {
-        let v = t.release?.variants.iter().find(|v| v.cuda.major_minor() == cv.major_minor())?;
-        Some(format!(
-            ", or install torch=={}+{} (CUDA {}) from the PyTorch index that publishes it ([python] index)",
-            t.base_version(),
-            v.tag,
-            v.cuda
-        ))
+        if let Some(v) = t.release.and_then(|r| r.variants.iter().find(|v| with_cuda(v))) {
+            return Some(format!(
+                ", or install torch=={}+{} (CUDA {}) from the PyTorch index that publishes it ([python] index)",
+                t.base_version(),
+                v.tag,
+                v.cuda
+            ));
+        }
+        // The knowledge base adds what it knows of later releases; the stack is what it is.
+        let r = nearest_release(&t.base_version(), false, |r| r.variants.iter().any(&with_cuda))?;
+        let v = r.variants.iter().find(|v| with_cuda(v))?;
+        Some(format!(", or use torch=={}+{}, the first release the knowledge base knows with a CUDA {cv} build", r.version, v.tag))
     });
     out.error(
         FindingKind::CudaMismatch,
@@ -282,6 +354,71 @@ fn torch_variant(f: &Facts<'_>, out: &mut Findings) {
         format!("[cuda] version = \"{cv}\" but the stack ships CUDA {}: {evidence}", cuda_minor(&ships)),
         format!("set [cuda] version = \"{}\"{}", cuda_minor(&ships), other_build.unwrap_or_default()),
     );
+}
+
+/// A CUDA build of a known release that the table lacks: a note when it is in hand, a warning
+/// offline, "never published" only when the resolver found none. Whether the rule stops here.
+fn missing_build(
+    f: &Facts<'_>,
+    ev: Evidence,
+    t: &super::facts::TorchFacts,
+    release: &kb::TorchRelease,
+    builds: &str,
+    tag: &str,
+    out: &mut Findings,
+) -> bool {
+    let base = t.base_version();
+    let published =
+        release.variants.iter().map(|v| format!("torch=={base}+{}", v.tag)).collect::<Vec<_>>().join(" or ");
+    let later = nearest_release(&base, false, |r| r.variant(tag).is_some()).map_or_else(String::new, |r| {
+        format!(", or torch=={}+{tag}, the first release with a {tag} build", r.version)
+    });
+    if torch_found(f, ev) {
+        let how = if t.user_wheel { "it is the recipe's own wheel" } else { "the resolver found it" };
+        out.push(
+            Severity::Note,
+            FindingKind::UnknownTorch,
+            None,
+            format!(
+                "torch {} is a build the knowledge base lacks (it knows {builds}); {how}, so it was \
+                 published, and it is checked from the wheels its Requires-Dist names: {}; its GPU \
+                 architectures are read from its fat binaries at build time",
+                t.version,
+                derived_from_wheels(f)
+            ),
+            None,
+        );
+    } else if ev == Evidence::Predicted {
+        out.push(
+            Severity::Warning,
+            FindingKind::TorchVariant,
+            Some("torch"),
+            format!(
+                "torch {} is not among the builds the knowledge base knows ({builds}), and --offline \
+                 leaves its CUDA, cuDNN and architectures unchecked; a table is not the index, and the \
+                 build may well be published",
+                t.version
+            ),
+            Some(format!(
+                "run `stackbuild check` without --offline: a build the index serves is checked from \
+                 its wheels' metadata (the builds the knowledge base knows: {published}{later})"
+            )),
+        );
+        return true;
+    } else {
+        out.error(
+            FindingKind::TorchVariant,
+            Some("torch"),
+            format!(
+                "torch {} was never published: the resolver found no such build, and torch {base} has \
+                 the CUDA builds {builds}",
+                t.version
+            ),
+            format!("pin a published build ({published}){later}"),
+        );
+        return true;
+    }
+    false
 }
 
 /// Whether `wanted` (as the recipe writes it, possibly shorter: `8.9`) names `actual`.
@@ -298,7 +435,13 @@ fn cudnn(f: &Facts<'_>, resolved: bool, out: &mut Findings) {
         let p = f.packages.iter().find(|p| p.name.starts_with("nvidia-cudnn-cu")).filter(|_| resolved)?;
         Some((p.name.clone(), p.version.clone(), "the cuDNN wheel its Requires-Dist resolved to".to_owned()))
     };
-    let Some((wheel, want, from)) = t.cudnn().or_else(resolved_cudnn) else { return };
+    // The artifact first: in a resolved stack whose torch wheel is not at hand, the cuDNN its
+    // real Requires-Dist resolved to; a table row that says otherwise is checked (as a warning)
+    // below, and never decides what `[cuda] cudnn` must be.
+    let from_wheel = matches!(t.requires_from, Some(Requires::Wheel(_)));
+    let table = t.cudnn();
+    let artifact = if from_wheel { None } else { resolved_cudnn() };
+    let Some((wheel, want, from)) = artifact.clone().or_else(|| table.clone()) else { return };
     let torch = t.display();
     let consequence = "a process must load the cuDNN its torch was built against: another one gives wrong \
                        results (NaNs) or undefined symbols, not a clean error";
@@ -323,17 +466,15 @@ fn cudnn(f: &Facts<'_>, resolved: bool, out: &mut Findings) {
             );
         }
     }
+    // The stack against the table's (or the wheel's) requirement.
+    let Some((wheel, want, from)) = table.or(artifact) else { return };
     let Some(p) = f.package(&wheel) else { return };
     if p.version == want {
         return;
     }
     // A resolution honoured the wheel's real Requires-Dist; a table that disagrees with it
     // may describe another build of the same version.
-    let severity = if resolved && !matches!(t.requires_from, Some(Requires::Wheel(_))) {
-        Severity::Warning
-    } else {
-        Severity::Error
-    };
+    let severity = if resolved && !from_wheel { Severity::Warning } else { Severity::Error };
     let pinned = f.exact_pin(&wheel).is_some();
     out.push(
         severity,
@@ -455,8 +596,9 @@ fn numpy(f: &Facts<'_>, resolved: bool, out: &mut Findings) {
 /// Reads a companion's version from a torch release row.
 type Companion = fn(&kb::TorchRelease) -> &str;
 
-/// torchvision or torchaudio built for another torch.
-fn companions(f: &Facts<'_>, out: &mut Findings) {
+/// torchvision or torchaudio built for another torch. In a resolved stack the resolver honoured
+/// the companion's real `Requires-Dist`, so a table that disagrees is only a warning.
+fn companions(f: &Facts<'_>, resolved: bool, out: &mut Findings) {
     let Some(t) = &f.torch else { return };
     let base = t.base_version();
     let fields: [(&str, Companion); 2] =
@@ -481,16 +623,25 @@ fn companions(f: &Facts<'_>, out: &mut Findings) {
             Some(m) => format!("pin {name}=={m} (the release for torch {base}), or torch=={}", wants.version),
             None => format!("pin torch=={}, or the {name} release of torch {base}", wants.version),
         };
-        out.error(
+        let (severity, table) = if resolved {
+            (
+                Severity::Warning,
+                " (per the knowledge base; the resolution, which read the wheels' Requires-Dist, accepted the pair)",
+            )
+        } else {
+            (Severity::Error, "")
+        };
+        out.push(
+            severity,
             FindingKind::CompanionMismatch,
             Some(name),
             format!(
-                "{} is built for torch {} and requires torch=={}, but the stack has {torch_side}",
+                "{} is built for torch {} and requires torch=={}, but the stack has {torch_side}{table}",
                 f.named(p),
                 wants.version,
                 wants.version
             ),
-            fix,
+            Some(fix),
         );
     }
 }
@@ -635,12 +786,10 @@ fn unknown_cuda(f: &Facts<'_>, out: &mut Findings) {
 /// CUDA libraries of another minor release than the rest of the stack.
 fn mixed_cuda_minor(f: &Facts<'_>, out: &mut Findings) {
     let packages = f.derive_packages();
-    let reference = f
-        .torch
-        .as_ref()
-        .and_then(|t| t.variant)
-        .map(|v| v.cuda.major_minor())
-        .or_else(|| derive::cuda_runtime(&packages).map(|c| c.major_minor()));
+    // The runtime wheel in the stack first (the artifact), the table's build second.
+    let reference = derive::cuda_runtime(&packages)
+        .map(|c| c.major_minor())
+        .or_else(|| f.torch.as_ref().and_then(|t| t.variant).map(|v| v.cuda.major_minor()));
     let Some((major, minor)) = reference else { return };
     let in_release: Vec<String> = f
         .packages

@@ -48,8 +48,8 @@ const FIXTURES: &[(&str, bool, &[&str], &[&str])] = &[
     ("no-python", true, &[], &[]),
     ("cudnn-cuda-section", false, &["cudnn-mismatch"], &[]),
     ("cudnn-pin", false, &["cudnn-mismatch"], &[]),
-    ("variant-cuda-section", false, &["torch-variant"], &[]),
-    ("variant-local", false, &["torch-variant"], &[]),
+    ("variant-cuda-section", false, &["cuda-mismatch"], &[]),
+    ("variant-local", true, &[], &["torch-variant"]),
     ("cuda-mismatch", false, &["cuda-mismatch"], &[]),
     ("python312", false, &["python-unsupported"], &[]),
     ("numpy2-range", false, &["numpy-abi"], &[]),
@@ -65,7 +65,7 @@ const FIXTURES: &[(&str, bool, &[&str], &[&str])] = &[
         false,
         &[
             "python-unsupported",
-            "torch-variant",
+            "cuda-mismatch",
             "cudnn-mismatch",
             "cudnn-mismatch",
             "torch-requirement",
@@ -158,7 +158,7 @@ fn recipe_text(python: &str, packages: &str, extra: &str) -> Recipe {
 fn resolved_findings(recipe: &Recipe, pins: &[Pinned]) -> Vec<Finding> {
     let target = crate::solve::targets(recipe).remove(0);
     let facts = facts::Facts::from_pins(recipe, &target, pins, None);
-    rules::run(&facts, true)
+    rules::run(&facts, rules::Evidence::Found)
 }
 
 /// The real-world case: `nvidia-cusparse-cu12` asks for `nvidia-nvjitlink-cu12` without a

@@ -200,17 +200,33 @@ pub struct DriverBranch {
     pub source: String,
 }
 
-/// The last driver branch that drives GPUs of an architecture (`[[architecture]]` of
-/// `driver_branches.toml`).
+/// The driver branches that drive GPUs of an architecture (`[[architecture]]` of
+/// `driver_branches.toml`): the first (Blackwell: 570) and the last (Pascal: 580).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArchitectureSupport {
     /// The architecture as `gpus.toml` names it (`Pascal`).
     pub name: String,
-    /// The last branch that supports it (580).
+    /// The compute capabilities of the architecture the row is about (GB10's 12.1), where it is
+    /// not about all of them; such a row overrides the architecture's row for those GPUs.
+    #[serde(default)]
+    pub compute_capabilities: Vec<ComputeCapability>,
+    /// The first branch that supports it (570), where the table names one.
+    #[serde(default)]
+    pub first_branch: Option<u64>,
+    /// The last branch that supports it (580); [`NO_LAST_BRANCH`] while every branch since the
+    /// first does.
+    #[serde(default = "no_last_branch")]
     pub last_branch: u64,
     /// Where the row comes from.
     pub source: String,
+}
+
+/// [`ArchitectureSupport::last_branch`] of an architecture that no branch has dropped.
+pub const NO_LAST_BRANCH: u64 = u64::MAX;
+
+fn no_last_branch() -> u64 {
+    NO_LAST_BRANCH
 }
 
 /// A Jetson Linux (L4T) release line and the CUDA it ships (`[[l4t]]` of `jetson_socs.toml`).
@@ -535,10 +551,26 @@ pub fn newest_branch() -> Option<&'static DriverBranch> {
     driver_branches().last()
 }
 
-/// The last driver branch that drives GPUs of `architecture` (`Pascal` -> 580), if the table
-/// names one; other architectures are driven by every branch in the table.
+/// The row of `architecture` (`Pascal`: last branch 580; `Blackwell`: first branch 570) about all
+/// its GPUs, if the table has one; architectures without a row are driven by every branch in the
+/// table.
 pub fn architecture_support(architecture: &str) -> Option<&'static ArchitectureSupport> {
-    loaded(&BRANCHES).architectures.iter().find(|a| a.name.eq_ignore_ascii_case(architecture))
+    loaded(&BRANCHES)
+        .architectures
+        .iter()
+        .find(|a| a.name.eq_ignore_ascii_case(architecture) && a.compute_capabilities.is_empty())
+}
+
+/// The row that says which branches drive `model`: the one of its architecture that names its
+/// compute capability (GB10, 12.1: first branch 580), else its architecture's
+/// ([`architecture_support`]).
+pub fn gpu_support(model: &GpuModel) -> Option<&'static ArchitectureSupport> {
+    let rows = &loaded(&BRANCHES).architectures;
+    let same = |a: &&ArchitectureSupport| a.name.eq_ignore_ascii_case(&model.architecture);
+    rows.iter()
+        .filter(same)
+        .find(|a| a.compute_capabilities.contains(&model.compute_capability))
+        .or_else(|| architecture_support(&model.architecture))
 }
 
 /// The L4T release line a Jetson Linux release (`32.7.1`, `35.4.1`) belongs to: the row of the
@@ -1012,6 +1044,13 @@ impl Table for BranchTable {
         }
         for row in &file.architecture {
             require_source(Self::FILE, &row.name, &row.source)?;
+            if row.first_branch.is_some_and(|first| first > row.last_branch) {
+                return Err(KbError::Invalid {
+                    table: Self::FILE,
+                    row: row.name.clone(),
+                    why: format!("first_branch is after last_branch {}", row.last_branch),
+                });
+            }
         }
         Ok(Self { rows: file.branch, architectures: file.architecture })
     }
@@ -1236,4 +1275,31 @@ fn contains_word(haystack: &str, needle: &str) -> bool {
         !before.is_some_and(|b| b.is_ascii_alphanumeric())
             && !after.is_some_and(|b| b.is_ascii_alphanumeric())
     })
+}
+
+#[cfg(test)]
+mod architecture_tests {
+    use super::*;
+
+    /// `[[architecture]]`: the first branch of new architectures, with the rows about some of an
+    /// architecture's compute capabilities overriding its own row.
+    #[test]
+    fn first_branches_of_new_architectures() {
+        let first = |id: u16| gpu_by_pci_id(id).and_then(gpu_support).and_then(|a| a.first_branch);
+        assert_eq!(first(0x2901), Some(570), "B200 (Blackwell 10.0)");
+        assert_eq!(first(0x2b85), Some(570), "RTX 5090 (Blackwell 12.0)");
+        assert_eq!(first(0x2e12), Some(580), "GB10 (Blackwell 12.1)");
+        assert_eq!(first(0x2b00), Some(580), "Thor (Blackwell 11.0)");
+        assert_eq!(first(0x2330), None, "H100 (Hopper): every branch of the table");
+        assert_eq!(architecture_support("Blackwell").and_then(|a| a.first_branch), Some(570));
+        assert_eq!(architecture_support("Blackwell").map(|a| a.last_branch), Some(NO_LAST_BRANCH));
+        assert_eq!(architecture_support("Rubin").and_then(|a| a.first_branch), Some(615));
+        if let Some(rubin) = all_gpus().iter().find(|g| g.architecture == "Rubin") {
+            assert_eq!(gpu_support(rubin).and_then(|a| a.first_branch), Some(615));
+        }
+        // Every row names an architecture of gpus.toml.
+        for a in &loaded(&BRANCHES).architectures {
+            assert!(all_gpus().iter().any(|g| g.architecture == a.name), "{}", a.name);
+        }
+    }
 }

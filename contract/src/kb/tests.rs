@@ -178,6 +178,7 @@ fn cuda_min_driver_spot_values() {
         ("12.6.2", "560.35.03"),
         ("12.6.3", "560.35.05"),
         ("13.0.2", "580.95.05"),
+        ("13.0.3", "580.126.20"),
         ("11.4.4", "470.82.01"),
         ("11.7.1", "515.48.07"),
     ] {
@@ -197,7 +198,18 @@ fn cuda_min_driver_spot_values() {
     // Before CUDA 11 there is no minor-version compatibility.
     let old = cuda_min_driver(&cuda("10.2")).unwrap();
     assert_eq!((old.toolkit_driver.as_str(), old.minor_compat_driver.as_str()), ("440.33", "440.33"));
-    assert!(cuda_min_driver(&cuda("8.0")).is_none());
+    // CUDA 7.5 and 8.0 (the CUDA 11.0 notes' "CUDA Toolkit and Compatible Driver Versions"): a
+    // legacy CUDA_VERSION=8 image needs 367.48, as NVIDIA's hook requires it.
+    let cuda8 = cuda_min_driver(&cuda("8.0")).unwrap();
+    assert_eq!((cuda8.toolkit_driver.as_str(), cuda8.minor_compat_driver.as_str()), ("367.48", "367.48"));
+    assert!(cuda8.unverified.is_none() && cuda8.source.contains("8.0.44"));
+    assert_eq!(cuda_min_driver(&cuda("8")).unwrap().toolkit_driver, driver("367.48"));
+    assert_eq!(cuda_min_driver(&cuda("8.0.44")).unwrap().toolkit_driver, driver("367.48"));
+    assert_eq!(cuda_min_driver(&cuda("8.0.61")).unwrap().toolkit_driver, driver("375.26"));
+    let cuda75 = cuda_min_driver(&cuda("7.5")).unwrap();
+    assert_eq!((cuda75.toolkit_driver.as_str(), cuda75.minor_compat_driver.as_str()), ("352.31", "352.31"));
+    assert!(cuda_min_driver(&cuda("7.0")).is_none(), "older than the table");
+    assert_eq!(cuda_toolkits().first().map(|t| t.cuda.clone()), Some(cuda("7.5")));
     // Releases without a verified minimum, and releases newer than the table, get the newest
     // verified floor, flagged, never an invented number and never "none".
     for newer in ["13.4", "13.5", "13.6.1", "14.0"] {
@@ -212,6 +224,18 @@ fn cuda_min_driver_spot_values() {
         .unverified
         .unwrap()
         .contains("newer than the knowledge base"));
+    // 13.4's numbering: 13.4.1 is the GA and 13.4.2 Update 1; neither has a verified minimum, and
+    // the row says so, naming both.
+    for release in ["13.4.1", "13.4.2", "13.4.3"] {
+        let row = cuda_min_driver(&cuda(release)).unwrap();
+        assert_eq!(row.toolkit_driver, driver("610.43.02"), "{release}");
+        assert!(row.unverified.as_deref().is_some_and(|w| w.contains("not verified")), "{release}");
+    }
+    let numbering = &cuda_min_driver(&cuda("13.4.1")).unwrap().source;
+    assert!(
+        numbering.contains("versioned 13.4.1") && numbering.contains("Update 1 is 13.4.2"),
+        "{numbering}"
+    );
 }
 
 #[test]
@@ -239,9 +263,14 @@ fn driver_cuda_is_exact_only_for_verified_branches() {
     // Between rows: bounded by the toolkit tables on both sides.
     assert_eq!(bounded("540.1").0, Some(cuda("12.2")));
     assert_eq!(bounded("540.1").1, Some(cuda("12.3")));
-    // Older than the table: no lower bound, but below CUDA 9.0.
-    assert_eq!(bounded("375.26").0, None);
+    // 375 (CUDA 8.0 GA2's driver) has no row: at least 8.0 (R367), below 9.0.
+    assert_eq!(bounded("375.26").0, Some(cuda("8.0")));
     assert_eq!(bounded("375.26").1, Some(cuda("9.0")));
+    assert_eq!(exact("367.48"), Some(cuda("8.0")));
+    assert_eq!(exact("352.31"), Some(cuda("7.5")));
+    // Older than the table: no lower bound, but below CUDA 7.5.
+    assert_eq!(bounded("346.46").0, None);
+    assert_eq!(bounded("346.46").1, Some(cuda("7.5")));
 }
 
 #[test]
@@ -268,10 +297,36 @@ fn l4t_releases_map_to_cuda() {
     assert_eq!(l4t("36.3").as_deref(), Some("12.2"));
     assert_eq!(l4t("36.4.3").as_deref(), Some("12.6"));
     assert_eq!(l4t("38.2.1").as_deref(), Some("13.0"));
-    assert_eq!(l4t("39.2"), None, "a line the table lacks is not guessed");
-    assert_eq!(l4t("28.2"), None);
+    assert_eq!(l4t("28.2"), None, "a line the table lacks is not guessed");
+    assert_eq!(l4t("40.1"), None);
+    // JetPack 7.2 (L4T R39.2): CUDA 13.2 on Thor and on Orin.
+    assert_eq!(l4t("39.2").as_deref(), Some("13.2"));
+    assert_eq!(l4t("39.2.1").as_deref(), Some("13.2"));
+    assert_eq!(l4t("39.1"), None, "before the first release of the line");
+    let jp72 = l4t_release(&cuda("39.2")).unwrap();
+    assert_eq!(jp72.jetpack, "7.2");
+    assert!(jp72.source.contains("Orin") && jp72.source.contains("Thor"), "{}", jp72.source);
     assert_eq!(l4t_release(&cuda("32.7.1")).unwrap().cuda_compat, Some(false));
     assert_eq!(l4t_release(&cuda("35.4.1")).unwrap().cuda_compat, Some(true));
+}
+
+#[test]
+fn l4t_rows_hold_for_every_soc_of_their_release() {
+    // An L4T row names no SoC: R38 is Thor's alone, R39.2 is Thor's and Orin's, and neither SoC
+    // caps the CUDA upgrade below what R39.2 ships, so a JetPack 7.2 Orin host has CUDA 13.2.
+    let jp72 = l4t_release(&cuda("39.2")).unwrap();
+    for compatible in ["nvidia,tegra234", "nvidia,tegra264"] {
+        let soc = jetson_soc(compatible).unwrap();
+        assert!(soc.cuda_compat_below.as_ref().is_none_or(|below| jp72.cuda < *below), "{compatible}");
+    }
+    assert_eq!(jp72.cuda, cuda("13.2"));
+    // Every L4T line ships a CUDA the table knows the minimum driver of.
+    for row in l4t_releases() {
+        let known = cuda_min_driver(&row.cuda);
+        assert!(known.is_some_and(|r| r.unverified.is_none()), "L4T R{}: CUDA {}", row.release, row.cuda);
+    }
+    let releases: Vec<&CudaVersion> = l4t_releases().iter().map(|r| &r.release).collect();
+    assert!(releases.windows(2).all(|w| w[0] < w[1]), "L4T rows out of order: {releases:?}");
 }
 
 #[test]
@@ -287,7 +342,9 @@ fn driver_max_cuda_spot_values() {
     assert_eq!(driver_max_cuda(&driver("418.87.01")), Some(cuda("10.1")));
     assert_eq!(driver_max_cuda(&driver("610.43.02")), Some(cuda("13.3")));
     assert_eq!(driver_max_cuda(&driver("620.1")), Some(cuda("13.3")));
-    assert_eq!(driver_max_cuda(&driver("375.26")), None);
+    assert_eq!(driver_max_cuda(&driver("375.26")), Some(cuda("8.0")));
+    assert_eq!(driver_max_cuda(&driver("352.31")), Some(cuda("7.5")));
+    assert_eq!(driver_max_cuda(&driver("346.46")), None);
     assert!(driver_branch(&driver("535.230.02")).unwrap().lts);
     assert!(driver_branch(&driver("580.65.06")).unwrap().lts);
     assert!(!driver_branch(&driver("550.54.14")).unwrap().lts);
@@ -557,7 +614,16 @@ fn cuda_components_spot_values() {
     assert!(cuda_components(&cuda("11.8")).unwrap().nvjitlink.is_none());
     assert!(cuda_components(&cuda("12.4.0")).is_none(), "a full version must match exactly");
     assert!(cuda_components(&cuda("12.3")).is_none());
-    for release in ["11.8", "12.1", "12.4", "12.6", "12.8"] {
+    // CUDA 12.9 Update 1 (NVIDIA's redistrib_12.9.1.json; the cu129 torch builds' pins).
+    let c129 = cuda_components(&cuda("12.9")).unwrap();
+    assert_eq!(c129.cuda, cuda("12.9.1"));
+    assert_eq!(
+        [&c129.cudart, &c129.cublas, &c129.cufft, &c129.curand, &c129.cusolver, &c129.cusparse, &c129.nvrtc],
+        ["12.9.79", "12.9.1.4", "11.4.1.4", "10.3.10.19", "11.7.5.82", "12.5.10.65", "12.9.86"]
+    );
+    assert_eq!(c129.nvjitlink.as_deref(), Some("12.9.86"));
+    assert_eq!(cuda_components(&cuda("12.9.1")).map(|c| &c.cuda), Some(&cuda("12.9.1")));
+    for release in ["11.8", "12.1", "12.4", "12.6", "12.8", "12.9", "13.0", "13.2"] {
         assert!(cuda_components(&cuda(release)).is_some(), "{release}");
     }
     let rows = all_cuda_components();
@@ -659,4 +725,177 @@ fn gpus_of_todays_hosts_are_known() {
     assert_eq!(gpu_by_model_name("NVIDIA GB100").map(|g| g.name.as_str()), None);
     assert_eq!(gpu_by_model_name("Quadro RTX 6000").unwrap().compute_capability, cc("7.5"));
     assert_eq!(gpu_by_model_name("NVIDIA RTX 6000 Ada Generation").unwrap().compute_capability, cc("8.9"));
+}
+
+#[test]
+fn gpus_added_for_issue_25_are_known() {
+    // PCI ids from pci.ids 2026.08.22; compute capabilities from developer.nvidia.com/cuda-gpus and
+    // /cuda-legacy-gpus (or the chip's, where the row says so).
+    for (model, id, cap, arch) in [
+        ("NVIDIA GeForce RTX 2050", 0x25a9, "8.6", "Ampere"),
+        ("NVIDIA GeForce RTX 2050", 0x25ad, "8.6", "Ampere"),
+        ("NVIDIA GeForce RTX 2050", 0x25ed, "8.6", "Ampere"),
+        ("NVIDIA GeForce GTX 1070", 0x1b81, "6.1", "Pascal"),
+        ("NVIDIA GeForce GTX 1070 Ti", 0x1b82, "6.1", "Pascal"),
+        ("NVIDIA GeForce GTX 1060 6GB", 0x1b83, "6.1", "Pascal"),
+        ("NVIDIA GeForce GTX 1060 3GB", 0x1b84, "6.1", "Pascal"),
+        ("NVIDIA GeForce GTX 1060 3GB", 0x1c02, "6.1", "Pascal"),
+        ("NVIDIA GeForce GTX 1060 6GB", 0x1c03, "6.1", "Pascal"),
+        ("NVIDIA GeForce GTX 1060 5GB", 0x1c04, "6.1", "Pascal"),
+        ("NVIDIA GeForce GTX 1060 6GB", 0x1c06, "6.1", "Pascal"),
+        ("NVIDIA GeForce GTX 1050", 0x1c81, "6.1", "Pascal"),
+        ("NVIDIA GeForce GTX 1050 Ti", 0x1c82, "6.1", "Pascal"),
+        ("NVIDIA GeForce GTX 1050 3GB", 0x1c83, "6.1", "Pascal"),
+        ("NVIDIA GeForce GT 1030", 0x1d01, "6.1", "Pascal"),
+        ("NVIDIA TITAN X (Pascal)", 0x1b00, "6.1", "Pascal"),
+        ("NVIDIA TITAN Xp", 0x1b02, "6.1", "Pascal"),
+        ("Quadro P6000", 0x1b30, "6.1", "Pascal"),
+        ("Quadro P5000", 0x1bb0, "6.1", "Pascal"),
+        ("Quadro P4000", 0x1bb1, "6.1", "Pascal"),
+        ("Quadro P2000", 0x1c30, "6.1", "Pascal"),
+        ("Quadro P1000", 0x1cb1, "6.1", "Pascal"),
+        ("Quadro P620", 0x1cb6, "6.1", "Pascal"),
+        ("Quadro P400", 0x1cb3, "6.1", "Pascal"),
+        ("Quadro GP100", 0x15f0, "6.0", "Pascal"),
+        ("NVIDIA T400 4GB", 0x1ff2, "7.5", "Turing"),
+        ("NVIDIA T600", 0x1fb1, "7.5", "Turing"),
+        ("NVIDIA T1000 8GB", 0x1ff0, "7.5", "Turing"),
+        ("NVIDIA RTX A5500", 0x2233, "8.6", "Ampere"),
+        ("NVIDIA RTX A1000", 0x25b0, "8.6", "Ampere"),
+        ("NVIDIA RTX A400", 0x25b2, "8.6", "Ampere"),
+        ("NVIDIA RTX 5880 Ada Generation", 0x26b3, "8.9", "Ada Lovelace"),
+        ("NVIDIA L40G", 0x26b8, "8.9", "Ada Lovelace"),
+        ("NVIDIA L30", 0x26bb, "8.9", "Ada Lovelace"),
+        ("NVIDIA L2", 0x27b6, "8.9", "Ada Lovelace"),
+        ("NVIDIA L16", 0x27b7, "8.9", "Ada Lovelace"),
+        ("NVIDIA A10M", 0x2238, "8.6", "Ampere"),
+        ("NVIDIA H100 CNX", 0x2313, "9.0", "Hopper"),
+        ("NVIDIA H20B", 0x2328, "9.0", "Hopper"),
+        ("NVIDIA GB300 MaxQ", 0x31a1, "10.3", "Blackwell"),
+        ("NVIDIA GeForce RTX 3050 A Laptop GPU", 0x2822, "8.9", "Ada Lovelace"),
+        ("NVIDIA GeForce RTX 3050 A Laptop GPU", 0x28a3, "8.9", "Ada Lovelace"),
+        ("NVIDIA GeForce RTX 3050 A Laptop GPU", 0x28e3, "8.9", "Ada Lovelace"),
+    ] {
+        let by_name = gpu_by_model_name(model).unwrap_or_else(|| panic!("{model}"));
+        let by_id = gpu_by_pci_id(id).unwrap_or_else(|| panic!("{id:#06x}"));
+        assert_eq!(by_name.name, by_id.name, "{model} / {id:#06x}");
+        assert_eq!((by_id.compute_capability, by_id.architecture.as_str()), (cc(cap), arch), "{id:#06x}");
+    }
+    // Rubin: compute capability 10.7; pci.ids has only GR100 placeholders.
+    for id in [0x3000, 0x3021, 0x3040] {
+        let rubin = gpu_by_pci_id(id).unwrap_or_else(|| panic!("{id:#06x}"));
+        assert_eq!((rubin.compute_capability, rubin.architecture.as_str()), (cc("10.7"), "Rubin"));
+        assert!(rubin.datacenter);
+    }
+    // Brands follow the product line: GeForce, Titan, Quadro, NVIDIA RTX, NVIDIA.
+    let brand = |model: &str| gpu_by_model_name(model).unwrap().brand.as_str();
+    assert_eq!(brand("NVIDIA GeForce GTX 1070"), "geforce");
+    assert_eq!(brand("NVIDIA TITAN Xp"), "titan");
+    assert_eq!(brand("Quadro P4000"), "quadro");
+    assert_eq!(brand("NVIDIA RTX A400"), "nvidiartx");
+    assert_eq!(brand("NVIDIA L40G"), "nvidia");
+    assert!(gpu_by_model_name("NVIDIA L2").unwrap().forward_compat);
+    assert!(!gpu_by_model_name("NVIDIA GeForce RTX 2050").unwrap().forward_compat);
+}
+
+#[test]
+fn neighbouring_gpu_names_stay_apart() {
+    let name = |model: &str| gpu_by_model_name(model).map(|g| g.name.as_str());
+    let cap = |model: &str| gpu_by_model_name(model).map(|g| g.compute_capability);
+    // The Ada "RTX 3050 A Laptop GPU" is not the Ampere RTX 3050 (the longest pattern wins).
+    assert_eq!(name("NVIDIA GeForce RTX 3050 A Laptop GPU"), Some("NVIDIA GeForce RTX 3050 A Laptop GPU"));
+    assert_eq!(cap("NVIDIA GeForce RTX 3050 A Laptop GPU"), Some(cc("8.9")));
+    for ampere in
+        ["NVIDIA GeForce RTX 3050", "NVIDIA GeForce RTX 3050 Laptop GPU", "NVIDIA GeForce RTX 3050 OEM"]
+    {
+        assert_eq!(name(ampere), Some("NVIDIA GeForce RTX 3050"), "{ampere}");
+        assert_eq!(cap(ampere), Some(cc("8.6")), "{ampere}");
+    }
+    assert_eq!(gpu_by_pci_id(0x2507).unwrap().compute_capability, cc("8.6"));
+    // Short data-center names do not swallow their neighbours.
+    assert_eq!(name("NVIDIA L40G"), Some("NVIDIA L40G"));
+    assert_eq!(name("NVIDIA L40"), Some("NVIDIA L40"));
+    assert_eq!(name("NVIDIA L2"), Some("NVIDIA L2"));
+    assert_eq!(name("NVIDIA L20"), Some("NVIDIA L20"));
+    assert_eq!(name("NVIDIA A10M"), Some("NVIDIA A10M"));
+    assert_eq!(name("NVIDIA A10"), Some("NVIDIA A10"));
+    assert_eq!(name("NVIDIA H20B"), Some("NVIDIA H20B"));
+    assert_eq!(name("NVIDIA H20"), Some("NVIDIA H20"));
+    assert_eq!(name("NVIDIA H100 CNX"), Some("NVIDIA H100 CNX"));
+    assert_eq!(name("NVIDIA H100 80GB HBM3"), Some("NVIDIA H100"));
+    assert_eq!(name("NVIDIA GB300 MaxQ"), Some("NVIDIA GB300 MaxQ"));
+    assert_eq!(name("NVIDIA GB300"), Some("NVIDIA GB300"));
+    // Workstation cards are not the data-center cards their names contain.
+    assert_eq!(name("Quadro P4000"), Some("NVIDIA Quadro P4000"));
+    assert_eq!(name("Tesla P4"), Some("NVIDIA Tesla P4"));
+    assert_eq!(name("Quadro P400"), Some("NVIDIA Quadro P400"));
+    assert_eq!(name("Tesla P40"), Some("NVIDIA Tesla P40"));
+    assert_eq!(name("Quadro P6000"), Some("NVIDIA Quadro P6000"));
+    assert_eq!(name("NVIDIA T400 4GB"), Some("NVIDIA T400"));
+    assert_eq!(name("Tesla T4"), Some("Tesla T4"));
+    assert_eq!(name("NVIDIA RTX A400"), Some("NVIDIA RTX A400"));
+    assert_eq!(name("NVIDIA RTX A4000"), Some("NVIDIA RTX A4000"));
+    assert_eq!(name("NVIDIA RTX A1000"), Some("NVIDIA RTX A1000"));
+    assert_eq!(name("NVIDIA GeForce GTX 1070 Ti"), Some("NVIDIA GeForce GTX 1070 Ti"));
+    assert_eq!(name("NVIDIA GeForce GTX 1050 Ti"), Some("NVIDIA GeForce GTX 1050 Ti"));
+    // The Pascal TITAN X is told apart from the Maxwell GeForce GTX TITAN X (5.2), which the
+    // table does not know.
+    assert_eq!(cap("NVIDIA TITAN X (Pascal)"), Some(cc("6.1")));
+    assert_eq!(name("NVIDIA GeForce GTX TITAN X"), None);
+    assert_eq!(name("NVIDIA TITAN Xp COLLECTORS EDITION"), Some("NVIDIA TITAN Xp"));
+}
+
+/// Substrings that mark a citation of a file in some repository (or of this project), or of an
+/// unpublished observation, rather than of a public page.
+const NOT_A_PUBLIC_PAGE: &[&str] = &[
+    ".lock",
+    ".dtsi",
+    "arch/arm64/boot",
+    "nixpkgs",
+    "as mirrored",
+    "recipes/",
+    "shared/",
+    "observed",
+    "observation",
+    "on hardware",
+    "Product Brand",
+    "build_cuda.sh",
+    "manywheel/",
+    ".github/",
+    "uv sync",
+    "environments",
+];
+
+#[test]
+fn rows_cite_public_pages_not_repository_files_or_observations() {
+    // Every row of the host tables (all but torch.toml, whose rows come from the index's
+    // metadata) cites a public page.
+    let mut sources: Vec<(&str, &str)> = Vec::new();
+    let table = loaded(&CUDA_DRIVER);
+    sources.extend(table.toolkits.iter().map(|r| ("cuda_driver.toml", r.source.as_str())));
+    sources.extend(table.minor_compat.iter().map(|r| ("cuda_driver.toml", r.source.as_str())));
+    sources.extend(table.unverified.iter().map(|r| ("cuda_driver.toml", r.source.as_str())));
+    sources.extend(driver_branches().iter().map(|r| ("driver_branches.toml", r.source.as_str())));
+    sources.extend(all_gpus().iter().map(|r| ("gpus.toml", r.source.as_str())));
+    sources.extend(jetson_socs().iter().map(|r| ("jetson_socs.toml", r.source.as_str())));
+    sources.extend(l4t_releases().iter().map(|r| ("jetson_socs.toml", r.source.as_str())));
+    sources.extend(cudnn_lines().iter().map(|r| ("cudnn.toml", r.source.as_str())));
+    sources.extend(all_cuda_components().iter().map(|r| ("cuda_components.toml", r.source.as_str())));
+    let mut bad = Vec::new();
+    for (file, source) in &sources {
+        if let Some(pattern) = NOT_A_PUBLIC_PAGE.iter().find(|p| source.contains(**p)) {
+            bad.push(format!("{file}: {pattern:?} in {source:?}"));
+        }
+    }
+    assert!(bad.is_empty(), "rows citing a repository file or an observation:\n{}", bad.join("\n"));
+    // The scan sees what it should: a row with such a citation fails it.
+    let planted = "resolved into recipes/dreamzero.toml.lock";
+    assert!(NOT_A_PUBLIC_PAGE.iter().any(|p| planted.contains(p)));
+    // The brand rows cite NVML's documented brand type.
+    for gpu in all_gpus() {
+        assert!(gpu.source.contains("nvmlBrandType_t"), "{}: {}", gpu.name, gpu.source);
+    }
+    // R610's end of life is on the R615 edition of NVIDIA's page, not the R620 one.
+    let r610 = driver_branches().iter().find(|r| r.branch == 610).unwrap();
+    assert!(r610.source.contains("drivers/615/"), "{}", r610.source);
 }

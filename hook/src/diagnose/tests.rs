@@ -1,10 +1,13 @@
 use super::*;
+use crate::contract::require::Expr;
 use crate::fixture::{FixtureSpec, Preset};
 
 fn request(requires: &[&str], selection: DeviceSelection) -> Request {
     let mut set = RequirementSet::default();
     for r in requires {
-        set.push("NVIDIA_REQUIRE_TEST", r).unwrap();
+        // NVIDIA's evaluator knows only cuda, driver, arch and brand: ours go in our variables.
+        let ours = Expr::parse(r).is_ok_and(|e| e.0.iter().flat_map(|t| &t.0).any(|f| !f.key.nvidia()));
+        set.push(if ours { "STACKBUILD_REQUIRE_TEST" } else { "NVIDIA_REQUIRE_TEST" }, r).unwrap();
     }
     Request::new(selection, set)
 }
@@ -356,7 +359,7 @@ fn platform_requirements() {
     let req = ["platform=wsl2"];
     let Some(d) = run(&Preset::Healthy.spec(), &req, DeviceSelection::All) else { return };
     assert_eq!((d.verdict(), codes(&d)), (Verdict::Block, vec!["L4-PLATFORM-REQUIREMENT"]));
-    insta::assert_snapshot!(d.render_errors(), @"stackhook: [L4-PLATFORM-REQUIREMENT] NVIDIA_REQUIRE_TEST: needs platform=wsl2; host has linux (fix: run under WSL2 on a Windows host with the NVIDIA driver)");
+    insta::assert_snapshot!(d.render_errors(), @"stackhook: [L4-PLATFORM-REQUIREMENT] STACKBUILD_REQUIRE_TEST: needs platform=wsl2; host has linux (fix: run under WSL2 on a Windows host with the NVIDIA driver)");
     let d = run(&Preset::Wsl2.spec(), &req, DeviceSelection::All).unwrap();
     assert!(!d.has("L4-PLATFORM-REQUIREMENT") && d.verdict() == Verdict::Allow, "{:?}", codes(&d));
 
@@ -366,7 +369,7 @@ fn platform_requirements() {
     let d = run(&orin, &["platform!=jetson"], DeviceSelection::All).unwrap();
     assert_eq!(codes(&d), ["L1-JETSON", "L4-PLATFORM-REQUIREMENT"]);
     let f = &d.findings[1];
-    assert_eq!(f.message, "NVIDIA_REQUIRE_TEST: needs platform!=jetson; host has jetson");
+    assert_eq!(f.message, "STACKBUILD_REQUIRE_TEST: needs platform!=jetson; host has jetson");
     assert_eq!(f.evidence[1].path, "/etc/nv_tegra_release");
     assert_eq!(f.remedy.as_deref(), Some("run on a host whose platform is not jetson"));
     // As with every requirement, nothing applies when no GPU is requested.
@@ -612,4 +615,94 @@ source = "CUDA 13.7 release notes, table 3"
         "{:?}",
         f.remedy
     );
+}
+
+#[test]
+fn a_gpu_newer_than_the_driver_branch_is_a_known_failure() {
+    // A B200 (Blackwell, 10.0) on R550: R570 is Blackwell's first branch.
+    let spec = FixtureSpec::healthy_h100().driver("550.54.15").gpus_of(1, 0x2901, "NVIDIA B200");
+    let Some(d) = run(&spec, &["cuda>=12.0"], DeviceSelection::All) else { return };
+    assert_eq!(d.verdict(), Verdict::Block, "{:#?}", d.findings);
+    let f = d.findings.iter().find(|f| f.code == "L3-DRIVER-TOO-OLD-FOR-GPU").expect("finding");
+    assert_eq!(f.severity, Severity::Error);
+    insta::assert_snapshot!(d.render_errors(), @"stackhook: [L3-DRIVER-TOO-OLD-FOR-GPU] GPU 0 (0000:18:00.0): it is a Blackwell GPU (NVIDIA B200, compute capability 10.0), and R570 is the first driver branch for Blackwell (the loaded driver is 550.54.15): this driver cannot drive it (fix: install a driver of branch R570 or later)");
+    // On R570 it passes.
+    let spec = FixtureSpec::healthy_h100().driver("570.133.07").gpus_of(1, 0x2901, "NVIDIA B200");
+    let d = run(&spec, &["cuda>=12.0"], DeviceSelection::All).unwrap();
+    assert_eq!(d.verdict(), Verdict::Allow, "{:#?}", d.findings);
+    // GB10 (12.1) ships on R580: its own row overrides Blackwell's R570.
+    let spec = FixtureSpec::healthy_h100().driver("575.57.08").gpus_of(1, 0x2e12, "NVIDIA GB10");
+    let d = run(&spec, &[], DeviceSelection::All).unwrap();
+    let f = d.findings.iter().find(|f| f.code == "L3-DRIVER-TOO-OLD-FOR-GPU").expect("GB10 finding");
+    assert!(f.message.contains("R580 is the first driver branch for Blackwell 12.1"), "{}", f.message);
+    assert_eq!(f.remedy.as_deref(), Some("install a driver of branch R580 or later"));
+    // Rubin (10.7) needs R615.
+    let spec = FixtureSpec::healthy_h100().driver("610.43.02").gpus_of(1, 0x3000, "NVIDIA Rubin");
+    let d = run(&spec, &[], DeviceSelection::All).unwrap();
+    assert_eq!(d.verdict(), Verdict::Block, "{:#?}", d.findings);
+    let f = d.findings.iter().find(|f| f.code == "L3-DRIVER-TOO-OLD-FOR-GPU").expect("Rubin finding");
+    assert_eq!(f.remedy.as_deref(), Some("install a driver of branch R615 or later"));
+    // The doctor says the same.
+    let dir = tempfile::tempdir().unwrap();
+    let host = FixtureSpec::healthy_h100()
+        .driver("550.54.15")
+        .gpus_of(1, 0x2901, "NVIDIA B200")
+        .build(dir.path())
+        .unwrap();
+    let (text, code) = doctor(host.root(), &[], "all", false, false);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("L3-DRIVER-TOO-OLD-FOR-GPU")
+            && text.contains("install a driver of branch R570 or later"),
+        "{text}"
+    );
+    // And how old its knowledge is.
+    assert!(text.contains(&format!("built-in tables of {}", kb::KB_DATE)), "{text}");
+}
+
+#[test]
+fn a_gpu_the_driver_branch_is_too_old_for_is_explained() {
+    // A B200 left unbound by a driver of branch 550, beside an H100 it drives.
+    let spec = FixtureSpec::healthy_h100().driver("550.54.15");
+    let dir = tempfile::tempdir().unwrap();
+    let host = spec.build(dir.path()).unwrap();
+    if !host.real_device_nodes() {
+        eprintln!("skipped: mknod is not permitted here, so device-node checks cannot pass");
+        return;
+    }
+    let d = dir.path().join("sys/devices/pci0000:3b/0000:3b:00.0");
+    std::fs::create_dir_all(&d).unwrap();
+    for (attr, value) in [("vendor", "0x10de\n"), ("device", "0x2901\n"), ("class", "0x030200\n")] {
+        std::fs::write(d.join(attr), value).unwrap();
+    }
+    std::os::unix::fs::symlink(
+        "../../../devices/pci0000:3b/0000:3b:00.0",
+        dir.path().join("sys/bus/pci/devices/0000:3b:00.0"),
+    )
+    .unwrap();
+    let diagnosis = diagnose(&probe::probe(dir.path()), &request(&[], DeviceSelection::All));
+    let f = diagnosis.findings.iter().find(|f| f.code == "L3-GPU-NOT-OWNED").expect("finding");
+    assert!(f.message.contains("R570 is the first driver branch for Blackwell"), "{}", f.message);
+    assert_eq!(f.remedy.as_deref(), Some("install a driver of branch R570 or later"));
+    // With no GPU the driver lists, the B200 it cannot drive is the known cause.
+    std::fs::remove_dir_all(dir.path().join("proc/driver/nvidia/gpus")).unwrap();
+    std::fs::create_dir_all(dir.path().join("proc/driver/nvidia/gpus")).unwrap();
+    let diagnosis = diagnose(&probe::probe(dir.path()), &request(&[], DeviceSelection::All));
+    assert_eq!(diagnosis.verdict(), Verdict::Block);
+    assert!(diagnosis.has("L3-NO-GPUS"), "{:?}", codes(&diagnosis));
+    let f = diagnosis.findings.iter().find(|f| f.code == "L3-DRIVER-TOO-OLD-FOR-GPU").expect("finding");
+    assert_eq!(f.remedy.as_deref(), Some("install a driver of branch R570 or later"));
+}
+
+#[test]
+fn a_cuda_8_image_on_an_r352_driver_is_refused() {
+    // R352 reports CUDA 7.5 (352.31 is CUDA 7.5's driver, 367.48 CUDA 8.0's): NVIDIA's CLI
+    // refuses cuda>=8.0 there, and so does the hook, naming 8.0's minimum driver.
+    let spec = FixtureSpec::healthy_h100().driver("352.93").gpus_of(1, 0x15f8, "Tesla P100-PCIE-16GB");
+    let Some(d) = run(&spec, &["cuda>=8.0"], DeviceSelection::All) else { return };
+    assert_eq!(d.verdict(), Verdict::Block, "{:#?}", d.findings);
+    let f = d.findings.iter().find(|f| f.code == "L4-CUDA-REQUIREMENT").expect("finding");
+    assert!(f.message.contains("needs cuda>=8.0; host has 7.5"), "{}", f.message);
+    assert!(f.remedy.as_deref().is_some_and(|r| r.contains("367.48")), "{:?}", f.remedy);
+    assert_eq!(run(&spec, &["cuda>=7.5"], DeviceSelection::All).unwrap().verdict(), Verdict::Allow);
 }

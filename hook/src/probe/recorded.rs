@@ -2,7 +2,8 @@
 //! --record`, `stackhook labels --record`), which the hook reads back instead of running anything.
 //!
 //! Files under `/proc` and `/sys` do not say which CUDA version the driver supports nor a GPU's
-//! compute capability; the driver does (`nvidia-smi` prints `CUDA Version`, and
+//! compute capability; the driver does (`nvidia-smi` prints `CUDA Version`, from R610 on
+//! `CUDA UMD Version`, and
 //! `--query-gpu=compute_cap` since driver 510). The hook runs as root on every container start and
 //! never executes anything, so these facts are recorded on the host's own initiative into
 //! [`FACTS_PATH`] and read by the hook only while they still describe the running driver: the
@@ -35,7 +36,8 @@ pub struct RecordedFacts {
     pub boot_id: String,
     /// `nvidia-smi --query-gpu=driver_version`.
     pub driver_version: DriverVersion,
-    /// `CUDA Version` of `nvidia-smi`'s header: the highest CUDA the driver supports.
+    /// `CUDA Version` (from R610 `CUDA UMD Version`) of `nvidia-smi`'s header: the highest CUDA
+    /// the driver supports.
     pub cuda_version: Option<CudaVersion>,
     /// Each GPU.
     #[serde(default)]
@@ -116,12 +118,22 @@ pub fn parse_query_gpu(csv: &str) -> Vec<RecordedGpu> {
         .collect()
 }
 
-/// The `CUDA Version: 12.2` of `nvidia-smi`'s header (or `CUDA Version : 12.2` of `-q`).
+/// The labels `nvidia-smi` gives the highest CUDA version the driver supports, in its header
+/// (`CUDA Version: 12.2`) and in `-q` (`CUDA Version : 12.2`): from R610 on `CUDA UMD Version`,
+/// with the old `CUDA Version` marked deprecated. The first is preferred.
+const CUDA_LABELS: [&str; 2] = ["CUDA UMD Version", "CUDA Version"];
+
+/// The `CUDA Version: 12.2` of `nvidia-smi`'s header (or `CUDA Version : 12.2` of `-q`), or from
+/// R610 on its `CUDA UMD Version: 13.3`: the first label followed by a version wins, so a
+/// deprecated `CUDA Version` field without a number is passed over.
 pub fn parse_cuda_version(text: &str) -> Option<CudaVersion> {
-    let at = text.find("CUDA Version")?;
-    let rest = text[at + "CUDA Version".len()..].trim_start_matches([' ', ':']);
-    let end = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
-    rest[..end].parse().ok()
+    CUDA_LABELS.iter().find_map(|label| {
+        text.match_indices(label).find_map(|(at, _)| {
+            let rest = text[at + label.len()..].trim_start_matches([' ', '\t', ':']);
+            let end = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+            rest[..end].parse().ok()
+        })
+    })
 }
 
 #[cfg(test)]
@@ -157,6 +169,22 @@ mod tests {
             Some("12.2".parse().unwrap())
         );
         assert_eq!(parse_cuda_version("no header"), None);
+        // From R610: "CUDA UMD Version", in the header and in -q, with or without the old label.
+        let umd =
+            "| NVIDIA-SMI 610.43.02              Driver Version: 610.43.02      CUDA UMD Version: 13.3     |";
+        assert_eq!(parse_cuda_version(umd), Some("13.3".parse().unwrap()));
+        let q = "Driver Version                            : 615.71.09\n\
+                 CUDA Version                              : Deprecated\n\
+                 CUDA UMD Version                          : 13.4\n";
+        assert_eq!(parse_cuda_version(q), Some("13.4".parse().unwrap()));
+        assert_eq!(
+            parse_cuda_version("CUDA UMD Version                          : 13.3\n"),
+            Some("13.3".parse().unwrap())
+        );
+        assert_eq!(
+            parse_cuda_version("CUDA UMD Version: N/A\nCUDA Version: 13.3"),
+            Some("13.3".parse().unwrap())
+        );
         let json = serde_json::to_string(&f).unwrap();
         assert_eq!(RecordedFacts::parse(&json).unwrap(), f);
         assert!(RecordedFacts::parse("{}").is_err());
