@@ -206,16 +206,24 @@ pub struct GpuCode {
 
 impl GpuCode {
     /// The code of a knowledge-base build for `platform`: its arch list, with PTX of the highest
-    /// entry when the row says so.
-    pub fn from_variant(release: &kb::TorchRelease, variant: &kb::TorchVariant, platform: Platform) -> Self {
+    /// entry when the row says so; `None` where the row has no list yet (a generated row of a
+    /// build whose fat binaries nobody read: the build reads them, [`crate::fatbin`]).
+    pub fn from_variant(
+        release: &kb::TorchRelease,
+        variant: &kb::TorchVariant,
+        platform: Platform,
+    ) -> Option<Self> {
         let arch = match platform {
             Platform::LinuxArm64 if !variant.aarch64_arch.is_empty() => &variant.aarch64_arch,
             _ => &variant.arch,
         };
+        if arch.is_empty() {
+            return None;
+        }
         let cubins: BTreeSet<_> = arch.iter().copied().collect();
         let ptx = if variant.ptx { arch.last().copied().into_iter().collect() } else { BTreeSet::new() };
         let from = format!("the knowledge base's row of torch {}+{}", release.version, variant.tag);
-        Self { cubins, ptx, from }
+        Some(Self { cubins, ptx, from })
     }
 
     /// Whether one of the cubins runs on a GPU of compute capability `cc`: its own, or on a
@@ -376,7 +384,7 @@ impl fmt::Display for ArchSet {
 /// not know.
 pub fn torch_code(packages: &[Package<'_>]) -> Option<GpuCode> {
     let platform = packages.iter().find(|p| p.name == "torch")?.platform;
-    torch_variant(packages).map(|(release, variant)| GpuCode::from_variant(release, variant, platform))
+    torch_variant(packages).and_then(|(release, variant)| GpuCode::from_variant(release, variant, platform))
 }
 
 /// The oldest driver that runs the stack's CUDA libraries, as [`requirements`] demands it.

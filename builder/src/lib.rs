@@ -32,6 +32,7 @@
 //! - [`sbom`]: the image's SBOM (SPDX 2.3 and `CycloneDX` 1.6 JSON), a pure function of the build's inputs.
 //! - [`affinity`]: Kubernetes node affinity from an image's requirements, over `stackhook labels`.
 //! - [`claim`]: a Kubernetes DRA `ResourceClaimTemplate` whose CEL selectors are an image's requirements.
+//! - [`tables`]: knowledge-base tables generated from an index's metadata (the torch table).
 
 pub mod affinity;
 pub mod atomic;
@@ -65,6 +66,7 @@ pub mod registry;
 pub mod sbom;
 pub mod solve;
 pub mod source;
+pub mod tables;
 pub mod wheel;
 pub mod wheel_name;
 pub mod zip_member;

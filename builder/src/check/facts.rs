@@ -189,7 +189,7 @@ impl TorchFacts {
 
     /// The build's GPU code per the knowledge base, for `platform`.
     pub fn code(&self, platform: Platform) -> Option<derive::GpuCode> {
-        Some(derive::GpuCode::from_variant(self.release?, self.variant?, platform))
+        derive::GpuCode::from_variant(self.release?, self.variant?, platform)
     }
 
     pub fn describe(&self, platform: Platform) -> TorchBuild {
@@ -448,11 +448,20 @@ pub(crate) fn wheel_requires(
     let member = archive.by_name(name).map_err(|e| e.to_string())?;
     let mut text = String::new();
     member.take(METADATA_CAP).read_to_string(&mut text).map_err(|e| format!("{name}: {e}"))?;
+    exact_requires(&text, target).map_err(|e| format!("{name}: {e}"))
+}
+
+/// The exact requirements (`name==version`) of a `METADATA` text that apply to `target`
+/// (markers evaluated, no extras).
+pub(crate) fn exact_requires(
+    text: &str,
+    target: &Target,
+) -> Result<BTreeMap<String, PackageVersion>, String> {
     let env = marker_env(target);
     let mut out = BTreeMap::new();
-    for value in requires_dist(&text) {
+    for value in requires_dist(text) {
         let req = Requirement::<pep508_rs::VerbatimUrl>::from_str(&value)
-            .map_err(|e| format!("{name}: Requires-Dist {value:?}: {e}"))?;
+            .map_err(|e| format!("Requires-Dist {value:?}: {e}"))?;
         if env.as_ref().is_some_and(|env| !req.evaluate_markers(env, &[])) {
             continue;
         }

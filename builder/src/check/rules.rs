@@ -708,7 +708,7 @@ fn host_arch(f: &Facts<'_>, out: &mut Findings) {
     let Some(range) = &f.recipe.host.arch else { return };
     let packages = f.derive_packages();
     let Some((release, variant)) = derive::torch_variant(&packages) else { return };
-    let code = derive::GpuCode::from_variant(release, variant, f.platform);
+    let Some(code) = derive::GpuCode::from_variant(release, variant, f.platform) else { return };
     if all_compute_capabilities().any(|cc| range.contains(&cc) && code.runs_on(cc)) {
         return;
     }
@@ -743,7 +743,7 @@ fn host_arch(f: &Facts<'_>, out: &mut Findings) {
             kb::torch_releases().iter().find_map(|r| {
                 let v = r.variants.iter().find(|v| {
                     let c = derive::GpuCode::from_variant(r, v, f.platform);
-                    ccs.iter().all(|&cc| c.runs_on(cc))
+                    c.is_some_and(|c| ccs.iter().all(|&cc| c.runs_on(cc)))
                 })?;
                 Some(format!(
                     "torch {}+{} has code for {}",

@@ -8,6 +8,7 @@ mod build;
 mod check;
 mod claim;
 mod lock;
+mod tables;
 
 /// Builds reproducible, layered OCI images of GPU software stacks from a recipe, and refuses
 /// stacks that cannot work.
@@ -41,6 +42,8 @@ enum Command {
     /// pick only the GPUs (NVIDIA's DRA driver, `gpu.nvidia.com`) that satisfy an image's
     /// requirements, and a Pod that uses it.
     Claim(claim::Args),
+    /// For maintainers: regenerate a knowledge-base table from an index's metadata.
+    Tables(tables::Args),
 }
 
 impl Cli {
@@ -53,6 +56,7 @@ impl Cli {
             Some(Command::Affinity(args)) => args.run(),
             Some(Command::Claim(args)) => args.run(),
             Some(Command::Audit(args)) => args.run(),
+            Some(Command::Tables(args)) => args.run(),
             None => self.build.run(),
         }
     }

@@ -332,7 +332,10 @@ pub struct TorchRelease {
     pub torchaudio: String,
     /// PEP 440 specifier of the `numpy` versions the wheels work with (`<2`); empty: no bound.
     pub numpy: String,
-    /// Where the row comes from.
+    /// What maintainers know beyond the index's metadata (the `numpy` bound's source), with its
+    /// citation; `stackbuild tables torch` keeps it.
+    pub notes: String,
+    /// Where the row comes from: the metadata files `stackbuild tables torch` read.
     pub source: String,
     /// `version` parsed, for lookups.
     parsed: PackageVersion,
@@ -348,7 +351,8 @@ pub struct TorchVariant {
     pub tag: String,
     /// The cuDNN it was built against and must load (`8.9.2.26`).
     pub cudnn: String,
-    /// Compute capabilities with machine code (cubins) in the wheel, ascending.
+    /// Compute capabilities with machine code (cubins) in the wheel, ascending; empty where no
+    /// one has read the wheel's fat binaries yet (the build reads them itself).
     pub arch: Vec<ComputeCapability>,
     /// Whether PTX of the highest `arch` entry is included, which the driver can JIT-compile
     /// for newer GPUs.
@@ -366,7 +370,15 @@ pub struct TorchVariant {
     /// too; PTX as `ptx` says); empty: no `aarch64` CUDA wheel of this build.
     #[serde(default)]
     pub aarch64_arch: Vec<ComputeCapability>,
-    /// Where the row comes from.
+    /// Where `arch`, `ptx` and `aarch64_arch` come from (only the wheel's fat-binary headers
+    /// tell them, so the table generator keeps this as maintainers wrote it).
+    #[serde(default)]
+    pub arch_source: String,
+    /// What maintainers know beyond the metadata, with its citation.
+    #[serde(default)]
+    pub notes: String,
+    /// Where the row comes from: for the package index's build, the metadata file the table
+    /// generator read.
     pub source: String,
 }
 
@@ -919,6 +931,8 @@ struct RawTorchRelease {
     torchvision: String,
     torchaudio: String,
     numpy: String,
+    #[serde(default)]
+    notes: String,
     source: String,
     #[serde(rename = "variant")]
     variants: Vec<TorchVariant>,
@@ -1199,8 +1213,13 @@ impl TorchRelease {
             if variant.tag != format!("cu{major}{minor}") {
                 return Err(invalid(TABLE, at, format!("tag does not match CUDA {}", variant.cuda)));
             }
-            if variant.arch.is_empty() || !is_dotted_number(&variant.cudnn) {
-                return Err(invalid(TABLE, at, "empty arch list or bad cuDNN version"));
+            if !is_dotted_number(&variant.cudnn) {
+                return Err(invalid(TABLE, at, "bad cuDNN version"));
+            }
+            // An empty list is a generated row whose fat binaries nobody has read yet: it says
+            // so, and nothing is derived from it.
+            if variant.arch.is_empty() && variant.arch_source.is_empty() {
+                return Err(invalid(TABLE, at, "empty arch list without an arch_source saying why"));
             }
             if !variant.aarch64_arch.is_empty() && !variant.pypi {
                 return Err(invalid(TABLE, at, "aarch64_arch is for the PyPI build"));
@@ -1219,6 +1238,7 @@ impl TorchRelease {
             torchvision: raw.torchvision,
             torchaudio: raw.torchaudio,
             numpy: raw.numpy,
+            notes: raw.notes,
             source: raw.source,
             parsed,
         })

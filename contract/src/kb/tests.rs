@@ -847,6 +847,20 @@ fn neighbouring_gpu_names_stay_apart() {
 
 /// Substrings that mark a citation of a file in some repository (or of this project), or of an
 /// unpublished observation, rather than of a public page.
+/// In torch.toml: repository paths without a URL, and readings of installed environments.
+const TORCH_NOT_A_PUBLIC_PAGE: &[&str] = &[
+    "pytorch/pytorch .ci",
+    "pytorch/pytorch RELEASE.md",
+    "pytorch/pytorch issue",
+    "pytorch/builder manywheel",
+    "pytorch/builder PR",
+    "get_arch_list sm_",
+    "cudnn.version()",
+    "environments",
+    "observ",
+    "pip install --dry-run",
+];
+
 const NOT_A_PUBLIC_PAGE: &[&str] = &[
     ".lock",
     ".dtsi",
@@ -891,6 +905,29 @@ fn rows_cite_public_pages_not_repository_files_or_observations() {
     // The scan sees what it should: a row with such a citation fails it.
     let planted = "resolved into recipes/dreamzero.toml.lock";
     assert!(NOT_A_PUBLIC_PAGE.iter().any(|p| planted.contains(p)));
+    // torch.toml: what the index tells cites the metadata file it was read from; the rest cites
+    // public pages (a URL at the release's tag, not a bare repository path), never an
+    // observation of an installed environment.
+    for r in torch_releases() {
+        assert!(
+            r.source.contains(".whl.metadata") || r.source.contains("no release pins"),
+            "{}: {}",
+            r.version,
+            r.source
+        );
+        for v in &r.variants {
+            let at = format!("{} {}", r.version, v.tag);
+            if v.pypi {
+                assert!(v.source.contains(".whl.metadata: Requires-Dist"), "{at}: {}", v.source);
+            }
+            for text in [&v.source, &v.arch_source, &v.notes, &r.notes] {
+                for bare in TORCH_NOT_A_PUBLIC_PAGE {
+                    assert!(!text.contains(bare), "{at}: {bare:?} in {text:?}");
+                }
+            }
+            assert!(!v.arch.is_empty() || !v.arch_source.is_empty(), "{at}");
+        }
+    }
     // The brand rows cite NVML's documented brand type.
     for gpu in all_gpus() {
         assert!(gpu.source.contains("nvmlBrandType_t"), "{}: {}", gpu.name, gpu.source);
