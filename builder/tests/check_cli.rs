@@ -229,6 +229,47 @@ fn a_build_the_tables_lack_is_checked_from_its_resolution() {
     assert!(out.contains("nvidia-cuda-runtime-cu12") && out.contains("12.9.79"), "{out}");
 }
 
+/// A CUDA 13 build the tables lack (a cu132 build of torch 2.13.0), as the recipe's own wheel
+/// carrying the CUDA 13.2 `Requires-Dist` the index serves for its cu132 wheel of torch 2.15.0
+/// (the recorded metadata): CUDA from the `cuda-toolkit` pin, cuDNN from `nvidia-cudnn-cu13`.
+#[test]
+fn a_cuda_13_build_the_tables_lack_is_checked_from_its_wheel_offline() {
+    let recorded = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "tests/fixtures/index/torch/metadata/torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl.metadata",
+    );
+    let metadata = std::fs::read_to_string(recorded).unwrap();
+    let requires: Vec<&str> = metadata.lines().filter_map(|l| l.strip_prefix("Requires-Dist: ")).collect();
+    assert!(requires.iter().any(|r| r.starts_with("cuda-toolkit[")), "{requires:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let wheel = test_support::wheel::stand_in_wheel(
+        dir.path(),
+        "torch",
+        "2.13.0+cu132",
+        "cp311-cp311-manylinux_2_28_x86_64",
+        ">=3.10",
+        &requires,
+    );
+    let recipe = dir.path().join("cu132.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "[image]\nname = \"cu132\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\n\
+             packages = [\"numpy==2.2.6\"]\n[[python.wheel]]\npath = \"{}\"\n",
+            wheel.file_name().unwrap().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = check(&["--offline", path(&recipe)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("NVIDIA_REQUIRE_CUDA=cuda>=13.2"), "{out}");
+    assert!(out.contains("nvidia-cudnn-cu13") && out.contains("9.26.0.51"), "{out}");
+    assert!(
+        out.contains("note[unknown-torch]: torch 2.13.0+cu132 is a build the knowledge base lacks"),
+        "{out}"
+    );
+    assert!(!out.contains("never published") && out.contains("result: compatible"), "{out}");
+}
+
 /// A CUDA build no index serves (torch 2.1.0+cu124): the resolver finds none, and only then is it
 /// "never published", naming the builds that exist.
 #[test]
