@@ -391,7 +391,11 @@ fn explain_resolution_failure(findings: &mut [Finding], index: usize) {
         .filter(|f| f.severity == Severity::Error && f.kind != FindingKind::ResolutionFailed)
         .map(|f| f.kind.as_str())
         .collect();
-    let fix = if explained.is_empty() {
+    let fix = if rules::index_unreachable(&findings[index].message) {
+        "uv could not reach the index: check its URL (the recipe's [python] index, or pip's and uv's \
+         configuration), the network, the proxy and the CA bundle, then check again"
+            .to_owned()
+    } else if explained.is_empty() {
         "the knowledge base has no explanation for this: adjust the pins uv names above".to_owned()
     } else {
         let mut kinds = explained.clone();

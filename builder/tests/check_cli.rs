@@ -229,6 +229,25 @@ fn a_build_the_tables_lack_is_checked_from_its_resolution() {
     assert!(out.contains("nvidia-cuda-runtime-cu12") && out.contains("12.9.79"), "{out}");
 }
 
+/// An index that does not answer says nothing about what it serves: the resolution failure is
+/// an error, and the build is not called "never published".
+#[test]
+fn an_unreachable_index_is_not_evidence_that_a_build_was_never_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = dir.path().join("unreachable.toml");
+    std::fs::write(
+        &recipe,
+        "[image]\nname = \"unreachable\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\n\
+         index = \"http://127.0.0.1:9/simple\"\npackages = [\"torch==2.1.0+cu124\"]\n",
+    )
+    .unwrap();
+    let (code, out, err) = check(&[path(&recipe)]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("error[resolution-failed]"), "{out}");
+    assert!(!out.contains("never published") && out.contains("warning[torch-variant]"), "{out}");
+    assert!(out.contains("uv could not reach the index"), "{out}");
+}
+
 /// A CUDA 13 build the tables lack (a cu132 build of torch 2.13.0), as the recipe's own wheel
 /// carrying the CUDA 13.2 `Requires-Dist` the index serves for its cu132 wheel of torch 2.15.0
 /// (the recorded metadata): CUDA from the `cuda-toolkit` pin, cuDNN from `nvidia-cudnn-cu13`.

@@ -70,6 +70,9 @@ impl Evidence {
     /// The evidence of a platform's stack.
     pub(crate) fn of(resolution: &super::Resolution) -> Self {
         match resolution {
+            // uv could not reach an index: nothing is known about what it serves, so nothing
+            // is "never published" (the resolution failure is still an error of its own).
+            super::Resolution::Failed { message } if index_unreachable(message) => Self::Predicted,
             super::Resolution::Failed { .. } => Self::NotFound,
             super::Resolution::Predicted { .. } => Self::Predicted,
             super::Resolution::NoPython
@@ -77,6 +80,23 @@ impl Evidence {
             | super::Resolution::Resolved { .. } => Self::Found,
         }
     }
+}
+
+/// Whether uv's failure is about reaching an index (a connection, a name, a timeout, a TLS
+/// handshake) rather than about what the index serves.
+pub(super) fn index_unreachable(message: &str) -> bool {
+    const NETWORK: &[&str] = &[
+        "Failed to fetch",
+        "error sending request",
+        "tcp connect error",
+        "dns error",
+        "Connection refused",
+        "connection reset",
+        "operation timed out",
+        "invalid peer certificate",
+        "Could not connect",
+    ];
+    NETWORK.iter().any(|n| message.contains(n))
 }
 
 /// Every rule, in report order.
@@ -394,14 +414,15 @@ fn missing_build(
             FindingKind::TorchVariant,
             Some("torch"),
             format!(
-                "torch {} is not among the builds the knowledge base knows ({builds}), and --offline \
-                 leaves its CUDA, cuDNN and architectures unchecked; a table is not the index, and the \
-                 build may well be published",
+                "torch {} is not among the builds the knowledge base knows ({builds}), and without a \
+                 resolution (--offline, or an index that did not answer) its CUDA, cuDNN and \
+                 architectures are unchecked; a table is not the index, and the build may well be \
+                 published",
                 t.version
             ),
             Some(format!(
-                "run `stackbuild check` without --offline: a build the index serves is checked from \
-                 its wheels' metadata (the builds the knowledge base knows: {published}{later})"
+                "resolve it (`stackbuild check` without --offline, against an index that answers): a \
+                 build the index serves is checked from its wheels' metadata (the builds the knowledge base knows: {published}{later})"
             )),
         );
         return true;
