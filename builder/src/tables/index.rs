@@ -1,7 +1,9 @@
 //! A package index read through its metadata only, as a table generator needs it.
 //!
 //! - Project pages: PEP 691's JSON form of the simple API (`Accept:
-//!   application/vnd.pypi.simple.v1+json`), <https://peps.python.org/pep-0691/>.
+//!   application/vnd.pypi.simple.v1+json`), <https://peps.python.org/pep-0691/>, or, from an
+//!   index that serves only HTML (PyTorch's per-CUDA indexes are static PEP 503 pages), the
+//!   anchors of PEP 503 with their PEP 592/658/714 `data-*` attributes.
 //! - A wheel's `METADATA`: the PEP 658 file at `<wheel URL>.metadata`
 //!   (<https://peps.python.org/pep-0658/>, PEP 714 renamed its key to `core-metadata`). Mirrors do
 //!   not always carry it (the one this project is developed against answers 404 for most torch
@@ -183,19 +185,24 @@ impl Index {
                 let url = join(base, &format!("{project}/"))?;
                 let resp = agent
                     .get(url.as_str())
-                    .set("Accept", JSON_PAGE)
+                    .set("Accept", &format!("{JSON_PAGE}, text/html;q=0.1"))
                     .call()
                     .map_err(|e| IndexError::Http { url: url.to_string(), reason: e.to_string() })?;
                 let kind = resp.content_type().to_owned();
                 let bytes = read_capped(resp.into_reader(), PAGE_CAP, url.as_str())?;
-                if !kind.starts_with(JSON_PAGE) && !kind.starts_with("application/json") {
+                let mut page: Page = if kind.starts_with(JSON_PAGE) || kind.starts_with("application/json") {
+                    serde_json::from_slice(&bytes)
+                        .map_err(|e| IndexError::Invalid { what: url.to_string(), reason: e.to_string() })?
+                } else if kind.starts_with("text/html") {
+                    html_page(&text(bytes, url.as_str())?)
+                } else {
                     return Err(IndexError::Invalid {
                         what: url.to_string(),
-                        reason: format!("served {kind:?}, expected PEP 691 JSON ({JSON_PAGE})"),
+                        reason: format!(
+                            "served {kind:?}, expected PEP 691 JSON ({JSON_PAGE}) or PEP 503 HTML"
+                        ),
                     });
-                }
-                let mut page: Page = serde_json::from_slice(&bytes)
-                    .map_err(|e| IndexError::Invalid { what: url.to_string(), reason: e.to_string() })?;
+                };
                 for f in &mut page.files {
                     f.url = join(&url, &f.url)?.to_string();
                 }
@@ -291,6 +298,86 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), IndexError> {
 fn headers_of(text: &str) -> &str {
     let end = text.find("\n\n").map_or(text.len(), |i| i + 1);
     &text[..end]
+}
+
+/// A PEP 503 page: each `<a href="URL#sha256=...">FILE</a>`, with `data-requires-python`,
+/// `data-yanked` (PEP 592) and `data-core-metadata` / `data-dist-info-metadata` (PEP 714/658).
+/// Anchors are all a simple page holds, so this reads them and nothing else.
+fn html_page(html: &str) -> Page {
+    let mut files = Vec::new();
+    let mut rest = html;
+    while let Some(start) = rest.find("<a ").or_else(|| rest.find("<A ")) {
+        let after = &rest[start + 3..];
+        let Some(tag_end) = after.find('>') else { break };
+        let attrs = &after[..tag_end];
+        let body = &after[tag_end + 1..];
+        let Some(close) = body.find("</a>").or_else(|| body.find("</A>")) else { break };
+        let filename = unescape(body[..close].trim());
+        rest = &body[close..];
+        let Some(href) = attribute(attrs, "href") else { continue };
+        let (url, fragment) = href.split_once('#').map_or((href.as_str(), ""), |(u, f)| (u, f));
+        let mut hashes = BTreeMap::new();
+        if let Some((algo, digest)) = fragment.split_once('=') {
+            hashes.insert(algo.to_owned(), digest.to_owned());
+        }
+        let metadata = |name| {
+            attribute(attrs, name).map(|v| match v.split_once('=') {
+                Some((algo, digest)) => serde_json::json!({ algo: digest }),
+                None => serde_json::Value::Bool(v != "false"),
+            })
+        };
+        files.push(IndexFile {
+            filename,
+            url: url.to_owned(),
+            hashes,
+            requires_python: attribute(attrs, "data-requires-python"),
+            yanked: attribute(attrs, "data-yanked").map_or(serde_json::Value::Bool(false), |r| {
+                if r.is_empty() {
+                    true.into()
+                } else {
+                    r.into()
+                }
+            }),
+            core_metadata: metadata("data-core-metadata"),
+            dist_info_metadata: metadata("data-dist-info-metadata"),
+            size: None,
+        });
+    }
+    Page { meta: serde_json::Value::Null, name: String::new(), files }
+}
+
+/// The value of `name` in a tag's attributes (quoted with `"` or `'`, or bare; a bare
+/// attribute is the empty string), HTML entities decoded.
+fn attribute(attrs: &str, name: &str) -> Option<String> {
+    let mut at = 0;
+    while let Some(i) = attrs[at..].find(name) {
+        let start = at + i;
+        at = start + name.len();
+        let before_ok = start == 0 || attrs.as_bytes()[start - 1].is_ascii_whitespace();
+        let tail = &attrs[at..];
+        if !before_ok || tail.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-') {
+            continue;
+        }
+        let tail = tail.trim_start();
+        let Some(value) = tail.strip_prefix('=') else { return Some(String::new()) };
+        let value = value.trim_start();
+        let raw = match value.chars().next() {
+            Some(q @ ('"' | '\'')) => value[1..].split(q).next().unwrap_or(""),
+            _ => value.split(|c: char| c.is_ascii_whitespace()).next().unwrap_or(""),
+        };
+        return Some(unescape(raw));
+    }
+    None
+}
+
+/// The character references a simple page uses (`&gt;=3.8`, `&lt;`, `&amp;`, `&quot;`, `&#39;`).
+fn unescape(text: &str) -> String {
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&#x27;", "'")
+        .replace("&amp;", "&")
 }
 
 fn join(base: &url::Url, rel: &str) -> Result<url::Url, IndexError> {
@@ -464,6 +551,24 @@ mod tests {
     fn headers_stop_at_the_description() {
         assert_eq!(headers_of("Name: a\nVersion: 1\n\nbody\n"), "Name: a\nVersion: 1\n");
         assert_eq!(headers_of("Name: a\n"), "Name: a\n");
+    }
+
+    #[test]
+    fn pep_503_pages_are_read_with_their_data_attributes() {
+        let html = r#"<!DOCTYPE html><html><body><h1>Links for torch</h1>
+<a href="/whl/cu129/torch-2.9.1%2Bcu129-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=abc" data-requires-python="&gt;=3.10" data-dist-info-metadata="sha256=def" data-core-metadata="sha256=def">torch-2.9.1+cu129-cp311-cp311-manylinux_2_28_x86_64.whl</a><br/>
+<a href='../torch-2.0.0-cp38-none-any.whl' data-yanked>torch-2.0.0-cp38-none-any.whl</a>
+</body></html>"#;
+        let page = html_page(html);
+        let [a, b] = page.files.as_slice() else { panic!("{:?}", page.files) };
+        assert_eq!(a.filename, "torch-2.9.1+cu129-cp311-cp311-manylinux_2_28_x86_64.whl");
+        assert_eq!(a.url, "/whl/cu129/torch-2.9.1%2Bcu129-cp311-cp311-manylinux_2_28_x86_64.whl");
+        assert_eq!(a.hashes.get("sha256").map(String::as_str), Some("abc"));
+        assert_eq!(a.requires_python.as_deref(), Some(">=3.10"));
+        assert_eq!(a.core_metadata, Some(serde_json::json!({"sha256": "def"})));
+        assert!(!a.is_yanked() && b.is_yanked());
+        assert_eq!(b.url, "../torch-2.0.0-cp38-none-any.whl");
+        assert!(html_page("<a>no href</a><a href=x").files.is_empty());
     }
 
     #[test]

@@ -71,6 +71,10 @@ pub struct Release {
     pub torchaudio: Option<(String, String)>,
     /// Its CUDA builds on this index.
     pub builds: Vec<Build>,
+    /// The index has its plain (local-version-less) wheels: the package index, whose view of
+    /// the release (Python range, companions) the row takes. A per-CUDA index (only `+cu129`
+    /// files) adds builds and leaves the rest of the row alone.
+    pub plain: bool,
     /// The citation of the row.
     pub source: String,
 }
@@ -238,6 +242,7 @@ pub fn generate(index: &mut Index, options: &Options) -> Result<Generated, Torch
             python: (python(lo), python(hi)),
             torchvision: tv,
             torchaudio: ta,
+            plain: builds_of.contains_key(""),
             builds,
             source,
         });
@@ -395,6 +400,10 @@ pub fn apply(
         let row = if let Some(i) = at {
             &mut rows[i]
         } else {
+            if !release.plain {
+                changes.lines.push(format!("{version}: only builds of another index here; add the release from the package index first"));
+                continue;
+            }
             if known_only {
                 changes
                     .lines
@@ -417,6 +426,10 @@ pub fn apply(
             rows.insert(pos, t);
             &mut rows[pos]
         };
+        if !release.plain {
+            apply_builds(row, release, &version, &mut changes).map_err(bad)?;
+            continue;
+        }
         let mut python: Array =
             [release.python.0.to_string(), release.python.1.to_string()].into_iter().collect();
         python.fmt();
@@ -694,6 +707,38 @@ mod tests {
         let (again, changes) = apply("torch.toml", &text, &g, false).unwrap();
         assert_eq!(again, text);
         assert!(changes.lines.is_empty(), "{changes:?}");
+    }
+
+    #[test]
+    fn a_per_cuda_index_adds_its_builds_and_leaves_the_row_alone() {
+        let dir = fixture();
+        // Only the +cu129 files: what PyTorch's cu129 index holds.
+        let torch = dir.path().join("torch.json");
+        let page = std::fs::read_to_string(&torch).unwrap();
+        let mut page: serde_json::Value = serde_json::from_str(&page).unwrap();
+        page["files"].as_array_mut().unwrap().retain(|f| f["filename"].as_str().unwrap().contains("+cu129"));
+        std::fs::write(&torch, page.to_string()).unwrap();
+        let options = Options { index_name: "PyTorch's cu129 index".into(), ..options() };
+        let g = generate(&mut Index::recorded(dir.path()), &options).unwrap();
+        assert!(!g.releases[0].plain);
+        let (text, _) = apply("torch.toml", TABLE, &g, false).unwrap();
+        let parsed: toml::Value = toml::from_str(&text).unwrap();
+        let r = &parsed["release"][0];
+        assert_eq!(
+            r["python"].as_array().unwrap()[1].as_str(),
+            Some("3.13"),
+            "the package index's view stays"
+        );
+        assert_eq!(r["source"].as_str(), Some("old"));
+        let v = r["variant"].as_array().unwrap();
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[1]["pypi"].as_bool(), Some(true), "the plain build stays the plain build");
+        assert_eq!(v[2]["tag"].as_str(), Some("cu129"));
+        assert!(v[2]["source"].as_str().unwrap().starts_with("PyTorch's cu129 index torch-2.9.1+cu129-"));
+        // A release the table lacks is not started from another index's builds.
+        let (same, changes) = apply("torch.toml", "[[release]]\nversion = \"2.0.0\"\n", &g, false).unwrap();
+        assert_eq!(same, "[[release]]\nversion = \"2.0.0\"\n");
+        assert!(changes.lines[0].contains("only builds of another index"), "{changes:?}");
     }
 
     #[test]
