@@ -422,7 +422,9 @@ fn torch_2_11_derives_cuda_13() {
         assert_eq!(stack.cuda.as_deref(), Some("13.0"), "{platform}");
         let cuda = &stack.requirements[0];
         assert_eq!(cuda.variable, "NVIDIA_REQUIRE_CUDA");
-        assert!(cuda.expr.starts_with("cuda>=13.0 driver>=580,arch>="), "{platform}: {}", cuda.expr);
+        // The release wheels carry cubins only (their fat binaries: no PTX), so every GPU they
+        // run on runs a cubin, which CUDA 13's minor-version compatibility lets any R580 run.
+        assert_eq!(cuda.expr, "cuda>=13.0 driver>=580", "{platform}");
         let torch = stack.torch.as_ref().unwrap();
         assert_eq!(torch.cudnn.as_deref(), Some("9.19.0.56"));
         let arch = stack.requirements.iter().find(|r| r.variable == "STACKBUILD_REQUIRE_ARCH").unwrap();

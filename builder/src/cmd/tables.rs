@@ -50,6 +50,11 @@ struct TorchArgs {
     /// Only the releases the table has: report the others, add nothing.
     #[arg(long)]
     known_only: bool,
+    /// Also download each build's wheels (one at a time, into a temporary directory, removed
+    /// after) and write `arch`, `ptx` and `aarch64_arch` from their fat binaries: about 1 GiB a
+    /// build, so use with `--since`.
+    #[arg(long)]
+    read_arch: bool,
     /// Also record what was read into DIR (a recorded index for the tests).
     #[arg(long, value_name = "DIR")]
     record: Option<PathBuf>,
@@ -77,7 +82,16 @@ impl TorchArgs {
         if let Some(dir) = &self.record {
             index.record_into(dir);
         }
-        let options = Options { since: self.since, index_name: self.index_name };
+        let scratch = if self.read_arch {
+            Some(tempfile::tempdir().context("creating a scratch directory")?)
+        } else {
+            None
+        };
+        let options = Options {
+            since: self.since,
+            index_name: self.index_name,
+            read_arch: scratch.as_ref().map(|d| d.path().to_owned()),
+        };
         let generated = torch::generate(&mut index, &options)?;
         index.finish()?;
         for w in &generated.warnings {

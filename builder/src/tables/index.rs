@@ -2,7 +2,7 @@
 //!
 //! - Project pages: PEP 691's JSON form of the simple API (`Accept:
 //!   application/vnd.pypi.simple.v1+json`), <https://peps.python.org/pep-0691/>, or, from an
-//!   index that serves only HTML (PyTorch's per-CUDA indexes are static PEP 503 pages), the
+//!   index that serves only HTML (the per-CUDA indexes of `PyTorch` are static PEP 503 pages), the
 //!   anchors of PEP 503 with their PEP 592/658/714 `data-*` attributes.
 //! - A wheel's `METADATA`: the PEP 658 file at `<wheel URL>.metadata`
 //!   (<https://peps.python.org/pep-0658/>, PEP 714 renamed its key to `core-metadata`). Mirrors do
@@ -36,6 +36,8 @@ const METADATA_CAP: u64 = 4 << 20;
 const RANGE_BLOCK: u64 = 256 << 10;
 /// Most bytes of one wheel fetched by range requests (torch's central directory is ~2 MiB).
 pub const RANGE_BUDGET: u64 = 48 << 20;
+/// Largest wheel downloaded whole (torch's are about 1 GiB).
+const WHEEL_CAP: u64 = 4 << 30;
 /// The media type of PEP 691's JSON pages.
 const JSON_PAGE: &str = "application/vnd.pypi.simple.v1+json";
 
@@ -267,6 +269,60 @@ impl Index {
             write_file(&path, headers.as_bytes())?;
         }
         Ok(headers)
+    }
+
+    /// Downloads the whole wheel into `dir` (for what only its bytes tell: the fat binaries),
+    /// verifying the sha256 the page gives as it streams; a recorded index has no wheels.
+    pub fn download(&mut self, file: &IndexFile, dir: &Path) -> Result<PathBuf, IndexError> {
+        let Source::Http { agent, .. } = &self.source else {
+            return Err(IndexError::Invalid {
+                what: file.filename.clone(),
+                reason: "a recorded index holds metadata, not wheels".into(),
+            });
+        };
+        if file.filename.contains(['/', '\\']) || file.filename.starts_with('.') {
+            return Err(IndexError::Invalid {
+                what: format!("file {:?}", file.filename),
+                reason: "expected a plain file name".into(),
+            });
+        }
+        let resp = agent
+            .get(&file.url)
+            .call()
+            .map_err(|e| IndexError::Http { url: file.url.clone(), reason: e.to_string() })?;
+        let path = dir.join(&file.filename);
+        let err = |source| IndexError::Record { path: path.clone(), source };
+        let mut out = std::fs::File::create(&path).map_err(err)?;
+        let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+        let mut reader = resp.into_reader().take(WHEEL_CAP + 1);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0u64;
+        loop {
+            let n = reader
+                .read(&mut buf)
+                .map_err(|e| IndexError::Http { url: file.url.clone(), reason: e.to_string() })?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            sha2::Digest::update(&mut hasher, &buf[..n]);
+            io::Write::write_all(&mut out, &buf[..n]).map_err(err)?;
+        }
+        if total > WHEEL_CAP {
+            return Err(IndexError::Invalid {
+                what: file.url.clone(),
+                reason: format!("larger than {WHEEL_CAP} bytes"),
+            });
+        }
+        let got = hex::encode(sha2::Digest::finalize(hasher));
+        if let Some(want) = file.hashes.get("sha256").filter(|w| **w != got) {
+            let _ = std::fs::remove_file(&path);
+            return Err(IndexError::Invalid {
+                what: file.url.clone(),
+                reason: format!("sha256 {got}, the page says {want}"),
+            });
+        }
+        Ok(path)
     }
 
     /// Writes the recording's pages (files sorted by name).

@@ -56,6 +56,22 @@ pub struct Options {
     pub since: PackageVersion,
     /// The index's name in citations (`PyPI`): a name, never a host.
     pub index_name: String,
+    /// Download each build's wheels into this directory (one at a time, removed after) and read
+    /// `arch`/`ptx` from their fat binaries; `None`: the table's lists stay.
+    pub read_arch: Option<std::path::PathBuf>,
+}
+
+/// What a build's fat binaries say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchRead {
+    /// Compute capabilities with cubins, ascending (`x86_64` wheel).
+    pub arch: Vec<String>,
+    /// PTX of the highest of them.
+    pub ptx: bool,
+    /// The same for the `aarch64` wheel, where the index has one with CUDA code.
+    pub aarch64: Vec<String>,
+    /// The citation.
+    pub source: String,
 }
 
 /// What the index says about one torch release.
@@ -92,6 +108,8 @@ pub struct Build {
     pub cudnn: String,
     /// Exact pins on Linux `x86_64`.
     pub pins: BTreeMap<String, String>,
+    /// With [`Options::read_arch`]: the wheels' fat binaries.
+    pub code: Option<ArchRead>,
     /// The citation.
     pub source: String,
 }
@@ -120,6 +138,12 @@ struct Wheel<'a> {
 
 /// The Linux `x86_64` manylinux wheels of `project` on the page, parsed.
 fn linux_wheels<'a>(project: &str, files: &'a [IndexFile]) -> Vec<Wheel<'a>> {
+    machine_wheels(project, files, "x86_64")
+}
+
+/// The manylinux wheels of `project` for `machine` (`x86_64`, `aarch64`), parsed.
+fn machine_wheels<'a>(project: &str, files: &'a [IndexFile], machine: &str) -> Vec<Wheel<'a>> {
+    let suffix = format!("_{machine}");
     let prefix = format!("{}-", project.replace('-', "_"));
     files
         .iter()
@@ -135,7 +159,7 @@ fn linux_wheels<'a>(project: &str, files: &'a [IndexFile]) -> Vec<Wheel<'a>> {
                 }
                 _ => return None,
             };
-            if !plat.split('.').any(|p| p.starts_with("manylinux") && p.ends_with("_x86_64")) {
+            if !plat.split('.').any(|p| p.starts_with("manylinux") && p.ends_with(&suffix)) {
                 return None;
             }
             let version = PackageVersion::from_str(version).ok()?;
@@ -223,7 +247,11 @@ pub fn generate(index: &mut Index, options: &Options) -> Result<Generated, Torch
                 "{} {}.metadata: Requires-Dist on Linux x86_64 (CUDA {cuda} from {cuda_from}, cuDNN from {cudnn_name}=={cudnn})",
                 options.index_name, w.file.filename
             );
-            builds.push(Build { tag, plain: local.is_empty(), cuda, cudnn, pins, source });
+            let code = match &options.read_arch {
+                Some(dir) => read_arch(index, &files, w, dir, &mut out.warnings)?,
+                None => None,
+            };
+            builds.push(Build { tag, plain: local.is_empty(), cuda, cudnn, pins, code, source });
         }
         let tv = torchvision.get(version).cloned();
         let ta = torchaudio.get(version).cloned();
@@ -248,6 +276,68 @@ pub fn generate(index: &mut Index, options: &Options) -> Result<Generated, Torch
         });
     }
     Ok(out)
+}
+
+/// Downloads the build's `x86_64` wheel (and its `aarch64` one, where the index has it) and
+/// reads the cubins and PTX of `torch/lib/libtorch_cuda.so` ([`crate::fatbin`]); `None` with a
+/// warning when the table's shape (PTX of the highest cubin only) cannot say what they hold.
+fn read_arch(
+    index: &mut Index,
+    files: &[IndexFile],
+    w: &Wheel<'_>,
+    dir: &std::path::Path,
+    warnings: &mut Vec<String>,
+) -> Result<Option<ArchRead>, TorchTableError> {
+    let code_of = |index: &mut Index,
+                   file: &IndexFile|
+     -> Result<Option<crate::derive::GpuCode>, TorchTableError> {
+        tracing::info!("reading the fat binaries of {}", file.filename);
+        let path = index.download(file, dir)?;
+        let code = crate::fatbin::torch_wheel_code(&path, dir)
+            .map_err(|e| TorchTableError::Metadata { file: file.filename.clone(), reason: e.to_string() });
+        let _ = std::fs::remove_file(&path);
+        code
+    };
+    let shape = |code: &crate::derive::GpuCode| -> Option<(Vec<String>, bool)> {
+        let arch: Vec<String> = code.cubins.iter().map(ToString::to_string).collect();
+        let top = code.cubins.iter().next_back()?;
+        match code.ptx.iter().collect::<Vec<_>>().as_slice() {
+            [] => Some((arch, false)),
+            [p] if *p == top => Some((arch, true)),
+            _ => None,
+        }
+    };
+    let Some(x86) = code_of(index, w.file)? else {
+        warnings.push(format!("{}: no GPU code in torch/lib", w.file.filename));
+        return Ok(None);
+    };
+    let Some((arch, ptx)) = shape(&x86) else {
+        warnings.push(format!(
+            "{}: PTX {:?} beside cubins {:?}: the table cannot say it",
+            w.file.filename, x86.ptx, x86.cubins
+        ));
+        return Ok(None);
+    };
+    let mut source = format!("{}: cubins and PTX in the fat-binary headers", x86.from);
+    if let Some(sha) = w.file.hashes.get("sha256") {
+        source = format!("{source} (sha256 {sha})");
+    }
+    let arm_wheels = machine_wheels("torch", files, "aarch64");
+    let same: Vec<&Wheel> = arm_wheels.iter().filter(|a| a.version == w.version).collect();
+    let mut aarch64 = Vec::new();
+    if let Some(a) = representative(&same) {
+        if let Some(code) = code_of(index, a.file)? {
+            match shape(&code) {
+                Some((list, p)) if p == ptx => {
+                    aarch64 = list;
+                    source = format!("{source}; aarch64: {}", code.from);
+                }
+                _ => warnings
+                    .push(format!("{}: its code differs in shape from the x86_64 wheel's", a.file.filename)),
+            }
+        }
+    }
+    Ok(Some(ArchRead { arch, ptx, aarch64, source }))
 }
 
 /// `Name` and `Version` of a `METADATA` must be the wheel's.
@@ -490,6 +580,19 @@ fn apply_builds(
             set(v, "pypi", value(true), &where_, changes);
         }
         set(v, "source", value(build.source.as_str()), &where_, changes);
+        if let Some(code) = &build.code {
+            let list = |l: &[String]| {
+                let mut a: Array = l.iter().map(String::as_str).collect();
+                a.fmt();
+                Item::Value(a.into())
+            };
+            set(v, "arch", list(&code.arch), &where_, changes);
+            set(v, "ptx", value(code.ptx), &where_, changes);
+            if build.plain && !code.aarch64.is_empty() {
+                set(v, "aarch64_arch", list(&code.aarch64), &where_, changes);
+            }
+            set(v, "arch_source", value(code.source.as_str()), &where_, changes);
+        }
         let mut pins = Table::new();
         for (name, pin) in &build.pins {
             pins.insert(name, value(pin.as_str()));
@@ -566,7 +669,11 @@ mod tests {
     use super::*;
 
     fn options() -> Options {
-        Options { since: PackageVersion::from_str("2.0.0").unwrap(), index_name: "PyPI".into() }
+        Options {
+            since: PackageVersion::from_str("2.0.0").unwrap(),
+            index_name: "PyPI".into(),
+            read_arch: None,
+        }
     }
 
     const TORCH_META: &str = "Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1\n\
