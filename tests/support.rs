@@ -299,11 +299,27 @@ pub fn verify_cache(dir: &Path) -> Result<CacheCheck, String> {
 
 /// `stackhook` copied to `<dir>/bin`, where an installed binary sits: `install` puts the
 /// `stackhook-runtime` link next to it, and the engines run this copy.
+///
+/// It returns once the copy runs: a file just written stays open for writing in any child that
+/// another test forked while it was being written, until that child execs, and until then
+/// executing it fails with ETXTBSY ("text file busy", execve(2)); the children forked later
+/// do not inherit the descriptor.
 pub fn installed_copy(dir: &Path) -> PathBuf {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let copy = bin.join("stackhook");
     std::fs::copy(binary("stackhook"), &copy).unwrap();
+    for _ in 0..100 {
+        match std::process::Command::new(&copy).arg("--version").output() {
+            Err(e) if e.raw_os_error() == Some(26) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => {
+                other.unwrap();
+                break;
+            }
+        }
+    }
     copy
 }
 

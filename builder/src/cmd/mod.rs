@@ -1,6 +1,6 @@
 //! The command line: one module per subcommand. `stackbuild RECIPE` builds.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 mod affinity;
 mod audit;
@@ -13,7 +13,7 @@ mod tables;
 /// Builds reproducible, layered OCI images of GPU software stacks from a recipe, and refuses
 /// stacks that cannot work.
 #[derive(Debug, Parser)]
-#[command(name = "stackbuild", version, about, args_conflicts_with_subcommands = true)]
+#[command(name = "stackbuild", version, about, args_conflicts_with_subcommands = true, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -44,6 +44,26 @@ enum Command {
     Claim(claim::Args),
     /// For maintainers: regenerate a knowledge-base table from an index's metadata.
     Tables(tables::Args),
+    /// Write the man pages and shell completions (bash, zsh, fish) into DIR, generated from
+    /// these definitions (for packages).
+    #[command(hide = true)]
+    GenerateDocs(DocsArgs),
+}
+
+/// One example per subcommand, under `--help`.
+const EXAMPLES: &str = "Examples:
+  stackbuild recipes/dreamzero.toml            build the image into images/dreamzero/
+  stackbuild lock recipes/dreamzero.toml       pin every artifact by sha256 in recipes/dreamzero.toml.lock
+  stackbuild check recipes/dreamzero.toml      the stack, what the host must provide, every conflict
+  stackbuild audit images/dreamzero            static ldd over the image's libraries
+  stackbuild affinity images/dreamzero         a nodeAffinity over `stackhook labels` node labels
+  stackbuild claim images/dreamzero            a DRA ResourceClaimTemplate and a Pod that uses it
+  stackbuild tables torch --check              (maintainers) the torch table against the index";
+
+#[derive(Debug, clap::Args)]
+struct DocsArgs {
+    /// The directory (`man/` and `completions/` are written under it).
+    dir: std::path::PathBuf,
 }
 
 impl Cli {
@@ -57,6 +77,12 @@ impl Cli {
             Some(Command::Claim(args)) => args.run(),
             Some(Command::Audit(args)) => args.run(),
             Some(Command::Tables(args)) => args.run(),
+            Some(Command::GenerateDocs(args)) => {
+                for path in cli_docs::write(Cli::command(), &args.dir)? {
+                    println!("{}", path.display());
+                }
+                Ok(std::process::ExitCode::SUCCESS)
+            }
             None => self.build.run(),
         }
     }

@@ -1,6 +1,6 @@
 //! The command line: one module per subcommand.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 mod cdi;
 mod doctor;
@@ -11,7 +11,7 @@ pub(crate) mod runtime;
 
 /// Checks, at container start, that a GPU host satisfies what the image needs.
 #[derive(Debug, Parser)]
-#[command(name = "stackhook", version, about)]
+#[command(name = "stackhook", version, about, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -36,6 +36,27 @@ enum Command {
     Uninstall(install::Args),
     /// CDI specs: `stackhook cdi check [SPEC...]`.
     Cdi(cdi::Args),
+    /// Write the man pages and shell completions (bash, zsh, fish) into DIR, generated from
+    /// these definitions (for packages).
+    #[command(hide = true)]
+    GenerateDocs(DocsArgs),
+}
+
+/// One example per subcommand, under `--help`.
+const EXAMPLES: &str = "Examples:
+  sudo stackhook doctor                         check this host as the hook would, with remedies
+  sudo stackhook doctor --require 'cuda>=12.4'  and against a requirement of your own
+  stackhook labels --format nfd                 node labels for Node Feature Discovery
+  sudo stackhook install podman                 a hooks.d file for Podman and CRI-O (also docker, crio, containerd)
+  sudo stackhook uninstall podman               remove what install added
+  stackhook cdi check                           the CDI specs in /etc/cdi and /var/run/cdi against this host
+  stackhook hook < state.json                   (the runtime runs this) check one container's start
+  stackhook runtime create ...                  (Docker and containerd run this) runc with the hook added";
+
+#[derive(Debug, clap::Args)]
+struct DocsArgs {
+    /// The directory (`man/` and `completions/` are written under it).
+    dir: std::path::PathBuf,
 }
 
 impl Cli {
@@ -49,6 +70,18 @@ impl Cli {
             Command::Uninstall(args) => args.run(false),
             Command::Labels(args) => args.run(),
             Command::Cdi(args) => args.run(),
+            Command::GenerateDocs(args) => match cli_docs::write(Cli::command(), &args.dir) {
+                Ok(paths) => {
+                    for path in paths {
+                        println!("{}", path.display());
+                    }
+                    0
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    2
+                }
+            },
         }
     }
 }
