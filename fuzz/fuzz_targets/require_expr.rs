@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
         let again = Expr::parse(&expr.to_string()).expect("display output parses");
         assert_eq!(again, expr);
         let mut set = stackhook::contract::require::RequirementSet::default();
-        set.entries.push(stackhook::contract::require::Requirement { source: "F".into(), expr });
+        set.entries.push(stackhook::contract::require::Requirement { source: "F".into(), expr, nvidia_order: None });
         let _ = set.evaluate(&HostFacts::default());
     }
 });
