@@ -4,6 +4,7 @@
 //! - [`platform`]: the target platforms (`linux/amd64`, `linux/arm64`) and their names.
 //! - [`diagnostic`]: a problem in a TOML file, rendered with its line and a caret.
 //! - [`lock`]: the lock file that pins every artifact by sha256.
+//! - [`pylock`]: the image's Python stack as a PEP 751 `pylock.toml`, for uv and pip.
 //! - [`solve`]: resolution of Python packages for the target interpreter and platform.
 //! - [`check`]: the solved stack, its host requirements and its conflicts, without building.
 //! - [`derive`]: what the host must provide, derived from the stack and the `[host]` rules.
@@ -61,6 +62,7 @@ pub mod output;
 pub mod patch;
 pub mod platform;
 pub mod progress;
+pub mod pylock;
 pub mod recipe;
 pub mod registry;
 pub mod sbom;

@@ -15,6 +15,11 @@ pub struct Args {
     /// Exit 1 if the lock is missing or stale, without writing it.
     #[arg(long)]
     check: bool,
+    /// Also write the image's Python stack as a PEP 751 lock (`pylock.toml`), which
+    /// `uv pip sync`, `uv pip install -r` and `pip install -r` (pip 26) install: every wheel
+    /// with its URL on the index, size and sha256.
+    #[arg(long, value_name = "FILE", conflicts_with = "check")]
+    pylock: Option<PathBuf>,
 }
 
 impl Args {
@@ -28,6 +33,10 @@ impl Args {
             }
             return Ok(if fresh { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE });
         }
+        if let Some(out) = &self.pylock {
+            // Before resolving: a file of the user's in the way stops it at once.
+            stackbuild::pylock::may_write(out)?;
+        }
         let cache = match self.cache_dir {
             Some(d) => Cache::open(d)?,
             None => Cache::open_default()?,
@@ -37,6 +46,15 @@ impl Args {
         let lock = stackbuild::build::lock_recipe(&recipe, false, true, &cache)?;
         println!("{}", stackbuild::lock::Lock::path_for(&recipe.path).display());
         tracing::info!("{} package(s) locked", lock.packages.len());
+        if let Some(out) = &self.pylock {
+            let url = match recipe.python.as_ref().and_then(|p| p.index.clone()) {
+                Some(url) => url,
+                None => stackbuild::tables::index::configured_index()?,
+            };
+            let mut index = stackbuild::tables::index::Index::http(&url)?;
+            stackbuild::pylock::write(&recipe, &lock, out, &mut index, &url)?;
+            println!("{}", out.display());
+        }
         Ok(std::process::ExitCode::SUCCESS)
     }
 }

@@ -72,7 +72,7 @@ impl TorchArgs {
     fn run(self) -> anyhow::Result<ExitCode> {
         let where_ = match self.index {
             Some(i) => i,
-            None => configured_index().context("finding the configured index (give --index)")?,
+            None => stackbuild::tables::index::configured_index()?,
         };
         let mut index = if std::path::Path::new(&where_).is_dir() {
             Index::recorded(std::path::Path::new(&where_))
@@ -120,28 +120,4 @@ impl TorchArgs {
         }
         Ok(ExitCode::SUCCESS)
     }
-}
-
-/// The index pip and uv use on this machine, without naming any host here: uv's and pip's
-/// variables, pip's configuration, else pip's own default.
-fn configured_index() -> anyhow::Result<String> {
-    for var in ["UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL"] {
-        if let Some(v) = std::env::var(var).ok().filter(|v| !v.is_empty()) {
-            return Ok(v);
-        }
-    }
-    let ask = |args: &[&str]| -> Option<String> {
-        let out = std::process::Command::new("python3")
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .ok()?;
-        let text = String::from_utf8(out.stdout).ok()?.trim().to_owned();
-        (out.status.success() && !text.is_empty()).then_some(text)
-    };
-    ask(&["-m", "pip", "config", "get", "global.index-url"])
-        .or_else(|| ask(&["-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"]))
-        .context(
-            "neither uv's nor pip's configuration names an index, and pip is not there to say its default",
-        )
 }

@@ -341,6 +341,31 @@ impl Index {
     }
 }
 
+/// The index pip and uv use on this machine, without naming any host in this code: uv's and
+/// pip's variables, pip's configuration, else pip's own default.
+pub fn configured_index() -> Result<String, IndexError> {
+    for var in ["UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL"] {
+        if let Some(v) = std::env::var(var).ok().filter(|v| !v.is_empty()) {
+            return Ok(v);
+        }
+    }
+    let ask = |args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new("python3")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+        (out.status.success() && !text.is_empty()).then_some(text)
+    };
+    ask(&["-m", "pip", "config", "get", "global.index-url"])
+        .or_else(|| ask(&["-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"]))
+        .ok_or_else(|| IndexError::Invalid {
+            what: "the configured index".into(),
+            reason: "neither uv's nor pip's configuration names one, and pip is not there to say its default (give --index)".into(),
+        })
+}
+
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), IndexError> {
     let err = |source| IndexError::Record { path: path.to_owned(), source };
     if let Some(parent) = path.parent() {

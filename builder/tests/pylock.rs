@@ -1,0 +1,162 @@
+//! `stackbuild lock --pylock`: the image's Python stack as a PEP 751 `pylock.toml`, read by
+//! the tools that install such files: the Python Packaging Authority's `packaging.pylock` validates it against the
+//! specification, `uv pip install --dry-run -r` and `pip install --dry-run -r` (pip 26) read
+//! it, and `uv pip sync` of it into a fresh virtual environment installs exactly the locked
+//! versions. Needs the configured index (metadata and three small wheels); each tool that is
+//! not installed is reported as skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn have(program: &str) -> bool {
+    Command::new(program).arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// The validators' virtual environment that `.ci/install` makes (`packaging`, `pip` 26).
+fn validators() -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/sbom-validators");
+    let ok = Command::new(venv.join("bin/python"))
+        .args(["-c", "import packaging.pylock"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ok.then_some(venv)
+}
+
+fn small_recipe(dir: &Path) -> PathBuf {
+    let recipe = dir.join("small.toml");
+    std::fs::write(
+        &recipe,
+        "[image]\nname = \"small\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\n\
+         packages = [\"six==1.16.0\", \"idna==3.7\", \"packaging==24.1\"]\n",
+    )
+    .unwrap();
+    recipe
+}
+
+#[test]
+fn the_pylock_is_what_the_image_installs_and_the_pypa_tools_read_it() {
+    if !have("uv") {
+        eprintln!("SKIPPED: uv is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = small_recipe(dir.path());
+    let pylock = dir.path().join("pylock.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_stackbuild"))
+        .args(["lock"])
+        .arg(&recipe)
+        .arg("--pylock")
+        .arg(&pylock)
+        .env("STACKBUILD_CACHE", dir.path().join("cache"))
+        .env("STACKBUILD_LOG", "warn")
+        .output()
+        .unwrap();
+    if !out.status.success() && text(&out.stderr).contains("could not reach") {
+        eprintln!("SKIPPED: the index does not answer: {}", text(&out.stderr));
+        return;
+    }
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let written = std::fs::read_to_string(&pylock).unwrap();
+    let doc: toml::Value = toml::from_str(&written).unwrap();
+    assert_eq!(doc["lock-version"].as_str(), Some("1.0"));
+    assert_eq!(doc["requires-python"].as_str(), Some("==3.11.*"));
+    let packages = doc["packages"].as_array().unwrap();
+    let lock: toml::Value =
+        toml::from_str(&std::fs::read_to_string(dir.path().join("small.toml.lock")).unwrap()).unwrap();
+    let locked: Vec<(String, String, String)> = lock["package"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().into(),
+                p["version"].as_str().unwrap().into(),
+                p["sha256"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let listed: Vec<(String, String, String)> = packages
+        .iter()
+        .map(|p| {
+            let wheel = &p["wheels"][0];
+            assert!(
+                wheel["url"].as_str().is_some_and(|u| u.ends_with(wheel["name"].as_str().unwrap())),
+                "{p}"
+            );
+            assert!(wheel["size"].as_integer().unwrap() > 0);
+            (
+                p["name"].as_str().unwrap().into(),
+                p["version"].as_str().unwrap().into(),
+                wheel["hashes"]["sha256"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, locked, "{written}");
+    assert!(written.contains("[tool.stackbuild]"), "{written}");
+
+    // PyPA's reference implementation of the specification.
+    if let Some(venv) = validators() {
+        let py = venv.join("bin/python");
+        let check = "import sys, tomllib, packaging.pylock as p; p.Pylock.from_dict(tomllib.load(open(sys.argv[1], 'rb')))";
+        let out = Command::new(&py).args(["-c", check]).arg(&pylock).output().unwrap();
+        assert!(out.status.success(), "packaging.pylock: {}", text(&out.stderr));
+        // pip 26 reads it as a requirements file.
+        let out = Command::new(&py)
+            .args(["-m", "pip", "install", "--dry-run", "--no-deps", "--target"])
+            .arg(dir.path().join("pip-target"))
+            .arg("-r")
+            .arg(&pylock)
+            .output()
+            .unwrap();
+        let said = text(&out.stdout);
+        assert!(out.status.success(), "pip: {said}{}", text(&out.stderr));
+        for (name, version, _) in &locked {
+            assert!(
+                said.contains(&format!("{name}-{version}")),
+                "pip would not install {name} {version}: {said}"
+            );
+        }
+    } else {
+        eprintln!(
+            "SKIPPED: packaging.pylock and pip 26 are not in target/sbom-validators (.ci/install makes it)"
+        );
+    }
+
+    // uv installs exactly the lock into a fresh environment.
+    let venv = dir.path().join("venv");
+    let out = Command::new("uv").args(["venv", "-q", "--python", "3.11"]).arg(&venv).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let py = venv.join("bin/python");
+    let out =
+        Command::new("uv").args(["pip", "sync", "-q", "--python"]).arg(&py).arg(&pylock).output().unwrap();
+    assert!(out.status.success(), "uv pip sync: {}", text(&out.stderr));
+    let out = Command::new("uv").args(["pip", "freeze", "--python"]).arg(&py).output().unwrap();
+    let mut frozen: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    frozen.sort();
+    let mut want: Vec<String> = locked.iter().map(|(n, v, _)| format!("{n}=={v}")).collect();
+    want.sort();
+    assert_eq!(frozen, want);
+}
+
+#[test]
+fn a_file_that_is_not_ours_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = small_recipe(dir.path());
+    let pylock = dir.path().join("pylock.toml");
+    std::fs::write(&pylock, "lock-version = \"1.0\"\n# mine\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stackbuild"))
+        .args(["lock"])
+        .arg(&recipe)
+        .arg("--pylock")
+        .arg(&pylock)
+        .env("STACKBUILD_CACHE", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("not a pylock.toml stackbuild wrote"), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&pylock).unwrap(), "lock-version = \"1.0\"\n# mine\n");
+}
