@@ -140,6 +140,50 @@ fn the_pylock_is_what_the_image_installs_and_the_pypa_tools_read_it() {
     let mut want: Vec<String> = locked.iter().map(|(n, v, _)| format!("{n}=={v}")).collect();
     want.sort();
     assert_eq!(frozen, want);
+
+    // The image built from the same lock (`--pylock` on a build writes the same file) carries
+    // exactly these distributions in its site-packages.
+    let image = dir.path().join("image");
+    let again = dir.path().join("from-build.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_stackbuild"))
+        .arg(&recipe)
+        .arg("--locked")
+        .arg("--out")
+        .arg(&image)
+        .arg("--pylock")
+        .arg(&again)
+        .env("STACKBUILD_CACHE", dir.path().join("cache"))
+        .env("STACKBUILD_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&again).unwrap(), written);
+    let mut in_image = image_distributions(&image);
+    in_image.sort();
+    assert_eq!(in_image, want, "the image's site-packages");
+}
+
+/// `name==version` of every `*.dist-info` in the image's layers (normalized names, as
+/// `uv pip freeze` prints them).
+fn image_distributions(layout: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(layout.join("blobs/sha256")).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        if bytes.len() < 2 || bytes[..2] != [0x1f, 0x8b] {
+            continue;
+        }
+        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&bytes[..]));
+        for member in archive.entries().unwrap() {
+            let member = member.unwrap();
+            let name = member.path().unwrap().display().to_string();
+            let Some(dist) = name.strip_suffix(".dist-info/METADATA") else { continue };
+            let dist = dist.rsplit('/').next().unwrap();
+            let (project, version) = dist.split_once('-').unwrap();
+            out.push(format!("{}=={version}", project.to_lowercase().replace('_', "-")));
+        }
+    }
+    out
 }
 
 #[test]

@@ -53,6 +53,10 @@ pub struct Args {
     /// --insecure-registry hosts over plain HTTP).
     #[arg(long, value_name = "HOST[:PORT]/REPO", env = "STACKBUILD_CACHE_REGISTRY")]
     cache_registry: Option<String>,
+    /// Also write the image's Python stack as a PEP 751 lock (`pylock.toml`) for uv and pip,
+    /// as `stackbuild lock --pylock` does.
+    #[arg(long, value_name = "FILE")]
+    pylock: Option<PathBuf>,
 }
 
 impl Args {
@@ -61,6 +65,9 @@ impl Args {
         if let Some(file) = &self.report {
             // Before the build, not after it: a report path that is not ours to write fails fast.
             stackbuild::output::check_output_file("--report", file)?;
+        }
+        if let Some(file) = &self.pylock {
+            stackbuild::pylock::may_write(file)?;
         }
         let recipe = Recipe::load(&path)?;
         let mut source_overrides = BTreeMap::new();
@@ -88,6 +95,16 @@ impl Args {
         let report = build(&recipe, &opts)?;
         if let Some(file) = &self.report {
             stackbuild::output::write_file("--report", file, &serde_json::to_vec_pretty(&report)?)?;
+        }
+        if let Some(file) = &self.pylock {
+            let lock = stackbuild::lock::Lock::load(stackbuild::lock::Lock::path_for(&recipe.path))?;
+            let url = match recipe.python.as_ref().and_then(|p| p.index.clone()) {
+                Some(url) => url,
+                None => stackbuild::tables::index::configured_index()?,
+            };
+            let mut index = stackbuild::tables::index::Index::http(&url)?;
+            stackbuild::pylock::write(&recipe, &lock, file, &mut index, &url)?;
+            tracing::info!("wrote {}", file.display());
         }
         let built = report.layers.iter().filter(|l| l.built).count();
         let pulled = report.layers.iter().filter(|l| l.source == LayerSource::Registry).count();
