@@ -98,33 +98,7 @@ fn the_pylock_is_what_the_image_installs_and_the_pypa_tools_read_it() {
     assert_eq!(listed, locked, "{written}");
     assert!(written.contains("[tool.stackbuild]"), "{written}");
 
-    // PyPA's reference implementation of the specification.
-    if let Some(venv) = validators() {
-        let py = venv.join("bin/python");
-        let check = "import sys, tomllib, packaging.pylock as p; p.Pylock.from_dict(tomllib.load(open(sys.argv[1], 'rb')))";
-        let out = Command::new(&py).args(["-c", check]).arg(&pylock).output().unwrap();
-        assert!(out.status.success(), "packaging.pylock: {}", text(&out.stderr));
-        // pip 26 reads it as a requirements file.
-        let out = Command::new(&py)
-            .args(["-m", "pip", "install", "--dry-run", "--no-deps", "--target"])
-            .arg(dir.path().join("pip-target"))
-            .arg("-r")
-            .arg(&pylock)
-            .output()
-            .unwrap();
-        let said = text(&out.stdout);
-        assert!(out.status.success(), "pip: {said}{}", text(&out.stderr));
-        for (name, version, _) in &locked {
-            assert!(
-                said.contains(&format!("{name}-{version}")),
-                "pip would not install {name} {version}: {said}"
-            );
-        }
-    } else {
-        eprintln!(
-            "SKIPPED: packaging.pylock and pip 26 are not in target/sbom-validators (.ci/install makes it)"
-        );
-    }
+    pypa_tools_read(&pylock, dir.path(), &locked);
 
     // uv installs exactly the lock into a fresh environment.
     let venv = dir.path().join("venv");
@@ -161,6 +135,38 @@ fn the_pylock_is_what_the_image_installs_and_the_pypa_tools_read_it() {
     let mut in_image = image_distributions(&image);
     in_image.sort();
     assert_eq!(in_image, want, "the image's site-packages");
+}
+
+/// The Python Packaging Authority's reference implementation of the specification validates the file, and pip 26 reads
+/// it as a requirements file and would install exactly `locked`.
+fn pypa_tools_read(pylock: &Path, dir: &Path, locked: &[(String, String, String)]) {
+    // PyPA's reference implementation of the specification.
+    if let Some(venv) = validators() {
+        let py = venv.join("bin/python");
+        let check = "import sys, tomllib, packaging.pylock as p; p.Pylock.from_dict(tomllib.load(open(sys.argv[1], 'rb')))";
+        let out = Command::new(&py).args(["-c", check]).arg(pylock).output().unwrap();
+        assert!(out.status.success(), "packaging.pylock: {}", text(&out.stderr));
+        // pip 26 reads it as a requirements file.
+        let out = Command::new(&py)
+            .args(["-m", "pip", "install", "--dry-run", "--no-deps", "--target"])
+            .arg(dir.join("pip-target"))
+            .arg("-r")
+            .arg(pylock)
+            .output()
+            .unwrap();
+        let said = text(&out.stdout);
+        assert!(out.status.success(), "pip: {said}{}", text(&out.stderr));
+        for (name, version, _) in locked {
+            assert!(
+                said.contains(&format!("{name}-{version}")),
+                "pip would not install {name} {version}: {said}"
+            );
+        }
+    } else {
+        eprintln!(
+            "SKIPPED: packaging.pylock and pip 26 are not in target/sbom-validators (.ci/install makes it)"
+        );
+    }
 }
 
 /// `name==version` of every `*.dist-info` in the image's layers (normalized names, as
