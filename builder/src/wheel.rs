@@ -412,6 +412,27 @@ pub fn wheel_identity(wheel: &Path) -> Result<WheelIdentity, WheelError> {
     Ok(WheelIdentity { name: field("Name"), version: field("Version"), requires })
 }
 
+/// The text of the one top-level `*.dist-info/METADATA` of a wheel's zip (at most `cap`
+/// bytes), and its member name; whatever the zip is read from (a file, range requests).
+pub(crate) fn dist_info_metadata<R: std::io::Read + std::io::Seek>(
+    archive: &mut zip::ZipArchive<R>,
+    cap: u64,
+) -> Result<(String, String), String> {
+    use std::io::Read as _;
+    let names: Vec<String> = archive
+        .file_names()
+        .filter(|n| n.matches('/').count() == 1 && n.ends_with(".dist-info/METADATA"))
+        .map(str::to_owned)
+        .collect();
+    let [name] = names.as_slice() else {
+        return Err(format!("expected one *.dist-info/METADATA, found {}", names.len()));
+    };
+    let member = archive.by_name(name).map_err(|e| format!("{name}: {e}"))?;
+    let mut text = String::new();
+    member.take(cap).read_to_string(&mut text).map_err(|e| format!("{name}: {e}"))?;
+    Ok((name.clone(), text))
+}
+
 /// A project name normalized as PEP 503 says: runs of `-`, `_` and `.` become one `-`, lowercase.
 pub fn normalize_name(name: &str) -> String {
     let mut out = String::with_capacity(name.len());

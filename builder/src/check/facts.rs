@@ -2,7 +2,6 @@
 //! (locked, resolved, or predicted), and the torch build with its exact requirements.
 
 use std::collections::BTreeMap;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -437,17 +436,7 @@ pub(crate) fn wheel_requires(
 ) -> Result<BTreeMap<String, PackageVersion>, String> {
     let file = std::fs::File::open(wheel).map_err(|e| e.to_string())?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| e.to_string())?;
-    let names: Vec<String> = archive
-        .file_names()
-        .filter(|n| n.matches('/').count() == 1 && n.ends_with(".dist-info/METADATA"))
-        .map(str::to_owned)
-        .collect();
-    let [name] = names.as_slice() else {
-        return Err(format!("expected one *.dist-info/METADATA, found {}", names.len()));
-    };
-    let member = archive.by_name(name).map_err(|e| e.to_string())?;
-    let mut text = String::new();
-    member.take(METADATA_CAP).read_to_string(&mut text).map_err(|e| format!("{name}: {e}"))?;
+    let (name, text) = crate::wheel::dist_info_metadata(&mut archive, METADATA_CAP)?;
     exact_requires(&text, target).map_err(|e| format!("{name}: {e}"))
 }
 

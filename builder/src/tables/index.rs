@@ -531,23 +531,9 @@ fn lazy_metadata(agent: &ureq::Agent, file: &IndexFile) -> Result<String, IndexE
         what: file.url.clone(),
         reason: format!("reading the wheel's zip directory by range requests: {e}"),
     })?;
-    let names: Vec<String> = archive
-        .file_names()
-        .filter(|n| n.matches('/').count() == 1 && n.ends_with(".dist-info/METADATA"))
-        .map(str::to_owned)
-        .collect();
-    let [name] = names.as_slice() else {
-        return Err(IndexError::Invalid {
-            what: file.filename.clone(),
-            reason: format!("expected one *.dist-info/METADATA, found {}", names.len()),
-        });
-    };
-    let member = archive.by_name(name).map_err(|e| IndexError::Invalid {
-        what: format!("{}: {name}", file.filename),
-        reason: e.to_string(),
-    })?;
-    let bytes = read_capped(member, METADATA_CAP, name)?;
-    text(bytes, name)
+    crate::wheel::dist_info_metadata(&mut archive, METADATA_CAP)
+        .map(|(_, text)| text)
+        .map_err(|reason| IndexError::Invalid { what: file.filename.clone(), reason })
 }
 
 /// A remote file as `Read + Seek`, fetched in [`RANGE_BLOCK`] blocks with `Range` requests
