@@ -37,6 +37,19 @@ fn small_recipe(dir: &Path) -> PathBuf {
     recipe
 }
 
+/// `stackbuild lock RECIPE --pylock PYLOCK`, with a cache under `dir`.
+fn lock_with_pylock(recipe: &Path, pylock: &Path, dir: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_stackbuild"))
+        .arg("lock")
+        .arg(recipe)
+        .arg("--pylock")
+        .arg(pylock)
+        .env("STACKBUILD_CACHE", dir.join("cache"))
+        .env("STACKBUILD_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn the_pylock_is_what_the_image_installs_and_the_pypa_tools_read_it() {
     if !have("uv") {
@@ -46,15 +59,7 @@ fn the_pylock_is_what_the_image_installs_and_the_pypa_tools_read_it() {
     let dir = tempfile::tempdir().unwrap();
     let recipe = small_recipe(dir.path());
     let pylock = dir.path().join("pylock.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_stackbuild"))
-        .args(["lock"])
-        .arg(&recipe)
-        .arg("--pylock")
-        .arg(&pylock)
-        .env("STACKBUILD_CACHE", dir.path().join("cache"))
-        .env("STACKBUILD_LOG", "warn")
-        .output()
-        .unwrap();
+    let out = lock_with_pylock(&recipe, &pylock, dir.path());
     if !out.status.success() && text(&out.stderr).contains("could not reach") {
         eprintln!("SKIPPED: the index does not answer: {}", text(&out.stderr));
         return;
@@ -198,14 +203,7 @@ fn a_file_that_is_not_ours_is_left_alone() {
     let recipe = small_recipe(dir.path());
     let pylock = dir.path().join("pylock.toml");
     std::fs::write(&pylock, "lock-version = \"1.0\"\n# mine\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_stackbuild"))
-        .args(["lock"])
-        .arg(&recipe)
-        .arg("--pylock")
-        .arg(&pylock)
-        .env("STACKBUILD_CACHE", dir.path().join("cache"))
-        .output()
-        .unwrap();
+    let out = lock_with_pylock(&recipe, &pylock, dir.path());
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("not a pylock.toml stackbuild wrote"), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_to_string(&pylock).unwrap(), "lock-version = \"1.0\"\n# mine\n");
