@@ -205,6 +205,18 @@ impl fmt::Display for AptPackage {
     }
 }
 
+/// The recipe format as a JSON Schema (draft 2020-12), generated from the types serde reads a
+/// recipe into: what `recipes/recipe.schema.json` holds, for editors (taplo, Even Better TOML)
+/// and validators. It says the shape; [`Recipe::parse`] says the rest (versions, exclusive
+/// fields) with the file, line and column.
+pub fn json_schema() -> String {
+    let mut schema = schemars::schema_for!(raw::RawRecipe);
+    schema.insert("title".into(), "stackbuild recipe".into());
+    let mut text = serde_json::to_string_pretty(&schema).expect("a schema serializes");
+    text.push('\n');
+    text
+}
+
 /// `[python]`.
 #[derive(Debug, Clone)]
 pub struct PythonSection {

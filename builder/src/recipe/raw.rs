@@ -2,21 +2,42 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use toml::Spanned;
 
 pub(super) type S = Spanned<String>;
 
-#[derive(Deserialize)]
+/// `[host] platform`: one platform or a list of them, for the schema.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub(super) enum PlatformList {
+    /// One platform (`"wsl2"`).
+    One(String),
+    /// Several (`["linux", "jetson"]`).
+    Several(Vec<String>),
+}
+
+/// A stackbuild recipe: the image, its base, its Python stack with CUDA, sources, patches and
+/// what the host must provide (README, "Recipe reference").
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Recipe")]
 pub(super) struct RawRecipe {
+    #[schemars(with = "RawImage")]
     pub(super) image: Spanned<RawImage>,
+    #[schemars(with = "RawBase")]
     pub(super) base: Spanned<RawBase>,
+    #[schemars(with = "Option<RawPython>")]
     pub(super) python: Option<Spanned<RawPython>>,
+    #[schemars(with = "Option<RawCuda>")]
     pub(super) cuda: Option<Spanned<RawCuda>>,
     #[serde(default)]
+    #[schemars(with = "Vec<RawSource>")]
     pub(super) source: Vec<Spanned<RawSource>>,
     #[serde(default)]
+    #[schemars(with = "Vec<RawPatch>")]
     pub(super) patch: Vec<Spanned<RawPatch>>,
     #[serde(default)]
     pub(super) host: Option<RawHost>,
@@ -24,114 +45,186 @@ pub(super) struct RawRecipe {
     pub(super) audit: Option<RawAudit>,
 }
 
-#[derive(Deserialize)]
+/// `[audit]`: what the image audit accepts.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Audit")]
 pub(super) struct RawAudit {
     #[serde(default)]
+    #[schemars(with = "Vec<RawAuditIgnore>")]
     pub(super) ignore: Vec<Spanned<RawAuditIgnore>>,
 }
 
-#[derive(Deserialize)]
+/// `[[audit.ignore]]`: an object the audit accepts unresolved, with the reason.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "AuditIgnore")]
 pub(super) struct RawAuditIgnore {
+    #[schemars(with = "String")]
     pub(super) path: S,
+    #[schemars(with = "String")]
     pub(super) reason: S,
 }
 
-#[derive(Deserialize)]
+/// `[image]`: the image's name, tag, platforms and config.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Image")]
 pub(super) struct RawImage {
+    #[schemars(with = "String")]
     pub(super) name: S,
+    #[schemars(with = "Option<String>")]
     pub(super) tag: Option<S>,
+    #[schemars(with = "Option<Vec<String>>")]
     pub(super) platforms: Option<Spanned<Vec<S>>>,
+    #[schemars(with = "Option<Vec<String>>")]
     pub(super) entrypoint: Option<Vec<S>>,
+    #[schemars(with = "Option<Vec<String>>")]
     pub(super) cmd: Option<Vec<S>>,
+    #[schemars(with = "Option<String>")]
     pub(super) workdir: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) user: Option<S>,
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub(super) env: BTreeMap<S, S>,
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub(super) labels: BTreeMap<S, S>,
 }
 
-#[derive(Deserialize)]
+/// `[base]`: exactly one of `scratch`, `oci`, `archive`, `docker`, `registry`, `debian`, `ubuntu`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Base")]
 pub(super) struct RawBase {
+    #[schemars(with = "Option<bool>")]
     pub(super) scratch: Option<Spanned<bool>>,
+    #[schemars(with = "Option<String>")]
     pub(super) oci: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) archive: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) docker: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) registry: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) debian: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) ubuntu: Option<S>,
+    #[schemars(with = "Option<Vec<String>>")]
     pub(super) packages: Option<Spanned<Vec<S>>>,
+    #[schemars(with = "Option<String>")]
     pub(super) mirror: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) variant: Option<S>,
 }
 
-#[derive(Deserialize)]
+/// `[python]`: the interpreter version, the pinned packages, constraints, the index and
+/// the recipe's own wheels.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Python")]
 pub(super) struct RawPython {
+    #[schemars(with = "String")]
     pub(super) version: S,
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub(super) packages: Vec<S>,
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub(super) constraints: Vec<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) index: Option<S>,
     #[serde(default)]
+    #[schemars(with = "Vec<RawWheel>")]
     pub(super) wheel: Vec<Spanned<RawWheel>>,
     pub(super) bytecode: Option<bool>,
 }
 
-#[derive(Deserialize)]
+/// `[[python.wheel]]`: a wheel file the recipe supplies itself.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Wheel")]
 pub(super) struct RawWheel {
+    #[schemars(with = "String")]
     pub(super) path: S,
+    #[schemars(with = "Option<String>")]
     pub(super) sha256: Option<S>,
 }
 
-#[derive(Deserialize)]
+/// `[cuda]`: the CUDA and cuDNN the author expects, checked against the wheels.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Cuda")]
 pub(super) struct RawCuda {
+    #[schemars(with = "String")]
     pub(super) version: S,
+    #[schemars(with = "Option<String>")]
     pub(super) cudnn: Option<S>,
 }
 
-#[derive(Deserialize)]
+/// `[[source]]`: a git commit or a local directory staged into the image at `dest`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Source")]
 pub(super) struct RawSource {
+    #[schemars(with = "String")]
     pub(super) name: S,
+    #[schemars(with = "Option<String>")]
     pub(super) git: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) path: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) commit: Option<S>,
+    #[schemars(with = "String")]
     pub(super) dest: S,
 }
 
-#[derive(Deserialize)]
+/// `[[patch]]`: a find/replace or unified diff applied to a package or a source.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Patch")]
 pub(super) struct RawPatch {
+    #[schemars(with = "String")]
     pub(super) name: S,
+    #[schemars(with = "Option<String>")]
     pub(super) package: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) source: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) file: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) find: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) replace: Option<S>,
+    #[schemars(with = "Option<i64>")]
     pub(super) count: Option<Spanned<i64>>,
+    #[schemars(with = "Option<String>")]
     pub(super) diff: Option<S>,
 }
 
-#[derive(Deserialize)]
+/// `[host]`: what the host must provide beyond what the stack implies.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Host")]
 pub(super) struct RawHost {
+    #[schemars(with = "Option<String>")]
     pub(super) driver: Option<S>,
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub(super) kernel_deny: Vec<S>,
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub(super) modules: Vec<S>,
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub(super) modules_deny: Vec<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) gpus: Option<S>,
+    #[schemars(with = "Option<String>")]
     pub(super) arch: Option<S>,
     /// `"wsl2"` or `["linux", "jetson"]`.
+    #[schemars(with = "Option<PlatformList>")]
     pub(super) platform: Option<Spanned<toml::Value>>,
 }

@@ -292,3 +292,27 @@ error_snapshots! {
     error_recipe_wheels => "bad-wheel.toml",
     error_many => "bad-many.toml",
 }
+
+/// `recipes/recipe.schema.json` is the schema of the recipe types, regenerated, not edited:
+/// `STACKBUILD_UPDATE_SCHEMA=1 cargo test -p stackbuild --lib recipe::tests::the_checked_in_schema`
+/// writes it.
+#[test]
+fn the_checked_in_schema_is_the_generated_one() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes/recipe.schema.json");
+    let generated = json_schema();
+    if std::env::var_os("STACKBUILD_UPDATE_SCHEMA").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "recipes/recipe.schema.json is not the generated schema; regenerate it with \
+         STACKBUILD_UPDATE_SCHEMA=1 cargo test -p stackbuild --lib recipe::tests::the_checked_in_schema"
+    );
+    let schema: serde_json::Value = serde_json::from_str(&generated).unwrap();
+    assert_eq!(schema["additionalProperties"], serde_json::Value::Bool(false), "unknown fields are refused");
+    let properties = schema["properties"].as_object().unwrap();
+    for key in ["image", "base", "python", "cuda", "source", "patch", "host", "audit"] {
+        assert!(properties.contains_key(key), "{key}");
+    }
+}
