@@ -562,19 +562,20 @@ source = "nvidia-smi --query-gpu=compute_cap on this fleet, 2026-11-30"
     assert!(d.findings.iter().all(|f| f.severity == Severity::Info), "{:#?}", d.findings);
 }
 
-#[test]
-fn a_gpu_whose_architecture_the_driver_dropped_is_explained() {
-    // A Tesla V100 (Volta) left unbound by a driver of branch 590: R580 was Volta's last branch.
-    let spec = FixtureSpec::healthy_h100().driver("590.44.01");
+/// A healthy H100 host on driver `driver` with a second NVIDIA GPU (PCI device `device`) on
+/// the bus that the driver does not list; `None` (reported) where mknod is not permitted.
+fn host_with_an_unbound_gpu(driver: &str, device: &str) -> Option<tempfile::TempDir> {
+    let spec = FixtureSpec::healthy_h100().driver(driver);
     let dir = tempfile::tempdir().unwrap();
     let host = spec.build(dir.path()).unwrap();
     if !host.real_device_nodes() {
         eprintln!("skipped: mknod is not permitted here, so device-node checks cannot pass");
-        return;
+        return None;
     }
     let d = dir.path().join("sys/devices/pci0000:3b/0000:3b:00.0");
     std::fs::create_dir_all(&d).unwrap();
-    for (attr, value) in [("vendor", "0x10de\n"), ("device", "0x1db4\n"), ("class", "0x030200\n")] {
+    for (attr, value) in [("vendor", "0x10de\n"), ("device", &format!("{device}\n")), ("class", "0x030200\n")]
+    {
         std::fs::write(d.join(attr), value).unwrap();
     }
     std::os::unix::fs::symlink(
@@ -582,6 +583,13 @@ fn a_gpu_whose_architecture_the_driver_dropped_is_explained() {
         dir.path().join("sys/bus/pci/devices/0000:3b:00.0"),
     )
     .unwrap();
+    Some(dir)
+}
+
+#[test]
+fn a_gpu_whose_architecture_the_driver_dropped_is_explained() {
+    // A Tesla V100 (Volta) left unbound by a driver of branch 590: R580 was Volta's last branch.
+    let Some(dir) = host_with_an_unbound_gpu("590.44.01", "0x1db4") else { return };
     let diagnosis = diagnose(&probe::probe(dir.path()), &request(&[], DeviceSelection::All));
     let f = diagnosis.findings.iter().find(|f| f.code == "L3-GPU-NOT-OWNED").expect("finding");
     assert!(f.message.contains("R580 was the last driver branch for Volta"), "{}", f.message);
@@ -663,23 +671,7 @@ fn a_gpu_newer_than_the_driver_branch_is_a_known_failure() {
 #[test]
 fn a_gpu_the_driver_branch_is_too_old_for_is_explained() {
     // A B200 left unbound by a driver of branch 550, beside an H100 it drives.
-    let spec = FixtureSpec::healthy_h100().driver("550.54.15");
-    let dir = tempfile::tempdir().unwrap();
-    let host = spec.build(dir.path()).unwrap();
-    if !host.real_device_nodes() {
-        eprintln!("skipped: mknod is not permitted here, so device-node checks cannot pass");
-        return;
-    }
-    let d = dir.path().join("sys/devices/pci0000:3b/0000:3b:00.0");
-    std::fs::create_dir_all(&d).unwrap();
-    for (attr, value) in [("vendor", "0x10de\n"), ("device", "0x2901\n"), ("class", "0x030200\n")] {
-        std::fs::write(d.join(attr), value).unwrap();
-    }
-    std::os::unix::fs::symlink(
-        "../../../devices/pci0000:3b/0000:3b:00.0",
-        dir.path().join("sys/bus/pci/devices/0000:3b:00.0"),
-    )
-    .unwrap();
+    let Some(dir) = host_with_an_unbound_gpu("550.54.15", "0x2901") else { return };
     let diagnosis = diagnose(&probe::probe(dir.path()), &request(&[], DeviceSelection::All));
     let f = diagnosis.findings.iter().find(|f| f.code == "L3-GPU-NOT-OWNED").expect("finding");
     assert!(f.message.contains("R570 is the first driver branch for Blackwell"), "{}", f.message);
