@@ -255,6 +255,25 @@ pub fn render(
 /// user's and is left alone.
 const HEADER: &str = "# The Python stack of ";
 
+/// [`write`], looking the wheels up on the recipe's `[python] index`, else on the one pip and uv
+/// are configured with.
+pub fn write_from_index(recipe: &Recipe, lock: &Lock, out: &Path) -> Result<(), PylockError> {
+    let url = match recipe.python.as_ref().and_then(|p| p.index.clone()) {
+        Some(url) => url,
+        None => crate::tables::index::configured_index().map_err(|source| PylockError::Index {
+            package: "(any)".into(),
+            index: "the configured index".into(),
+            source,
+        })?,
+    };
+    let mut index = Index::http(&url).map_err(|source| PylockError::Index {
+        package: "(any)".into(),
+        index: url.clone(),
+        source,
+    })?;
+    write(recipe, lock, out, &mut index, &url)
+}
+
 /// Refuses `out` when a file that is not one of ours is there (call it before resolving).
 pub fn may_write(out: &Path) -> Result<(), PylockError> {
     if let Ok(meta) = std::fs::symlink_metadata(out) {

@@ -98,12 +98,7 @@ impl Args {
         }
         if let Some(file) = &self.pylock {
             let lock = stackbuild::lock::Lock::load(stackbuild::lock::Lock::path_for(&recipe.path))?;
-            let url = match recipe.python.as_ref().and_then(|p| p.index.clone()) {
-                Some(url) => url,
-                None => stackbuild::tables::index::configured_index()?,
-            };
-            let mut index = stackbuild::tables::index::Index::http(&url)?;
-            stackbuild::pylock::write(&recipe, &lock, file, &mut index, &url)?;
+            stackbuild::pylock::write_from_index(&recipe, &lock, file)?;
             tracing::info!("wrote {}", file.display());
         }
         let built = report.layers.iter().filter(|l| l.built).count();

@@ -47,12 +47,7 @@ impl Args {
         println!("{}", stackbuild::lock::Lock::path_for(&recipe.path).display());
         tracing::info!("{} package(s) locked", lock.packages.len());
         if let Some(out) = &self.pylock {
-            let url = match recipe.python.as_ref().and_then(|p| p.index.clone()) {
-                Some(url) => url,
-                None => stackbuild::tables::index::configured_index()?,
-            };
-            let mut index = stackbuild::tables::index::Index::http(&url)?;
-            stackbuild::pylock::write(&recipe, &lock, out, &mut index, &url)?;
+            stackbuild::pylock::write_from_index(&recipe, &lock, out)?;
             println!("{}", out.display());
         }
         Ok(std::process::ExitCode::SUCCESS)

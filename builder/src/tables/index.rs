@@ -140,6 +140,17 @@ struct Recording {
     pages: BTreeMap<String, Page>,
 }
 
+impl Recording {
+    /// The recorded page of `project`, begun empty.
+    fn page(&mut self, project: &str) -> &mut Page {
+        self.pages.entry(project.to_owned()).or_insert_with(|| Page {
+            meta: serde_json::json!({"api-version": "1.1"}),
+            name: project.to_owned(),
+            files: Vec::new(),
+        })
+    }
+}
+
 impl Index {
     /// A live index at `base` (the simple API's URL, as `--index-url` takes it).
     pub fn http(base: &str) -> Result<Self, IndexError> {
@@ -220,11 +231,7 @@ impl Index {
             }
         };
         if let Some(rec) = &mut self.record {
-            rec.pages.entry(project.to_owned()).or_insert_with(|| Page {
-                meta: serde_json::json!({"api-version": "1.1"}),
-                name: project.to_owned(),
-                files: Vec::new(),
-            });
+            rec.page(project);
         }
         Ok(page.files)
     }
@@ -232,11 +239,7 @@ impl Index {
     /// Marks `file` of `project` as consulted: it goes into the recording's page.
     pub fn consulted(&mut self, project: &str, file: &IndexFile) {
         if let Some(rec) = &mut self.record {
-            let page = rec.pages.entry(project.to_owned()).or_insert_with(|| Page {
-                meta: serde_json::json!({"api-version": "1.1"}),
-                name: project.to_owned(),
-                files: Vec::new(),
-            });
+            let page = rec.page(project);
             if !page.files.iter().any(|f| f.filename == file.filename) {
                 let mut kept = file.clone();
                 // The recording names files, not hosts: its URLs are relative to the page.

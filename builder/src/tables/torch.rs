@@ -13,7 +13,7 @@
 //! cited by `arch_source`: only the fat-binary headers of the wheel's libraries tell them, and
 //! the build reads those itself), `numpy` bounds, the builds of other indexes, and `notes`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::str::FromStr as _;
 
 use pep508_rs::{Requirement, VersionOrUrl};
@@ -651,22 +651,23 @@ fn canonical(v: &toml_edit::Value) -> String {
     }
 }
 
-/// The builds a table row lists but the index does not have, for a note (never removed: they
-/// may be on other indexes).
-pub fn releases_in(text: &str) -> BTreeSet<String> {
-    text.parse::<DocumentMut>()
-        .ok()
-        .and_then(|d| {
-            d.get("release").and_then(Item::as_array_of_tables).map(|a| {
-                a.iter().filter_map(|t| t.get("version").and_then(Item::as_str).map(str::to_owned)).collect()
-            })
-        })
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The release versions a table lists (as a set: the order is checked apart).
+    fn releases_in(text: &str) -> std::collections::BTreeSet<String> {
+        text.parse::<DocumentMut>()
+            .ok()
+            .and_then(|d| {
+                d.get("release").and_then(Item::as_array_of_tables).map(|a| {
+                    a.iter()
+                        .filter_map(|t| t.get("version").and_then(Item::as_str).map(str::to_owned))
+                        .collect()
+                })
+            })
+            .unwrap_or_default()
+    }
 
     fn options() -> Options {
         Options {
