@@ -20,7 +20,7 @@ pub(super) enum PlatformList {
 }
 
 /// A stackbuild recipe: the image, its base, its Python stack with CUDA, sources, patches and
-/// what the host must provide (README, "Recipe reference").
+/// what the host must provide (docs/recipes.md).
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "Recipe")]
