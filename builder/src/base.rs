@@ -422,6 +422,12 @@ pub fn extract_image_archive(archive: &Path, dir: &Path) -> Result<(), BaseError
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent).map_err(err)?;
         }
+        // A tar may hold one name twice: the later entry wins, as tar(1) and every runtime
+        // apply an archive (POSIX pax, "a later copy replaces an earlier one"). `dest` is a
+        // regular file this loop wrote into a directory of ours, so removing it loses nothing.
+        if std::fs::symlink_metadata(&dest).is_ok_and(|m| m.is_file()) {
+            std::fs::remove_file(&dest).map_err(err)?;
+        }
         let mut out = std::fs::File::create_new(&dest).map_err(err)?;
         std::io::copy(&mut entry, &mut out).map_err(err)?;
     }

@@ -95,6 +95,9 @@ pub enum BuildError {
     /// Downloads.
     #[error(transparent)]
     Fetch(#[from] fetch::FetchError),
+    /// The recipe's `[python] lock` could not be used.
+    #[error(transparent)]
+    GivenLock(#[from] crate::given_lock::GivenLockError),
     /// Cache.
     #[error(transparent)]
     Cache(#[from] crate::cache::CacheError),
@@ -326,7 +329,16 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
         });
     }
     let mut lock = Lock::new(recipe);
-    if let Some(python) = &recipe.python {
+    if let Some(given) = recipe.python.as_ref().and_then(|p| p.lock.as_deref()) {
+        // The project's own lock: its wheels, as they are; nothing is resolved.
+        let given = crate::given_lock::GivenLock::load(given)?;
+        for target in solve::targets(recipe) {
+            let chosen = given.select(&target)?;
+            tracing::info!("{} wheel(s) from {} for {target}", chosen.len(), given.path.display());
+            let artifacts = crate::given_lock::fetch(&given.path, &chosen, &artifact_dir(cache))?;
+            lock.set_packages(target.platform, &artifacts);
+        }
+    } else if let Some(python) = &recipe.python {
         for target in solve::targets(recipe) {
             tracing::info!("resolving {} package(s) for {target}", python.packages.len());
             let pins = solve::resolve(python, &target)?;

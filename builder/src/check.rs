@@ -30,7 +30,7 @@ use crate::recipe::{Base, Recipe};
 use crate::solve::{self, SolveError, Target};
 
 mod facts;
-pub(crate) use facts::exact_requires;
+pub(crate) use facts::{exact_requires, marker_env};
 mod render;
 mod rules;
 #[cfg(test)]
@@ -64,6 +64,12 @@ pub enum CheckError {
         /// The resolver's error.
         #[source]
         source: SolveError,
+    },
+    /// The recipe's `[python] lock` cannot be read or has no wheel for a target.
+    #[error("{source}")]
+    GivenLock {
+        /// Why.
+        source: crate::given_lock::GivenLockError,
     },
 }
 
@@ -295,10 +301,13 @@ pub fn check(recipe: &Recipe, opts: &CheckOptions) -> Result<Report, CheckError>
                     Facts::from_lock(recipe, target, lock, artifacts.as_deref()),
                     Resolution::Lock { path: lock_path.clone() },
                 ),
-                (_, Some(why)) if opts.offline => (
-                    Facts::predicted(recipe, target),
-                    Resolution::Predicted { why: format!("--offline and {why}") },
-                ),
+                // A given lock is read, not resolved: it needs no network, even with --offline.
+                (_, Some(why)) if opts.offline && recipe.python.as_ref().is_none_or(|p| p.lock.is_none()) => {
+                    (
+                        Facts::predicted(recipe, target),
+                        Resolution::Predicted { why: format!("--offline and {why}") },
+                    )
+                }
                 (_, why) => resolve(recipe, target, why.as_deref(), artifacts.as_deref(), &mut findings)?,
             };
             stacks.push(finish(&facts, resolution, &mut findings));
@@ -337,6 +346,17 @@ fn resolve<'r>(
     let Some(python) = &recipe.python else {
         return Ok((Facts::without_python(recipe, target.platform), Resolution::NoPython));
     };
+    if let Some(given) = &python.lock {
+        // The project's lock stands for the resolution: its wheels for this target, as pins.
+        let chosen = crate::given_lock::GivenLock::load(given)
+            .and_then(|g| g.select(target))
+            .map_err(|source| CheckError::GivenLock { source })?;
+        let pins: Vec<_> = chosen.iter().map(crate::given_lock::Chosen::pin).collect();
+        return Ok((
+            Facts::from_pins(recipe, target, &pins, artifacts),
+            Resolution::Resolved { lock: format!("{} (as it is)", given.display()) },
+        ));
+    }
     tracing::info!("resolving {} package(s) for {target} (nothing is written)", python.packages.len());
     match solve::resolve(python, target) {
         Ok(pins) => Ok((

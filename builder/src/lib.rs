@@ -9,6 +9,7 @@
 //! - [`check`]: the solved stack, its host requirements and its conflicts, without building.
 //! - [`derive`]: what the host must provide, derived from the stack and the `[host]` rules.
 //! - [`fetch`]: verified downloads into the cache.
+//! - [`given_lock`]: a lock the user brings (`uv.lock`, `pylock.toml`), installed as it is.
 //! - [`image_arg`]: `IMAGE[:TAG]` arguments naming a local layout or archive, split by what exists.
 //! - [`io_error`]: the one I/O error (operation, path, cause) that module errors wrap.
 //! - [`input`]: opening user-named files as regular files only, with a size cap.
@@ -51,6 +52,7 @@ pub mod derive;
 pub mod diagnostic;
 pub mod fatbin;
 pub mod fetch;
+pub mod given_lock;
 pub mod image_arg;
 pub mod input;
 pub mod io_error;

@@ -152,6 +152,13 @@ pub enum SolveError {
         /// The error.
         source: std::io::Error,
     },
+    /// A `[[python.wheel]]` file is not a wheel an installer can apply.
+    #[error("{source} (the recipe's [[python.wheel]])")]
+    LocalWheelInvalid {
+        /// What is wrong, with the member it concerns.
+        #[source]
+        source: Box<crate::wheel::WheelError>,
+    },
     /// A `[[python.wheel]]` file is not the one the recipe names.
     #[error("{}: sha256 is {actual}, the recipe expects {expected}", path.display())]
     LocalWheelHash {
@@ -305,12 +312,16 @@ fn uv_io<'a>(
 }
 
 /// A `[[python.wheel]]` must be a regular file before uv is pointed at it: uv would block on a
-/// FIFO and follow a symlink anywhere.
+/// FIFO and follow a symlink anywhere. Its members get the installer's checks here too (names,
+/// types, duplicates, `METADATA`), so that a wheel we would refuse at install is refused by us,
+/// naming the member and the rule, not by uv's unzip with an `os error`.
 fn check_local_wheel(path: &Path) -> Result<(), SolveError> {
-    crate::input::open_regular(path, "[[python.wheel]] file").map(drop).map_err(|e| SolveError::LocalWheel {
-        path: path.to_owned(),
-        source: std::io::Error::other(e.to_string()),
-    })
+    crate::input::open_regular(path, "[[python.wheel]] file").map(drop).map_err(|e| {
+        SolveError::LocalWheel { path: path.to_owned(), source: std::io::Error::other(e.to_string()) }
+    })?;
+    crate::wheel::wheel_identity(path)
+        .map(drop)
+        .map_err(|source| SolveError::LocalWheelInvalid { source: Box::new(source) })
 }
 
 /// Bytes a `file://` URL keeps as they are: letters, digits, `/` and the characters a wheel's
@@ -490,6 +501,27 @@ mod tests {
 
     fn target() -> Target {
         Target::new("3.11".parse().unwrap(), Platform::LinuxAmd64)
+    }
+
+    #[test]
+    fn a_local_wheel_with_a_link_member_is_refused_before_uv_sees_it() {
+        use std::io::Write as _;
+        use zip::write::SimpleFileOptions;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("linked-1.0-py3-none-any.whl");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        let options = SimpleFileOptions::default();
+        zip.start_file("linked/__init__.py", options).unwrap();
+        zip.add_symlink("linked/data", "../../etc", options).unwrap();
+        zip.start_file("linked-1.0.dist-info/METADATA", options).unwrap();
+        zip.write_all(b"Metadata-Version: 2.1\nName: linked\nVersion: 1.0\n").unwrap();
+        zip.start_file("linked-1.0.dist-info/WHEEL", options).unwrap();
+        zip.write_all(b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n").unwrap();
+        zip.finish().unwrap();
+        let err = check_local_wheel(&path).unwrap_err().to_string();
+        assert!(err.contains(r#"unsafe entry "linked/data""#), "{err}");
+        assert!(err.contains("PEP 427"), "{err}");
+        assert!(err.ends_with("(the recipe's [[python.wheel]])"), "{err}");
     }
 
     #[test]

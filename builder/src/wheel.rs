@@ -77,6 +77,9 @@ const S_IFMT: u32 = 0o170_000;
 const S_IFREG: u32 = 0o100_000;
 const S_IFDIR: u32 = 0o040_000;
 const S_IFLNK: u32 = 0o120_000;
+/// Why a link member is refused, naming the rule.
+pub(crate) const SYMLINK_RULE: &str = "a symbolic link; a wheel holds regular files only (the binary \
+     distribution format, PEP 427, defines no links), so no installer can apply it";
 
 /// Where the parts of a wheel go in the image: absolute in-image paths.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -629,7 +632,9 @@ impl<'a> Installer<'a> {
             entry_components(&name).map_err(unsafe_entry)?;
             let file_type = member.unix_mode().map_or(0, |m| m & S_IFMT);
             match file_type {
-                S_IFLNK => return Err(unsafe_entry("symbolic link entries are not allowed in a wheel")),
+                // The binary distribution format (PEP 427) stores files; it defines no links, and
+                // installers differ on one (uv fails creating it, pip writes its target as text).
+                S_IFLNK => return Err(unsafe_entry(SYMLINK_RULE)),
                 0 | S_IFREG | S_IFDIR => {}
                 _ => return Err(unsafe_entry("special file entries are not allowed in a wheel")),
             }
@@ -1947,9 +1952,7 @@ mod tests {
         zip.finish().unwrap();
         let err = install_wheel(&path, &scheme(), &tmp.path().join("stage")).unwrap_err();
         assert!(matches!(&err, WheelError::UnsafeEntry { entry, .. } if entry == "link/passwd"), "{err}");
-        assert!(err
-            .to_string()
-            .ends_with(r#"unsafe entry "link/passwd": symbolic link entries are not allowed in a wheel"#));
+        assert!(err.to_string().ends_with(&format!(r#"unsafe entry "link/passwd": {SYMLINK_RULE}"#)));
         assert!(!tmp.path().join("stage").exists());
     }
 

@@ -538,3 +538,66 @@ fn a_fifo_or_device_as_a_recipe_wheel_is_refused_at_once() {
     std::os::unix::fs::symlink("/dev/zero", p.path("demo-1.0-py3-none-any.whl")).unwrap();
     fails_with(&p.build(&recipe), &["demo-1.0-py3-none-any.whl", "is a symlink"]);
 }
+
+/// A tar with a `name` entry holding `data`.
+fn tar_entry(tar: &mut tar::Builder<Vec<u8>>, name: &str, data: &[u8]) {
+    let mut h = tar::Header::new_ustar();
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_entry_type(tar::EntryType::Regular);
+    tar.append_data(&mut h, name, data).unwrap();
+}
+
+/// A `docker save` archive of one layer, built by hand: the layer holds `etc/motd` twice ("old",
+/// then "new"), and the archive holds `manifest.json` twice (a broken one, then the real one).
+/// Both are legal tars, in which the later entry wins (POSIX pax: "a later copy replaces an
+/// earlier one"; tar(1), Docker and every runtime extract them so).
+fn archive_with_duplicates() -> Vec<u8> {
+    let mut layer = tar::Builder::new(Vec::new());
+    tar_entry(&mut layer, "etc/motd", b"old\n");
+    tar_entry(&mut layer, "etc/motd", b"new\n");
+    let layer = layer.into_inner().unwrap();
+    let layer_hex = sha256(&layer).trim_start_matches("sha256:").to_owned();
+    let config = format!(
+        r#"{{"architecture":"amd64","os":"linux","config":{{}},"rootfs":{{"type":"layers","diff_ids":["sha256:{layer_hex}"]}}}}"#
+    );
+    let config_hex = sha256(config.as_bytes()).trim_start_matches("sha256:").to_owned();
+    let manifest = format!(
+        r#"[{{"Config":"{config_hex}.json","RepoTags":["dup:1"],"Layers":["{layer_hex}/layer.tar"]}}]"#
+    );
+    let mut archive = tar::Builder::new(Vec::new());
+    tar_entry(&mut archive, "manifest.json", b"not json, replaced below");
+    tar_entry(&mut archive, &format!("{config_hex}.json"), config.as_bytes());
+    tar_entry(&mut archive, &format!("{layer_hex}/layer.tar"), &layer);
+    tar_entry(&mut archive, "manifest.json", manifest.as_bytes());
+    archive.into_inner().unwrap()
+}
+
+#[test]
+fn a_base_archive_with_duplicate_entries_is_applied_as_tar_applies_it() {
+    let p = Project::new();
+    std::fs::write(p.path("base.tar"), archive_with_duplicates()).unwrap();
+    let recipe = p.recipe("dup", "[base]\narchive = \"base.tar\"\n");
+    let run = p.build(&recipe);
+    assert!(run.ok, "{}", run.stderr);
+    let image = stackbuild::oci::read_layout(&p.path("images/dup"), Some("test")).unwrap();
+    let mut motd = Vec::new();
+    for l in &image.layers {
+        let compression = stackbuild::layer::Compression::from_media_type(&l.media_type).unwrap();
+        let mut archive =
+            tar::Archive::new(compression.decoder(std::fs::File::open(&l.path).unwrap()).unwrap());
+        for e in archive.entries().unwrap() {
+            let mut e = e.unwrap();
+            if e.path_bytes().as_ref() == b"etc/motd" {
+                let mut text = String::new();
+                e.read_to_string(&mut text).unwrap();
+                motd.push(text);
+            }
+        }
+    }
+    // One entry, the later one: the image holds what `tar -x` of the base would have left.
+    assert_eq!(motd, ["new\n"]);
+}

@@ -264,6 +264,17 @@ fn fetch_wheels(
     let pins: Vec<Pinned> = wanted.iter().map(|w| w.pin.clone()).collect();
     tracing::info!("fetching {} wheel(s)", pins.len());
     let _stage = crate::progress::Stage::start("download");
+    if let Some(given) = &py.lock {
+        // From where the project's lock says each wheel is served, not from an index of ours.
+        let given = crate::given_lock::GivenLock::load(given)?;
+        let chosen: Vec<_> = given
+            .select(target)?
+            .into_iter()
+            .filter(|c| wanted.iter().any(|w| w.pin.name == c.name && w.sha256 == c.wheel.sha256))
+            .collect();
+        let artifacts = crate::given_lock::fetch(&given.path, &chosen, &artifact_dir(cache))?;
+        return Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect());
+    }
     fetch::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;
     let artifacts = fetch::fetch_wheels(&pins, target, py.index.as_deref(), &artifact_dir(cache))?;
     Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect())
@@ -285,6 +296,10 @@ fn check_lock_graph(
     cache: &Cache,
     fetch: &FetchWheels<'_>,
 ) -> Result<(), BuildError> {
+    if py.lock.is_some() {
+        // The project's lock is the list of what is installed; `select` took what applies.
+        return Ok(());
+    }
     let mut roots: Vec<String> = py.packages.iter().map(|r| r.name.to_string()).collect();
     roots.extend(py.wheels.iter().filter(|w| w.fits(platform)).map(|w| w.name.to_string()));
     roots.sort();

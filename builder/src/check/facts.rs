@@ -360,7 +360,7 @@ fn user_wheel<'r>(recipe: &'r Recipe, target: &Target, name: &str) -> Option<&'r
 }
 
 /// The environment markers of the target (PEP 508), to tell which requirements apply to it.
-fn marker_env(target: &Target) -> Option<MarkerEnvironment> {
+pub(crate) fn marker_env(target: &Target) -> Option<MarkerEnvironment> {
     let minor = target.python_minor();
     let full =
         if target.python.parts().len() >= 3 { target.python.to_string() } else { format!("{minor}.0") };

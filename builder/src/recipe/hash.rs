@@ -31,6 +31,9 @@ impl Recipe {
             index: Option<&'a str>,
             #[serde(skip_serializing_if = "Vec::is_empty")]
             wheels: Vec<(&'a str, Option<&'a str>)>,
+            /// The given lock's path and the sha256 of its bytes: an edited lock is a new input.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            lock: Option<(String, String)>,
         }
         let rel = |p: &Path| p.strip_prefix(&self.dir).unwrap_or(p).to_string_lossy().into_owned();
         let mut base = BTreeMap::new();
@@ -73,6 +76,14 @@ impl Recipe {
                 constraints: sorted(&py.constraints),
                 index: py.index.as_deref(),
                 wheels: py.wheels.iter().map(|w| (w.written.as_str(), w.sha256.as_deref())).collect(),
+                lock: py.lock.as_ref().map(|l| {
+                    // Unreadable now: the lock is stale, and locking again reports why.
+                    let digest = crate::input::open_regular(l, "[python] lock file")
+                        .map_err(|e| e.to_string())
+                        .and_then(|f| crate::blob::sha256_reader(f).map_err(|e| e.to_string()))
+                        .map_or_else(|e| format!("unreadable: {e}"), |(digest, _)| digest);
+                    (rel(l), digest)
+                }),
             }),
         };
         // Serializing plain structs, strings and a BTreeMap cannot fail.

@@ -233,6 +233,10 @@ pub struct PythonSection {
     /// `bytecode = false` leaves the `.pyc` out of the image (default: written at build time,
     /// hash-based; see [`crate::bytecode`]).
     pub bytecode: bool,
+    /// `lock = "uv.lock"` or `"pylock.toml"`: the project's own lock, whose wheels the image
+    /// installs as they are, without resolving ([`crate::given_lock`]); resolved against the
+    /// recipe's directory.
+    pub lock: Option<PathBuf>,
 }
 
 /// `[[python.wheel]]`: a wheel file the recipe supplies itself, for builds no index this machine

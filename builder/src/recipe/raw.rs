@@ -140,6 +140,10 @@ pub(super) struct RawPython {
     #[schemars(with = "Vec<RawWheel>")]
     pub(super) wheel: Vec<Spanned<RawWheel>>,
     pub(super) bytecode: Option<bool>,
+    /// A lock the project already has, installed as it is: `uv.lock` or a PEP 751
+    /// `pylock.toml`, relative to the recipe.
+    #[schemars(with = "Option<String>")]
+    pub(super) lock: Option<S>,
 }
 
 /// `[[python.wheel]]`: a wheel file the recipe supplies itself.

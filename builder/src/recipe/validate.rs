@@ -517,6 +517,7 @@ pub(super) fn validate_python(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawPython>
         }
         wheels.push(wheel);
     }
+    let lock = validate_given_lock(ctx, dir, &raw);
     (ctx.diags.len() == before).then_some(PythonSection {
         version: version?,
         packages,
@@ -524,6 +525,46 @@ pub(super) fn validate_python(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawPython>
         index: raw.index.map(Spanned::into_inner),
         wheels,
         bytecode: raw.bytecode.unwrap_or(true),
+        lock,
+    })
+}
+
+/// `[python] lock`: a `uv.lock` or `pylock.toml`, which then is the whole list of what is
+/// installed (no `packages`, `constraints` or `[[python.wheel]]` beside it).
+fn validate_given_lock(ctx: &mut Ctx, dir: &Path, raw: &RawPython) -> Option<PathBuf> {
+    raw.lock.as_ref().and_then(|l| {
+        let written = l.get_ref();
+        if crate::given_lock::format_of_name(Path::new(written)).is_none() {
+            ctx.error_help(
+                l.span(),
+                format!("lock {written:?} is neither a uv.lock nor a pylock.toml"),
+                "name the project's `uv.lock`, or a PEP 751 `pylock.toml` / `pylock.NAME.toml`",
+            );
+            return None;
+        }
+        // The lock says what is installed; a second list beside it would be resolved by nobody.
+        if let Some(first) = raw.packages.first() {
+            ctx.error_help(
+                first.span(),
+                "packages are given by the lock (`lock = ...`): the image installs exactly its wheels",
+                "add the package to the project and lock again (`uv add NAME`), or drop `lock`",
+            );
+        }
+        if let Some(first) = raw.constraints.first() {
+            ctx.error_help(
+                first.span(),
+                "constraints have no effect with `lock = ...`: nothing is resolved",
+                "remove them, or constrain the project's own lock (`uv lock --constraint`)",
+            );
+        }
+        if let Some(first) = raw.wheel.first() {
+            ctx.error_help(
+                first.get_ref().path.span(),
+                "[[python.wheel]] cannot be combined with `lock = ...`",
+                "add the wheel to the project's lock (uv: `[tool.uv.sources]` with a path)",
+            );
+        }
+        Some(dir.join(written))
     })
 }
 
