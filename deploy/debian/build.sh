@@ -17,7 +17,8 @@
 #   deploy/debian/stackhook.json (the file the package ships, so that a change of it shows in
 #   review); `install` also refuses a dynamically linked binary, so a package never carries one.
 # SOURCE_DATE_EPOCH (default: the last commit's time) dates the man pages, the changelog and
-# every file in the packages, so two builds of one commit give the same .deb files.
+# every file in the packages: the same binaries packaged twice from one commit give the same
+# .deb files.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
