@@ -343,8 +343,7 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
             tracing::info!("resolving {} package(s) for {target}", python.packages.len());
             let pins = solve::resolve(python, &target)?;
             fetch::import_local_wheels(&python.wheels, &pins, &target, &artifact_dir(cache))?;
-            let artifacts =
-                fetch::fetch_wheels(&pins, &target, python.index.as_deref(), &artifact_dir(cache))?;
+            let artifacts = fetch::fetch_wheels(&pins, &target, python.sources(), &artifact_dir(cache))?;
             lock.set_packages(target.platform, &artifacts);
         }
     }

@@ -157,7 +157,7 @@ fn find_present(pin: &Pinned, target: &Target, dest: &Path) -> Result<Option<Art
 pub fn fetch_wheels(
     pins: &[Pinned],
     target: &Target,
-    index: Option<&str>,
+    sources: crate::recipe::IndexSources<'_>,
     dest_dir: &Path,
 ) -> Result<Vec<Artifact>, FetchError> {
     std::fs::create_dir_all(dest_dir).map_err(io("creating", dest_dir))?;
@@ -173,7 +173,7 @@ pub fn fetch_wheels(
     }
     if !missing.is_empty() {
         let wanted: Vec<&Pinned> = missing.iter().map(|&i| &pins[i]).collect();
-        for (i, artifact) in missing.iter().zip(download(&wanted, target, index, dest_dir)?) {
+        for (i, artifact) in missing.iter().zip(download(&wanted, target, sources, dest_dir)?) {
             found.insert(*i, artifact);
         }
     }
@@ -225,7 +225,7 @@ pub fn import_local_wheels(
 fn download(
     pins: &[&Pinned],
     target: &Target,
-    index: Option<&str>,
+    sources: crate::recipe::IndexSources<'_>,
     dest: &Path,
 ) -> Result<Vec<Artifact>, FetchError> {
     let tmp = tempfile::Builder::new()
@@ -256,8 +256,15 @@ fn download(
     for tag in target.platform_tags() {
         cmd.args(["--platform", &tag]);
     }
-    if let Some(index) = index {
-        cmd.args(["--index-url", index]);
+    // `--opt=value`: one argument, so a value that starts with `-` stays a value.
+    if let Some(index) = sources.index {
+        cmd.arg(format!("--index-url={index}"));
+    }
+    for extra in sources.extra {
+        cmd.arg(format!("--extra-index-url={extra}"));
+    }
+    for links in sources.find_links {
+        cmd.arg(format!("--find-links={links}"));
     }
     cmd.arg("-d").arg(&download_dir).arg("-r").arg(&requirements);
     let spinner = crate::progress::Progress::spinner(format!("downloading {} wheel(s)", pins.len()));
@@ -359,6 +366,7 @@ fn download_error(pins: &[&Pinned], target: &Target, stderr: &str) -> FetchError
 mod tests {
     use super::*;
     use crate::platform::Platform;
+    use crate::recipe::IndexSources;
 
     fn target() -> Target {
         Target::new("3.11".parse().unwrap(), Platform::LinuxAmd64)
@@ -375,6 +383,10 @@ mod tests {
 
     /// An index that refuses connections: any attempt to download fails.
     const NO_INDEX: &str = "http://127.0.0.1:9/simple";
+
+    fn no_index() -> IndexSources<'static> {
+        IndexSources { index: Some(NO_INDEX), ..IndexSources::default() }
+    }
 
     #[test]
     fn hashes_files() {
@@ -416,7 +428,7 @@ mod tests {
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join("six-1.16.0-py2.py3-none-any.whl"), content).unwrap();
         let pins = [pin("six==1.16.0", &[&hash])];
-        let got = fetch_wheels(&pins, &target(), Some(NO_INDEX), dest.path()).unwrap();
+        let got = fetch_wheels(&pins, &target(), no_index(), dest.path()).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].sha256, hash);
         assert_eq!(got[0].size, content.len() as u64);
@@ -461,7 +473,7 @@ mod tests {
         let python = recipe.python.as_ref().unwrap();
         let pins = crate::solve::resolve(python, &target()).unwrap();
         let dest = tempfile::tempdir().unwrap();
-        let got = fetch_wheels(&pins, &target(), None, dest.path()).unwrap();
+        let got = fetch_wheels(&pins, &target(), IndexSources::default(), dest.path()).unwrap();
         let summary: Vec<(String, String, String)> =
             got.iter().map(|a| (a.name.to_string(), a.filename.clone(), a.sha256.clone())).collect();
         assert_eq!(
@@ -487,13 +499,14 @@ mod tests {
         // Only the artifact directories remain, no temporary ones.
         assert_eq!(std::fs::read_dir(dest.path()).unwrap().count(), 2);
         // Fetching again touches no index.
-        let again = fetch_wheels(&pins, &target(), Some(NO_INDEX), dest.path()).unwrap();
+        let again = fetch_wheels(&pins, &target(), no_index(), dest.path()).unwrap();
         assert_eq!(again, got);
 
         // A version that does not exist fails and names the artifact.
         let bogus =
             [pin("six==0.0.0.1", &["0000000000000000000000000000000000000000000000000000000000000000"])];
-        let e = fetch_wheels(&bogus, &target(), None, dest.path()).unwrap_err().to_string();
+        let e =
+            fetch_wheels(&bogus, &target(), IndexSources::default(), dest.path()).unwrap_err().to_string();
         assert!(
             e.starts_with("downloading six==0.0.0.1 for cp311/x86_64-manylinux_2_28 failed: ERROR:"),
             "{e}"

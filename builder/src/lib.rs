@@ -3,6 +3,7 @@
 //! - [`recipe`]: the recipe file, with errors that point at file, line and column.
 //! - [`platform`]: the target platforms (`linux/amd64`, `linux/arm64`) and their names.
 //! - [`diagnostic`]: a problem in a TOML file, rendered with its line and a caret.
+//! - [`init`]: a recipe from a project's requirements, pyproject, lock or Dockerfile.
 //! - [`lock`]: the lock file that pins every artifact by sha256.
 //! - [`pylock`]: the image's Python stack as a PEP 751 `pylock.toml`, for uv and pip.
 //! - [`solve`]: resolution of Python packages for the target interpreter and platform.
@@ -54,6 +55,7 @@ pub mod fatbin;
 pub mod fetch;
 pub mod given_lock;
 pub mod image_arg;
+pub mod init;
 pub mod input;
 pub mod io_error;
 pub mod layer;

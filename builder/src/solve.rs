@@ -280,6 +280,12 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
     } else {
         bridge_pip_index_env(&mut cmd);
     }
+    for extra in &python.extra_index {
+        cmd.arg(format!("--extra-index-url={extra}"));
+    }
+    for links in &python.find_links {
+        cmd.arg(format!("--find-links={links}"));
+    }
     let output = cmd.stdin(Stdio::null()).output().map_err(uv_io(target, "starting", &uv.program))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);

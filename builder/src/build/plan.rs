@@ -276,7 +276,7 @@ fn fetch_wheels(
         return Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect());
     }
     fetch::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;
-    let artifacts = fetch::fetch_wheels(&pins, target, py.index.as_deref(), &artifact_dir(cache))?;
+    let artifacts = fetch::fetch_wheels(&pins, target, py.sources(), &artifact_dir(cache))?;
     Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect())
 }
 

@@ -7,6 +7,7 @@ mod audit;
 mod build;
 mod check;
 mod claim;
+mod init;
 mod lock;
 mod tables;
 
@@ -28,6 +29,9 @@ pub struct Cli {
 enum Command {
     /// Build the image of a recipe (the default: `stackbuild RECIPE`).
     Build(build::Args),
+    /// Write a recipe from what a project has: requirements*.txt, pyproject.toml, uv.lock,
+    /// pylock.toml, .python-version, a Dockerfile; say what was decided and why, then check it.
+    Init(init::Args),
     /// Resolve the recipe and write `<recipe>.lock` with every artifact's version and sha256.
     Lock(lock::Args),
     /// Resolve without building: print the stack, the host requirements and every conflict.
@@ -52,6 +56,7 @@ enum Command {
 
 /// One example per subcommand, under `--help`.
 const EXAMPLES: &str = "Examples:
+  stackbuild init                              a recipe (./stackbuild.toml) from the project in .
   stackbuild recipes/dreamzero.toml            build the image into images/dreamzero/
   stackbuild lock recipes/dreamzero.toml       pin every artifact by sha256 in recipes/dreamzero.toml.lock
   stackbuild check recipes/dreamzero.toml      the stack, what the host must provide, every conflict
@@ -71,6 +76,7 @@ impl Cli {
     pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
         match self.command {
             Some(Command::Build(args)) => args.run(),
+            Some(Command::Init(args)) => args.run(),
             Some(Command::Lock(args)) => args.run(),
             Some(Command::Check(args)) => args.run(),
             Some(Command::Affinity(args)) => args.run(),

@@ -29,6 +29,10 @@ impl Recipe {
             packages: Vec<String>,
             constraints: Vec<String>,
             index: Option<&'a str>,
+            #[serde(skip_serializing_if = "<[String]>::is_empty")]
+            extra_index: &'a [String],
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            find_links: Vec<String>,
             #[serde(skip_serializing_if = "Vec::is_empty")]
             wheels: Vec<(&'a str, Option<&'a str>)>,
             /// The given lock's path and the sha256 of its bytes: an edited lock is a new input.
@@ -75,6 +79,9 @@ impl Recipe {
                 packages: sorted(&py.packages),
                 constraints: sorted(&py.constraints),
                 index: py.index.as_deref(),
+                extra_index: &py.extra_index,
+                // A directory of the checkout counts as written, so moving the checkout keeps the lock.
+                find_links: py.find_links.iter().map(|l| rel(Path::new(l))).collect(),
                 wheels: py.wheels.iter().map(|w| (w.written.as_str(), w.sha256.as_deref())).collect(),
                 lock: py.lock.as_ref().map(|l| {
                     // Unreadable now: the lock is stale, and locking again reports why.

@@ -228,6 +228,10 @@ pub struct PythonSection {
     pub constraints: Vec<Requirement>,
     /// The index to use; `None` uses the machine's configuration.
     pub index: Option<String>,
+    /// `extra_index`: more indexes (pip's and uv's `--extra-index-url`).
+    pub extra_index: Vec<String>,
+    /// `find_links`: directories (absolute) or URLs of wheels (`--find-links`).
+    pub find_links: Vec<String>,
     /// `[[python.wheel]]`: wheel files the recipe supplies itself.
     pub wheels: Vec<LocalWheel>,
     /// `bytecode = false` leaves the `.pyc` out of the image (default: written at build time,
@@ -237,6 +241,24 @@ pub struct PythonSection {
     /// installs as they are, without resolving ([`crate::given_lock`]); resolved against the
     /// recipe's directory.
     pub lock: Option<PathBuf>,
+}
+
+/// Where Python packages are looked up, as handed to uv and pip.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IndexSources<'a> {
+    /// `index` (`--index-url`); `None`: the machine's configuration.
+    pub index: Option<&'a str>,
+    /// `extra_index` (`--extra-index-url`).
+    pub extra: &'a [String],
+    /// `find_links` (`--find-links`).
+    pub find_links: &'a [String],
+}
+
+impl PythonSection {
+    /// The indexes and wheel directories of this section.
+    pub fn sources(&self) -> IndexSources<'_> {
+        IndexSources { index: self.index.as_deref(), extra: &self.extra_index, find_links: &self.find_links }
+    }
 }
 
 /// `[[python.wheel]]`: a wheel file the recipe supplies itself, for builds no index this machine

@@ -136,6 +136,16 @@ pub(super) struct RawPython {
     pub(super) constraints: Vec<S>,
     #[schemars(with = "Option<String>")]
     pub(super) index: Option<S>,
+    /// More indexes, searched as pip's `--extra-index-url` and uv's are (`PyTorch`'s per-CUDA
+    /// index, a private one).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub(super) extra_index: Vec<S>,
+    /// Directories or pages of wheels, as pip's and uv's `--find-links` (relative paths are the
+    /// recipe's directory's).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub(super) find_links: Vec<S>,
     #[serde(default)]
     #[schemars(with = "Vec<RawWheel>")]
     pub(super) wheel: Vec<Spanned<RawWheel>>,

@@ -500,6 +500,28 @@ pub(super) fn validate_python(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawPython>
             );
         }
     }
+    for i in &raw.extra_index {
+        if !is_url(i.get_ref()) {
+            ctx.error(
+                i.span(),
+                format!(
+                    "invalid extra_index {:?}: expected an http://, https:// or file:// URL",
+                    i.get_ref()
+                ),
+            );
+        }
+    }
+    let mut find_links = Vec::new();
+    for l in &raw.find_links {
+        let written = l.get_ref();
+        if written.chars().any(char::is_control) || written.is_empty() {
+            ctx.error(l.span(), "expected a directory or a URL, without control characters");
+        } else if is_url(written) {
+            find_links.push(written.clone());
+        } else {
+            find_links.push(dir.join(written).to_string_lossy().into_owned());
+        }
+    }
     let mut wheels: Vec<LocalWheel> = Vec::new();
     for w in &raw.wheel {
         let Some(wheel) = validate_wheel(ctx, dir, w.get_ref()) else { continue };
@@ -523,6 +545,8 @@ pub(super) fn validate_python(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawPython>
         packages,
         constraints,
         index: raw.index.map(Spanned::into_inner),
+        extra_index: raw.extra_index.into_iter().map(Spanned::into_inner).collect(),
+        find_links,
         wheels,
         bytecode: raw.bytecode.unwrap_or(true),
         lock,

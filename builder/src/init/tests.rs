@@ -1,0 +1,73 @@
+use super::requirements::{logical_lines, split_words};
+use super::*;
+
+#[test]
+fn requirement_lines_join_continuations_and_drop_comments() {
+    let text = "# top\ntorch==2.1.0 \\\n  --hash=sha256:ab  # pinned\n\nurl#frag==1 # c\n";
+    assert_eq!(
+        logical_lines(text),
+        [(2, "torch==2.1.0    --hash=sha256:ab".to_owned()), (5, "url#frag==1".to_owned())]
+    );
+}
+
+#[test]
+fn shell_words_keep_quoted_markers_whole() {
+    assert_eq!(
+        split_words(r#"install "numpy<2; python_version<'3.12'" 'a b' c\ d"#),
+        ["install", "numpy<2; python_version<'3.12'", "a b", "c d"]
+    );
+}
+
+#[test]
+fn a_pytorch_index_or_a_local_version_names_the_cuda_build() {
+    let mut found = Found::default();
+    found.index_cuda("https://download.pytorch.org/whl/cu118/", "index");
+    assert_eq!(found.cuda, Some(("11.8".into(), "index".into())));
+    let mut found = Found::default();
+    found.index_cuda("https://download.pytorch.org/whl/cpu", "index");
+    assert_eq!(found.cuda, None);
+    found.index_cuda("cu130", "local version");
+    assert_eq!(found.cuda, Some(("13.0".into(), "local version".into())));
+    // A second, different one is said, not taken.
+    found.set_cuda("12.1", "elsewhere");
+    assert_eq!(found.cuda.as_ref().unwrap().0, "13.0");
+    assert!(found.decisions[0].contains("disagrees"), "{:?}", found.decisions);
+}
+
+#[test]
+fn image_names_are_oci_names() {
+    assert_eq!(image_name("Vision_Model"), "vision-model");
+    assert_eq!(image_name("--x--"), "x");
+    assert_eq!(image_name("日本"), "app");
+}
+
+#[test]
+fn input_kinds_by_name() {
+    for (name, kind) in [
+        ("uv.lock", InputKind::UvLock),
+        ("pylock.toml", InputKind::Pylock),
+        ("pylock.gpu.toml", InputKind::Pylock),
+        ("requirements-gpu.txt", InputKind::Requirements),
+        ("requirements.in", InputKind::Requirements),
+        ("pyproject.toml", InputKind::Pyproject),
+        (".python-version", InputKind::PythonVersion),
+        ("Dockerfile", InputKind::Dockerfile),
+        ("gpu.Dockerfile", InputKind::Dockerfile),
+        ("Containerfile", InputKind::Dockerfile),
+    ] {
+        assert_eq!(input_kind(Path::new(name)), Some(kind), "{name}");
+    }
+    assert_eq!(input_kind(Path::new("setup.py")), None);
+}
+
+#[test]
+fn write_new_never_replaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stackbuild.toml");
+    write_new(&path, "a").unwrap();
+    assert!(matches!(write_new(&path, "b"), Err(InitError::Exists { .. })));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "a");
+    let link = dir.path().join("link.toml");
+    std::os::unix::fs::symlink("/nonexistent", &link).unwrap();
+    assert!(matches!(write_new(&link, "b"), Err(InitError::Exists { .. })));
+}

@@ -1,0 +1,258 @@
+//! `stackbuild init`: a recipe from what a project has, for each kind of input as it comes in
+//! real projects (a requirements file on the `PyTorch` cu121 index with hashes, includes and
+//! markers; a pyproject with optional groups and dependency groups; a `uv.lock` and a
+//! `pylock.toml` written here by uv itself; a Dockerfile on `nvidia/cuda`). Each recipe it writes
+//! parses, passes `stackbuild check` (or init shows the conflicts with their fixes and exits 1),
+//! and validates against the recipe schema with the independent validators. uv and the index
+//! are needed for the uv-written inputs only; what cannot run is reported as skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+fn stackbuild(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stackbuild"))
+        .args(args)
+        .current_dir(dir)
+        .env("STACKBUILD_LOG", "warn")
+        .env("STACKBUILD_CACHE", dir.join(".cache-of-test"))
+        .output()
+        .unwrap()
+}
+
+fn write(dir: &Path, name: &str, body: &str) {
+    let path = dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, body).unwrap();
+}
+
+/// The recipe init wrote, checked: it loads, `check --offline` passes, and the schema's
+/// validators accept it.
+fn recipe_checks(dir: &Path) -> String {
+    let recipe = dir.join("stackbuild.toml");
+    let written = std::fs::read_to_string(&recipe).unwrap();
+    stackbuild::recipe::Recipe::load(&recipe).unwrap_or_else(|e| panic!("{e}\n{written}"));
+    let out = stackbuild(dir, &["check", "--offline", "stackbuild.toml"]);
+    assert!(out.status.success(), "check: {}{}\n{written}", text(&out.stdout), text(&out.stderr));
+    validates(&recipe);
+    written
+}
+
+/// `check-jsonschema` and `taplo check` with the recipe schema, where installed.
+fn validates(recipe: &Path) {
+    let schema = workspace().join("recipes/recipe.schema.json");
+    let bin = workspace().join("target/sbom-validators/bin/check-jsonschema");
+    if bin.is_file() {
+        let out = Command::new(&bin).arg("--schemafile").arg(&schema).arg(recipe).output().unwrap();
+        assert!(out.status.success(), "check-jsonschema: {}{}", text(&out.stdout), text(&out.stderr));
+    } else {
+        eprintln!("SKIPPED (schema): check-jsonschema is not in target/sbom-validators");
+    }
+    let taplo =
+        Command::new("taplo").arg("--version").output().is_ok_and(|o| text(&o.stdout).starts_with("taplo "));
+    if taplo {
+        let out = Command::new("taplo")
+            .args(["check", "--schema"])
+            .arg(format!("file://{}", schema.display()))
+            .arg(recipe)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "taplo: {}", text(&out.stderr));
+    } else {
+        eprintln!("SKIPPED (schema): taplo is not installed");
+    }
+}
+
+fn init(dir: &Path, args: &[&str]) -> (bool, String) {
+    let mut all = vec!["init"];
+    all.extend_from_slice(args);
+    let out = stackbuild(dir, &all);
+    (out.status.success(), format!("{}{}", text(&out.stdout), text(&out.stderr)))
+}
+
+#[test]
+fn a_requirements_file_on_the_cu121_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(
+        dir,
+        "requirements.txt",
+        "# exported by pip-compile\n--extra-index-url https://download.pytorch.org/whl/cu121\n\
+         torch==2.1.0+cu121 \\\n    --hash=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n\
+         numpy==1.26.4 ; python_version < \"3.12\"\n-r requirements/extra.txt\n-c constraints.txt\n-e .\n\
+         git+https://example.invalid/org/tool.git@v1#egg=tool\n",
+    );
+    write(dir, "requirements/extra.txt", "safetensors==0.4.1\n");
+    write(dir, "constraints.txt", "pyarrow==14.0.2\n");
+    let (ok, said) = init(dir, &["--offline"]);
+    assert!(ok, "{said}");
+    let recipe = recipe_checks(dir);
+    for wanted in [
+        "\"torch==2.1.0+cu121\"",
+        "\"numpy==1.26.4 ; python_full_version < '3.12'\"",
+        "\"safetensors==0.4.1\"",
+        "constraints = [\n  \"pyarrow==14.0.2\"",
+        "extra_index = [\"https://download.pytorch.org/whl/cu121\"]",
+        "[cuda]\nversion = \"12.1\"",
+        "[[source]]\nname = ",
+        "path = \".\"",
+    ] {
+        assert!(recipe.contains(wanted), "{wanted:?} not in\n{recipe}");
+    }
+    // What it decided says why; what it could not translate is listed, never dropped.
+    assert!(said.contains("[cuda] 12.1: ./requirements.txt:2: extra index"), "{said}");
+    assert!(said.contains("1 --hash option(s): not copied"), "{said}");
+    assert!(
+        said.contains("./requirements.txt:9: git+https://example.invalid/org/tool.git@v1#egg=tool"),
+        "{said}"
+    );
+    assert!(recipe.contains("#   ./requirements.txt:9: git+https://example.invalid"), "{recipe}");
+    // It never writes over a recipe.
+    let (ok, said) = init(dir, &["--offline"]);
+    assert!(!ok && said.contains("already exists; init never overwrites a recipe"), "{said}");
+    assert_eq!(std::fs::read_to_string(dir.join("stackbuild.toml")).unwrap(), recipe);
+}
+
+#[test]
+fn a_pyproject_with_groups_and_a_python_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(
+        dir,
+        "pyproject.toml",
+        "[project]\nname = \"Vision_Model\"\nversion = \"0.3.0\"\nrequires-python = \">=3.10,<3.13\"\n\
+         dependencies = [\"torch==2.2.1\", \"numpy>=1.24,<2\", \"pillow==10.2.0\"]\n\n\
+         [project.optional-dependencies]\ntrain = [\"accelerate==0.25.0\"]\nviz = [\"matplotlib==3.8.2\"]\n\n\
+         [dependency-groups]\ndev = [\"pytest==8.0.0\"]\n\n\
+         [[tool.uv.index]]\nname = \"pytorch-cu121\"\nurl = \"https://download.pytorch.org/whl/cu121\"\nexplicit = true\n\n\
+         [tool.uv.sources]\ntorch = [{ index = \"pytorch-cu121\" }]\n",
+    );
+    write(dir, ".python-version", "3.11\n");
+    let (ok, said) = init(dir, &["--offline", "--extra", "train"]);
+    assert!(ok, "{said}");
+    let recipe = recipe_checks(dir);
+    assert!(recipe.contains("name = \"vision-model\""), "{recipe}");
+    assert!(recipe.contains("version = \"3.11\"") && recipe.contains("debian = \"bookworm\""), "{recipe}");
+    assert!(
+        recipe.contains("\"accelerate==0.25.0\"")
+            && !recipe.contains("matplotlib")
+            && !recipe.contains("pytest")
+    );
+    assert!(recipe.contains("[cuda]\nversion = \"12.1\""), "{recipe}");
+    assert!(said.contains("optional dependencies `viz` (1 package(s)) left out"), "{said}");
+    assert!(said.contains("dependency group `dev` (1 package(s)) left out of the image"), "{said}");
+    assert!(said.contains("Python 3.11: ./.python-version"), "{said}");
+}
+
+#[test]
+fn a_dockerfile_on_nvidia_cuda_with_pip_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(
+        dir,
+        "Dockerfile",
+        "ARG CUDA=12.1.1\nFROM nvidia/cuda:${CUDA}-cudnn8-runtime-ubuntu22.04 AS base\n\
+         ENV DEBIAN_FRONTEND=noninteractive HF_HOME=/cache/hf\n\
+         RUN apt-get update && apt-get install -y --no-install-recommends \\\n    python3 python3-pip ffmpeg git \\\n    && rm -rf /var/lib/apt/lists/*\n\
+         WORKDIR /app\nCOPY requirements.txt .\n\
+         RUN pip3 install --no-cache-dir torch==2.1.0 torchvision==0.16.0 \"numpy<2\" \\\n    && pip3 install --no-cache-dir -r requirements.txt\n\
+         COPY . /app\nRUN python3 -c 'import torch' && make weights\nEXPOSE 8000\nCMD [\"python3\", \"serve.py\"]\n",
+    );
+    write(dir, "requirements.txt", "transformers==4.36.2\n");
+    let (ok, said) = init(dir, &["--offline"]);
+    assert!(ok, "{said}");
+    let recipe = recipe_checks(dir);
+    for wanted in [
+        "ubuntu = \"jammy\"",
+        "version = \"3.10\"",
+        "packages = [\"python3\", \"python3-venv\", \"ca-certificates\", \"ffmpeg\", \"git\"]",
+        "\"torch==2.1.0\"",
+        "\"numpy<2\"",
+        "\"transformers==4.36.2\"",
+        "[cuda]\nversion = \"12.1\"\ncudnn = \"8\"",
+        "dest = \"/app\"",
+        "cmd = [\"python3\", \"serve.py\"]",
+        "\"HF_HOME\" = \"/cache/hf\"",
+    ] {
+        assert!(recipe.contains(wanted), "{wanted:?} not in\n{recipe}");
+    }
+    assert!(said.contains("make weights: a command init does not run or translate"), "{said}");
+    assert!(said.contains("EXPOSE 8000: no recipe field"), "{said}");
+}
+
+#[test]
+fn a_conflict_is_shown_with_its_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // torch 2.1 is built against NumPy 1.x.
+    write(dir, "requirements.txt", "torch==2.1.0\nnumpy==2.0.0\n");
+    let (ok, said) = init(dir, &["--offline"]);
+    assert!(!ok, "{said}");
+    assert!(said.contains("Wrote ./stackbuild.toml."), "{said}");
+    assert!(said.contains("reports, with the fixes:") && said.to_lowercase().contains("numpy"), "{said}");
+    assert!(said.contains("fix:") || said.contains("Fix:") || said.contains("->"), "{said}");
+}
+
+fn have_uv() -> bool {
+    Command::new("uv").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn a_uv_lock_and_a_pylock_written_by_uv() {
+    if !have_uv() {
+        eprintln!("SKIPPED: uv is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(
+        dir,
+        "pyproject.toml",
+        "[project]\nname = \"app\"\nversion = \"0.1.0\"\nrequires-python = \">=3.11\"\n\
+         dependencies = [\"six==1.16.0\", \"idna==3.7\"]\n\n[dependency-groups]\ndev = [\"iniconfig==2.0.0\"]\n",
+    );
+    let out = Command::new("uv").args(["lock", "-q"]).current_dir(dir).output().unwrap();
+    if !out.status.success() {
+        eprintln!("SKIPPED: uv lock could not reach the index: {}", text(&out.stderr));
+        return;
+    }
+    let (ok, said) = init(dir, &[]);
+    assert!(ok, "{said}");
+    let recipe = recipe_checks(dir);
+    assert!(recipe.contains("lock = \"uv.lock\"") && !recipe.contains("packages = [\n"), "{recipe}");
+    assert!(said.contains("uv.lock: the project's lock"), "{said}");
+
+    // The same project as a PEP 751 pylock.toml only.
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let out = Command::new("uv")
+        .args(["export", "-q", "--format", "pylock.toml", "--no-dev", "-o"])
+        .arg(other.join("pylock.toml"))
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (ok, said) = init(&other, &[]);
+    assert!(ok, "{said}");
+    let recipe = recipe_checks(&other);
+    assert!(recipe.contains("lock = \"pylock.toml\""), "{recipe}");
+
+    // Unpinned requirements are pinned to what uv resolves, and the decision says so.
+    let third = tmp.path().join("third");
+    std::fs::create_dir(&third).unwrap();
+    write(&third, "requirements.txt", "six\nidna==3.7\n");
+    let (ok, said) = init(&third, &[]);
+    assert!(ok, "{said}");
+    let recipe = recipe_checks(&third);
+    assert!(
+        recipe.contains("\"six==1.") && said.contains("`six` has no version; pinned to 1."),
+        "{said}\n{recipe}"
+    );
+}
