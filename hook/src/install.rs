@@ -101,6 +101,19 @@ pub enum InstallError {
         /// The file.
         path: PathBuf,
     },
+    /// A file the Debian package ships, which only the package manager changes.
+    #[error(
+        "{path} belongs to the Debian package {package}; dpkg owns it, so install does not rewrite \
+         it{hint}"
+    )]
+    PackageOwned {
+        /// The file.
+        path: PathBuf,
+        /// The package that ships it.
+        package: String,
+        /// What to do instead.
+        hint: &'static str,
+    },
     /// The binary path has no directory to put the wrapper link in.
     #[error("{binary}: not an absolute path to a file")]
     Binary {
@@ -216,6 +229,20 @@ impl Installer {
         join_under(&self.prefix, Path::new(path))
     }
 
+    /// The Debian package that ships `path` (a path on the host), when dpkg's file list of
+    /// `stackhook` names it: such a file is the package manager's, so install never rewrites it
+    /// and uninstall never removes it (`apt remove stackhook` does, and dpkg would otherwise
+    /// find its file changed or gone).
+    fn package_owner(&self, path: &Path) -> Option<String> {
+        const LIST_CAP: u64 = 1 << 20;
+        let list = self.under("/var/lib/dpkg/info/stackhook.list");
+        let file = std::fs::File::open(&list).ok()?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::Read::take(file, LIST_CAP), &mut text).ok()?;
+        let wanted = path.to_string_lossy();
+        text.lines().any(|l| l == wanted).then(|| "stackhook".to_owned())
+    }
+
     /// Installs into `engine`.
     pub fn install(&self, engine: Engine) -> Result<Report, InstallError> {
         let mut report = Report { dry_run: self.dry_run, ..Report::default() };
@@ -254,6 +281,16 @@ impl Installer {
                         if !is_our_hook_file(old) {
                             return Err(InstallError::NotOurs { path });
                         }
+                    }
+                    let host_path =
+                        Path::new(if engine == Engine::Podman { PODMAN_HOOK_FILE } else { CRIO_HOOK_FILE });
+                    if let Some(package) = self.package_owner(host_path) {
+                        return Err(InstallError::PackageOwned {
+                            path,
+                            package,
+                            hint: "; `stackhook install crio` writes the administrator's copy in \
+                                   /etc/containers/oci/hooks.d, which overrides it where hooks_dir lists that directory",
+                        });
                     }
                     let action = if existing.is_some() { Action::Modify } else { Action::Create };
                     if !self.dry_run {
@@ -305,6 +342,15 @@ impl Installer {
                 if let Some(existing) = read_optional(&path)? {
                     if !is_our_hook_file(&existing) {
                         return Err(InstallError::NotOurs { path });
+                    }
+                    let host_path =
+                        Path::new(if engine == Engine::Podman { PODMAN_HOOK_FILE } else { CRIO_HOOK_FILE });
+                    if let Some(package) = self.package_owner(host_path) {
+                        report.notes.push(format!(
+                            "kept {}: the {package} package ships it (`apt remove {package}` removes it)",
+                            path.display()
+                        ));
+                        return Ok(report);
                     }
                     if !self.dry_run {
                         std::fs::remove_file(&path)
@@ -492,6 +538,17 @@ impl Installer {
             Ok(meta) if meta.file_type().is_symlink() => {}
             Ok(_) => return Err(InstallError::NotOurs { path: wrapper }),
             Err(_) => return Ok(()),
+        }
+        // The wrapper of a packaged binary is the package's.
+        let on_host = wrapper
+            .strip_prefix(&self.prefix)
+            .map_or_else(|_| wrapper.clone(), |rel| Path::new("/").join(rel));
+        if let Some(package) = self.package_owner(&on_host) {
+            report.notes.push(format!(
+                "kept {}: the {package} package ships it (`apt remove {package}` removes it)",
+                wrapper.display()
+            ));
+            return Ok(());
         }
         let needle = wrapper.to_string_lossy().into_owned();
         for file in [DOCKER_DAEMON_JSON, CONTAINERD_CONFIG] {
@@ -767,6 +824,32 @@ mod tests {
   "default-runtime": "runc"
 }
 "#;
+
+    #[test]
+    fn files_the_debian_package_ships_are_left_to_dpkg() {
+        let s = setup();
+        let info = s.installer.under("/var/lib/dpkg/info/stackhook.list");
+        std::fs::create_dir_all(info.parent().unwrap()).unwrap();
+        // The package's hook file, as it shipped it (an older policy), and dpkg's list naming it.
+        let hook = s.installer.under(PODMAN_HOOK_FILE);
+        std::fs::create_dir_all(hook.parent().unwrap()).unwrap();
+        let shipped = "{\"version\": \"1.0.0\", \"hook\": {\"path\": \"/usr/bin/stackhook\", \"args\": [\"stackhook\", \"hook\"]}, \"when\": {\"always\": true}, \"stages\": [\"createRuntime\"]}\n";
+        std::fs::write(&hook, shipped).unwrap();
+        std::fs::write(&info, format!("/.\n/usr\n{PODMAN_HOOK_FILE}\n/usr/bin/stackhook-runtime\n")).unwrap();
+        let err = s.installer.install(Engine::Podman).unwrap_err().to_string();
+        assert!(
+            err.contains("belongs to the Debian package stackhook") && err.contains("install crio"),
+            "{err}"
+        );
+        let report = s.installer.uninstall(Engine::Podman).unwrap();
+        assert!(report.notes.iter().any(|n| n.contains("the stackhook package ships it")), "{report:?}");
+        assert_eq!(std::fs::read_to_string(&hook).unwrap(), shipped);
+        // crio's copy in /etc is the administrator's, not the package's: written and removed.
+        s.installer.install(Engine::Crio).unwrap();
+        assert!(s.installer.under(CRIO_HOOK_FILE).is_file());
+        s.installer.uninstall(Engine::Crio).unwrap();
+        assert!(!s.installer.under(CRIO_HOOK_FILE).exists());
+    }
 
     #[test]
     fn a_dynamically_linked_binary_is_refused() {
