@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks stackbuild and stackhook against the usual way, side by side in one run, and prints
-# ratios (ours / baseline: below 1 is better). Targets: the README, "Benchmarks".
+# ratios (ours / baseline: below 1 is better). Targets: docs/benchmarks.md, "Targets".
 #
 # Sections:
 #   build     cold (fresh cache, --locked; timed as the base alone, then the rest), no-change and

@@ -614,7 +614,7 @@ fn audit_cached(cache: &Cache, image: &Image) -> Result<crate::audit::AuditRepor
 /// are about to go somewhere new (the layout at `out` lacks the blob, or an archive or `--load`
 /// reads it) is hashed again first; a corrupted one is removed and counts as a miss, so the
 /// layer is built again instead of shipped. A no-change rebuild into the same layout hashes
-/// nothing, which keeps it within the 0.05 s no-change target (README, "Benchmarks") where hashing a
+/// nothing, which keeps it within the 0.05 s no-change target (docs/benchmarks.md, "Targets") where hashing a
 /// multi-GB stack would take seconds.
 fn reuse(cache: &Cache, key: &LayerKey, out: &Path, opts: &BuildOptions) -> Option<LayerBlob> {
     let blob = cache.get_layer(key)?;

@@ -240,7 +240,7 @@ impl Given {
     /// Whether the container holds every host device by privilege: `CAP_SYS_ADMIN` in its
     /// bounding set (NVIDIA's `IsPrivileged`) and devices of other drivers, which `--privileged`
     /// and Kubernetes privileged pods copy from the host and no GPU spec hands out. Its NVIDIA
-    /// nodes then do not ask for a GPU (see the README, "Privileged containers").
+    /// nodes then do not ask for a GPU (see docs/contract.md, "Privileged containers").
     pub fn by_privilege(&self, privileged: bool) -> bool {
         privileged && self.other_devices > 0
     }

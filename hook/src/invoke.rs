@@ -112,7 +112,7 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     // What the container was given, beyond its environment: device nodes (CDI, DRA, `--device`),
     // CDI annotations. `proc/devices` tells GPU nodes from others; it is read only when the
     // container has devices at all. A privileged container's nodes are every host device and ask
-    // for nothing (README, "Privileged containers").
+    // for nothing (docs/contract.md, "Privileged containers").
     let majors = if bundle_config.devices().is_empty() {
         BTreeMap::new()
     } else {

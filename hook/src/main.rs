@@ -10,7 +10,10 @@ fn main() {
     if let Some(code) = cmd::runtime::dispatch() {
         std::process::exit(code);
     }
-    let cli = cmd::Cli::parse();
+    let mut cli = cmd::Cli::parse();
+    if let Ok(cwd) = std::env::current_dir() {
+        cli.anchor(&cwd);
+    }
     // The hook runs as root with whatever environment the runtime hands it; having read our own
     // settings (clap's `env`), drop all of it and leave the container's directory (CVE-2025-23266).
     for (key, _) in std::env::vars_os() {

@@ -17,7 +17,7 @@
 //!
 //! Where NVIDIA's hook would hand a value to its CLI and the CLI refuses it ("unknown device",
 //! "invalid expression"), the decision is "blocked". Rows marked DELIBERATE are where stackhook
-//! decides otherwise on purpose (README, "Where stackhook deliberately differs").
+//! decides otherwise on purpose (docs/contract.md, "Where stackhook deliberately differs from NVIDIA's hook").
 //!
 //! Host facts: `H100` is driver 535.104.05 (CUDA 12.2), one H100 (compute capability 9.0, brand
 //! `nvidia`) at 0000:18:00.0.

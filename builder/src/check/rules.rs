@@ -3,7 +3,7 @@
 //! the knowledge-base fact it collides with) and a fix.
 //!
 //! Facts come from `contract/kb/*.toml` through [`kb`]; every row there names its source, and
-//! the README's "Checking a stack" section summarizes them.
+//! docs/recipes.md's "Checking a stack before and after building" summarizes them.
 
 use std::collections::BTreeSet;
 use std::str::FromStr;

@@ -1,7 +1,7 @@
 //! `--load` while the build runs: each layer goes into the Docker daemon as soon as it is
 //! written, so that the daemon unpacks one layer while the build writes the next, instead of
 //! unpacking the whole image after the build (measured on `recipes/dreamzero.toml`: 52 s after a
-//! 97 s build, README "Benchmarks").
+//! 97 s build, docs/benchmarks.md).
 //!
 //! The daemon's API loads images, not layers, so the layers written so far go in as an
 //! untagged image of their own: its config lists their `diff_ids` and nothing else, and it

@@ -31,6 +31,16 @@ struct CheckArgs {
 }
 
 impl Args {
+    /// Relative paths the user typed, against the directory they typed them in (`main`
+    /// leaves it for `/` before running anything).
+    pub fn anchor(&mut self, cwd: &std::path::Path) {
+        let Command::Check(a) = &mut self.command;
+        for spec in &mut a.specs {
+            *spec = cwd.join(&*spec);
+        }
+        a.host_root = cwd.join(&a.host_root);
+    }
+
     pub fn run(self) -> i32 {
         let Command::Check(a) = self.command;
         let specs = match stackhook::cdi::load(&a.host_root, &a.specs) {

@@ -29,6 +29,12 @@ pub struct Args {
 }
 
 impl Args {
+    /// Relative paths the user typed, against the directory they typed them in (`main`
+    /// leaves it for `/` before running anything).
+    pub fn anchor(&mut self, cwd: &std::path::Path) {
+        self.host_root = cwd.join(&self.host_root);
+    }
+
     pub fn run(self) -> i32 {
         if self.record {
             if let Err(e) = stackhook::record::record(&self.host_root, &self.nvidia_smi) {

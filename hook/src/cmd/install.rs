@@ -26,6 +26,15 @@ pub struct Args {
 }
 
 impl Args {
+    /// Relative paths the user typed, against the directory they typed them in (`main`
+    /// leaves it for `/` before running anything).
+    pub fn anchor(&mut self, cwd: &std::path::Path) {
+        self.prefix = cwd.join(&self.prefix);
+        if let Some(c) = &mut self.config {
+            *c = cwd.join(&*c);
+        }
+    }
+
     /// Installs (`install`) or removes (`!install`).
     pub fn run(self, install: bool) -> i32 {
         let verb = if install { "install" } else { "uninstall" };

@@ -46,6 +46,15 @@ pub struct Args {
 }
 
 impl Args {
+    /// Relative paths the user typed, against the directory they typed them in (`main`
+    /// leaves it for `/` before running anything).
+    pub fn anchor(&mut self, cwd: &std::path::Path) {
+        self.host_root = cwd.join(&self.host_root);
+        if let Some(o) = &mut self.output {
+            *o = cwd.join(&*o);
+        }
+    }
+
     pub fn run(self) -> i32 {
         loop {
             let code = self.once();

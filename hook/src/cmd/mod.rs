@@ -61,6 +61,20 @@ struct DocsArgs {
 
 impl Cli {
     /// Runs the chosen subcommand and returns the exit code.
+    /// Anchors the relative paths of a command a person typed at `cwd`. The hook itself
+    /// (`stackhook hook`, run by the runtime in the container's bundle) is left as it is: its
+    /// paths are the runtime's, and its working directory is never trusted (CVE-2025-23266).
+    pub fn anchor(&mut self, cwd: &std::path::Path) {
+        match &mut self.command {
+            Command::Doctor(args) => args.anchor(cwd),
+            Command::Install(args) | Command::Uninstall(args) => args.anchor(cwd),
+            Command::Labels(args) => args.anchor(cwd),
+            Command::Cdi(args) => args.anchor(cwd),
+            Command::GenerateDocs(args) => args.dir = cwd.join(&args.dir),
+            Command::Hook(_) | Command::Runtime(_) => {}
+        }
+    }
+
     pub fn run(self) -> i32 {
         match self.command {
             Command::Hook(args) => args.run(),
