@@ -247,14 +247,18 @@ impl Chosen {
     }
 }
 
-/// The format a file name says: `uv.lock`, or `pylock.toml` / `pylock.NAME.toml` (PEP 751).
-// PEP 751 names the file in lowercase, as uv names `uv.lock`: `PYLOCK.TOML` is neither.
-#[allow(clippy::case_sensitive_file_extension_comparisons)]
+/// The format a file name says: `uv.lock`, or `pylock.toml` / `pylock.NAME.toml` (PEP 751:
+/// `^pylock\.([^.]+)\.toml$`, lowercase).
 pub fn format_of_name(path: &Path) -> Option<Format> {
     let name = path.file_name()?.to_str()?;
     if name == "uv.lock" {
         Some(Format::UvLock)
-    } else if name == "pylock.toml" || (name.starts_with("pylock.") && name.ends_with(".toml")) {
+    } else if name == "pylock.toml"
+        || name
+            .strip_prefix("pylock.")
+            .and_then(|n| n.strip_suffix(".toml"))
+            .is_some_and(|mid| !mid.is_empty() && !mid.contains('.'))
+    {
         Some(Format::Pylock)
     } else {
         None
