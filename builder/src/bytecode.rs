@@ -34,10 +34,21 @@
 //! (`dfile`), not the stage path.
 //! Nothing from the recipe or the image is passed as an option: the paths follow `-c CODE`, where
 //! Python hands them to the script as `sys.argv`.
+//!
+//! No work done twice: since what one process compiles is fixed by its entry's tree and the
+//! interpreter, each entry's output is kept in the cache under a key of exactly that ([`store`]),
+//! and an entry staged again (the same wheel in a layer restaged for another pin, another recipe
+//! on the same base) gets its recorded `.pyc` back, verified, instead of a process: the bytes are
+//! the ones compiling it gives. An entry with no source to compile (a `.dist-info`) starts no
+//! process at all.
+
+mod store;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
+
+use sha2::Digest as _;
 
 use crate::blob::LayerBlob;
 use crate::cache::Cache;
@@ -93,6 +104,12 @@ pub struct Added {
     pub files: u64,
     /// Their bytes.
     pub bytes: u64,
+    /// Compile units (top-level entries of the site directory) compiled in this build.
+    #[serde(default)]
+    pub compiled: u64,
+    /// Compile units whose recorded bytecode was restored from the cache instead.
+    #[serde(default)]
+    pub reused: u64,
 }
 
 impl Interpreter {
@@ -134,7 +151,14 @@ impl Interpreter {
 
     /// Compiles every `.py` below `stage/rel` (the in-image directory `/rel`) and returns what it
     /// added. Files that do not compile (Python 2 leftovers, templates) get no `.pyc`, as with pip.
-    pub fn compile(&self, stage: &Path, rel: &str, epoch: u64) -> Result<Added, BytecodeError> {
+    /// With a `cache`, a unit compiled before is restored from it, and one compiled is recorded.
+    pub fn compile(
+        &self,
+        stage: &Path,
+        rel: &str,
+        epoch: u64,
+        cache: Option<&Cache>,
+    ) -> Result<Added, BytecodeError> {
         let rel = rel.trim_matches('/');
         let dir = stage.join(rel);
         if !dir.is_dir() {
@@ -150,27 +174,63 @@ impl Interpreter {
             }
         }
         entries.sort();
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let workers =
-            std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(entries.len());
-        let results: Vec<Result<(), BytecodeError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..workers)
-                .map(|_| {
-                    scope.spawn(|| loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(name) = entries.get(i) else { return Ok(()) };
-                        self.compile_one(stage, rel, name, epoch)?;
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
-        });
-        results.into_iter().collect::<Result<(), _>>()?;
+        let tag = self.cache_tag();
+        let context = store::context(&self.compiler_identity(epoch), &format!("/{rel}"));
+        // Every unit's key before anything is written: units share the top `__pycache__`.
+        let units = parallel(&entries, |name| {
+            store::unit(&context, &dir, name, &tag).map_err(io("reading", &dir.join(name)))
+        })?;
+        let units: Vec<store::Unit> = units.into_iter().flatten().collect();
+        let done = parallel(&units, |unit| {
+            if let Some(cache) = cache {
+                match store::load(cache, unit) {
+                    Ok(Some(pycs)) => {
+                        store::restore(&dir, &pycs).map_err(io("writing bytecode into", &dir))?;
+                        return Ok(false);
+                    }
+                    Ok(None) => {}
+                    Err(why) => tracing::warn!(
+                        "bytecode: the cached bytecode of {} is damaged ({why}); compiling it again",
+                        unit.name
+                    ),
+                }
+            }
+            self.compile_one(stage, rel, &unit.name, epoch)?;
+            if let Some(cache) = cache {
+                let pycs = store::collect(&dir, unit, &tag).map_err(io("reading bytecode in", &dir))?;
+                if let Err(why) = store::save(cache, unit, &pycs) {
+                    tracing::warn!("bytecode: not recorded for later builds: {why}");
+                }
+            }
+            Ok(true)
+        })?;
+        let compiled = done.iter().filter(|c| **c).count() as u64;
         let after = count_pyc(&dir)?;
         Ok(Added {
             files: after.files - before.files.min(after.files),
             bytes: after.bytes.saturating_sub(before.bytes),
+            compiled,
+            reused: done.len() as u64 - compiled,
         })
+    }
+
+    /// `cpython-311`: the tag in the names of the `.pyc` this interpreter writes.
+    fn cache_tag(&self) -> String {
+        format!("cpython-{}", self.version.replace('.', ""))
+    }
+
+    /// Everything besides the sources that the bytes a unit compiles to depend on: the
+    /// interpreter (its base, whose startup imports are part of the compiling process's state),
+    /// the driver and sandbox (optimization level, invalidation mode, `dfile`), the environment.
+    fn compiler_identity(&self, epoch: u64) -> String {
+        let mut h = sha2::Sha256::new();
+        for part in [self.identity.as_str(), SANDBOX, DRIVER, STAGE_MOUNT, "PYTHONHASHSEED=0;LC_ALL=C.UTF-8"]
+        {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        h.update(epoch.to_le_bytes());
+        format!("{}:{}", self.identity, hex::encode(h.finalize()))
     }
 
     /// Compiles the top-level entry `name` of `stage/rel` in one sandboxed interpreter process.
@@ -281,13 +341,21 @@ impl<'a> Plan<'a> {
             let _ = self.interpreter.set(i);
         }
         let Some(interpreter) = self.interpreter.get() else { return Ok(None) };
-        let mut added = interpreter.compile(stage, &scheme.purelib, epoch)?;
+        let mut added = interpreter.compile(stage, &scheme.purelib, epoch, Some(self.cache))?;
         if scheme.platlib != scheme.purelib {
-            let more = interpreter.compile(stage, &scheme.platlib, epoch)?;
+            let more = interpreter.compile(stage, &scheme.platlib, epoch, Some(self.cache))?;
             added.files += more.files;
             added.bytes += more.bytes;
+            added.compiled += more.compiled;
+            added.reused += more.reused;
         }
-        tracing::info!("bytecode: {} .pyc, {} bytes", added.files, added.bytes);
+        tracing::info!(
+            "bytecode: {} .pyc, {} bytes ({} unit(s) compiled, {} restored from the cache)",
+            added.files,
+            added.bytes,
+            added.compiled,
+            added.reused
+        );
         let path = self.record_path(key);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
@@ -298,9 +366,12 @@ impl<'a> Plan<'a> {
     }
 
     /// What compiling added to the cached layer `key`, when it was recorded.
+    /// The layer is reused whole, so this build compiled and restored none of it.
     pub fn recorded(&self, key: &crate::cache::LayerKey) -> Option<Added> {
         self.on.as_ref()?;
-        std::fs::read(self.record_path(key)).ok().and_then(|b| serde_json::from_slice(&b).ok())
+        let added: Added =
+            std::fs::read(self.record_path(key)).ok().and_then(|b| serde_json::from_slice(&b).ok())?;
+        Some(Added { compiled: 0, reused: 0, ..added })
     }
 
     fn record_path(&self, key: &crate::cache::LayerKey) -> PathBuf {
@@ -351,6 +422,38 @@ else:
         for name in sorted(files):
             one(os.path.join(top, name))
 "#;
+
+/// `f` over `items` on every core, in their order; the first error wins.
+fn parallel<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> Result<R, BytecodeError> + Sync,
+) -> Result<Vec<R>, BytecodeError> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(items.len());
+    let results: Vec<Vec<(usize, Result<R, BytecodeError>)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { return mine };
+                        let r = f(item);
+                        let failed = r.is_err();
+                        mine.push((i, r));
+                        if failed {
+                            return mine;
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    let mut all: Vec<(usize, Result<R, BytecodeError>)> = results.into_iter().flatten().collect();
+    all.sort_by_key(|(i, _)| *i);
+    all.into_iter().map(|(_, r)| r).collect()
+}
 
 fn valid_version(v: &str) -> bool {
     v.split_once('.').is_some_and(|(a, b)| {
@@ -447,6 +550,6 @@ mod tests {
         std::fs::write(p.join("m.cpython-311.pyc"), b"12345").unwrap();
         std::fs::write(tmp.path().join("pkg/stray.pyc"), b"123").unwrap();
         std::fs::write(tmp.path().join("pkg/m.py"), b"x = 1\n").unwrap();
-        assert_eq!(count_pyc(tmp.path()).unwrap(), Added { files: 1, bytes: 5 });
+        assert_eq!(count_pyc(tmp.path()).unwrap(), Added { files: 1, bytes: 5, ..Added::default() });
     }
 }

@@ -148,3 +148,83 @@ fn hash_based_bytecode_the_same_in_two_caches_and_never_rewritten() {
     assert_ne!(off.digest, first.digest);
     assert!(bytecode_of(&off).iter().all(|(_, c)| *c == 0), "{:?}", bytecode_of(&off));
 }
+
+fn pinned_recipe(dir: &Path, idna: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("pins.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[image]\nname = \"bytecode\"\ntag = \"test\"\n\n{BOOKWORM_PYTHON}\n[python]\nversion = \"3.11\"\n\
+             packages = [\"six==1.16.0\", \"idna=={idna}\"]\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// The report's entry of the `python` layer.
+fn python_layer(b: &Built) -> serde_json::Value {
+    b.report["layers"].as_array().unwrap().iter().find(|l| l["name"] == "python").unwrap().clone()
+}
+
+/// `(compiled, reused)` compile units of the `python` layer in this build.
+fn units(b: &Built) -> (u64, u64) {
+    let l = python_layer(b);
+    (l["bytecode"]["compiled"].as_u64().unwrap(), l["bytecode"]["reused"].as_u64().unwrap())
+}
+
+/// The cache's bytecode record holding `pyc` and the pack it names.
+fn record_with(cache: &Path, pyc: &str) -> (PathBuf, String) {
+    for e in std::fs::read_dir(cache.join("bytecode-units")).unwrap() {
+        let path = e.unwrap().path();
+        let record: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        if record["files"].as_array().unwrap().iter().any(|f| f["path"] == pyc) {
+            return (path, record["pack"].as_str().unwrap().to_owned());
+        }
+    }
+    panic!("no bytecode record holds {pyc}");
+}
+
+#[test]
+fn bytecode_is_compiled_once_per_wheel_and_reused_verified_across_builds() {
+    if !debian_builds_ready(&["unshare"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    // Cold: six.py and idna/ compiled, the .dist-info directories need no process.
+    let first = build(&pinned_recipe(&tmp.path().join("a"), "3.6"), &cache, &tmp.path().join("l1"), &[]);
+    assert_eq!(units(&first), (2, 0), "{}", python_layer(&first));
+
+    // Another idna: the layer is staged again, and only idna compiled; six's comes from the cache.
+    let v2 = pinned_recipe(&tmp.path().join("b"), "3.7");
+    let second = build(&v2, &cache, &tmp.path().join("l2"), &[]);
+    assert_eq!(python_layer(&second)["built"], true);
+    assert_eq!(units(&second), (1, 1), "{}", python_layer(&second));
+    assert_eq!(python_layer(&second)["bytecode"]["files"], python_layer(&first)["bytecode"]["files"]);
+
+    // The same recipe in a fresh cache compiles everything: the layer holds the same bytes.
+    let cold = build(&v2, &tmp.path().join("cache2"), &tmp.path().join("l3"), &["--locked"]);
+    assert_eq!(units(&cold), (2, 0));
+    assert_eq!(
+        python_layer(&second)["digest"],
+        python_layer(&cold)["digest"],
+        "restored bytecode is the bytes compiling gives"
+    );
+
+    // A damaged record is never used: six is compiled again, to the same bytes.
+    let (_, pack) = record_with(&cache, "__pycache__/six.cpython-311.pyc");
+    let blob = cache.join("blobs/sha256").join(pack.trim_start_matches("sha256:"));
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&blob, &bytes).unwrap();
+    let third = build(&pinned_recipe(&tmp.path().join("c"), "3.5"), &cache, &tmp.path().join("l4"), &[]);
+    assert_eq!(units(&third), (2, 0), "{}", python_layer(&third));
+    let err = String::from_utf8_lossy(&third.out.stderr);
+    assert!(err.contains("damaged"), "the build says the record was damaged: {err}");
+    let (_, again) = record_with(&cache, "__pycache__/six.cpython-311.pyc");
+    assert_eq!(again, pack, "compiled again to the same bytes");
+    assert_eq!(sha256_hex(&std::fs::read(&blob).unwrap()), pack.trim_start_matches("sha256:"));
+}
