@@ -208,3 +208,118 @@ fn a_file_that_is_not_ours_is_left_alone() {
     assert!(text(&out.stderr).contains("not a pylock.toml stackbuild wrote"), "{}", text(&out.stderr));
     assert_eq!(std::fs::read_to_string(&pylock).unwrap(), "lock-version = \"1.0\"\n# mine\n");
 }
+
+/// The DreamZero stack's own lock (62 wheels, torch 2.1.0 with its CUDA 12.1 wheels) as a
+/// `pylock.toml`, written from the checked-in lock without resolving (`lock --locked`): PyPA's
+/// `packaging.pylock` reads it, `uv pip install --dry-run` for the image's interpreter and
+/// platform would install exactly the lock's versions, and pip 26 reads it (where this machine's
+/// Python is the image's, 3.11 on x86-64, since pip takes no platform options for a pylock).
+#[test]
+fn the_dreamzero_pylock_passes_uv_pip_and_packaging() {
+    if !have("uv") {
+        eprintln!("SKIPPED: uv is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let recipes = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes");
+    for name in ["dreamzero.toml", "dreamzero.toml.lock"] {
+        std::fs::copy(recipes.join(name), dir.path().join(name)).unwrap();
+    }
+    let pylock = dir.path().join("pylock.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_stackbuild"))
+        .args(["lock", "--locked", "--pylock"])
+        .arg(&pylock)
+        .arg(dir.path().join("dreamzero.toml"))
+        .env("STACKBUILD_CACHE", dir.path().join("cache"))
+        .env("STACKBUILD_LOG", "warn")
+        .output()
+        .unwrap();
+    if !out.status.success() && text(&out.stderr).contains("could not reach") {
+        eprintln!("SKIPPED: the index does not answer: {}", text(&out.stderr));
+        return;
+    }
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Nothing was resolved: the checked-in lock is what was written from.
+    assert_eq!(
+        std::fs::read(dir.path().join("dreamzero.toml.lock")).unwrap(),
+        std::fs::read(recipes.join("dreamzero.toml.lock")).unwrap()
+    );
+    let lock: toml::Value =
+        toml::from_str(&std::fs::read_to_string(dir.path().join("dreamzero.toml.lock")).unwrap()).unwrap();
+    let mut want: Vec<String> = lock["package"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| format!("{}=={}", p["name"].as_str().unwrap(), p["version"].as_str().unwrap()))
+        .collect();
+    want.sort();
+    assert_eq!(want.len(), 62);
+    let out = Command::new("uv")
+        .args([
+            "pip",
+            "install",
+            "--dry-run",
+            "--python-version",
+            "3.11",
+            "--python-platform",
+            "x86_64-manylinux_2_28",
+            "--target",
+        ])
+        .arg(dir.path().join("target"))
+        .arg("-r")
+        .arg(&pylock)
+        .output()
+        .unwrap();
+    let said = text(&out.stderr);
+    assert!(out.status.success(), "uv: {said}");
+    let mut would: Vec<String> = said
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("+ "))
+        .map(|l| {
+            let (name, version) = l.split_once("==").unwrap();
+            format!("{}=={version}", name.to_lowercase().replace('_', "-"))
+        })
+        .collect();
+    would.sort();
+    let normalized: Vec<String> = want.iter().map(|w| w.to_lowercase().replace('_', "-")).collect();
+    assert_eq!(would, normalized, "uv pip install --dry-run -r pylock.toml");
+    let Some(venv) = validators() else {
+        eprintln!(
+            "SKIPPED: packaging.pylock and pip 26 are not in target/sbom-validators (.ci/install makes it)"
+        );
+        return;
+    };
+    let py = venv.join("bin/python");
+    let check = "import sys, tomllib, packaging.pylock as p; print(len(p.Pylock.from_dict(tomllib.load(open(sys.argv[1], 'rb'))).packages))";
+    let out = Command::new(&py).args(["-c", check]).arg(&pylock).output().unwrap();
+    assert!(out.status.success(), "packaging.pylock: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "62");
+    let host = Command::new(&py)
+        .args(["-c", "import sys, platform; print(f'{sys.version_info[0]}.{sys.version_info[1]} {platform.machine()}')"])
+        .output()
+        .unwrap();
+    if text(&host.stdout).trim() != "3.11 x86_64" {
+        eprintln!(
+            "SKIPPED (pip): this machine's Python is {}, not the image's 3.11 on x86_64",
+            text(&host.stdout).trim()
+        );
+        return;
+    }
+    let out = Command::new(&py)
+        .args(["-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--target"])
+        .arg(dir.path().join("pip-target"))
+        .arg("-r")
+        .arg(&pylock)
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "pip: {said}{}", text(&out.stderr));
+    for w in &want {
+        let (name, version) = w.split_once("==").unwrap();
+        let lower = said.to_lowercase().replace('_', "-");
+        assert!(
+            lower.contains(&format!("{}-{version}", name.to_lowercase().replace('_', "-"))),
+            "pip would not install {w}: {said}"
+        );
+    }
+}

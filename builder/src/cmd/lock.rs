@@ -20,6 +20,10 @@ pub struct Args {
     /// with its URL on the index, size and sha256.
     #[arg(long, value_name = "FILE", conflicts_with = "check")]
     pylock: Option<PathBuf>,
+    /// With --pylock: write it from the current lock, resolving nothing (exit 2 when the lock
+    /// is missing or stale).
+    #[arg(long, requires = "pylock")]
+    locked: bool,
 }
 
 impl Args {
@@ -42,8 +46,9 @@ impl Args {
             None => Cache::open_default()?,
         };
         let _guard = cache.lock()?;
-        // Always resolve again: `lock` is how a user asks for fresh pins.
-        let lock = stackbuild::build::lock_recipe(&recipe, false, true, &cache)?;
+        // Always resolve again (`lock` is how a user asks for fresh pins), unless --locked asks
+        // for the pins as they are.
+        let lock = stackbuild::build::lock_recipe(&recipe, self.locked, !self.locked, &cache)?;
         println!("{}", stackbuild::lock::Lock::path_for(&recipe.path).display());
         tracing::info!("{} package(s) locked", lock.packages.len());
         if let Some(out) = &self.pylock {
