@@ -7,6 +7,9 @@
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+use common::{image_distributions, locked_packages};
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -68,45 +71,6 @@ fn wheels_of(path: &Path) -> Vec<(String, String, String)> {
     out
 }
 
-/// `(name, version, sha256)` of the packages our lock next to the recipe records.
-fn our_lock(path: &Path) -> Vec<(String, String, String)> {
-    let doc: toml::Table = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let mut out: Vec<_> = doc["package"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["name"].as_str().unwrap().into(),
-                p["version"].as_str().unwrap().into(),
-                p["sha256"].as_str().unwrap().into(),
-            )
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-/// `name==version` of every `*.dist-info` in the image's layers.
-fn image_distributions(layout: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(layout.join("blobs/sha256")).unwrap() {
-        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
-        if bytes.len() < 2 || bytes[..2] != [0x1f, 0x8b] {
-            continue;
-        }
-        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&bytes[..]));
-        for member in archive.entries().unwrap() {
-            let name = member.unwrap().path().unwrap().display().to_string();
-            let Some(dist) = name.strip_suffix(".dist-info/METADATA") else { continue };
-            let (project, version) = dist.rsplit('/').next().unwrap().split_once('-').unwrap();
-            out.push(format!("{}=={version}", project.to_lowercase().replace('_', "-")));
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn a_build_from_the_projects_uv_lock_or_pylock_installs_exactly_its_wheels() {
     if !have("uv") {
@@ -133,7 +97,7 @@ fn a_build_from_the_projects_uv_lock_or_pylock_installs_exactly_its_wheels() {
         assert_eq!(image_distributions(&dir.join(format!("images/{name}"))), want, "{lock}");
         let listed: Vec<_> =
             wheels_of(&dir.join(lock)).into_iter().filter(|(n, _, _)| n != "iniconfig").collect();
-        assert_eq!(our_lock(&dir.join(format!("{name}.lock"))), listed, "{lock}");
+        assert_eq!(locked_packages(&dir.join(format!("{name}.lock"))), listed, "{lock}");
     }
 
     // An edited lock is a new input: the next build reads it again, and a hash that is not the

@@ -8,6 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+use common::{image_distributions, locked_packages};
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -70,20 +73,7 @@ fn the_pylock_is_what_the_image_installs_and_the_pypa_tools_read_it() {
     assert_eq!(doc["lock-version"].as_str(), Some("1.0"));
     assert_eq!(doc["requires-python"].as_str(), Some("==3.11.*"));
     let packages = doc["packages"].as_array().unwrap();
-    let lock: toml::Value =
-        toml::from_str(&std::fs::read_to_string(dir.path().join("small.toml.lock")).unwrap()).unwrap();
-    let locked: Vec<(String, String, String)> = lock["package"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["name"].as_str().unwrap().into(),
-                p["version"].as_str().unwrap().into(),
-                p["sha256"].as_str().unwrap().into(),
-            )
-        })
-        .collect();
+    let locked = locked_packages(&dir.path().join("small.toml.lock"));
     let listed: Vec<(String, String, String)> = packages
         .iter()
         .map(|p| {
@@ -100,6 +90,8 @@ fn the_pylock_is_what_the_image_installs_and_the_pypa_tools_read_it() {
             )
         })
         .collect();
+    let mut listed = listed;
+    listed.sort();
     assert_eq!(listed, locked, "{written}");
     assert!(written.contains("[tool.stackbuild]"), "{written}");
 
@@ -174,29 +166,6 @@ fn pypa_tools_read(pylock: &Path, dir: &Path, locked: &[(String, String, String)
     }
 }
 
-/// `name==version` of every `*.dist-info` in the image's layers (normalized names, as
-/// `uv pip freeze` prints them).
-fn image_distributions(layout: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(layout.join("blobs/sha256")).unwrap() {
-        let path = entry.unwrap().path();
-        let bytes = std::fs::read(&path).unwrap();
-        if bytes.len() < 2 || bytes[..2] != [0x1f, 0x8b] {
-            continue;
-        }
-        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&bytes[..]));
-        for member in archive.entries().unwrap() {
-            let member = member.unwrap();
-            let name = member.path().unwrap().display().to_string();
-            let Some(dist) = name.strip_suffix(".dist-info/METADATA") else { continue };
-            let dist = dist.rsplit('/').next().unwrap();
-            let (project, version) = dist.split_once('-').unwrap();
-            out.push(format!("{}=={version}", project.to_lowercase().replace('_', "-")));
-        }
-    }
-    out
-}
-
 #[test]
 fn a_file_that_is_not_ours_is_left_alone() {
     let dir = tempfile::tempdir().unwrap();
@@ -244,13 +213,9 @@ fn the_dreamzero_pylock_passes_uv_pip_and_packaging() {
         std::fs::read(dir.path().join("dreamzero.toml.lock")).unwrap(),
         std::fs::read(recipes.join("dreamzero.toml.lock")).unwrap()
     );
-    let lock: toml::Value =
-        toml::from_str(&std::fs::read_to_string(dir.path().join("dreamzero.toml.lock")).unwrap()).unwrap();
-    let mut want: Vec<String> = lock["package"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| format!("{}=={}", p["name"].as_str().unwrap(), p["version"].as_str().unwrap()))
+    let mut want: Vec<String> = locked_packages(&dir.path().join("dreamzero.toml.lock"))
+        .into_iter()
+        .map(|(name, version, _)| format!("{name}=={version}"))
         .collect();
     want.sort();
     assert_eq!(want.len(), 62);

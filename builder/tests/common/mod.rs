@@ -103,3 +103,43 @@ impl RegistryExt for Registry {
         stackbuild::registry::Reference::parse(&format!("{}/{rest}", self.addr)).unwrap()
     }
 }
+
+/// `(name, version, sha256)` of every `[[package]]` of our lock file at `path`, sorted.
+pub fn locked_packages(path: &Path) -> Vec<(String, String, String)> {
+    let doc: toml::Table = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut out: Vec<_> = doc["package"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().into(),
+                p["version"].as_str().unwrap().into(),
+                p["sha256"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `name==version` of every `*.dist-info` in the gzip layers of the OCI layout at `layout`
+/// (normalized names, as `uv pip freeze` prints them), sorted.
+pub fn image_distributions(layout: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(layout.join("blobs/sha256")).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        if bytes.len() < 2 || bytes[..2] != [0x1f, 0x8b] {
+            continue;
+        }
+        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&bytes[..]));
+        for member in archive.entries().unwrap() {
+            let name = member.unwrap().path().unwrap().display().to_string();
+            let Some(dist) = name.strip_suffix(".dist-info/METADATA") else { continue };
+            let (project, version) = dist.rsplit('/').next().unwrap().split_once('-').unwrap();
+            out.push(format!("{}=={version}", project.to_lowercase().replace('_', "-")));
+        }
+    }
+    out.sort();
+    out
+}
