@@ -1,13 +1,17 @@
 //! Verified downloads of the pinned wheels for a target.
 //!
-//! pip does the downloading (`pip download --no-deps --only-binary=:all: --platform ...
+//! The pip path: pip does the downloading (`pip download --no-deps --only-binary=:all: --platform ...
 //! --python-version ... --implementation cp --require-hashes`), which brings the machine's
 //! index configuration, proxies and certificates for free; we then hash every file ourselves
 //! and move it into place atomically, so a file in the artifact directory is always complete and
 //! always matches its name. The layout is `DEST/<sha256>/<wheel file name>`: the directory is
 //! named by the content, and the wheel keeps the file name installers read its tags from.
 //!
-//! The function boundary ([`fetch_wheels`]) hides pip, so a direct HTTP client can replace it.
+//! [`crate::download`] does the downloading: parallel connections, each file hashed as it
+//! streams and resumed where it broke, with the machine's index configuration read the way pip
+//! and uv read it. pip (`pip download`, above) remains for the configurations that module leaves
+//! to it (a `file://` index, `trusted-host`, `client-cert`, a CA bundle given to pip only, or
+//! `STACKBUILD_DOWNLOADER=pip`); both place files the same way ([`place`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -92,6 +96,17 @@ pub enum FetchError {
     /// A recipe's own wheel is not a readable regular file.
     #[error(transparent)]
     Input(#[from] crate::input::InputError),
+    /// The downloader could not get a pin's file from an index (no such file, HTTP error,
+    /// broken transfers, wrong bytes).
+    #[error("downloading {pin} from {index} failed: {reason}")]
+    Index {
+        /// The pin (`name==version`).
+        pin: String,
+        /// The index or link location, without credentials.
+        index: String,
+        /// What happened.
+        reason: String,
+    },
     /// pip reported success but a pin got no file.
     #[error("downloading {pin} for {target}: pip wrote no file for it")]
     Missing {
@@ -220,9 +235,26 @@ pub fn import_local_wheels(
     Ok(())
 }
 
+/// Download `pins` with [`crate::download`], or with pip where the machine's configuration asks
+/// for what only pip does (see that module). Returns one artifact per pin.
+fn download(
+    pins: &[&Pinned],
+    target: &Target,
+    sources: crate::recipe::IndexSources<'_>,
+    dest: &Path,
+) -> Result<Vec<Artifact>, FetchError> {
+    match crate::download::Config::from_environment(sources) {
+        Ok(config) => crate::download::fetch(pins, target, &config, dest),
+        Err(crate::download::Fallback(why)) => {
+            tracing::info!("downloading with pip: {why}");
+            pip_download(pins, target, sources, dest)
+        }
+    }
+}
+
 /// Run pip for `pins` into a temporary directory inside `dest` (same file system, so the final
 /// rename is atomic), verify, and move each file into place. Returns one artifact per pin.
-fn download(
+fn pip_download(
     pins: &[&Pinned],
     target: &Target,
     sources: crate::recipe::IndexSources<'_>,
@@ -329,7 +361,13 @@ fn download(
 /// Move a verified file to `dest/<sha256>/<filename>`: staged as `tmp/<sha256>/<filename>`, then
 /// the directory renamed into place in one step. When another process put the same content
 /// there first, that copy is kept (after checking it).
-fn place(file: &Path, filename: &str, sha256: &str, tmp: &Path, dest: &Path) -> Result<PathBuf, FetchError> {
+pub(crate) fn place(
+    file: &Path,
+    filename: &str,
+    sha256: &str,
+    tmp: &Path,
+    dest: &Path,
+) -> Result<PathBuf, FetchError> {
     let stage = tmp.join(sha256);
     std::fs::create_dir(&stage).map_err(io("creating", &stage))?;
     std::fs::rename(file, stage.join(filename)).map_err(io("moving", file))?;
@@ -507,9 +545,7 @@ mod tests {
             [pin("six==0.0.0.1", &["0000000000000000000000000000000000000000000000000000000000000000"])];
         let e =
             fetch_wheels(&bogus, &target(), IndexSources::default(), dest.path()).unwrap_err().to_string();
-        assert!(
-            e.starts_with("downloading six==0.0.0.1 for cp311/x86_64-manylinux_2_28 failed: ERROR:"),
-            "{e}"
-        );
+        assert!(e.starts_with("downloading six==0.0.0.1 from "), "{e}");
+        assert!(e.contains(" failed: no file of six 0.0.0.1"), "{e}");
     }
 }

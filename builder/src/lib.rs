@@ -10,6 +10,7 @@
 //! - [`check`]: the solved stack, its host requirements and its conflicts, without building.
 //! - [`derive`]: what the host must provide, derived from the stack and the `[host]` rules.
 //! - [`fetch`]: verified downloads into the cache.
+//! - [`download`]: the downloader: parallel, resumed, hashed as it streams, the machine's index configuration.
 //! - [`given_lock`]: a lock the user brings (`uv.lock`, `pylock.toml`), installed as it is.
 //! - [`image_arg`]: `IMAGE[:TAG]` arguments naming a local layout or archive, split by what exists.
 //! - [`io_error`]: the one I/O error (operation, path, cause) that module errors wrap.
@@ -51,6 +52,7 @@ pub mod chunks;
 pub mod claim;
 pub mod derive;
 pub mod diagnostic;
+pub mod download;
 pub mod fatbin;
 pub mod fetch;
 pub mod given_lock;
