@@ -24,6 +24,8 @@
 //! root alike), with the rootfs mounted read-only, the stage bind-mounted at [`STAGE_MOUNT`], an
 //! empty environment except `PYTHONHASHSEED=0` (set and frozenset constants are marshalled in
 //! iteration order) and `SOURCE_DATE_EPOCH`, and `--kill-child` so nothing it starts outlives it.
+//! It runs with `-S` (no `site`: no `.pth` file or `sitecustomize` of the base is imported), so
+//! the process that compiles is made of the interpreter and its standard library alone.
 //! Each top-level entry of the site directory (a package, a module) is compiled by its own
 //! interpreter process, walking its tree in sorted order: the marshalled bytes can depend on what
 //! was compiled before in the same process (`marshal` writes a back-reference for an object whose
@@ -95,6 +97,9 @@ pub struct Interpreter {
     pub version: String,
     /// What identifies the compiler for cache keys: the base layer's `diff_id` and the version.
     pub identity: String,
+    /// What identifies the compiling process, whatever else the base holds: the version and a
+    /// digest of the interpreter and its standard library, all it runs with `-S`.
+    pub compiler: String,
 }
 
 /// What compiling added to a stage.
@@ -126,7 +131,8 @@ impl Interpreter {
         let rootfs = parent.join(hex);
         let identity = format!("{}:python{version}", base.diff_id);
         if rootfs.join(STAGE_MOUNT.trim_start_matches('/')).is_dir() {
-            return Ok(Self { rootfs, version: version.to_owned(), identity });
+            let compiler = compiler_digest(&rootfs, version)?;
+            return Ok(Self { rootfs, version: version.to_owned(), identity, compiler });
         }
         std::fs::create_dir_all(&parent).map_err(io("creating", &parent))?;
         let tmp = tempfile::Builder::new()
@@ -146,7 +152,8 @@ impl Interpreter {
                 return Err(io("renaming to", &rootfs)(e));
             }
         }
-        Ok(Self { rootfs, version: version.to_owned(), identity })
+        let compiler = compiler_digest(&rootfs, version)?;
+        Ok(Self { rootfs, version: version.to_owned(), identity, compiler })
     }
 
     /// Compiles every `.py` below `stage/rel` (the in-image directory `/rel`) and returns what it
@@ -220,17 +227,18 @@ impl Interpreter {
     }
 
     /// Everything besides the sources that the bytes a unit compiles to depend on: the
-    /// interpreter (its base, whose startup imports are part of the compiling process's state),
-    /// the driver and sandbox (optimization level, invalidation mode, `dfile`), the environment.
+    /// interpreter and its standard library ([`compiler_digest`]: all the compiling process
+    /// imports), the driver and sandbox (optimization level, invalidation mode, `-S`), the
+    /// environment (`PYTHONHASHSEED`) and the epoch.
     fn compiler_identity(&self, epoch: u64) -> String {
         let mut h = sha2::Sha256::new();
-        for part in [self.identity.as_str(), SANDBOX, DRIVER, STAGE_MOUNT, "PYTHONHASHSEED=0;LC_ALL=C.UTF-8"]
+        for part in [self.compiler.as_str(), SANDBOX, DRIVER, STAGE_MOUNT, "PYTHONHASHSEED=0;LC_ALL=C.UTF-8"]
         {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part.as_bytes());
         }
         h.update(epoch.to_le_bytes());
-        format!("{}:{}", self.identity, hex::encode(h.finalize()))
+        format!("{}:{}", self.compiler, hex::encode(h.finalize()))
     }
 
     /// Compiles the top-level entry `name` of `stage/rel` in one sandboxed interpreter process.
@@ -388,7 +396,7 @@ root=$1; stage=$2; py=$3; shift 3
 mount --bind "$root" "$root"
 mount --bind "$stage" "$root/.stackbuild-stage"
 mount -o remount,bind,ro "$root"
-exec chroot "$root" "$py" -s -B -c "$@"
+exec chroot "$root" "$py" -S -s -B -c "$@"
 "#;
 
 /// The compiler, run by the image's interpreter: `argv[1]` the site directory (below the stage
@@ -453,6 +461,73 @@ fn parallel<T: Sync, R: Send>(
     let mut all: Vec<(usize, Result<R, BytecodeError>)> = results.into_iter().flatten().collect();
     all.sort_by_key(|(i, _)| *i);
     all.into_iter().map(|(_, r)| r).collect()
+}
+
+/// `python3.11:<sha256>` over what the compiling process is made of: the interpreter binary, a
+/// `pyvenv.cfg` that would move its prefix, and its standard library (sources, their cached
+/// bytecode, extension modules), the names, kinds, link targets and contents in sorted order.
+/// Run with `-S`, the interpreter imports nothing else of the base: a base with other packages
+/// (another Debian pin) compiles to the same bytes, and its units are reused.
+fn compiler_digest(rootfs: &Path, version: &str) -> Result<String, BytecodeError> {
+    let mut h = sha2::Sha256::new();
+    let mut feed = |tag: u8, bytes: &[u8]| {
+        h.update([tag]);
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    let roots = [
+        format!("usr/bin/python{version}"),
+        "usr/bin/pyvenv.cfg".into(),
+        "usr/pyvenv.cfg".into(),
+        format!("usr/lib/python{version}"),
+    ];
+    for root in roots {
+        let mut stack = vec![root];
+        while let Some(rel) = stack.pop() {
+            let path = rootfs.join(&rel);
+            feed(0, rel.as_bytes());
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                feed(1, b"none");
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                feed(1, b"link");
+                let target = std::fs::read_link(&path).map_err(io("reading", &path))?;
+                feed(2, target.as_os_str().as_encoded_bytes());
+                // The interpreter behind a link, within the copy.
+                if !rel.starts_with("usr/lib/") {
+                    let t = Path::new(&rel).parent().unwrap_or(Path::new("")).join(&target);
+                    let t = t.to_string_lossy().trim_start_matches('/').to_owned();
+                    let resolved = rootfs.join(&t);
+                    if resolved.starts_with(rootfs) && !t.contains("..") && resolved.is_file() {
+                        let (digest, _) = crate::blob::sha256_reader(
+                            std::fs::File::open(&resolved).map_err(io("opening", &resolved))?,
+                        )
+                        .map_err(io("reading", &resolved))?;
+                        feed(3, digest.as_bytes());
+                    }
+                }
+            } else if meta.is_dir() {
+                feed(1, b"dir");
+                let mut names = Vec::new();
+                for entry in std::fs::read_dir(&path).map_err(io("listing", &path))? {
+                    let entry = entry.map_err(io("listing", &path))?;
+                    names.push(entry.file_name().to_string_lossy().into_owned());
+                }
+                names.sort();
+                stack.extend(names.into_iter().rev().map(|n| format!("{rel}/{n}")));
+            } else if meta.is_file() {
+                feed(1, b"file");
+                let file = std::fs::File::open(&path).map_err(io("opening", &path))?;
+                let (digest, _) = crate::blob::sha256_reader(std::io::BufReader::new(file))
+                    .map_err(io("reading", &path))?;
+                feed(3, digest.as_bytes());
+            } else {
+                feed(1, b"other");
+            }
+        }
+    }
+    Ok(format!("python{version}:{}", hex::encode(h.finalize())))
 }
 
 fn valid_version(v: &str) -> bool {

@@ -150,12 +150,16 @@ fn hash_based_bytecode_the_same_in_two_caches_and_never_rewritten() {
 }
 
 fn pinned_recipe(dir: &Path, idna: &str) -> PathBuf {
+    recipe_on(dir, idna, BOOKWORM_PYTHON)
+}
+
+fn recipe_on(dir: &Path, idna: &str, base: &str) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join("pins.toml");
     std::fs::write(
         &path,
         format!(
-            "[image]\nname = \"bytecode\"\ntag = \"test\"\n\n{BOOKWORM_PYTHON}\n[python]\nversion = \"3.11\"\n\
+            "[image]\nname = \"bytecode\"\ntag = \"test\"\n\n{base}\n[python]\nversion = \"3.11\"\n\
              packages = [\"six==1.16.0\", \"idna=={idna}\"]\n"
         ),
     )
@@ -203,6 +207,16 @@ fn bytecode_is_compiled_once_per_wheel_and_reused_verified_across_builds() {
     assert_eq!(python_layer(&second)["built"], true);
     assert_eq!(units(&second), (1, 1), "{}", python_layer(&second));
     assert_eq!(python_layer(&second)["bytecode"]["files"], python_layer(&first)["bytecode"]["files"]);
+
+    // Another Debian package in the base: every Python layer is staged again, nothing compiled
+    // (the compiling process is the interpreter and its standard library), the same bytes.
+    let other_base = BOOKWORM_PYTHON.replace(r#"["python3"]"#, r#"["python3", "netbase"]"#);
+    assert_ne!(other_base, BOOKWORM_PYTHON);
+    let rebased =
+        build(&recipe_on(&tmp.path().join("d"), "3.7", &other_base), &cache, &tmp.path().join("l6"), &[]);
+    assert_eq!(python_layer(&rebased)["built"], true);
+    assert_eq!(units(&rebased), (0, 2), "{}", python_layer(&rebased));
+    assert_eq!(python_layer(&rebased)["digest"], python_layer(&second)["digest"]);
 
     // The same recipe in a fresh cache compiles everything: the layer holds the same bytes.
     let cold = build(&v2, &tmp.path().join("cache2"), &tmp.path().join("l3"), &["--locked"]);

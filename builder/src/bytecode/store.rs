@@ -3,11 +3,12 @@
 //! those bytes depend on, so that a later build staging the same entry (the same wheel in another
 //! layer, another recipe, a lock with another pin elsewhere) restores it instead of compiling.
 //!
-//! The key ([`Unit::key`]) is a sha256 over the compiler's identity (the interpreter, which is
-//! the base layer's `diff_id` and version, since what the interpreter imports at startup from
-//! its base is part of the process state that compiles; the driver and sandbox text, which fix
-//! the optimization level, the invalidation mode and the environment such as `PYTHONHASHSEED`;
-//! the epoch), the directory's name in the image (the `dfile` recorded in every `.pyc`), the
+//! The key ([`Unit::key`]) is a sha256 over the compiler's identity (a digest of the interpreter
+//! binary and its standard library, all the process that compiles is made of, since it runs
+//! with `-S`; the driver and sandbox text, which fix the optimization level, the invalidation
+//! mode and the environment such as `PYTHONHASHSEED`; the epoch), not the base's `diff_id`: a
+//! base with other Debian packages reuses the units. Then the directory's name in the image (the
+//! `dfile` recorded in every `.pyc`), the
 //! entry's name and, in the order the driver compiles them, each source it will compile: its
 //! path, mode and content digest, and what is already at its `.pyc` path (a wheel may ship one).
 //! Keying by the files rather than by the wheel's digest gives the same key for the same tree
