@@ -119,8 +119,13 @@ impl Config {
         if env("STACKBUILD_DOWNLOADER").is_some_and(|v| v == "pip") {
             return Err(Fallback("STACKBUILD_DOWNLOADER=pip".into()));
         }
+        // Two Python start-ups, at once: pip's default index is only needed when nothing
+        // names an index, but asking later would add its start-up to every fetch.
+        let default = sources.index.is_none().then(|| std::thread::spawn(pip_default_index));
+        let default = Mutex::new(default);
         let pip = pip_config();
-        Self::resolve(sources, &env, &pip, &pip_default_index)
+        let ask = || default.lock().ok()?.take()?.join().ok().flatten();
+        Self::resolve(sources, &env, &pip, &ask)
     }
 
     /// The configuration for `sources`, given the environment `env`, the output of `pip config
@@ -231,7 +236,7 @@ impl Config {
             .or_else(|| pip_opt("default-timeout"))
             .and_then(|v| v.parse::<f64>().ok())
             .filter(|s| s.is_finite() && *s > 0.0)
-            .map_or(Duration::from_secs(60), Duration::from_secs_f64);
+            .map_or(Duration::from_mins(1), Duration::from_secs_f64);
         let attempts =
             pip_opt("retries").and_then(|v| v.parse::<u32>().ok()).map_or(5, |r| r.clamp(1, 20) + 1);
         let jobs =
@@ -395,12 +400,12 @@ fn parse_netrc(text: &str) -> Vec<(Option<String>, Credentials)> {
             }
             "login" => {
                 if let (Some((_, c)), Some(v)) = (current.as_mut(), tokens.next()) {
-                    c.user = v.to_owned();
+                    v.clone_into(&mut c.user);
                 }
             }
             "password" => {
                 if let (Some((_, c)), Some(v)) = (current.as_mut(), tokens.next()) {
-                    c.password = v.to_owned();
+                    v.clone_into(&mut c.password);
                 }
             }
             "account" => {
@@ -476,7 +481,11 @@ pub fn fetch(
     let spinner = crate::progress::Progress::spinner(format!(
         "downloading {} wheel(s){}",
         pins.len(),
-        if total > 0 { format!(", {:.1} MB", total as f64 / 1e6) } else { String::new() }
+        if total > 0 {
+            format!(", {}.{} MB", total / 1_000_000, total / 100_000 % 10)
+        } else {
+            String::new()
+        }
     ));
     let tmp = tempfile::Builder::new().prefix(".fetch-").tempdir_in(dest).map_err(|source| {
         FetchError::Io(IoError { op: "creating a temporary directory in", path: dest.to_owned(), source })
@@ -589,8 +598,8 @@ impl Client<'_> {
             }
             let page_base = base
                 .join(&format!("{project}/"))
-                .map_err(|e| self.error(pin, index.url.as_str(), e.to_string()))?;
-            for f in self.page(&page_base).map_err(|r| self.error(pin, index.url.as_str(), r))? {
+                .map_err(|e| index_error(pin, index.url.as_str(), e.to_string()))?;
+            for f in self.page(&page_base).map_err(|r| index_error(pin, index.url.as_str(), r))? {
                 let Ok(url) = page_base.join(&f.url) else { continue };
                 let url = strip_fragment(url);
                 consider(
@@ -621,7 +630,7 @@ impl Client<'_> {
                     }
                 }
                 Links::Page(remote) => {
-                    for f in self.page(&remote.url).map_err(|r| self.error(pin, remote.url.as_str(), r))? {
+                    for f in self.page(&remote.url).map_err(|r| index_error(pin, remote.url.as_str(), r))? {
                         let Ok(url) = remote.url.join(&f.url) else { continue };
                         let url = strip_fragment(url);
                         consider(
@@ -651,13 +660,9 @@ impl Client<'_> {
                     pin.hashes.join(", ")
                 )
             };
-            return Err(self.error(pin, &self.config.describe(), reason));
+            return Err(index_error(pin, &self.config.describe(), reason));
         }
         Ok(found)
-    }
-
-    fn error(&self, pin: &Pinned, index: &str, reason: String) -> FetchError {
-        FetchError::Index { pin: pin.to_string(), index: index.to_owned(), reason }
     }
 
     /// A project page or a page of links: its files (a 404 is a page without files).
@@ -722,7 +727,7 @@ impl Client<'_> {
                 Ok(v) => v,
                 Err(Failure::Retry(r) | Failure::Fatal(r)) => {
                     let _ = std::fs::remove_dir_all(&dir);
-                    return Err(self.error(pin, &c.source, r));
+                    return Err(index_error(pin, &c.source, r));
                 }
             };
             if !pin.hashes.contains(&sha256) {
@@ -732,7 +737,7 @@ impl Client<'_> {
                     Location::Path(p) => p.display().to_string(),
                 };
                 let said = c.sha256.as_ref().map_or(String::new(), |h| format!(" (its page says {h})"));
-                last = Some(self.error(
+                last = Some(index_error(
                     pin,
                     &c.source,
                     format!(
@@ -757,7 +762,7 @@ impl Client<'_> {
                 path,
             });
         }
-        Err(last.unwrap_or_else(|| self.error(pin, &self.config.describe(), "no candidate".into())))
+        Err(last.unwrap_or_else(|| index_error(pin, &self.config.describe(), "no candidate".into())))
     }
 
     /// GETs `url` into `file`, retrying and resuming; returns the sha256 and size.
@@ -839,6 +844,10 @@ impl Client<'_> {
         }
         Err(Failure::Retry(format!("{last} (after {} attempts)", self.config.attempts)))
     }
+}
+
+fn index_error(pin: &Pinned, index: &str, reason: String) -> FetchError {
+    FetchError::Index { pin: pin.to_string(), index: index.to_owned(), reason }
 }
 
 fn restart(file: &mut std::fs::File, hasher: &mut Sha256, written: &mut u64) -> std::io::Result<()> {

@@ -6,6 +6,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -98,6 +99,7 @@ fn metadata_of(filename: &str) -> String {
     format!("Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
 }
 
+#[allow(clippy::too_many_lines)] // one request, routed: pages, metadata, files
 fn serve(
     stream: TcpStream,
     files: &BTreeMap<String, Served>,
@@ -184,10 +186,11 @@ fn serve(
             let mut html = String::from("<!DOCTYPE html><html><body>\n");
             for (f, s) in &mine {
                 let meta = sha256_hex(metadata_of(f).as_bytes());
-                html.push_str(&format!(
-                    "<a href=\"/files/{f}#sha256={}\" data-dist-info-metadata=\"sha256={meta}\" data-core-metadata=\"sha256={meta}\">{f}</a><br/>\n",
+                let _ = writeln!(
+                    html,
+                    "<a href=\"/files/{f}#sha256={}\" data-dist-info-metadata=\"sha256={meta}\" data-core-metadata=\"sha256={meta}\">{f}</a><br/>",
                     s.page_sha256
-                ));
+                );
             }
             html.push_str("</body></html>\n");
             respond(&mut writer, "200 OK", "text/html", "", html.as_bytes());
@@ -456,4 +459,122 @@ fn a_wrong_file_is_an_error_naming_the_package_and_leaves_nothing() {
     assert!(stderr.contains("has sha256"), "{stderr}");
     assert!(!stderr.contains(PASSWORD), "{stderr}");
     assert_eq!(artifacts(&cache), Vec::<String>::new(), "{stderr}");
+}
+
+/// Pins of a `uv pip compile --generate-hashes` output: `name==version` and its hashes.
+fn read_requirements(text: &str) -> Vec<stackbuild::solve::Pinned> {
+    let joined = text.replace("\\\n", " ");
+    let mut pins = Vec::new();
+    for line in joined.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let mut words = line.split_whitespace();
+        let spec = words.next().unwrap();
+        let (name, version) = spec.split_once("==").unwrap();
+        let version = version.split(';').next().unwrap();
+        let hashes = words.filter_map(|w| w.strip_prefix("--hash=sha256:")).map(str::to_owned).collect();
+        pins.push(stackbuild::solve::Pinned {
+            name: name.parse().unwrap(),
+            version: version.parse().unwrap(),
+            hashes,
+        });
+    }
+    pins
+}
+
+/// A cold download of the wheels of `STACKBUILD_BENCH_REQUIREMENTS` (a `uv pip compile
+/// --generate-hashes` file for `CPython` 3.11 on `x86_64` `manylinux_2_28`) from the machine's
+/// configured index: ours, `pip download` (what fetch.rs ran before) and `uv pip install
+/// --target` (fresh cache), interleaved, `STACKBUILD_BENCH_ROUNDS` rounds (default 2).
+/// `cargo test --release -p stackbuild --test download -- --ignored --nocapture bench_`
+#[test]
+#[ignore = "a benchmark: downloads from the configured index"]
+fn bench_cold_download() {
+    let Ok(req) = std::env::var("STACKBUILD_BENCH_REQUIREMENTS") else {
+        eprintln!("skipped: set STACKBUILD_BENCH_REQUIREMENTS");
+        return;
+    };
+    let pins = read_requirements(&std::fs::read_to_string(&req).unwrap());
+    let target =
+        stackbuild::solve::Target::new("3.11".parse().unwrap(), stackbuild::platform::Platform::LinuxAmd64);
+    let rounds: usize =
+        std::env::var("STACKBUILD_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(2);
+    let mut times: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut bytes = 0u64;
+    for round in 0..rounds {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = Instant::now();
+        let got = stackbuild::fetch::fetch_wheels(
+            &pins,
+            &target,
+            stackbuild::recipe::IndexSources::default(),
+            &tmp.path().join("ours"),
+        )
+        .unwrap();
+        times.entry("stackbuild").or_default().push(t.elapsed().as_secs_f64());
+        bytes = got.iter().map(|a| a.size).sum();
+
+        let mut pip = Command::new("python3");
+        pip.args([
+            "-m",
+            "pip",
+            "download",
+            "--no-cache-dir",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--require-hashes",
+        ])
+        .args(["--disable-pip-version-check", "--progress-bar", "off", "-q"])
+        .args([
+            "--implementation",
+            "cp",
+            "--python-version",
+            "3.11",
+            "--abi",
+            "cp311",
+            "--abi",
+            "abi3",
+            "--abi",
+            "none",
+        ]);
+        for tag in target.platform_tags() {
+            pip.args(["--platform", &tag]);
+        }
+        pip.arg("-d").arg(tmp.path().join("pip")).arg("-r").arg(&req);
+        let t = Instant::now();
+        assert!(pip.status().unwrap().success());
+        times.entry("pip download").or_default().push(t.elapsed().as_secs_f64());
+
+        let t = Instant::now();
+        let uv = Command::new("uv")
+            .args(["pip", "install", "--no-deps", "--require-hashes", "--only-binary", ":all:", "-q"])
+            .args([
+                "--python-version",
+                "3.11",
+                "--python-platform",
+                "x86_64-manylinux_2_28",
+                "--no-python-downloads",
+            ])
+            .arg("--target")
+            .arg(tmp.path().join("uv-target"))
+            .arg("--cache-dir")
+            .arg(tmp.path().join("uv-cache"))
+            .arg("-r")
+            .arg(&req)
+            .status()
+            .unwrap();
+        assert!(uv.success());
+        times.entry("uv pip install --target").or_default().push(t.elapsed().as_secs_f64());
+        eprintln!("round {round}: {:?}", times.iter().map(|(k, v)| (k, v[round])).collect::<Vec<_>>());
+    }
+    let best = |k: &str| times[k].iter().copied().fold(f64::INFINITY, f64::min);
+    #[allow(clippy::cast_precision_loss)] // MB to one decimal
+    let mb = bytes as f64 / 1e6;
+    eprintln!("{} wheels, {mb:.1} MB; best of {rounds}:", pins.len());
+    for k in times.keys() {
+        eprintln!(
+            "  {k:<26} {:>6.2} s  {:>6.1} MB/s  ours/this {:.2}",
+            best(k),
+            mb / best(k),
+            best("stackbuild") / best(k)
+        );
+    }
 }
