@@ -475,14 +475,14 @@ fn compiler_digest(rootfs: &Path, version: &str) -> Result<String, BytecodeError
         h.update((bytes.len() as u64).to_le_bytes());
         h.update(bytes);
     };
-    let roots = [
+    let tops = [
         format!("usr/bin/python{version}"),
         "usr/bin/pyvenv.cfg".into(),
         "usr/pyvenv.cfg".into(),
         format!("usr/lib/python{version}"),
     ];
-    for root in roots {
-        let mut stack = vec![root];
+    for top in tops {
+        let mut stack = vec![top];
         while let Some(rel) = stack.pop() {
             let path = rootfs.join(&rel);
             feed(0, rel.as_bytes());
