@@ -29,13 +29,15 @@
 //!   as pip does), else the `machine` (or `default`) entry of `NETRC` or `~/.netrc`;
 //! - a proxy: pip's `proxy` option, else `ALL_PROXY` / `HTTPS_PROXY` / `HTTP_PROXY`
 //!   (ureq's `try_proxy_from_env`); pip's `timeout` and `retries`;
-//! - trusted certificates: ureq's `native-certs` reads `SSL_CERT_FILE` or the system store.
+//! - trusted certificates: pip's `cert` (`PIP_CERT`), else `REQUESTS_CA_BUNDLE` or
+//!   `CURL_CA_BUNDLE` (what pip's requests reads), handed to rustls; else `SSL_CERT_FILE` or the
+//!   system store (ureq's `native-certs`). pip without any of them trusts its bundled certifi
+//!   roots, the Mozilla set that Debian's `ca-certificates` also is.
 //!
 //! pip stays, as a fallback only, for what this client does not do the way pip does it: an
 //! index that is not `http(s)://` (pip reads `file://` indexes as directory trees), pip's
-//! `trusted-host` (no TLS verification for a host) and `client-cert` options, and a CA bundle
-//! named by pip's `cert`, `REQUESTS_CA_BUNDLE` or `CURL_CA_BUNDLE` that is not `SSL_CERT_FILE`
-//! (handing it to rustls would need rustls as a direct dependency). In those cases being exact
+//! `trusted-host` (no TLS verification for a host) and `client-cert` options, and CA
+//! certificates given to pip as a directory. In those cases being exact
 //! matters more than being fast, so [`Config::from_environment`] says why and
 //! [`crate::fetch`] runs `pip download` as before. `STACKBUILD_DOWNLOADER=pip` asks for pip
 //! always. Indexes without hashes, find-links directories and pages are handled here.
@@ -100,6 +102,8 @@ pub struct Config {
     links: Vec<Links>,
     netrc: Vec<(Option<String>, Credentials)>,
     proxy: Option<String>,
+    /// A CA bundle to trust instead of `SSL_CERT_FILE` / the system's.
+    ca_bundle: Option<PathBuf>,
     timeout: Duration,
     attempts: u32,
     jobs: usize,
@@ -153,20 +157,22 @@ impl Config {
                 return Err(Fallback(format!("pip's {key} option is set ({v})")));
             }
         }
+        // pip's `cert`, else what requests reads (pip's HTTP client), else `SSL_CERT_FILE`
+        // (which ureq's native-certs reads itself), else the system's store.
         let ssl_cert_file = env("SSL_CERT_FILE");
         let bundle = pip_opt("cert").or_else(|| env("REQUESTS_CA_BUNDLE")).or_else(|| env("CURL_CA_BUNDLE"));
+        let mut ca_bundle = None;
         if let Some(bundle) = bundle {
             let same = ssl_cert_file.as_ref().is_some_and(|f| {
                 f == &bundle || std::fs::canonicalize(f).ok() == std::fs::canonicalize(&bundle).ok()
             });
+            if Path::new(&bundle).is_dir() {
+                return Err(Fallback(format!("the CA certificates given to pip are a directory ({bundle})")));
+            }
             if !same {
-                return Err(Fallback(format!(
-                    "the CA bundle {bundle} is given to pip (cert, REQUESTS_CA_BUNDLE or \
-                     CURL_CA_BUNDLE) but is not SSL_CERT_FILE"
-                )));
+                ca_bundle = Some(PathBuf::from(bundle));
             }
         }
-
         let no_index = truthy(pip_opt("no-index")) || truthy(env("UV_NO_INDEX"));
         let mut index_urls: Vec<String> = Vec::new();
         if !no_index {
@@ -212,20 +218,7 @@ impl Config {
             }
             indexes.push(remote);
         }
-        let mut links = Vec::new();
-        for raw in dedup(link_specs) {
-            if raw.starts_with("http://") || raw.starts_with("https://") {
-                links.push(Links::Page(remote(&raw)?));
-            } else if let Some(path) = raw.strip_prefix("file://") {
-                let path = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
-                links.push(Links::Dir(PathBuf::from(path.as_ref())));
-            } else if raw.contains("://") {
-                return Err(Fallback(format!("find-links {raw} is neither a directory nor an http(s) page")));
-            } else {
-                links.push(Links::Dir(PathBuf::from(raw)));
-            }
-        }
-
+        let links = links_of(dedup(link_specs))?;
         let netrc_path =
             env("NETRC").map(PathBuf::from).or_else(|| env("HOME").map(|h| Path::new(&h).join(".netrc")));
         let netrc = netrc_path
@@ -241,7 +234,7 @@ impl Config {
             pip_opt("retries").and_then(|v| v.parse::<u32>().ok()).map_or(5, |r| r.clamp(1, 20) + 1);
         let jobs =
             env("STACKBUILD_DOWNLOAD_JOBS").and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(JOBS);
-        Ok(Self { indexes, links, netrc, proxy: pip_opt("proxy"), timeout, attempts, jobs })
+        Ok(Self { indexes, links, netrc, proxy: pip_opt("proxy"), ca_bundle, timeout, attempts, jobs })
     }
 
     /// The indexes and link locations, for messages (no credentials).
@@ -270,6 +263,9 @@ impl Config {
         } else {
             builder = builder.try_proxy_from_env(true);
         }
+        if let Some(bundle) = &self.ca_bundle {
+            builder = builder.tls_config(tls_trusting(bundle)?);
+        }
         Ok(builder.build())
     }
 
@@ -291,6 +287,46 @@ impl Config {
             .or_else(|| self.netrc.iter().find(|(m, _)| m.as_deref() == Some(host)).map(|(_, c)| c.clone()))
             .or_else(|| self.netrc.iter().find(|(m, _)| m.is_none()).map(|(_, c)| c.clone()))
     }
+}
+
+/// A TLS configuration that trusts the certificates of the PEM file `bundle` (as pip's `cert`).
+fn tls_trusting(bundle: &Path) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::CertificateDer;
+    let what = |e: &dyn std::fmt::Display| format!("the CA bundle {}: {e}", bundle.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(bundle).map_err(|e| what(&e))? {
+        let cert = cert.map_err(|e| what(&e))?;
+        roots.add(cert).map_err(|e| what(&e))?;
+    }
+    if roots.is_empty() {
+        return Err(what(&"no certificates in it"));
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| what(&e))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(std::sync::Arc::new(config))
+}
+
+/// Wheel locations: directories (paths or `file://` URLs) and http(s) pages of links.
+fn links_of(specs: Vec<String>) -> Result<Vec<Links>, Fallback> {
+    let mut links = Vec::new();
+    for raw in specs {
+        if raw.starts_with("http://") || raw.starts_with("https://") {
+            links.push(Links::Page(remote(&raw)?));
+        } else if let Some(path) = raw.strip_prefix("file://") {
+            let path = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
+            links.push(Links::Dir(PathBuf::from(path.as_ref())));
+        } else if raw.contains("://") {
+            return Err(Fallback(format!("find-links {raw} is neither a directory nor an http(s) page")));
+        } else {
+            links.push(Links::Dir(PathBuf::from(raw)));
+        }
+    }
+    Ok(links)
 }
 
 fn dedup(list: Vec<String>) -> Vec<String> {
@@ -1061,15 +1097,17 @@ mod tests {
         assert!(f(&[("global.index-url", "file:///srv/simple")], &[]).is_err());
         assert!(f(&[("global.index-url", "https://a.invalid/"), ("global.trusted-host", "a.invalid")], &[])
             .is_err());
-        assert!(f(&[("global.index-url", "https://a.invalid/"), ("global.cert", "/x.pem")], &[]).is_err());
+        let c = f(&[("global.index-url", "https://a.invalid/"), ("global.cert", "/x.pem")], &[]).unwrap();
+        assert_eq!(c.ca_bundle.as_deref(), Some(Path::new("/x.pem")));
         assert!(f(
             &[("global.index-url", "https://a.invalid/"), ("global.cert", "/x.pem")],
             &[("SSL_CERT_FILE", "/x.pem")]
         )
         .is_ok());
-        assert!(
-            f(&[("global.index-url", "https://a.invalid/")], &[("REQUESTS_CA_BUNDLE", "/y.pem")]).is_err()
-        );
+        let c =
+            f(&[("global.index-url", "https://a.invalid/")], &[("REQUESTS_CA_BUNDLE", "/y.pem")]).unwrap();
+        assert_eq!(c.ca_bundle.as_deref(), Some(Path::new("/y.pem")));
+        assert!(f(&[("global.index-url", "https://a.invalid/"), ("global.cert", "/")], &[]).is_err());
         // no-index: find-links only.
         let c = f(&[("global.no-index", "true"), ("global.find-links", "/w")], &[]).unwrap();
         assert!(c.indexes.is_empty() && c.links.len() == 1);
@@ -1087,6 +1125,19 @@ mod tests {
         let u = url::Url::parse("http://127.0.0.1:1/simple/x/").unwrap();
         assert_eq!(c.credentials_for(&u).unwrap().password, "pw");
         assert!(c.credentials_for(&url::Url::parse("http://other.invalid/").unwrap()).is_none());
+    }
+
+    #[test]
+    fn a_ca_bundle_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "not a certificate\n").unwrap();
+        assert!(tls_trusting(&junk).unwrap_err().contains("no certificates"));
+        assert!(tls_trusting(&dir.path().join("missing.pem")).is_err());
+        let system = Path::new("/etc/ssl/certs/ca-certificates.crt");
+        if system.is_file() {
+            tls_trusting(system).unwrap();
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! [`crate::download`] does the downloading: parallel connections, each file hashed as it
 //! streams and resumed where it broke, with the machine's index configuration read the way pip
 //! and uv read it. pip (`pip download`, above) remains for the configurations that module leaves
-//! to it (a `file://` index, `trusted-host`, `client-cert`, a CA bundle given to pip only, or
+//! to it (a `file://` index, `trusted-host`, `client-cert`, CA certificates as a directory, or
 //! `STACKBUILD_DOWNLOADER=pip`); both place files the same way ([`place`]).
 
 use std::collections::BTreeMap;

@@ -27,6 +27,7 @@ struct Logged {
     path: String,
     range: Option<String>,
     authorized: bool,
+    user_agent: String,
     start: Instant,
     end: Instant,
 }
@@ -133,8 +134,16 @@ fn serve(
     };
     let authorized = headers.get("authorization") == Some(&expected);
     let range = headers.get("range").cloned();
+    let user_agent = headers.get("user-agent").cloned().unwrap_or_default();
     let record = |end: Instant| {
-        log.lock().unwrap().push(Logged { path: path.clone(), range: range.clone(), authorized, start, end });
+        log.lock().unwrap().push(Logged {
+            path: path.clone(),
+            range: range.clone(),
+            authorized,
+            user_agent: user_agent.clone(),
+            start,
+            end,
+        });
     };
     let respond = |w: &mut TcpStream, status: &str, kind: &str, extra: &str, body: &[u8]| {
         let head = format!(
@@ -253,6 +262,11 @@ fn served(path: &Path) -> Served {
 /// The environment of one stackbuild run: the netrc, a HOME and caches of its own, none of the
 /// machine's index settings.
 fn stackbuild(home: &Path, args: &[&std::ffi::OsStr]) -> std::process::Output {
+    stackbuild_with(home, args, &[])
+}
+
+/// [`stackbuild`] with `extra` variables set.
+fn stackbuild_with(home: &Path, args: &[&std::ffi::OsStr], extra: &[(&str, &str)]) -> std::process::Output {
     let netrc = home.join("netrc");
     std::fs::write(&netrc, format!("machine 127.0.0.1\n  login {USER}\n  password {PASSWORD}\n")).unwrap();
     let mut cmd = Command::new(common::STACKBUILD);
@@ -282,6 +296,9 @@ fn stackbuild(home: &Path, args: &[&std::ffi::OsStr]) -> std::process::Output {
         "all_proxy",
     ] {
         cmd.env_remove(var);
+    }
+    for (k, v) in extra {
+        cmd.env(k, v);
     }
     cmd.output().unwrap()
 }
@@ -392,7 +409,7 @@ fn downloads_in_parallel_with_netrc_resuming_a_dropped_transfer() {
     for w in &all {
         let name = w.file_name().unwrap().to_string_lossy().into_owned();
         let g = gets(&name);
-        assert!(g.iter().all(|l| l.authorized), "{name}: {g:?}");
+        assert!(g.iter().all(|l| l.authorized && l.user_agent.starts_with("stackbuild/")), "{name}: {g:?}");
         assert_eq!(g.len(), if name.starts_with("brokenpkg") { 2 } else { 1 }, "{name}: {g:?}");
     }
     // The slow wheel did not hold up the others: they were fetched while it streamed.
@@ -459,6 +476,39 @@ fn a_wrong_file_is_an_error_naming_the_package_and_leaves_nothing() {
     assert!(stderr.contains("has sha256"), "{stderr}");
     assert!(!stderr.contains(PASSWORD), "{stderr}");
     assert_eq!(artifacts(&cache), Vec::<String>::new(), "{stderr}");
+}
+
+/// `STACKBUILD_DOWNLOADER=pip`: pip downloads instead (the fallback), from the same index with
+/// the same netrc, into the same cache layout.
+#[test]
+fn pip_remains_as_the_fallback() {
+    if !common::have("uv")
+        || !Command::new("python3")
+            .args(["-m", "pip", "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("skipped: needs uv and python3 -m pip");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let wheel = write_wheel(&tmp.path().join("wheels"), "viapip", "1.0", 32 << 10, 7);
+    let index = Index::start(BTreeMap::from([("viapip-1.0-py3-none-any.whl".to_owned(), served(&wheel))]));
+    let recipe = recipe(tmp.path(), "pip", &index.url(), &["viapip==1.0"]);
+    let cache = tmp.path().join("cache");
+    let out = tmp.path().join("out");
+    let args =
+        [recipe.as_os_str(), "--cache-dir".as_ref(), cache.as_os_str(), "--out".as_ref(), out.as_os_str()];
+    let o = stackbuild_with(tmp.path(), &args, &[("STACKBUILD_DOWNLOADER", "pip")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let digest = sha256_hex(&std::fs::read(&wheel).unwrap());
+    assert_eq!(artifacts(&cache), [format!("{digest}/viapip-1.0-py3-none-any.whl")]);
+    // pip fetched it, once.
+    let log = index.log();
+    let gets: Vec<&Logged> =
+        log.iter().filter(|l| l.path == "/files/viapip-1.0-py3-none-any.whl" && l.authorized).collect();
+    assert_eq!(gets.len(), 1, "{log:#?}");
+    assert!(gets[0].user_agent.starts_with("pip/"), "{:?}", gets[0]);
 }
 
 /// Pins of a `uv pip compile --generate-hashes` output: `name==version` and its hashes.
