@@ -845,6 +845,11 @@ impl Client<'_> {
             if written > 0 && !resumed {
                 tracing::debug!(%url, "the server did not resume; starting over");
                 restart(&mut file, &mut hasher, &mut written).map_err(fatal)?;
+                if resp.status() != 200 {
+                    // Some other part of the file: ask for all of it next time.
+                    last = format!("{url}: HTTP {} with another range than asked for", resp.status());
+                    continue;
+                }
             } else if written == 0 && resp.status() != 200 {
                 last = format!("{url}: HTTP {} to a plain GET", resp.status());
                 continue;
