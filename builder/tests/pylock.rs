@@ -178,12 +178,13 @@ fn a_file_that_is_not_ours_is_left_alone() {
     assert_eq!(std::fs::read_to_string(&pylock).unwrap(), "lock-version = \"1.0\"\n# mine\n");
 }
 
-/// The DreamZero stack's own lock (62 wheels, torch 2.1.0 with its CUDA 12.1 wheels) as a
-/// `pylock.toml`, written from the checked-in lock without resolving (`lock --locked`): PyPA's
+/// The `DreamZero` stack's own lock (62 wheels, torch 2.1.0 with its CUDA 12.1 wheels) as a
+/// `pylock.toml`, written from the checked-in lock without resolving (`lock --locked`): the `PyPA`'s
 /// `packaging.pylock` reads it, `uv pip install --dry-run` for the image's interpreter and
 /// platform would install exactly the lock's versions, and pip 26 reads it (where this machine's
 /// Python is the image's, 3.11 on x86-64, since pip takes no platform options for a pylock).
 #[test]
+#[allow(clippy::too_many_lines)] // one stack, read by four tools in turn
 fn the_dreamzero_pylock_passes_uv_pip_and_packaging() {
     if !have("uv") {
         eprintln!("SKIPPED: uv is not installed");
