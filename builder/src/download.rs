@@ -735,7 +735,7 @@ impl Client<'_> {
                     serde_json::from_slice(&bytes).map_err(|e| format!("{url}: not a PEP 691 page: {e}"))?;
                 return Ok(page.files);
             }
-            return Ok(html_links(&String::from_utf8_lossy(&bytes)));
+            return Ok(crate::tables::index::html_files(&String::from_utf8_lossy(&bytes)));
         }
         Err(format!("{last} (after {} attempts)", self.config.attempts))
     }
@@ -933,77 +933,6 @@ fn copy_local(from: &Path, to: &Path) -> std::io::Result<(String, u64)> {
     Ok((hex::encode(hasher.finalize()), total))
 }
 
-/// The links of a PEP 503 page (or a find-links page): each anchor's `href`, the file name its
-/// path ends in, the `#sha256=` fragment.
-fn html_links(html: &str) -> Vec<IndexFile> {
-    let mut files = Vec::new();
-    let lower = html.to_ascii_lowercase();
-    let mut at = 0;
-    while let Some(i) = lower[at..].find("<a") {
-        let start = at + i + 2;
-        at = start;
-        if !lower[start..].starts_with(|c: char| c.is_ascii_whitespace()) {
-            continue;
-        }
-        let Some(end) = lower[start..].find('>') else { break };
-        let attrs = &html[start..start + end];
-        at = start + end;
-        let Some(href) = href_of(attrs) else { continue };
-        let href = unescape(&href);
-        let (path, fragment) = href.split_once('#').unwrap_or((href.as_str(), ""));
-        let last = path.rsplit('/').next().unwrap_or("");
-        let last = last.split('?').next().unwrap_or("");
-        let filename = percent_encoding::percent_decode_str(last).decode_utf8_lossy().into_owned();
-        if filename.is_empty() {
-            continue;
-        }
-        let mut hashes = BTreeMap::new();
-        if let Some(("sha256", digest)) = fragment.split_once('=') {
-            hashes.insert("sha256".to_owned(), digest.to_owned());
-        }
-        files.push(IndexFile {
-            filename,
-            url: href.clone(),
-            hashes,
-            requires_python: None,
-            yanked: serde_json::Value::Bool(false),
-            core_metadata: None,
-            dist_info_metadata: None,
-            size: None,
-        });
-    }
-    files
-}
-
-fn href_of(attrs: &str) -> Option<String> {
-    let lower = attrs.to_ascii_lowercase();
-    let mut at = 0;
-    while let Some(i) = lower[at..].find("href") {
-        let start = at + i;
-        at = start + 4;
-        if start > 0 && !lower.as_bytes()[start - 1].is_ascii_whitespace() {
-            continue;
-        }
-        let rest = attrs[at..].trim_start();
-        let Some(value) = rest.strip_prefix('=') else { continue };
-        let value = value.trim_start();
-        return Some(match value.chars().next() {
-            Some(q @ ('"' | '\'')) => value[1..].split(q).next().unwrap_or("").to_owned(),
-            _ => value.split(|c: char| c.is_ascii_whitespace()).next().unwrap_or("").to_owned(),
-        });
-    }
-    None
-}
-
-fn unescape(text: &str) -> String {
-    text.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&#39;", "'")
-        .replace("&#x27;", "'")
-        .replace("&amp;", "&")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1149,7 +1078,7 @@ mod tests {
     fn html_pages() {
         let html = "<html><body><A HREF=\"../../packages/demo-1.0-py3-none-any.whl#sha256=AB\" data-x>demo</A>\n\
                     <a href='https://h.invalid/p/demo%2B1-2.0-py3-none-any.whl?x=1'>y</a><a name=x>no</a></body></html>";
-        let files = html_links(html);
+        let files = crate::tables::index::html_files(html);
         assert_eq!(files.len(), 2);
         assert_eq!(files[0].filename, "demo-1.0-py3-none-any.whl");
         assert_eq!(files[0].hashes["sha256"], "AB");

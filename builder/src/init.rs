@@ -160,6 +160,8 @@ pub struct Found {
     python: Option<(String, String)>,
     requires_python: Vec<(String, String)>,
     lock: Option<PathBuf>,
+    /// That lock, read once.
+    given: Option<crate::given_lock::GivenLock>,
     /// `(requirement, name, where)`.
     packages: Vec<(String, String, String)>,
     constraints: Vec<(String, String, String)>,
@@ -411,7 +413,7 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
     // 2. A lock: the whole list of what is installed.
     for (kind, path) in inputs.iter().filter(|(k, _)| matches!(k, InputKind::UvLock | InputKind::Pylock)) {
         if Some(*kind) == lock_kind && found.lock.is_none() {
-            crate::given_lock::GivenLock::load(path)?;
+            found.given = Some(crate::given_lock::GivenLock::load(path)?);
             found.inputs.push(path.clone());
             found.decide(format!(
                 "{}: the project's lock: the image installs exactly its wheels ([python] lock), nothing is resolved",
@@ -515,7 +517,7 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
         .iter()
         .filter_map(|(s, why)| s.parse().ok().map(|spec| (spec, format!("{why} {s:?}"))))
         .collect();
-    let lock = found.lock.as_ref().map(|l| crate::given_lock::GivenLock::load(l)).transpose()?;
+    let lock = found.given.take();
     let admits = |v: &str| {
         let version: pep440_rs::Version =
             format!("{v}.0").parse().unwrap_or_else(|_| pep440_rs::Version::new([3]));

@@ -386,20 +386,33 @@ fn headers_of(text: &str) -> &str {
 
 /// A PEP 503 page: each `<a href="URL#sha256=...">FILE</a>`, with `data-requires-python`,
 /// `data-yanked` (PEP 592) and `data-core-metadata` / `data-dist-info-metadata` (PEP 714/658).
-/// Anchors are all a simple page holds, so this reads them and nothing else.
+/// Anchors are all a simple page holds, so this reads them and nothing else. Tags and attribute
+/// names in any case; the file name is the last segment of the URL's path, percent-decoded
+/// (PEP 503 makes it the anchor's text too, but a pip find-links page need not), else the text.
 fn html_page(html: &str) -> Page {
     let mut files = Vec::new();
-    let mut rest = html;
-    while let Some(start) = rest.find("<a ").or_else(|| rest.find("<A ")) {
-        let after = &rest[start + 3..];
-        let Some(tag_end) = after.find('>') else { break };
-        let attrs = &after[..tag_end];
-        let body = &after[tag_end + 1..];
-        let Some(close) = body.find("</a>").or_else(|| body.find("</A>")) else { break };
-        let filename = unescape(body[..close].trim());
-        rest = &body[close..];
+    let lower = html.to_ascii_lowercase();
+    let mut at = 0;
+    while let Some(i) = lower[at..].find("<a") {
+        let start = at + i + 2;
+        at = start;
+        if !lower[start..].starts_with(|c: char| c.is_ascii_whitespace()) {
+            continue;
+        }
+        let Some(tag_end) = lower[start..].find('>') else { break };
+        let attrs = &html[start..start + tag_end];
+        let body_start = start + tag_end + 1;
+        let close = lower[body_start..].find("</a>").map_or(html.len(), |c| body_start + c);
+        let text = unescape(html[body_start..close].trim());
+        at = close.min(html.len());
         let Some(href) = attribute(attrs, "href") else { continue };
         let (url, fragment) = href.split_once('#').map_or((href.as_str(), ""), |(u, f)| (u, f));
+        let last = url.split('?').next().unwrap_or("").rsplit('/').next().unwrap_or("");
+        let filename = percent_encoding::percent_decode_str(last).decode_utf8_lossy().into_owned();
+        let filename = if filename.is_empty() { text } else { filename };
+        if filename.is_empty() {
+            continue;
+        }
         let mut hashes = BTreeMap::new();
         if let Some((algo, digest)) = fragment.split_once('=') {
             hashes.insert(algo.to_owned(), digest.to_owned());
@@ -430,11 +443,17 @@ fn html_page(html: &str) -> Page {
     Page { meta: serde_json::Value::Null, name: String::new(), files }
 }
 
+/// The files of a PEP 503 page or a pip find-links page ([`html_page`]).
+pub(crate) fn html_files(html: &str) -> Vec<IndexFile> {
+    html_page(html).files
+}
+
 /// The value of `name` in a tag's attributes (quoted with `"` or `'`, or bare; a bare
 /// attribute is the empty string), HTML entities decoded.
 fn attribute(attrs: &str, name: &str) -> Option<String> {
+    let lower = attrs.to_ascii_lowercase();
     let mut at = 0;
-    while let Some(i) = attrs[at..].find(name) {
+    while let Some(i) = lower[at..].find(name) {
         let start = at + i;
         at = start + name.len();
         let before_ok = start == 0 || attrs.as_bytes()[start - 1].is_ascii_whitespace();
