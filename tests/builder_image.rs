@@ -42,6 +42,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use e2e::{binary, have, is_root, text, verify_layout, workspace};
+use test_support::process::run as must;
 use test_support::registry::Registry;
 
 /// The builder image's tag (recipes/stackbuild.toml).
@@ -104,18 +105,6 @@ fn json(path: &Path) -> serde_json::Value {
 
 fn output(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"))
-}
-
-fn must(cmd: &mut Command) -> Output {
-    let out = output(cmd);
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed with {}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    out
 }
 
 // ---------------------------------------------------------------------------------------------
