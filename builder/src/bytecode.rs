@@ -130,8 +130,9 @@ impl Interpreter {
         let parent = cache.root().join("bytecode-rootfs");
         let rootfs = parent.join(hex);
         let identity = format!("{}:python{version}", base.diff_id);
+        let digest_file = parent.join(format!("{hex}.compiler-python{version}"));
         if rootfs.join(STAGE_MOUNT.trim_start_matches('/')).is_dir() {
-            let compiler = compiler_digest(&rootfs, version)?;
+            let compiler = recorded_digest(&rootfs, &digest_file, version)?;
             return Ok(Self { rootfs, version: version.to_owned(), identity, compiler });
         }
         std::fs::create_dir_all(&parent).map_err(io("creating", &parent))?;
@@ -140,7 +141,7 @@ impl Interpreter {
             .tempdir_in(&parent)
             .map_err(io("creating a directory in", &parent))?;
         let compression = Compression::from_media_type(&base.media_type).unwrap_or(Compression::None);
-        unpack(&base.path, compression, tmp.path())?;
+        unpack(&base.path, compression, tmp.path(), version)?;
         // Created last: its presence marks a complete copy.
         let mount = tmp.path().join(STAGE_MOUNT.trim_start_matches('/'));
         std::fs::create_dir_all(&mount).map_err(io("creating", &mount))?;
@@ -152,7 +153,7 @@ impl Interpreter {
                 return Err(io("renaming to", &rootfs)(e));
             }
         }
-        let compiler = compiler_digest(&rootfs, version)?;
+        let compiler = recorded_digest(&rootfs, &digest_file, version)?;
         Ok(Self { rootfs, version: version.to_owned(), identity, compiler })
     }
 
@@ -562,7 +563,88 @@ pub fn count_pyc(dir: &Path) -> Result<Added, BytecodeError> {
 /// Unpacks a layer blob into `dir` for the compiler: regular files, directories, symlinks and
 /// hardlinks (the tar crate keeps every one inside `dir`); device nodes, FIFOs and whiteouts
 /// are left out, as the compiler needs none and a rootless build cannot create devices.
-fn unpack(blob: &Path, compression: Compression, dir: &Path) -> Result<(), BytecodeError> {
+/// [`compiler_digest`] of the unpacked copy, computed once and kept beside it: the copy is only
+/// ever mounted read-only, so its digest cannot change, and hashing the standard library again
+/// (about 27 MB, 1,200 files on bookworm) was a fixed cost of every build that compiles.
+/// A missing or unreadable record is computed again and rewritten (atomically).
+fn recorded_digest(rootfs: &Path, record: &Path, version: &str) -> Result<String, BytecodeError> {
+    let prefix = format!("python{version}:");
+    if let Ok(text) = crate::input::read_text(record, 256, "compiler digest record") {
+        let text = text.trim();
+        if text
+            .strip_prefix(&prefix)
+            .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Ok(text.to_owned());
+        }
+    }
+    let digest = compiler_digest(rootfs, version)?;
+    let parent = record.parent().unwrap_or(Path::new("."));
+    if let Ok(mut tmp) = tempfile::NamedTempFile::new_in(parent) {
+        use std::io::Write as _;
+        if tmp.write_all(digest.as_bytes()).is_ok() {
+            // Not recorded is only slower next time.
+            let _ = tmp.persist(record);
+        }
+    }
+    Ok(digest)
+}
+
+/// Whether the compiler's copy of the base needs the entry `name` (a path in the base layer):
+/// the interpreter, its standard library, the shared libraries and loader it runs with, the
+/// loader's cache and the locales (`LC_ALL=C.UTF-8`), and the top-level links of a merged
+/// `/usr`. Nothing else of the base is read by `python3.X -S` compiling a stage, and skipping
+/// it (documentation, `dpkg` state, other programs: about two thirds of a bookworm base's 9,600
+/// entries) saves creating those files on every first compile with a base: `perf` of a cold
+/// `bench/small.toml` build had 79 % of its samples in the kernel creating inodes for it.
+/// [`compiler_digest`] reads only entries kept here, so the identity is the same either way.
+fn compiler_needs(name: &str, version: &str, is_dir: bool) -> bool {
+    let stdlib = format!("usr/lib/python{version}");
+    let roots: [&str; 11] = [
+        "usr/bin/python",
+        "usr/bin/pyvenv.cfg",
+        "usr/pyvenv.cfg",
+        &stdlib,
+        "lib",
+        "lib32",
+        "lib64",
+        "usr/lib32",
+        "usr/lib64",
+        "usr/lib/locale",
+        "etc/ld.so.",
+    ];
+    let under = |root: &str| {
+        name == root
+            || name.strip_prefix(root).is_some_and(|rest| rest.starts_with('/'))
+            // `usr/bin/python3`, `usr/bin/python3.11`: the interpreter and its links.
+            || (root == "usr/bin/python" && name.starts_with(root) && !name[root.len()..].contains('/'))
+            || (root == "etc/ld.so." && name.starts_with(root))
+    };
+    // A multiarch library directory: `usr/lib/x86_64-linux-gnu`, `usr/lib/aarch64-linux-gnu`.
+    let multiarch = name
+        .strip_prefix("usr/lib/")
+        .and_then(|rest| rest.split('/').next())
+        .is_some_and(|dir| dir.contains("-linux-gnu"));
+    if multiarch || roots.iter().any(|r| under(r)) || !name.contains('/') {
+        return true;
+    }
+    // The directories above what is kept.
+    is_dir && roots.iter().any(|r| r.starts_with(&format!("{name}/")))
+}
+
+/// `usr/bin/python3` for `./usr/bin/python3` or `usr//bin/python3`.
+fn relative_name(name: &Path) -> String {
+    let parts: Vec<String> = name
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(p) => Some(p.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    parts.join("/")
+}
+
+fn unpack(blob: &Path, compression: Compression, dir: &Path, version: &str) -> Result<(), BytecodeError> {
     let file = std::fs::File::open(blob).map_err(io("opening", blob))?;
     let decoded =
         compression.decoder(std::io::BufReader::with_capacity(1 << 20, file)).map_err(io("reading", blob))?;
@@ -577,6 +659,17 @@ fn unpack(blob: &Path, compression: Compression, dir: &Path) -> Result<(), Bytec
         let whiteout = name.iter().any(|c| c.as_encoded_bytes().starts_with(b".wh."));
         if !safe || whiteout {
             continue;
+        }
+        let rel = relative_name(&name);
+        if !compiler_needs(&rel, version, kind.is_dir()) {
+            continue;
+        }
+        if kind.is_hard_link() {
+            // A link to an entry left out would fail: leave it out too.
+            let target = entry.link_name().ok().flatten().map(|t| relative_name(&t));
+            if !target.is_some_and(|t| compiler_needs(&t, version, false)) {
+                continue;
+            }
         }
         if kind.is_dir() {
             dirs.push((name, entry.header().mode().unwrap_or(0o755) & 0o7777));
@@ -607,6 +700,41 @@ fn unpack(blob: &Path, compression: Compression, dir: &Path) -> Result<(), Bytec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_compiler_copy_keeps_the_interpreter_its_libraries_and_nothing_else() {
+        for kept in [
+            "usr/bin/python3.11",
+            "usr/bin/python3",
+            "usr/lib/python3.11/os.py",
+            "usr/lib/python3.11/lib-dynload/_json.cpython-311-x86_64-linux-gnu.so",
+            "usr/lib/x86_64-linux-gnu/libz.so.1",
+            "usr/lib/aarch64-linux-gnu/libc.so.6",
+            "lib64/ld-linux-x86-64.so.2",
+            "etc/ld.so.cache",
+            "usr/lib/locale/C.utf8/LC_CTYPE",
+            "bin",
+        ] {
+            assert!(compiler_needs(kept, "3.11", false), "{kept}");
+        }
+        for dir in ["usr", "usr/lib", "usr/bin", "etc"] {
+            assert!(compiler_needs(dir, "3.11", true), "{dir}");
+        }
+        for left in [
+            "usr/share/doc/python3.11/copyright",
+            "usr/lib/python3/dist-packages/six.py",
+            "usr/lib/python3.12/os.py",
+            "usr/bin/perl",
+            "usr/bin/pythonista/x",
+            "var/lib/dpkg/status",
+            "etc/passwd",
+            "usr/libexec/x",
+        ] {
+            assert!(!compiler_needs(left, "3.11", false), "{left}");
+        }
+        assert!(!compiler_needs("usr/share", "3.11", true));
+        assert_eq!(relative_name(Path::new("./usr//bin/python3")), "usr/bin/python3");
+    }
 
     #[test]
     fn versions_are_checked_before_they_name_a_binary() {

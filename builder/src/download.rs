@@ -57,6 +57,9 @@ use crate::solve::{Pinned, Target};
 use crate::tables::index::IndexFile;
 use crate::wheel_name::parse_wheel_name;
 
+mod pip;
+pub use pip::parse_pip_config_list;
+
 /// Connections at once (pages, then files).
 pub const JOBS: usize = 8;
 /// The media type of PEP 691's JSON pages.
@@ -117,19 +120,19 @@ pub struct Fallback(pub String);
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 impl Config {
-    /// The configuration for `sources` from this process's environment and pip's configuration.
-    pub fn from_environment(sources: crate::recipe::IndexSources<'_>) -> Result<Self, Fallback> {
+    /// The configuration for `sources` from this process's environment and pip's configuration
+    /// (learned from pip once and kept in `memo`, a directory of the cache: [`pip::Settings`]).
+    pub fn from_environment(
+        sources: crate::recipe::IndexSources<'_>,
+        memo: Option<&Path>,
+    ) -> Result<Self, Fallback> {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         if env("STACKBUILD_DOWNLOADER").is_some_and(|v| v == "pip") {
             return Err(Fallback("STACKBUILD_DOWNLOADER=pip".into()));
         }
-        // Two Python start-ups, at once: pip's default index is only needed when nothing
-        // names an index, but asking later would add its start-up to every fetch.
-        let default = sources.index.is_none().then(|| std::thread::spawn(pip_default_index));
-        let default = Mutex::new(default);
-        let pip = pip_config();
-        let ask = || default.lock().ok()?.take()?.join().ok().flatten();
-        Self::resolve(sources, &env, &pip, &ask)
+        let pip = pip::Settings::of_this_machine(memo);
+        let ask = || pip.default_index.clone();
+        Self::resolve(sources, &env, &pip.config, &ask)
     }
 
     /// The configuration for `sources`, given the environment `env`, the output of `pip config
@@ -350,70 +353,6 @@ fn remote(raw: &str) -> Result<Remote, Fallback> {
     let _ = url.set_username("");
     let _ = url.set_password(None);
     Ok(Remote { url, credentials })
-}
-
-/// `python3 -m pip config list`: `section.key='value'` lines, as a map; empty when pip is not
-/// there (then only the environment and the recipe configure anything).
-fn pip_config() -> BTreeMap<String, String> {
-    let out = std::process::Command::new("python3")
-        .args(["-m", "pip", "config", "list"])
-        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output();
-    match out {
-        Ok(o) if o.status.success() => parse_pip_config_list(&String::from_utf8_lossy(&o.stdout)),
-        _ => BTreeMap::new(),
-    }
-}
-
-/// Parses `pip config list` output: `key=REPR` per line, REPR a Python string literal.
-pub fn parse_pip_config_list(text: &str) -> BTreeMap<String, String> {
-    let mut map = BTreeMap::new();
-    for line in text.lines() {
-        let Some((key, value)) = line.split_once('=') else { continue };
-        if let Some(v) = python_str(value.trim()) {
-            map.insert(key.trim().to_owned(), v);
-        }
-    }
-    map
-}
-
-/// A Python `repr()` of a string: quoted with `'` or `"`, backslash escapes.
-fn python_str(repr: &str) -> Option<String> {
-    let quote = repr.chars().next().filter(|c| *c == '\'' || *c == '"')?;
-    let inner = repr.strip_prefix(quote)?.strip_suffix(quote)?;
-    let mut out = String::new();
-    let mut chars = inner.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next()? {
-            'n' => out.push('\n'),
-            't' => out.push('\t'),
-            'r' => out.push('\r'),
-            'x' => {
-                let hex: String = chars.by_ref().take(2).collect();
-                out.push(char::from(u8::from_str_radix(&hex, 16).ok()?));
-            }
-            other => out.push(other),
-        }
-    }
-    Some(out)
-}
-
-/// pip's default index, asked of pip.
-fn pip_default_index() -> Option<String> {
-    let out = std::process::Command::new("python3")
-        .args(["-c", "from pip._internal.models.index import PyPI; print(PyPI.simple_url)"])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8(out.stdout).ok()?.trim().to_owned();
-    (out.status.success() && !text.is_empty()).then_some(text)
 }
 
 /// The entries of a `.netrc` file: `(machine, credentials)`, `None` for `default`.

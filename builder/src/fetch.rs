@@ -243,7 +243,8 @@ fn download(
     sources: crate::recipe::IndexSources<'_>,
     dest: &Path,
 ) -> Result<Vec<Artifact>, FetchError> {
-    match crate::download::Config::from_environment(sources) {
+    // pip's settings are remembered beside the wheels they fetched (`download::pip`).
+    match crate::download::Config::from_environment(sources, Some(&dest.join(".pip-settings"))) {
         Ok(config) => crate::download::fetch(pins, target, &config, dest),
         Err(crate::download::Fallback(why)) => {
             tracing::info!("downloading with pip: {why}");

@@ -323,6 +323,10 @@ fn artifacts(cache: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
+        if name == ".pip-settings" {
+            // pip's settings, remembered (download::pip); not a download.
+            continue;
+        }
         let inner: Vec<String> = std::fs::read_dir(entry.path())
             .into_iter()
             .flatten()
