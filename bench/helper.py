@@ -9,6 +9,7 @@ writing the Docker build context of "the usual way", and timing short process ru
     helper.py spawn-times --runs N [--warmup N] --spec CASES.jsonl
     helper.py layout LAYOUT
     helper.py bundle --dir BUNDLE --args ARG... [--env K=V]... [--hook PATH [--hook-env K=V]...]
+    helper.py timeline --log FILE [--mark NAME=TEXT]... -- PROGRAM ARG...
 
 Only the standard library (Python 3.11: tomllib), so it runs with Debian bookworm's python3.
 """
@@ -297,6 +298,36 @@ def cmd_bundle(args):
         json.dump(config, f, indent=1)
 
 
+def cmd_timeline(args):
+    """Runs PROGRAM with its output (stdout and stderr together) appended to --log, and prints
+    JSON: {"seconds": wall time, "exit": code, "marks": {NAME: seconds to the first output line
+    holding TEXT}}: where one command's phases start (ctr pull's "unpacking" line)."""
+    import subprocess
+    argv = args.argv[1:] if args.argv and args.argv[0] == "--" else args.argv
+    if not argv:
+        die("timeline: give a program")
+    marks = dict(parse_pair(m, "--mark") for m in args.mark)
+    seen = {}
+    start = time.monotonic()
+    with open(args.log, "ab") as log:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        # ctr redraws its progress with carriage returns: split on both.
+        buf = b""
+        while chunk := proc.stdout.read1(65536):
+            log.write(chunk)
+            buf += chunk
+            *lines, buf = re.split(rb"[\r\n]", buf)
+            now = time.monotonic() - start
+            for line in lines:
+                text = line.decode("utf-8", "replace")
+                for name, needle in marks.items():
+                    if name not in seen and needle in text:
+                        seen[name] = now
+        code = proc.wait()
+    print(json.dumps({"seconds": time.monotonic() - start, "exit": code, "marks": seen}))
+
+
 def parse_pair(text, flag):
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -349,6 +380,11 @@ def main():
     c.add_argument("--hook-stage", default="createRuntime")
     c.add_argument("--hook-env", action="append", default=[])
     c.set_defaults(func=cmd_bundle)
+    c = sub.add_parser("timeline")
+    c.add_argument("--log", required=True)
+    c.add_argument("--mark", action="append", default=[])
+    c.add_argument("argv", nargs=argparse.REMAINDER)
+    c.set_defaults(func=cmd_timeline)
     args = ap.parse_args()
     args.func(args)
 

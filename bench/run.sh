@@ -16,6 +16,11 @@
 #             (overlay with an empty upper layer each run, as docker and Kubernetes give), ours
 #             against the Dockerfile image of the build section, interleaved, median; the .pyc
 #             Python wrote into the upper layers; the bytes our bytecode adds. Needs build.
+#   node      a GPU node's view: our image (gzip layers, and again with zstd layers) and the
+#             Dockerfile image pushed to a registry of the bench's own, then for each a fresh
+#             containerd root in a network namespace pulls it over a veth pair shaped with tc to
+#             1 Gbit/s and to 10 Gbit/s, unpacks it and runs the imports (`ctr run`): pull +
+#             unpack + start against the Dockerfile image's. Needs build.
 #   hook      `stackhook hook` on an 8-GPU fixture host against /bin/true; `runc run` of a
 #             busybox bundle with and without the hook (createRuntime).
 #   cache-registry (not in the default list) two build machines sharing layers through a
@@ -25,7 +30,8 @@
 #             $STACKBUILD_BENCH_REGISTRY (HOST:PORT), else .ci/services' 127.0.0.1:5115.
 #
 # Needs root, dockerd (started with .ci/services when not running), runc, pigz, zstd, uv,
-# python3 (3.11), busybox-static, and a network path to the package index and Debian mirror.
+# python3 (3.11), busybox-static, and a network path to the package index and Debian mirror;
+# the node section also containerd, ctr, iproute2 (ip, tc), docker-registry and skopeo.
 # Everything it writes goes to one temp dir (removed at exit unless --keep), the --out file, a
 # recipe copy next to the recipe (`.stackbuild-bench-PID-*`, removed at exit) and, when the
 # binaries are missing, cargo's target dir.
@@ -34,7 +40,7 @@ set -euo pipefail
 usage() {
   cat <<'EOF'
 usage: bench/run.sh [--recipe PATH] [--source NAME=DIR]... [--change OLD=NEW] [--quick]
-                    [--sections build,wheels,compress,start,hook,cache-registry] [--imports LIST]
+                    [--sections build,wheels,compress,start,node,hook,cache-registry] [--imports LIST]
                     [--with-load]
                     [--out FILE] [--keep]
 
@@ -46,7 +52,7 @@ usage: bench/run.sh [--recipe PATH] [--source NAME=DIR]... [--change OLD=NEW] [-
   --quick           fewer timing runs (hook 50 and runc 10 instead of 300 and 50), for a smoke test
   --imports LIST    modules the start section imports, comma-separated (default: the recipe's
                     [python] packages, `-` read as `_`; DreamZero: torch,transformers,datasets,accelerate)
-  --sections LIST   which sections to run (default build,wheels,compress,start,hook); compress without build
+  --sections LIST   which sections to run (default build,wheels,compress,start,node,hook); compress without build
                     builds the image first, untimed, in $STACKBUILD_CACHE if set, else a fresh cache;
                     cache-registry (two machines sharing a registry cache) runs only when listed
   --with-load       also time cold builds with `--load`, gzip and uncompressed layers (a cache holding
@@ -64,7 +70,7 @@ recipe=$repo/recipes/dreamzero.toml
 sources=()
 change="safetensors==0.4.1=safetensors==0.4.2"
 quick=0
-sections="build,wheels,compress,start,hook"
+sections="build,wheels,compress,start,node,hook"
 imports=""
 with_load=0
 out_file=""
@@ -191,6 +197,7 @@ cleanup() {
   ids=$("$runc_bin" list -q 2>/dev/null | grep "^$tag-" || true)
   for id in $ids; do "$runc_bin" delete --force "$id" >/dev/null 2>&1 || true; done
   umount "$work"/start-*/merged 2>/dev/null || true
+  node_cleanup
   if ((keep)); then log "kept $work"; else rm -rf "$work"; fi
   exit "$rc"
 }
@@ -264,8 +271,11 @@ section_build() {
   # base it already has; the sum is a cold build from nothing (the same manifest digest).
   timed t_base "build-ours-cold-base-only" "$stackbuild" "$base_recipe" --cache-dir "$cache" \
     --out "$work/ours-base" --report "$work/base.json"
-  timed t_cold "build-ours-cold" "$stackbuild" "$recipe" --locked --cache-dir "$cache" \
+  timed t_cold "build-ours-cold" /usr/bin/time -f 'rss_kib=%M' -o "$work/cold.time" \
+    "$stackbuild" "$recipe" --locked --cache-dir "$cache" \
     --out "$work/ours" --report "$work/cold.json" "${source_args[@]}"
+  local rss_cold
+  rss_cold=$(sed -n 's/^rss_kib=//p' "$work/cold.time")
   layout=$work/ours
   if [[ $(json '[l["built"] for l in v["layers"] if l["name"] == "base"]' <"$work/cold.json") != "[False]" ]]; then
     base_note="; the base was built again (its key differs from the base-only recipe's): ours includes it"
@@ -302,6 +312,14 @@ section_build() {
   [[ -n $index ]] || index=$(python3 -m pip config get global.index-url 2>/dev/null || true)
   [[ -n $index ]] && build_args+=(--build-arg "PIP_INDEX_URL=$index")
   [[ -n ${PIP_EXTRA_INDEX_URL:-} ]] && build_args+=(--build-arg "PIP_EXTRA_INDEX_URL=$PIP_EXTRA_INDEX_URL")
+  # The floor: uv installing the same locked wheels into a directory with bytecode, on an
+  # empty uv cache (the download, install and compile any pip-built image pays).
+  local t_uvt pyver
+  pyver=$(python3 -c 'import sys,tomllib; print(tomllib.load(open(sys.argv[1],"rb"))["python"]["version"])' "$recipe")
+  timed t_uvt "uv-target-compile-bytecode" env UV_CACHE_DIR="$work/uv-cache-target" uv pip install --no-deps \
+    --require-hashes --compile-bytecode --target "$work/uv-target" --python-version "$pyver" \
+    --python-platform "$(uname -m)-manylinux_2_28" -r "$work/ctx-cold/requirements.txt"
+  rm -rf "$work/uv-target" "$work/uv-cache-target"
   timed t_dcold "docker-build-cold" "$DOCKER" build --network host --force-rm --no-cache "${build_args[@]}" \
     -t "$tag:cold" "$work/ctx-cold"
   timed t_dsame "docker-build-no-change" "$DOCKER" build --network host --force-rm "${build_args[@]}" \
@@ -335,12 +353,15 @@ section_build() {
     "$(ratio "$t_cold" "$(add "$t_dcold" "$t_save")")" "+ docker save | gzip -1 ($(secs "$t_save")); target <= 0.4x"
   row build "cold build to a gzip image vs uv" "$(secs "$t_cold")" "$(secs "$(add "$t_uvb" "$t_uvs")")" \
     "$(ratio "$t_cold" "$(add "$t_uvb" "$t_uvs")")" "the Dockerfile with uv pip install --system --no-deps --require-hashes ($uv_note, $(secs "$t_uvb")) + docker save | gzip -1 ($(secs "$t_uvs")); target <= 0.5x"
+  row build "cold build vs uv --target --compile-bytecode" "$(secs "$t_cold")" "$(secs "$t_uvt")" \
+    "$(ratio "$t_cold" "$t_uvt")" "uv pip install --no-deps --require-hashes --compile-bytecode --target, empty uv cache, the same lock; target <= 1.5x"
+  row build "peak memory, cold build" "$(bytes $((rss_cold * 1024)))" "" "" "maximum resident set size (/usr/bin/time); target < 1 GiB"
   row build "cold build, base included" "$(secs "$t_all")" "$(secs "$t_dcold")" \
     "$(ratio "$t_all" "$t_dcold")" "ours builds the base ($(secs "$t_base")); docker imports it ($(secs "$t_import"), not counted)"
   row build "no-change rebuild" "$(secs "$t_same")" "$(secs "$t_dsame")" "$(ratio "$t_same" "$t_dsame")" \
     "$built_same of $n_layers layers rebuilt; target <= 0.05 s"
   row build "one pin changed ($change_old -> ${change_new#*==})" "$(secs "$t_chg")" "$(secs "$t_dchg")" \
-    "$(ratio "$t_chg" "$t_dchg")" "$built_chg of $n_layers layers rebuilt, $moved wheel(s) changed, ours re-resolves with uv; target <= 0.1x"
+    "$(ratio "$t_chg" "$t_dchg")" "$built_chg of $n_layers layers rebuilt, $moved wheel(s) changed; target <= 0.03x (DreamZero), <= 0.3x (bench/small.toml)"
   row build "image, compressed" "$(bytes "$ours_bytes")" "$(bytes "$docker_bytes")" \
     "$(ratio "$ours_bytes" "$docker_bytes")" "OCI layout blobs vs docker save | gzip -1"
 
@@ -511,6 +532,13 @@ start_once() {
   written=$(find "$dir/upper" -name '*.pyc' | wc -l)
   awk -v a="$t0" -v b="$t1" -v w="$written" 'BEGIN { printf "%.4f %d\n", (b - a) / 1e9, w }'
 }
+# The modules a first start imports: --imports, else the recipe's [python] packages.
+import_modules() {
+  if [[ -n $imports ]]; then echo "$imports"; return; fi
+  python3 -c 'import sys, tomllib, re
+r = tomllib.load(open(sys.argv[1], "rb"))
+print(",".join(re.split("[<>=!~ ;\\[]", p, maxsplit=1)[0].lower().replace("-", "_") for p in r.get("python", {}).get("packages", [])))' "$recipe"
+}
 section_start() {
   if [[ -z $layout ]] || ! "$DOCKER" image inspect "$tag:cold" >/dev/null 2>&1; then
     row start "first start" "skipped" "" "" "needs the build section (our image and the Dockerfile image)"
@@ -518,10 +546,7 @@ section_start() {
   fi
   command -v umoci >/dev/null || { row start "first start" "skipped" "" "" "umoci is not installed"; return; }
   local mods ref ours=$work/start-ours theirs=$work/start-docker cid
-  mods=$imports
-  [[ -n $mods ]] || mods=$(python3 -c 'import sys, tomllib, re
-r = tomllib.load(open(sys.argv[1], "rb"))
-print(",".join(re.split("[<>=!~ ;\\[]", p, maxsplit=1)[0].lower().replace("-", "_") for p in r.get("python", {}).get("packages", [])))' "$recipe")
+  mods=$(import_modules)
   [[ -n $mods ]] || { row start "first start" "skipped" "" "" "the recipe has no [python] packages to import"; return; }
   ref=$(python3 -c 'import sys,tomllib; print(tomllib.load(open(sys.argv[1],"rb"))["image"].get("tag","latest"))' "$recipe")
   umoci unpack --image "$layout:$ref" "$ours" >"$work/logs/start-unpack.log" 2>&1 || die "umoci unpack failed"
@@ -640,6 +665,160 @@ section_hook() {
     "same hook entry; what the hook itself adds: $(awk -v a="$k50" -v b="$t50h" 'BEGIN { printf "%+.1f%% (%+.2f ms)", (a / b - 1) * 100, a - b }')"
 }
 
+# --- node ------------------------------------------------------------------------------------
+# A GPU node's view: the image pushed to a registry, then pulled by a fresh containerd behind a
+# link of fixed speed, unpacked, and started to the end of its imports. The link is a veth pair
+# the bench makes between the host and a network namespace of its own, its host end shaped with
+# `tc ... tbf` (the registry -> node direction); the registry (Debian's docker-registry) listens
+# on the host end's address only, containerd and ctr run inside the namespace. Nothing outside
+# this machine is touched; all of it is removed at exit.
+node_ns="" node_link="" node_registry_pid="" node_containerd_pid="" node_out=""
+node_stop_containerd() {
+  [[ -n $node_containerd_pid ]] || return 0
+  kill "$node_containerd_pid" 2>/dev/null || true
+  local i
+  for ((i = 0; i < 100; i++)); do kill -0 "$node_containerd_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$node_containerd_pid" 2>/dev/null || true
+  wait "$node_containerd_pid" 2>/dev/null || true
+  node_containerd_pid=""
+  # Shims outlive their daemon: theirs end with their container (ctr run --rm), and any mount a
+  # killed run left is undone before the root goes.
+  awk -v d="$work/node-c" '$2 ~ "^" d { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+}
+node_cleanup() {
+  node_stop_containerd
+  [[ -z $node_registry_pid ]] || { kill "$node_registry_pid" 2>/dev/null || true; wait "$node_registry_pid" 2>/dev/null || true; }
+  [[ -z $node_link ]] || ip link del "$node_link" 2>/dev/null || true
+  [[ -z $node_ns ]] || ip netns del "$node_ns" 2>/dev/null || true
+  node_registry_pid="" node_link="" node_ns=""
+}
+# node_round NAME REF RATE MODULES: a fresh containerd root in the namespace pulls REF (fetch
+# and unpack: `ctr images pull`, as the CRI plugin pulls for the kubelet) and runs `python3 -c
+# "import MODULES"` in it; sets node_out to "pull_s unpack_from_s start_s" (no subshell, so
+# that the daemon it starts is the one cleanup knows).
+node_round() {
+  local name=$1 ref=$2 rate=$3 mods=$4 dir=$work/node-c
+  # A bucket of 10 ms at the rate: tbf needs at least one timer tick's worth.
+  local burst
+  burst=$(awk -v r="$rate" 'BEGIN { sub(/gbit$/, "", r); printf "%d", r * 1e9 / 8 / 100 }')
+  tc qdisc replace dev "$node_link" root tbf rate "$rate" burst "$burst" latency 100ms
+  rm -rf "$dir" && mkdir -p "$dir"
+  cat >"$dir/config.toml" <<TOML
+version = 2
+root = "$dir/root"
+state = "$dir/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "$dir/c.sock"
+[ttrpc]
+  address = "$dir/c.sock.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+TOML
+  nsenter --net="/run/netns/$node_ns" containerd --config "$dir/config.toml" >"$work/logs/node-containerd-$name-$rate.log" 2>&1 &
+  node_containerd_pid=$!
+  local i ctr=(nsenter --net="/run/netns/$node_ns" ctr --address "$dir/c.sock" --namespace bench)
+  for ((i = 0; i < 100; i++)); do "${ctr[@]}" version >/dev/null 2>&1 && break; sleep 0.1; done
+  "${ctr[@]}" version >/dev/null 2>&1 || die "containerd in $node_ns did not start (logs/node-containerd-$name-$rate.log)"
+  # Start from cold memory too: the registry's blobs and nothing else of the image in the page cache.
+  sync
+  local j pull unpack start
+  log "node: pull $name at $rate"
+  j=$(python3 "$helper" timeline --log "$work/logs/node-pull-$name-$rate.log" --mark unpack=unpacking -- \
+    "${ctr[@]}" images pull --plain-http "$ref")
+  [[ $(json 'v["exit"]' <<<"$j") == 0 ]] || { tail -n 20 "$work/logs/node-pull-$name-$rate.log" >&2; die "ctr images pull $ref failed"; }
+  pull=$(json 'v["seconds"]' <<<"$j")
+  unpack=$(json 'v["marks"].get("unpack", v["seconds"])' <<<"$j")
+  log "node: first start of $name"
+  j=$(python3 "$helper" timeline --log "$work/logs/node-start-$name-$rate.log" -- \
+    "${ctr[@]}" run --rm "$ref" "$tag-node-$name" python3 -c "import $mods")
+  [[ $(json 'v["exit"]' <<<"$j") == 0 ]] || { tail -n 20 "$work/logs/node-start-$name-$rate.log" >&2; die "ctr run $ref failed"; }
+  start=$(json 'v["seconds"]' <<<"$j")
+  node_stop_containerd
+  rm -rf "$dir"
+  node_out="$pull $unpack $start"
+}
+# The compressed bytes of REF's layers, from the registry's manifest.
+node_image_bytes() {
+  skopeo inspect --tls-verify=false --raw "docker://$1" | json 'sum(l["size"] for l in v["layers"])'
+}
+section_node() {
+  if [[ -z $layout ]] || ! "$DOCKER" image inspect "$tag:cold" >/dev/null 2>&1; then
+    row node "node ready" "skipped" "" "" "needs the build section (our image and the Dockerfile image)"
+    return
+  fi
+  local t
+  for t in containerd ctr ip tc docker-registry skopeo; do
+    command -v "$t" >/dev/null || { row node "node ready" "skipped" "" "" "$t is not installed"; return; }
+  done
+  local mods
+  mods=$(import_modules)
+  [[ -n $mods ]] || { row node "node ready" "skipped" "" "" "the recipe has no [python] packages to import"; return; }
+  # A /30 of its own in 10.231.0.0/16, from the PID; refused if the machine already uses it.
+  local net=10.231.$(($$ % 250 + 1)) port=5116
+  ip -o addr show | grep -q " $net\." && die "10.231.$(($$ % 250 + 1)).0/30 is in use on this machine"
+  node_ns=$tag-node node_link=sbh$$
+  ip netns add "$node_ns"
+  ip link add "$node_link" type veth peer name "sbn$$"
+  ip link set "sbn$$" netns "$node_ns"
+  ip addr add "$net.1/30" dev "$node_link"
+  ip link set "$node_link" up
+  ip netns exec "$node_ns" ip addr add "$net.2/30" dev "sbn$$"
+  ip netns exec "$node_ns" ip link set "sbn$$" up
+  ip netns exec "$node_ns" ip link set lo up
+  mkdir -p "$work/node-registry"
+  cat >"$work/node-registry.yml" <<YML
+version: 0.1
+storage:
+  filesystem:
+    rootdirectory: $work/node-registry
+http:
+  addr: $net.1:$port
+YML
+  docker-registry serve "$work/node-registry.yml" >"$work/logs/node-registry.log" 2>&1 &
+  node_registry_pid=$!
+  local i
+  for ((i = 0; i < 100; i++)); do (exec 3<>"/dev/tcp/$net.1/$port") 2>/dev/null && break; sleep 0.1; done
+  local reg=$net.1:$port ref
+  ref=$(python3 -c 'import sys,tomllib; print(tomllib.load(open(sys.argv[1],"rb"))["image"].get("tag","latest"))' "$recipe")
+
+  # Push, untimed: ours as built (gzip), ours again with zstd layers (built from the same cache),
+  # and the Dockerfile image (skopeo compresses its layers with gzip, as `docker push` does).
+  timed - "node-push-ours-gzip" skopeo copy --dest-tls-verify=false "oci:$layout:$ref" "docker://$reg/ours:gzip"
+  timed - "node-build-ours-zstd" "$stackbuild" "$recipe" --locked --cache-dir "$work/cache" \
+    --out "$work/ours-zstd" --compression zstd "${source_args[@]}"
+  timed - "node-push-ours-zstd" skopeo copy --dest-tls-verify=false "oci:$work/ours-zstd:$ref" "docker://$reg/ours:zstd"
+  rm -rf "$work/ours-zstd"
+  timed - "node-push-docker" skopeo copy --dest-tls-verify=false "docker-daemon:$tag:cold" "docker://$reg/docker:cold"
+  local b_docker b_gzip b_zstd
+  b_docker=$(node_image_bytes "$reg/docker:cold")
+  b_gzip=$(node_image_bytes "$reg/ours:gzip")
+  b_zstd=$(node_image_bytes "$reg/ours:zstd")
+
+  local rate pd ud sd pg ug sg pz uz sz
+  # STACKBUILD_BENCH_NODE_RATES: the link speeds, tc's units (default both).
+  for rate in ${STACKBUILD_BENCH_NODE_RATES:-1gbit 10gbit}; do
+    [[ $rate =~ ^[0-9]+gbit$ ]] || die "STACKBUILD_BENCH_NODE_RATES: $rate is not NNgbit"
+    node_round docker "$reg/docker:cold" "$rate" "$mods"
+    read -r pd ud sd <<<"$node_out"
+    node_round ours-gzip "$reg/ours:gzip" "$rate" "$mods"
+    read -r pg ug sg <<<"$node_out"
+    node_round ours-zstd "$reg/ours:zstd" "$rate" "$mods"
+    read -r pz uz sz <<<"$node_out"
+    local rd rg rz label=${rate/gbit/ Gbit\/s}
+    rd=$(add "$pd" "$sd") rg=$(add "$pg" "$sg") rz=$(add "$pz" "$sz")
+    row node "ready at $label, gzip layers" "$(secs "$rg")" "$(secs "$rd")" "$(ratio "$rg" "$rd")" \
+      "pull+unpack $(secs "$pg") vs $(secs "$pd") (unpacking from $(secs "$ug") vs $(secs "$ud")), start to end of imports $(secs "$sg") vs $(secs "$sd"); docker-built image; target <= 0.6x at 1 Gbit/s"
+    row node "ready at $label, zstd layers" "$(secs "$rz")" "$(secs "$rd")" "$(ratio "$rz" "$rd")" \
+      "pull+unpack $(secs "$pz") (unpacking from $(secs "$uz")), start $(secs "$sz")"
+  done
+  row node "image pushed, compressed" "$(bytes "$b_gzip") gzip, $(bytes "$b_zstd") zstd" "$(bytes "$b_docker")" \
+    "$(ratio "$b_gzip" "$b_docker")" "layer bytes in the registry's manifests; ctr $(ctr --version | awk '{ print $3 }'), link: veth + tc tbf"
+  node_cleanup
+}
+
 # --- cache-registry --------------------------------------------------------------------------
 # Two build machines, each with an empty cache, sharing one registry repository as the layer
 # cache: A builds everything and pushes it, B pulls it. Ours is B, the baseline A.
@@ -671,7 +850,7 @@ section_cache_registry() {
 # --- run and report --------------------------------------------------------------------------
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-for s in build start wheels compress hook cache-registry; do
+for s in build start node wheels compress hook cache-registry; do
   has_section "$s" || continue
   t0=$(now_ns)
   "section_${s//-/_}"

@@ -291,6 +291,8 @@ pub struct Plan<'a> {
     cache: &'a Cache,
     on: Option<(LayerBlob, String)>,
     interpreter: std::sync::OnceLock<Interpreter>,
+    /// Held while the interpreter is unpacked, so two threads asking at once unpack it once.
+    preparing: std::sync::Mutex<()>,
 }
 
 impl<'a> Plan<'a> {
@@ -304,7 +306,12 @@ impl<'a> Plan<'a> {
         base: Option<&LayerBlob>,
         cache: &'a Cache,
     ) -> Self {
-        let mut plan = Self { cache, on: None, interpreter: std::sync::OnceLock::new() };
+        let mut plan = Self {
+            cache,
+            on: None,
+            interpreter: std::sync::OnceLock::new(),
+            preparing: std::sync::Mutex::default(),
+        };
         let Some(py) = python else { return plan };
         if !py.bytecode {
             tracing::info!("bytecode: off (bytecode = false in [python])");
@@ -335,6 +342,19 @@ impl<'a> Plan<'a> {
         }
     }
 
+    /// Unpacks the compiling interpreter now, when the plan is on and it is not there yet: the
+    /// build calls it while the first layer's wheels download, so that the first compile does
+    /// not wait for the base to be unpacked after them.
+    pub fn prepare(&self) -> Result<(), BytecodeError> {
+        let Some((base, version)) = &self.on else { return Ok(()) };
+        let _one = self.preparing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.interpreter.get().is_none() {
+            let i = Interpreter::prepare(self.cache, base, version)?;
+            let _ = self.interpreter.set(i);
+        }
+        Ok(())
+    }
+
     /// Compiles the modules of `stage` (its site-packages) when the plan is on; records what
     /// was added next to the layer `key` for later builds that reuse the layer.
     pub fn compile(
@@ -344,11 +364,10 @@ impl<'a> Plan<'a> {
         epoch: u64,
         key: &crate::cache::LayerKey,
     ) -> Result<Option<Added>, BytecodeError> {
-        let Some((base, version)) = &self.on else { return Ok(None) };
-        if self.interpreter.get().is_none() {
-            let i = Interpreter::prepare(self.cache, base, version)?;
-            let _ = self.interpreter.set(i);
+        if self.on.is_none() {
+            return Ok(None);
         }
+        self.prepare()?;
         let Some(interpreter) = self.interpreter.get() else { return Ok(None) };
         let mut added = interpreter.compile(stage, &scheme.purelib, epoch, Some(self.cache))?;
         if scheme.platlib != scheme.purelib {

@@ -131,6 +131,11 @@ impl PlatformBuilder<'_> {
                 }
             });
             scope.spawn(move || {
+                // The interpreter's copy of the base is unpacked while the first wheels
+                // download; an error comes again, with its layer, when that layer compiles.
+                if !to_build.is_empty() {
+                    let _ = bytecode.prepare();
+                }
                 for (layer, key) in to_build {
                     let Ok(wheels) = fetched_rx.recv() else { return };
                     let staged = wheels.and_then(|artifacts| {
