@@ -341,9 +341,18 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
     } else if let Some(python) = &recipe.python {
         for target in solve::targets(recipe) {
             tracing::info!("resolving {} package(s) for {target}", python.packages.len());
-            let pins = solve::resolve(python, &target)?;
+            // The stale lock's pins for this platform, kept where the recipe allows
+            // (`solve::resolve`).
+            let prefer = existing.as_ref().map(|l| l.pins_for(target.platform)).unwrap_or_default();
+            let pins = solve::resolve(python, &target, &prefer)?;
             fetch::import_local_wheels(&python.wheels, &pins, &target, &artifact_dir(cache))?;
-            let artifacts = fetch::fetch_wheels(&pins, &target, python.sources(), &artifact_dir(cache))?;
+            let artifacts = fetch::fetch_wheels(
+                &pins,
+                &target,
+                python.sources(),
+                &artifact_dir(cache),
+                Some(&pip_settings_dir(cache)),
+            )?;
             lock.set_packages(target.platform, &artifacts);
         }
     }
@@ -354,6 +363,13 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
 
 fn artifact_dir(cache: &Cache) -> PathBuf {
     cache.root().join("artifacts")
+}
+
+/// Where pip's settings are remembered (`download::pip`): beside the downloads, not among them,
+/// since `artifacts/` holds only `<sha256>/` entries and scratch removed once stale
+/// (`Cache::clean_temps`).
+fn pip_settings_dir(cache: &Cache) -> PathBuf {
+    cache.root().join("pip-settings")
 }
 
 #[allow(clippy::too_many_lines)] // the steps in order: platforms, layout and audit, archive, push

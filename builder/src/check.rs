@@ -358,7 +358,7 @@ fn resolve<'r>(
         ));
     }
     tracing::info!("resolving {} package(s) for {target} (nothing is written)", python.packages.len());
-    match solve::resolve(python, target) {
+    match solve::resolve(python, target, &[]) {
         Ok(pins) => Ok((
             Facts::from_pins(recipe, target, &pins, artifacts),
             Resolution::Resolved { lock: lock_state.unwrap_or("not used").to_owned() },

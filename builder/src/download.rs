@@ -20,7 +20,8 @@
 //!   resolver, uv, was given), else pip's `index-url` (`PIP_INDEX_URL`, then the `[download]`
 //!   and `[global]` sections of pip's configuration files as `pip config list` merges them:
 //!   `/etc/pip.conf`, `~/.config/pip/pip.conf`, `PIP_CONFIG_FILE`), else pip's own default,
-//!   which pip is asked for (no host is named in this code);
+//!   which pip is asked for (no host is named in this code); pip is asked once and the answer
+//!   remembered until a file or variable it came from changes ([`pip`]);
 //! - extra indexes: the recipe's `extra_index`, `UV_EXTRA_INDEX_URL`, `UV_INDEX`, pip's
 //!   `extra-index-url`; wheel locations: the recipe's `find_links`, `UV_FIND_LINKS`, pip's
 //!   `find-links` (directories, `file://` directories, or HTML pages of links), all added
@@ -529,6 +530,10 @@ enum Failure {
     Fatal(String),
 }
 
+/// What [`Client::candidates`] does with each file it finds: its file name, where it is, its
+/// sha256 when the page gives one, its size when known, and the page or directory it came from.
+type Consider<'a> = dyn FnMut(String, Location, Option<String>, Option<u64>, &str) + 'a;
+
 impl Client<'_> {
     fn get(&self, url: &url::Url) -> ureq::Request {
         let mut req =
@@ -540,6 +545,28 @@ impl Client<'_> {
             req = req.set("Authorization", &format!("Basic {token}"));
         }
         req
+    }
+
+    /// Every file the page at `url` lists, its link resolved against `url`, handed to
+    /// `consider` with `source` (the index or find-links page it came from).
+    fn consider_page(
+        &self,
+        pin: &Pinned,
+        url: &url::Url,
+        source: &str,
+        consider: &mut Consider<'_>,
+    ) -> Result<(), FetchError> {
+        for f in self.page(url).map_err(|r| index_error(pin, source, r))? {
+            let Ok(link) = url.join(&f.url) else { continue };
+            consider(
+                f.filename.clone(),
+                Location::Url(strip_fragment(link)),
+                f.hashes.get("sha256").map(|h| h.to_ascii_lowercase()),
+                f.size,
+                source,
+            );
+        }
+        Ok(())
     }
 
     /// Every file that may be `pin`'s, best first; an error when there is none.
@@ -574,17 +601,7 @@ impl Client<'_> {
             let page_base = base
                 .join(&format!("{project}/"))
                 .map_err(|e| index_error(pin, index.url.as_str(), e.to_string()))?;
-            for f in self.page(&page_base).map_err(|r| index_error(pin, index.url.as_str(), r))? {
-                let Ok(url) = page_base.join(&f.url) else { continue };
-                let url = strip_fragment(url);
-                consider(
-                    f.filename.clone(),
-                    Location::Url(url),
-                    f.hashes.get("sha256").map(|h| h.to_ascii_lowercase()),
-                    f.size,
-                    index.url.as_str(),
-                );
-            }
+            self.consider_page(pin, &page_base, index.url.as_str(), &mut consider)?;
         }
         for links in &self.config.links {
             match links {
@@ -605,17 +622,7 @@ impl Client<'_> {
                     }
                 }
                 Links::Page(remote) => {
-                    for f in self.page(&remote.url).map_err(|r| index_error(pin, remote.url.as_str(), r))? {
-                        let Ok(url) = remote.url.join(&f.url) else { continue };
-                        let url = strip_fragment(url);
-                        consider(
-                            f.filename.clone(),
-                            Location::Url(url),
-                            f.hashes.get("sha256").map(|h| h.to_ascii_lowercase()),
-                            f.size,
-                            remote.url.as_str(),
-                        );
-                    }
+                    self.consider_page(pin, &remote.url, remote.url.as_str(), &mut consider)?;
                 }
             }
         }

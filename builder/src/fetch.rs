@@ -168,12 +168,14 @@ fn find_present(pin: &Pinned, target: &Target, dest: &Path) -> Result<Option<Art
 /// Download the wheels of `pins` for `target` into `dest_dir`, verified by sha256, and return
 /// them in the order of `pins`. Artifacts already present (and still matching their hash) are
 /// not downloaded again. `index` is the recipe's index, if it names one; otherwise pip's own
-/// configuration applies.
+/// configuration applies. `memo` is the directory where pip's settings are remembered between
+/// builds (`download::pip`); none asks pip each time.
 pub fn fetch_wheels(
     pins: &[Pinned],
     target: &Target,
     sources: crate::recipe::IndexSources<'_>,
     dest_dir: &Path,
+    memo: Option<&Path>,
 ) -> Result<Vec<Artifact>, FetchError> {
     std::fs::create_dir_all(dest_dir).map_err(io("creating", dest_dir))?;
     let mut found: BTreeMap<usize, Artifact> = BTreeMap::new();
@@ -188,7 +190,7 @@ pub fn fetch_wheels(
     }
     if !missing.is_empty() {
         let wanted: Vec<&Pinned> = missing.iter().map(|&i| &pins[i]).collect();
-        for (i, artifact) in missing.iter().zip(download(&wanted, target, sources, dest_dir)?) {
+        for (i, artifact) in missing.iter().zip(download(&wanted, target, sources, dest_dir, memo)?) {
             found.insert(*i, artifact);
         }
     }
@@ -242,9 +244,9 @@ fn download(
     target: &Target,
     sources: crate::recipe::IndexSources<'_>,
     dest: &Path,
+    memo: Option<&Path>,
 ) -> Result<Vec<Artifact>, FetchError> {
-    // pip's settings are remembered beside the wheels they fetched (`download::pip`).
-    match crate::download::Config::from_environment(sources, Some(&dest.join(".pip-settings"))) {
+    match crate::download::Config::from_environment(sources, memo) {
         Ok(config) => crate::download::fetch(pins, target, &config, dest),
         Err(crate::download::Fallback(why)) => {
             tracing::info!("downloading with pip: {why}");
@@ -467,7 +469,7 @@ mod tests {
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join("six-1.16.0-py2.py3-none-any.whl"), content).unwrap();
         let pins = [pin("six==1.16.0", &[&hash])];
-        let got = fetch_wheels(&pins, &target(), no_index(), dest.path()).unwrap();
+        let got = fetch_wheels(&pins, &target(), no_index(), dest.path(), None).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].sha256, hash);
         assert_eq!(got[0].size, content.len() as u64);
@@ -510,9 +512,9 @@ mod tests {
                     packages = [\"six==1.16.0\", \"packaging==23.2\"]\n";
         let recipe = crate::recipe::Recipe::parse("t.toml", text).unwrap();
         let python = recipe.python.as_ref().unwrap();
-        let pins = crate::solve::resolve(python, &target()).unwrap();
+        let pins = crate::solve::resolve(python, &target(), &[]).unwrap();
         let dest = tempfile::tempdir().unwrap();
-        let got = fetch_wheels(&pins, &target(), IndexSources::default(), dest.path()).unwrap();
+        let got = fetch_wheels(&pins, &target(), IndexSources::default(), dest.path(), None).unwrap();
         let summary: Vec<(String, String, String)> =
             got.iter().map(|a| (a.name.to_string(), a.filename.clone(), a.sha256.clone())).collect();
         assert_eq!(
@@ -538,14 +540,15 @@ mod tests {
         // Only the artifact directories remain, no temporary ones.
         assert_eq!(std::fs::read_dir(dest.path()).unwrap().count(), 2);
         // Fetching again touches no index.
-        let again = fetch_wheels(&pins, &target(), no_index(), dest.path()).unwrap();
+        let again = fetch_wheels(&pins, &target(), no_index(), dest.path(), None).unwrap();
         assert_eq!(again, got);
 
         // A version that does not exist fails and names the artifact.
         let bogus =
             [pin("six==0.0.0.1", &["0000000000000000000000000000000000000000000000000000000000000000"])];
-        let e =
-            fetch_wheels(&bogus, &target(), IndexSources::default(), dest.path()).unwrap_err().to_string();
+        let e = fetch_wheels(&bogus, &target(), IndexSources::default(), dest.path(), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("downloading six==0.0.0.1 from "), "{e}");
         assert!(e.contains(" failed: no file of six 0.0.0.1"), "{e}");
     }

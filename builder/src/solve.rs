@@ -236,7 +236,18 @@ fn is_executable(path: &Path) -> bool {
 /// configures pip's index through `PIP_INDEX_URL` / `PIP_EXTRA_INDEX_URL` and not uv's, those
 /// are handed to uv as `UV_INDEX_URL` / `UV_EXTRA_INDEX_URL`, so that uv resolves from the same
 /// index pip later downloads from.
-pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, SolveError> {
+///
+/// `prefer` are the pins of the lock this resolution replaces: each is kept where the recipe
+/// still allows it, so that one pin changed in a recipe changes only that pin and what it needs
+/// (as `uv lock` keeps an existing `uv.lock`, and as `uv pip compile` and pip-tools keep the
+/// pins of an existing output file, which is how they are handed to uv). Without them, every
+/// unpinned dependency moves to the newest release the index has, and each moved package
+/// restages its layer.
+pub fn resolve(
+    python: &PythonSection,
+    target: &Target,
+    prefer: &[Pinned],
+) -> Result<Vec<Pinned>, SolveError> {
     let uv = find_uv()?;
     let tmp = std::env::temp_dir();
     let dir = tempfile::Builder::new().prefix("stackbuild-solve-").tempdir_in(&tmp).map_err(uv_io(
@@ -264,6 +275,13 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
         &constraints,
     ))?;
 
+    // uv reads an existing output file as preferences (uv's `pip compile` docs, "Locking
+    // requirements": "If the output file already exists, uv will prefer the versions in it").
+    let output_file = (!prefer.is_empty()).then(|| dir.path().join("requirements.txt"));
+    if let Some(path) = &output_file {
+        write_lines(path, prefer.iter().map(ToString::to_string)).map_err(uv_io(target, "writing", path))?;
+    }
+
     let mut cmd = uv.command();
     cmd.args(["pip", "compile"])
         .arg(&requirements)
@@ -286,12 +304,21 @@ pub fn resolve(python: &PythonSection, target: &Target) -> Result<Vec<Pinned>, S
     for links in &python.find_links {
         cmd.arg(format!("--find-links={links}"));
     }
+    if let Some(path) = &output_file {
+        cmd.arg("--output-file").arg(path);
+    }
     let output = cmd.stdin(Stdio::null()).output().map_err(uv_io(target, "starting", &uv.program))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(SolveError::Uv { target: target.clone(), message: uv_error_message(&stderr) });
     }
-    let pins = parse_compile_output(&String::from_utf8_lossy(&output.stdout))
+    let text = match &output_file {
+        // uv wrote the resolution there (and may or may not echo it on stdout).
+        // (A file in our own private temporary directory, not one a user named.)
+        Some(path) => std::fs::read(path).map_err(uv_io(target, "reading", path))?,
+        None => output.stdout,
+    };
+    let pins = parse_compile_output(&String::from_utf8_lossy(&text))
         .map_err(|(line, why)| SolveError::Output { target: target.clone(), line, why })?;
     for wheel in python.wheels.iter().filter(|w| w.fits(target.platform)) {
         let Some(expected) = &wheel.sha256 else { continue };
@@ -622,7 +649,7 @@ typing_extensions==4.9.0 ; python_version >= '3.8' \\
     /// Resolves two tiny pure-Python packages from the machine's configured index.
     #[test]
     fn resolves_for_the_target() {
-        let pins = resolve(&python(r#"["six==1.16.0", "packaging==23.2"]"#), &target()).unwrap();
+        let pins = resolve(&python(r#"["six==1.16.0", "packaging==23.2"]"#), &target(), &[]).unwrap();
         let names: Vec<String> = pins.iter().map(ToString::to_string).collect();
         assert_eq!(names, ["packaging==23.2", "six==1.16.0"]);
         // The wheels' hashes, as published.
@@ -634,9 +661,47 @@ typing_extensions==4.9.0 ; python_version >= '3.8' \\
             .contains(&"8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254".to_owned()));
     }
 
+    /// A stale lock's pins are kept where the recipe allows them: requests' unpinned
+    /// dependencies stay where the old lock had them, a preference the recipe now contradicts
+    /// gives way, and one nothing requires any more is not added.
+    #[test]
+    fn keeps_the_previous_pins_where_the_recipe_allows() {
+        let pin = |s: &str| {
+            let (name, version) = s.split_once("==").unwrap();
+            Pinned { name: name.parse().unwrap(), version: version.parse().unwrap(), hashes: Vec::new() }
+        };
+        let old = [
+            "certifi==2023.7.22",
+            "charset-normalizer==3.2.0",
+            "idna==3.4",
+            "six==1.15.0",
+            "urllib3==2.0.4",
+            "packaging==23.1",
+        ];
+        let prefer: Vec<Pinned> = old.iter().map(|s| pin(s)).collect();
+        let recipe = python(r#"["requests==2.31.0", "six==1.16.0"]"#);
+        let names = |pins: &[Pinned]| pins.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let kept = resolve(&recipe, &target(), &prefer).unwrap();
+        assert_eq!(
+            names(&kept),
+            [
+                "certifi==2023.7.22",
+                "charset-normalizer==3.2.0",
+                "idna==3.4",
+                "requests==2.31.0",
+                "six==1.16.0",
+                "urllib3==2.0.4"
+            ]
+        );
+        assert!(kept.iter().all(|p| !p.hashes.is_empty()), "every pin keeps its hashes");
+        // From scratch, the same recipe moves them to newer releases.
+        let fresh = resolve(&recipe, &target(), &[]).unwrap();
+        assert_ne!(names(&fresh), names(&kept));
+    }
+
     #[test]
     fn surfaces_uv_errors() {
-        let err = resolve(&python(r#"["stackbuild-no-such-package-zz==1.0"]"#), &target()).unwrap_err();
+        let err = resolve(&python(r#"["stackbuild-no-such-package-zz==1.0"]"#), &target(), &[]).unwrap_err();
         let msg = err.to_string();
         assert!(
             msg.starts_with("resolving python packages for cp311/x86_64-manylinux_2_28 failed: "),

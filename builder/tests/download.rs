@@ -323,10 +323,6 @@ fn artifacts(cache: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name == ".pip-settings" {
-            // pip's settings, remembered (download::pip); not a download.
-            continue;
-        }
         let inner: Vec<String> = std::fs::read_dir(entry.path())
             .into_iter()
             .flatten()
@@ -561,6 +557,7 @@ fn bench_cold_download() {
             &target,
             stackbuild::recipe::IndexSources::default(),
             &tmp.path().join("ours"),
+            None,
         )
         .unwrap();
         times.entry("stackbuild").or_default().push(t.elapsed().as_secs_f64());

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
 use super::platform::PlatformBuilder;
-use super::{artifact_dir, io, BuildError};
+use super::{artifact_dir, io, pip_settings_dir, BuildError};
 use crate::base::BaseFacts;
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, LayerKey};
@@ -276,7 +276,13 @@ fn fetch_wheels(
         return Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect());
     }
     fetch::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;
-    let artifacts = fetch::fetch_wheels(&pins, target, py.sources(), &artifact_dir(cache))?;
+    let artifacts = fetch::fetch_wheels(
+        &pins,
+        target,
+        py.sources(),
+        &artifact_dir(cache),
+        Some(&pip_settings_dir(cache)),
+    )?;
     Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect())
 }
 

@@ -97,7 +97,7 @@ fn resolve(plan: &init::Plan) -> (Option<BTreeMap<String, String>>, String) {
     };
     let target =
         stackbuild::solve::Target::new(section.version.clone(), stackbuild::platform::Platform::LinuxAmd64);
-    match stackbuild::solve::resolve(&section, &target) {
+    match stackbuild::solve::resolve(&section, &target, &[]) {
         Ok(pins) => {
             (Some(pins.iter().map(|p| (p.name.to_string(), p.version.to_string())).collect()), String::new())
         }
