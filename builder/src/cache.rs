@@ -35,6 +35,8 @@ use sha2::{Digest as _, Sha256};
 use crate::blob::LayerBlob;
 use crate::io_error::{io_err, IoError};
 
+pub mod stamp;
+
 /// Largest key file accepted by [`Cache::get_layer`]; real ones are a few hundred bytes.
 const MAX_KEY_FILE: u64 = 64 * 1024;
 
@@ -583,6 +585,8 @@ impl Cache {
         let dest = self.blob_dir().join(hex);
         tmp.file.flush().map_err(io_err("writing", &tmp.path))?;
         tmp.file.sync_all().map_err(io_err("syncing", &tmp.path))?;
+        // Every caller hashed the bytes as it wrote them.
+        stamp::record_new(&tmp.file, hex);
         fs::rename(&tmp.path, &dest).map_err(io_err("renaming into", &dest))?;
         tmp.committed = true;
         let dir = self.blob_dir();
@@ -705,14 +709,22 @@ impl Cache {
         self.commit_blob(tmp, &actual_hex)
     }
 
-    /// Re-hashes a cached blob; an error names the expected and actual digests.
+    /// Re-hashes a cached blob, unless it carries a record that it was hashed and has not
+    /// changed since ([`stamp`]); an error names the expected and actual digests.
     pub fn verify_blob(&self, digest: &str) -> Result<(), CacheError> {
         let hex = sha256_hex(digest)?;
         let path = self.blob_dir().join(hex);
         let file = File::open(&path).map_err(io_err("opening", &path))?;
+        if stamp::holds(&file, hex) {
+            return Ok(());
+        }
+        let before = stamp::Identity::of(&file);
         let (actual, _) =
-            crate::blob::sha256_reader(BufReader::new(file)).map_err(io_err("reading", &path))?;
+            crate::blob::sha256_reader(BufReader::new(&file)).map_err(io_err("reading", &path))?;
         if actual.strip_prefix("sha256:") == Some(hex) {
+            if let Some(before) = before {
+                stamp::record_verified(&file, before, hex);
+            }
             Ok(())
         } else {
             Err(CacheError::DigestMismatch {

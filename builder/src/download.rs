@@ -827,7 +827,10 @@ impl Client<'_> {
                 }
             }
             file.sync_all().map_err(fatal)?;
-            return Ok((hex::encode(hasher.finalize()), written));
+            let hex = hex::encode(hasher.finalize());
+            // Before the rename that publishes it (`cache::stamp`).
+            crate::cache::stamp::record_new(&file, &hex);
+            return Ok((hex, written));
         }
         Err(Failure::Retry(format!("{last} (after {} attempts)", self.config.attempts)))
     }
@@ -876,7 +879,9 @@ fn copy_local(from: &Path, to: &Path) -> std::io::Result<(String, u64)> {
         total += n as u64;
     }
     out.sync_all()?;
-    Ok((hex::encode(hasher.finalize()), total))
+    let hex = hex::encode(hasher.finalize());
+    crate::cache::stamp::record_new(&out, &hex);
+    Ok((hex, total))
 }
 
 #[cfg(test)]
