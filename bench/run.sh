@@ -20,7 +20,8 @@
 #             Dockerfile image pushed to a registry of the bench's own, then for each a fresh
 #             containerd root in a network namespace pulls it over a veth pair shaped with tc to
 #             1 Gbit/s and to 10 Gbit/s, unpacks it and runs the imports (`ctr run`): pull +
-#             unpack + start against the Dockerfile image's. Needs build.
+#             unpack + start against the Dockerfile image's. Then the same with a fresh Podman
+#             storage root (containers/storage, as CRI-O pulls for the kubelet). Needs build.
 #   hook      `stackhook hook` on an 8-GPU fixture host against /bin/true; `runc run` of a
 #             busybox bundle with and without the hook (createRuntime).
 #   cache-registry (not in the default list) two build machines sharing layers through a
@@ -687,15 +688,19 @@ node_stop_containerd() {
 }
 node_cleanup() {
   node_stop_containerd
+  awk -v d="$work/node-p" '$2 ~ "^" d { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   [[ -z $node_registry_pid ]] || { kill "$node_registry_pid" 2>/dev/null || true; wait "$node_registry_pid" 2>/dev/null || true; }
   [[ -z $node_link ]] || ip link del "$node_link" 2>/dev/null || true
   [[ -z $node_ns ]] || ip netns del "$node_ns" 2>/dev/null || true
   node_registry_pid="" node_link="" node_ns=""
 }
 # node_round NAME REF RATE MODULES: a fresh containerd root in the namespace pulls REF (fetch
-# and unpack: `ctr images pull`, as the CRI plugin pulls for the kubelet) and runs `python3 -c
-# "import MODULES"` in it; sets node_out to "pull_s unpack_from_s start_s" (no subshell, so
-# that the daemon it starts is the one cleanup knows).
+# and unpack: `ctr images pull`) and runs `python3 -c "import MODULES"` in it; sets node_out to
+# "pull_s unpack_from_s start_s" (no subshell, so that the daemon it starts is the one cleanup
+# knows). ctr 1.6 fetches every layer first and only then unpacks them (its help: "1. Fetch all
+# resources into containerd. 2. Prepare the snapshot filesystem"); the CRI plugin, which pulls
+# for the kubelet, applies each layer as soon as it has arrived (containerd's unpacker.go), so
+# this is the worst case for an image of many layers.
 node_round() {
   local name=$1 ref=$2 rate=$3 mods=$4 dir=$work/node-c
   # A bucket of 10 ms at the rate: tbf needs at least one timer tick's worth.
@@ -739,6 +744,41 @@ TOML
   node_stop_containerd
   rm -rf "$dir"
   node_out="$pull $unpack $start"
+}
+# node_round_podman NAME REF RATE MODULES: the same with Podman on a storage root of its own
+# (containers/storage, the library CRI-O pulls with): it downloads layers in parallel and
+# commits each as soon as its blob and its parent are in (containers/image's
+# storageImageDestination.queueOrCommit), so the unpack overlaps the download as on a CRI-O or
+# containerd-CRI node. Its own registries.conf and storage.conf: nothing of this machine's
+# configuration is read. Sets node_out to "pull_s start_s".
+node_round_podman() {
+  local name=$1 ref=$2 rate=$3 mods=$4 dir=$work/node-p
+  local burst
+  burst=$(awk -v r="$rate" 'BEGIN { sub(/gbit$/, "", r); printf "%d", r * 1e9 / 8 / 100 }')
+  tc qdisc replace dev "$node_link" root tbf rate "$rate" burst "$burst" latency 100ms
+  rm -rf "$dir" && mkdir -p "$dir"
+  printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "${ref%%/*}" >"$dir/registries.conf"
+  printf '[storage]\ndriver = "overlay"\nrunroot = "%s"\ngraphroot = "%s"\n' "$dir/run" "$dir/root" >"$dir/storage.conf"
+  # runc, and no default ulimits: this machine's crun cannot set RLIMIT_NOFILE (as tests/cdi.rs).
+  printf '[containers]\ndefault_ulimits = []\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "none"\n' >"$dir/containers.conf"
+  local p=(nsenter --net="/run/netns/$node_ns" env CONTAINERS_REGISTRIES_CONF="$dir/registries.conf"
+    CONTAINERS_STORAGE_CONF="$dir/storage.conf" CONTAINERS_CONF="$dir/containers.conf"
+    podman --root "$dir/root" --runroot "$dir/run" --storage-driver overlay)
+  sync
+  local j pull start
+  log "node: podman pull $name at $rate"
+  j=$(python3 "$helper" timeline --log "$work/logs/node-podman-pull-$name-$rate.log" -- \
+    "${p[@]}" pull --tls-verify=false "$ref")
+  [[ $(json 'v["exit"]' <<<"$j") == 0 ]] || { tail -n 20 "$work/logs/node-podman-pull-$name-$rate.log" >&2; die "podman pull $ref failed"; }
+  pull=$(json 'v["seconds"]' <<<"$j")
+  log "node: podman first start of $name"
+  j=$(python3 "$helper" timeline --log "$work/logs/node-podman-start-$name-$rate.log" -- \
+    "${p[@]}" run --rm --network none "$ref" python3 -c "import $mods")
+  [[ $(json 'v["exit"]' <<<"$j") == 0 ]] || { tail -n 20 "$work/logs/node-podman-start-$name-$rate.log" >&2; die "podman run $ref failed"; }
+  start=$(json 'v["seconds"]' <<<"$j")
+  awk -v d="$dir" '$2 ~ "^" d { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  rm -rf "$dir"
+  node_out="$pull $start"
 }
 # The compressed bytes of REF's layers, from the registry's manifest.
 node_image_bytes() {
@@ -813,6 +853,21 @@ YML
       "pull+unpack $(secs "$pg") vs $(secs "$pd") (unpacking from $(secs "$ug") vs $(secs "$ud")), start to end of imports $(secs "$sg") vs $(secs "$sd"); docker-built image; target <= 0.6x at 1 Gbit/s"
     row node "ready at $label, zstd layers" "$(secs "$rz")" "$(secs "$rd")" "$(ratio "$rz" "$rd")" \
       "pull+unpack $(secs "$pz") (unpacking from $(secs "$uz")), start $(secs "$sz")"
+    if command -v podman >/dev/null; then
+      node_round_podman docker "$reg/docker:cold" "$rate" "$mods"
+      read -r pd sd <<<"$node_out"
+      node_round_podman ours-gzip "$reg/ours:gzip" "$rate" "$mods"
+      read -r pg sg <<<"$node_out"
+      node_round_podman ours-zstd "$reg/ours:zstd" "$rate" "$mods"
+      read -r pz sz <<<"$node_out"
+      rd=$(add "$pd" "$sd") rg=$(add "$pg" "$sg") rz=$(add "$pz" "$sz")
+      row node "ready at $label, gzip layers, Podman" "$(secs "$rg")" "$(secs "$rd")" "$(ratio "$rg" "$rd")" \
+        "containers/storage as CRI-O (unpack overlaps the download): pull $(secs "$pg") vs $(secs "$pd"), start $(secs "$sg") vs $(secs "$sd"); docker-built image"
+      row node "ready at $label, zstd layers, Podman" "$(secs "$rz")" "$(secs "$rd")" "$(ratio "$rz" "$rd")" \
+        "pull $(secs "$pz"), start $(secs "$sz")"
+    else
+      row node "ready at $label, Podman" "skipped" "" "" "podman is not installed"
+    fi
   done
   row node "image pushed, compressed" "$(bytes "$b_gzip") gzip, $(bytes "$b_zstd") zstd" "$(bytes "$b_docker")" \
     "$(ratio "$b_gzip" "$b_docker")" "layer bytes in the registry's manifests; ctr $(ctr --version | awk '{ print $3 }'), link: veth + tc tbf"
