@@ -694,6 +694,13 @@ node_cleanup() {
   [[ -z $node_ns ]] || ip netns del "$node_ns" 2>/dev/null || true
   node_registry_pid="" node_link="" node_ns=""
 }
+# node_shape RATE: the registry -> node direction of the link shaped to RATE (tc's units), with
+# a bucket of 10 ms at the rate: tbf needs at least one timer tick's worth.
+node_shape() {
+  local burst
+  burst=$(awk -v r="$1" 'BEGIN { sub(/gbit$/, "", r); printf "%d", r * 1e9 / 8 / 100 }')
+  tc qdisc replace dev "$node_link" root tbf rate "$1" burst "$burst" latency 100ms
+}
 # node_round NAME REF RATE MODULES: a fresh containerd root in the namespace pulls REF (fetch
 # and unpack: `ctr images pull`) and runs `python3 -c "import MODULES"` in it; sets node_out to
 # "pull_s unpack_from_s start_s" (no subshell, so that the daemon it starts is the one cleanup
@@ -703,10 +710,7 @@ node_cleanup() {
 # this is the worst case for an image of many layers.
 node_round() {
   local name=$1 ref=$2 rate=$3 mods=$4 dir=$work/node-c
-  # A bucket of 10 ms at the rate: tbf needs at least one timer tick's worth.
-  local burst
-  burst=$(awk -v r="$rate" 'BEGIN { sub(/gbit$/, "", r); printf "%d", r * 1e9 / 8 / 100 }')
-  tc qdisc replace dev "$node_link" root tbf rate "$rate" burst "$burst" latency 100ms
+  node_shape "$rate"
   rm -rf "$dir" && mkdir -p "$dir"
   cat >"$dir/config.toml" <<TOML
 version = 2
@@ -753,9 +757,7 @@ TOML
 # configuration is read. Sets node_out to "pull_s start_s".
 node_round_podman() {
   local name=$1 ref=$2 rate=$3 mods=$4 dir=$work/node-p
-  local burst
-  burst=$(awk -v r="$rate" 'BEGIN { sub(/gbit$/, "", r); printf "%d", r * 1e9 / 8 / 100 }')
-  tc qdisc replace dev "$node_link" root tbf rate "$rate" burst "$burst" latency 100ms
+  node_shape "$rate"
   rm -rf "$dir" && mkdir -p "$dir"
   printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "${ref%%/*}" >"$dir/registries.conf"
   printf '[storage]\ndriver = "overlay"\nrunroot = "%s"\ngraphroot = "%s"\n' "$dir/run" "$dir/root" >"$dir/storage.conf"
