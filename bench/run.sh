@@ -674,6 +674,19 @@ section_hook() {
 # on the host end's address only, containerd and ctr run inside the namespace. Nothing outside
 # this machine is touched; all of it is removed at exit.
 node_ns="" node_link="" node_registry_pid="" node_containerd_pid="" node_out=""
+# node_umount DIR: every mount under DIR undone, deepest first.
+node_umount() {
+  awk -v d="$1" '$2 ~ "^" d { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+}
+# node_timeline LOG [--mark NAME=TEXT]... -- PROGRAM ARG...: helper.py's timeline of the
+# program (its output to LOG), printed as JSON; the end of LOG and an error when it fails.
+node_timeline() {
+  local log=$1 j
+  shift
+  j=$(python3 "$helper" timeline --log "$log" "$@")
+  [[ $(json 'v["exit"]' <<<"$j") == 0 ]] || { tail -n 20 "$log" >&2; die "$(basename "$log" .log) failed (see $log)"; }
+  printf '%s\n' "$j"
+}
 node_stop_containerd() {
   [[ -n $node_containerd_pid ]] || return 0
   kill "$node_containerd_pid" 2>/dev/null || true
@@ -684,11 +697,11 @@ node_stop_containerd() {
   node_containerd_pid=""
   # Shims outlive their daemon: theirs end with their container (ctr run --rm), and any mount a
   # killed run left is undone before the root goes.
-  awk -v d="$work/node-c" '$2 ~ "^" d { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  node_umount "$work/node-c"
 }
 node_cleanup() {
   node_stop_containerd
-  awk -v d="$work/node-p" '$2 ~ "^" d { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  node_umount "$work/node-p"
   [[ -z $node_registry_pid ]] || { kill "$node_registry_pid" 2>/dev/null || true; wait "$node_registry_pid" 2>/dev/null || true; }
   [[ -z $node_link ]] || ip link del "$node_link" 2>/dev/null || true
   [[ -z $node_ns ]] || ip netns del "$node_ns" 2>/dev/null || true
@@ -735,15 +748,13 @@ TOML
   sync
   local j pull unpack start
   log "node: pull $name at $rate"
-  j=$(python3 "$helper" timeline --log "$work/logs/node-pull-$name-$rate.log" --mark unpack=unpacking -- \
-    "${ctr[@]}" images pull --plain-http "$ref")
-  [[ $(json 'v["exit"]' <<<"$j") == 0 ]] || { tail -n 20 "$work/logs/node-pull-$name-$rate.log" >&2; die "ctr images pull $ref failed"; }
+  j=$(node_timeline "$work/logs/node-pull-$name-$rate.log" --mark unpack=unpacking -- \
+    "${ctr[@]}" images pull --plain-http "$ref") || exit 1
   pull=$(json 'v["seconds"]' <<<"$j")
   unpack=$(json 'v["marks"].get("unpack", v["seconds"])' <<<"$j")
   log "node: first start of $name"
-  j=$(python3 "$helper" timeline --log "$work/logs/node-start-$name-$rate.log" -- \
-    "${ctr[@]}" run --rm "$ref" "$tag-node-$name" python3 -c "import $mods")
-  [[ $(json 'v["exit"]' <<<"$j") == 0 ]] || { tail -n 20 "$work/logs/node-start-$name-$rate.log" >&2; die "ctr run $ref failed"; }
+  j=$(node_timeline "$work/logs/node-start-$name-$rate.log" -- \
+    "${ctr[@]}" run --rm "$ref" "$tag-node-$name" python3 -c "import $mods") || exit 1
   start=$(json 'v["seconds"]' <<<"$j")
   node_stop_containerd
   rm -rf "$dir"
@@ -754,7 +765,8 @@ TOML
 # commits each as soon as its blob and its parent are in (containers/image's
 # storageImageDestination.queueOrCommit), so the unpack overlaps the download as on a CRI-O or
 # containerd-CRI node. Its own registries.conf and storage.conf: nothing of this machine's
-# configuration is read. Sets node_out to "pull_s start_s".
+# configuration is read (storage.conf names the driver and both roots). Sets node_out to
+# "pull_s start_s".
 node_round_podman() {
   local name=$1 ref=$2 rate=$3 mods=$4 dir=$work/node-p
   node_shape "$rate"
@@ -764,21 +776,17 @@ node_round_podman() {
   # runc, and no default ulimits: this machine's crun cannot set RLIMIT_NOFILE (as tests/cdi.rs).
   printf '[containers]\ndefault_ulimits = []\n[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "none"\n' >"$dir/containers.conf"
   local p=(nsenter --net="/run/netns/$node_ns" env CONTAINERS_REGISTRIES_CONF="$dir/registries.conf"
-    CONTAINERS_STORAGE_CONF="$dir/storage.conf" CONTAINERS_CONF="$dir/containers.conf"
-    podman --root "$dir/root" --runroot "$dir/run" --storage-driver overlay)
+    CONTAINERS_STORAGE_CONF="$dir/storage.conf" CONTAINERS_CONF="$dir/containers.conf" podman)
   sync
   local j pull start
   log "node: podman pull $name at $rate"
-  j=$(python3 "$helper" timeline --log "$work/logs/node-podman-pull-$name-$rate.log" -- \
-    "${p[@]}" pull --tls-verify=false "$ref")
-  [[ $(json 'v["exit"]' <<<"$j") == 0 ]] || { tail -n 20 "$work/logs/node-podman-pull-$name-$rate.log" >&2; die "podman pull $ref failed"; }
+  j=$(node_timeline "$work/logs/node-podman-pull-$name-$rate.log" -- "${p[@]}" pull --tls-verify=false "$ref") || exit 1
   pull=$(json 'v["seconds"]' <<<"$j")
   log "node: podman first start of $name"
-  j=$(python3 "$helper" timeline --log "$work/logs/node-podman-start-$name-$rate.log" -- \
-    "${p[@]}" run --rm --network none "$ref" python3 -c "import $mods")
-  [[ $(json 'v["exit"]' <<<"$j") == 0 ]] || { tail -n 20 "$work/logs/node-podman-start-$name-$rate.log" >&2; die "podman run $ref failed"; }
+  j=$(node_timeline "$work/logs/node-podman-start-$name-$rate.log" -- \
+    "${p[@]}" run --rm --network none "$ref" python3 -c "import $mods") || exit 1
   start=$(json 'v["seconds"]' <<<"$j")
-  awk -v d="$dir" '$2 ~ "^" d { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  node_umount "$dir"
   rm -rf "$dir"
   node_out="$pull $start"
 }
