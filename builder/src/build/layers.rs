@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use stackcontract::image::{Component, StackManifest, STACK_JSON_PATH};
 
 use super::plan::{fetch_batch, python_layers, Group, PythonLayer, PythonPlan, Wheel};
-use super::platform::PlatformBuilder;
+use super::platform::{LayerFinisher, PlatformBuilder};
 use super::{debian_arch, io, reuse, tempdir, BuildError, LayerReport};
 use crate::blob::LayerBlob;
 use crate::cache::LayerKey;
@@ -83,9 +83,20 @@ impl PlatformBuilder<'_> {
         key.finish()
     }
 
-    /// Writes the Python layers in order: reused ones from the cache; the others are fetched,
-    /// staged and compiled on a second thread one layer ahead ([`stage_python_layer`]), so that
-    /// a layer's download, install and bytecode overlap the writing of the layer before.
+    /// Writes the Python layers, pushed in order: reused ones from the cache; the others are
+    /// fetched on one thread, layer by layer, and each is staged, compiled and written whole by
+    /// the first free worker of [`layer_workers`], so that the downloads, the installs, the
+    /// bytecode and the writing of several layers overlap.
+    ///
+    /// Workers, not a pipeline of one thread per step: the steps' costs are uneven across
+    /// layers, so a pipeline is as slow as its slowest step on each layer. The CUDA, cuDNN and
+    /// torch layers are almost all writing (each large member inflated once, on one thread: a
+    /// deflate stream cannot be split), a package such as `sympy` is almost all compiling (one
+    /// interpreter per top-level entry, so one process for the whole package); one of each at
+    /// once keeps both cores busy. On `recipes/dreamzero.toml` on the 2-core VM, the pipeline
+    /// left a core idle a third of the build (`perf`: 18% of samples idle, whole seconds at a
+    /// time while one large member inflated or one package compiled).
+    /// Each layer's bytes depend on its inputs alone, never on which worker wrote it or when.
     fn write_python_layers(
         &mut self,
         py: &PythonPlan<'_>,
@@ -95,22 +106,22 @@ impl PlatformBuilder<'_> {
     ) -> Result<(), BuildError> {
         let to_build: Vec<&(PythonLayer<'_>, LayerKey)> =
             planned.iter().zip(&reused).filter(|(_, hit)| hit.is_none()).map(|(p, _)| p).collect();
-        let (fetcher, cache, epoch) = (py.fetcher(), self.cache, self.epoch);
+        let (fetcher, cache, epoch, finisher) = (py.fetcher(), self.cache, self.epoch, self.finisher());
         let (bytecode, torch_code) = (&py.bytecode, &py.torch_code);
         let torch = py.wheels.iter().find(|w| w.pin.name.as_ref() == "torch");
+        let to_build = &to_build;
         std::thread::scope(|scope| {
-            // Three stages, each one layer ahead of the next: download, stage and compile, write.
+            // The downloads stay one layer ahead of the workers.
             let (fetched_tx, fetched_rx) = std::sync::mpsc::sync_channel(1);
-            let (tx, rx) = std::sync::mpsc::sync_channel(1);
-            let layers = to_build.clone();
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
             scope.spawn(move || {
                 let mut batch_end = 0;
-                for (i, (layer, _)) in layers.iter().enumerate() {
+                for (i, (layer, _)) in to_build.iter().enumerate() {
                     if i == batch_end {
-                        batch_end = fetch_batch(layers[i..].iter().map(|(l, _)| l)) + i;
+                        batch_end = fetch_batch(to_build[i..].iter().map(|(l, _)| l)) + i;
                         // Into the run's memo of verified wheels; an error comes again below,
                         // for the layer it belongs to.
-                        let all: Vec<&Wheel> = layers[i..batch_end]
+                        let all: Vec<&Wheel> = to_build[i..batch_end]
                             .iter()
                             .flat_map(|(l, _)| l.members.iter().copied())
                             .collect();
@@ -119,7 +130,7 @@ impl PlatformBuilder<'_> {
                     let wheels = fetcher.fetch(cache, &layer.members);
                     let has_torch = wheels.is_ok()
                         && torch.is_some_and(|t| layer.members.iter().any(|m| std::ptr::eq(*m, t)));
-                    if fetched_tx.send(wheels).is_err() {
+                    if fetched_tx.send((i, wheels)).is_err() {
                         return;
                     }
                     // The torch wheel is here now: its fat binaries are read (seconds of
@@ -130,22 +141,35 @@ impl PlatformBuilder<'_> {
                     }
                 }
             });
-            scope.spawn(move || {
-                // The interpreter's copy of the base is unpacked while the first wheels
-                // download; an error comes again, with its layer, when that layer compiles.
-                if !to_build.is_empty() {
+            // Shared by the workers; gone (and the downloads stopped) when the last one stops.
+            let fetched_rx = std::sync::Arc::new(std::sync::Mutex::new(fetched_rx));
+            for _ in 0..layer_workers(to_build.len()) {
+                let (fetched_rx, done_tx) = (fetched_rx.clone(), done_tx.clone());
+                scope.spawn(move || {
+                    // The interpreter's copy of the base is unpacked while the first wheels
+                    // download; an error comes again, with its layer, when that layer compiles.
                     let _ = bytecode.prepare();
-                }
-                for (layer, key) in to_build {
-                    let Ok(wheels) = fetched_rx.recv() else { return };
-                    let staged = wheels.and_then(|artifacts| {
-                        stage_python_layer(bytecode, scheme, layer, key, &artifacts, cache, epoch)
-                    });
-                    if tx.send(staged).is_err() {
-                        return;
+                    loop {
+                        let next =
+                            fetched_rx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).recv();
+                        let Ok((i, wheels)) = next else { return };
+                        let (layer, key) = to_build[i];
+                        let written = wheels.and_then(|artifacts| {
+                            let staged =
+                                stage_python_layer(bytecode, scheme, layer, key, &artifacts, cache, epoch)?;
+                            write_staged(finisher, key, staged)
+                        });
+                        // The receiver is gone when the build stopped at an earlier layer's error.
+                        if done_tx.send((i, written)).is_err() {
+                            return;
+                        }
                     }
-                }
-            });
+                });
+            }
+            drop((fetched_rx, done_tx));
+            // The workers' layers, kept until their turn comes.
+            let mut early = BTreeMap::new();
+            let mut next = 0;
             for ((layer, key), hit) in planned.iter().zip(reused) {
                 let created_by = python_created_by(layer);
                 if let Some(blob) = hit {
@@ -153,36 +177,27 @@ impl PlatformBuilder<'_> {
                     self.note_bytecode(bytecode, key, None);
                     continue;
                 }
-                let staged = rx.recv().map_err(|_| {
-                    BuildError::Unsupported("the layer staging stopped before every layer was staged".into())
-                })??;
-                self.write_python_layer(bytecode, layer, key, staged)?;
+                let written = loop {
+                    if let Some(w) = early.remove(&next) {
+                        break w;
+                    }
+                    let (i, w) = done_rx.recv().map_err(|_| {
+                        BuildError::Unsupported(
+                            "the layer workers stopped before every layer was written".into(),
+                        )
+                    })?;
+                    early.insert(i, w);
+                };
+                next += 1;
+                let written: Written = written?;
+                // Removed when the platform's image is assembled, not now: see `spent_stages`.
+                self.spent_stages.push(written.stage);
+                self.set_spooled(written.spooled);
+                self.push(&layer.name, created_by, written.blob, true);
+                self.note_bytecode(bytecode, key, written.added);
             }
             Ok::<(), BuildError>(())
         })
-    }
-
-    /// Writes a staged Python layer: the stage's files and the wheels' deferred members.
-    fn write_python_layer(
-        &mut self,
-        bytecode: &crate::bytecode::Plan<'_>,
-        layer: &PythonLayer<'_>,
-        key: &LayerKey,
-        staged: Staged,
-    ) -> Result<(), BuildError> {
-        let (cache, epoch) = (self.cache, self.epoch);
-        let mut writer = LayerWriter::new(cache, epoch);
-        writer.add_dir(staged.stage.path(), "")?;
-        for (path, member, mode) in staged.deferred.into_members() {
-            writer.add_zip_member(&path, member, mode)?;
-        }
-        let blob = self.finish_layer(writer)?;
-        cache.put_layer(key, &blob)?;
-        // Removed when the platform's image is assembled, not now: see `spent_stages`.
-        self.spent_stages.push(staged.stage);
-        self.push(&layer.name, python_created_by(layer), blob, true);
-        self.note_bytecode(bytecode, key, staged.added);
-        Ok(())
     }
 
     /// The sources, with the patches that target them: one layer, when the recipe has sources.
@@ -488,6 +503,41 @@ struct Staged {
     deferred: wheel::Deferred,
     /// The bytecode compiled into the stage.
     added: Option<crate::bytecode::Added>,
+}
+
+/// A Python layer a worker wrote, waiting for its turn to be pushed.
+struct Written {
+    blob: LayerBlob,
+    /// `--load`: the layer's tar, for the daemon.
+    spooled: Option<crate::load::SpooledTar>,
+    /// Kept until the image is assembled (`PlatformBuilder::spent_stages`).
+    stage: tempfile::TempDir,
+    added: Option<crate::bytecode::Added>,
+}
+
+/// Most layers written at once. Each writer compresses on every core already
+/// ([`crate::layer::LayerWriter`]); more of them than cores only adds memory (each holds its
+/// compressor's chunks and the audit's queue).
+const MAX_LAYER_WORKERS: usize = 4;
+
+/// How many layers are staged and written at once: one per core, at most
+/// [`MAX_LAYER_WORKERS`], at most one per layer to build, at least one.
+fn layer_workers(layers: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    cores.min(MAX_LAYER_WORKERS).min(layers).max(1)
+}
+
+/// Writes a staged Python layer: the stage's files and the wheels' deferred members; records
+/// it in the cache under `key`.
+fn write_staged(finisher: LayerFinisher<'_>, key: &LayerKey, staged: Staged) -> Result<Written, BuildError> {
+    let mut writer = LayerWriter::new(finisher.cache(), finisher.epoch());
+    writer.add_dir(staged.stage.path(), "")?;
+    for (path, member, mode) in staged.deferred.into_members() {
+        writer.add_zip_member(&path, member, mode)?;
+    }
+    let (blob, spooled) = finisher.finish(writer)?;
+    finisher.cache().put_layer(key, &blob)?;
+    Ok(Written { blob, spooled, stage: staged.stage, added: staged.added })
 }
 
 /// Installs a Python layer's fetched wheels into a new stage (their large members deferred)

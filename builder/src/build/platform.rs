@@ -70,29 +70,28 @@ impl<'a> PlatformBuilder<'a> {
         }
     }
 
-    /// Finishes a layer the build wrote, the audit reading it as it is written
-    /// ([`crate::audit::LayerTap`]) instead of inflating its blob again, unless the audit is
-    /// off; with `--load` and a compressed layer, its tar is also kept for the daemon
-    /// ([`crate::load::TarSpool`]) until [`PlatformBuilder::push`].
-    pub(super) fn finish_layer(&mut self, mut writer: LayerWriter) -> Result<LayerBlob, BuildError> {
-        let spool = self
-            .loader
-            .filter(|_| self.compression != Compression::None)
-            .and_then(|_| crate::load::TarSpool::create(self.cache, writer.content_size()));
-        // A spool whose writer cannot be made gives no tar (`TarSpool::finish`).
-        if let Some(w) = spool.as_ref().and_then(|s| s.writer().ok()) {
-            writer = writer.with_tap(w);
-        }
-        let blob = if self.opts.audit {
-            let mut tap = crate::audit::LayerTap::spawn();
-            let blob = writer.with_tap(tap.writer()).finish(self.compression)?;
-            tap.store(&crate::audit::LayerTap::cache_dir(self.cache.root()), &blob.digest);
-            blob
-        } else {
-            writer.finish(self.compression)?
-        };
-        self.spooled = spool.and_then(|s| s.finish(&blob));
+    /// Finishes a layer the build wrote ([`LayerFinisher::finish`]); its spooled tar, if any,
+    /// goes with the next [`PlatformBuilder::push`].
+    pub(super) fn finish_layer(&mut self, writer: LayerWriter) -> Result<LayerBlob, BuildError> {
+        let (blob, spooled) = self.finisher().finish(writer)?;
+        self.spooled = spooled;
         Ok(blob)
+    }
+
+    /// What finishing a layer needs, for the threads that write layers side by side.
+    pub(super) fn finisher(&self) -> LayerFinisher<'a> {
+        LayerFinisher {
+            cache: self.cache,
+            epoch: self.epoch,
+            compression: self.compression,
+            audit: self.opts.audit,
+            spool: self.loader.is_some() && self.compression != Compression::None,
+        }
+    }
+
+    /// Sets the spooled tar that goes with the next [`PlatformBuilder::push`].
+    pub(super) fn set_spooled(&mut self, spooled: Option<crate::load::SpooledTar>) {
+        self.spooled = spooled;
     }
 
     /// Appends a layer, built in this run or reused from the cache.
@@ -128,5 +127,52 @@ impl<'a> PlatformBuilder<'a> {
         if let Some((report, _, _)) = self.layers.last_mut() {
             report.bytecode = added;
         }
+    }
+}
+
+/// Finishes layers: owns nothing of the builder, so layers are finished on several threads.
+#[derive(Clone, Copy)]
+pub(super) struct LayerFinisher<'a> {
+    cache: &'a Cache,
+    epoch: u64,
+    compression: Compression,
+    audit: bool,
+    /// `--load` with a compressed layer: keep its tar for the daemon.
+    spool: bool,
+}
+
+impl<'a> LayerFinisher<'a> {
+    pub(super) const fn cache(self) -> &'a Cache {
+        self.cache
+    }
+
+    pub(super) const fn epoch(self) -> u64 {
+        self.epoch
+    }
+
+    /// Finishes a layer the build wrote, the audit reading it as it is written
+    /// ([`crate::audit::LayerTap`]) instead of inflating its blob again, unless the audit is
+    /// off; with `--load` and a compressed layer, its tar is also kept for the daemon
+    /// ([`crate::load::TarSpool`]) and returned, for [`PlatformBuilder::push`].
+    pub(super) fn finish(
+        self,
+        mut writer: LayerWriter,
+    ) -> Result<(LayerBlob, Option<crate::load::SpooledTar>), BuildError> {
+        let spool =
+            if self.spool { crate::load::TarSpool::create(self.cache, writer.content_size()) } else { None };
+        // A spool whose writer cannot be made gives no tar (`TarSpool::finish`).
+        if let Some(w) = spool.as_ref().and_then(|s| s.writer().ok()) {
+            writer = writer.with_tap(w);
+        }
+        let blob = if self.audit {
+            let mut tap = crate::audit::LayerTap::spawn();
+            let blob = writer.with_tap(tap.writer()).finish(self.compression)?;
+            tap.store(&crate::audit::LayerTap::cache_dir(self.cache.root()), &blob.digest);
+            blob
+        } else {
+            writer.finish(self.compression)?
+        };
+        let spooled = spool.and_then(|s| s.finish(&blob));
+        Ok((blob, spooled))
     }
 }
