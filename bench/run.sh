@@ -714,22 +714,33 @@ node_shape() {
   burst=$(awk -v r="$1" 'BEGIN { sub(/gbit$/, "", r); printf "%d", r * 1e9 / 8 / 100 }')
   tc qdisc replace dev "$node_link" root tbf rate "$1" burst "$burst" latency 100ms
 }
-# node_round NAME REF RATE MODULES: a fresh containerd root in the namespace pulls REF (fetch
-# and unpack: `ctr images pull`) and runs `python3 -c "import MODULES"` in it; sets node_out to
-# "pull_s unpack_from_s start_s" (no subshell, so that the daemon it starts is the one cleanup
-# knows). ctr 1.6 fetches every layer first and only then unpacks them (its help: "1. Fetch all
-# resources into containerd. 2. Prepare the snapshot filesystem"); the CRI plugin, which pulls
-# for the kubelet, applies each layer as soon as it has arrived (containerd's unpacker.go), so
-# this is the worst case for an image of many layers.
+# node_round HOW NAME REF RATE MODULES: a fresh containerd root in the namespace pulls REF and
+# runs `python3 -c "import MODULES"` in it; sets node_out to "pull_s unpack_from_s start_s" (no
+# subshell, so that the daemon it starts is the one cleanup knows). HOW is the pull's path:
+# - ctr: `ctr images pull`. ctr 1.6 fetches every layer first and only then unpacks them (its
+#   help: "1. Fetch all resources into containerd. 2. Prepare the snapshot filesystem"), the
+#   worst case for an image of many layers; unpack_from_s is when its "unpacking" line came.
+# - cri: the kubelet's path, PullImage on the CRI plugin's socket (helper.py cri-pull), with the
+#   plugin's defaults (3 downloads at once): each layer is applied as soon as it and the layers
+#   below it are in (containerd 1.6's unpacker.go), so the unpack overlaps the download;
+#   unpack_from_s is not known (the pull's whole time is given).
 node_round() {
-  local name=$1 ref=$2 rate=$3 mods=$4 dir=$work/node-c
+  local how=$1 name=$2 ref=$3 rate=$4 mods=$5 dir=$work/node-c ns=bench
   node_shape "$rate"
   rm -rf "$dir" && mkdir -p "$dir"
+  local plugins='disabled_plugins = ["io.containerd.grpc.v1.cri"]'
+  if [[ $how == cri ]]; then
+    # Pods' images live in k8s.io; the registry is plain HTTP (a mirror entry says so, as a
+    # node's configuration for an internal registry does); no CNI: nothing here starts a pod.
+    ns=k8s.io
+    mkdir -p "$dir/cni-bin" "$dir/cni-conf"
+    plugins=$(printf '[plugins."io.containerd.grpc.v1.cri"]\n  [plugins."io.containerd.grpc.v1.cri".cni]\n    bin_dir = "%s"\n    conf_dir = "%s"\n  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."%s"]\n    endpoint = ["http://%s"]' \
+      "$dir/cni-bin" "$dir/cni-conf" "${ref%%/*}" "${ref%%/*}")
+  fi
   cat >"$dir/config.toml" <<TOML
 version = 2
 root = "$dir/root"
 state = "$dir/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [grpc]
   address = "$dir/c.sock"
 [ttrpc]
@@ -738,22 +749,28 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = ""
 [metrics]
   address = ""
+$plugins
 TOML
-  nsenter --net="/run/netns/$node_ns" containerd --config "$dir/config.toml" >"$work/logs/node-containerd-$name-$rate.log" 2>&1 &
+  nsenter --net="/run/netns/$node_ns" containerd --config "$dir/config.toml" >"$work/logs/node-containerd-$how-$name-$rate.log" 2>&1 &
   node_containerd_pid=$!
-  local i ctr=(nsenter --net="/run/netns/$node_ns" ctr --address "$dir/c.sock" --namespace bench)
+  local i ctr=(nsenter --net="/run/netns/$node_ns" ctr --address "$dir/c.sock" --namespace "$ns")
   for ((i = 0; i < 100; i++)); do "${ctr[@]}" version >/dev/null 2>&1 && break; sleep 0.1; done
-  "${ctr[@]}" version >/dev/null 2>&1 || die "containerd in $node_ns did not start (logs/node-containerd-$name-$rate.log)"
+  "${ctr[@]}" version >/dev/null 2>&1 || die "containerd in $node_ns did not start (logs/node-containerd-$how-$name-$rate.log)"
   # Start from cold memory too: the registry's blobs and nothing else of the image in the page cache.
   sync
   local j pull unpack start
-  log "node: pull $name at $rate"
-  j=$(node_timeline "$work/logs/node-pull-$name-$rate.log" --mark unpack=unpacking -- \
-    "${ctr[@]}" images pull --plain-http "$ref") || exit 1
+  log "node: $how pull $name at $rate"
+  if [[ $how == cri ]]; then
+    j=$(node_timeline "$work/logs/node-cri-pull-$name-$rate.log" -- \
+      python3 "$helper" cri-pull --socket "$dir/c.sock" --image "$ref") || exit 1
+  else
+    j=$(node_timeline "$work/logs/node-pull-$name-$rate.log" --mark unpack=unpacking -- \
+      "${ctr[@]}" images pull --plain-http "$ref") || exit 1
+  fi
   pull=$(json 'v["seconds"]' <<<"$j")
   unpack=$(json 'v["marks"].get("unpack", v["seconds"])' <<<"$j")
   log "node: first start of $name"
-  j=$(node_timeline "$work/logs/node-start-$name-$rate.log" -- \
+  j=$(node_timeline "$work/logs/node-start-$how-$name-$rate.log" -- \
     "${ctr[@]}" run --rm "$ref" "$tag-node-$name" python3 -c "import $mods") || exit 1
   start=$(json 'v["seconds"]' <<<"$j")
   node_stop_containerd
@@ -851,18 +868,29 @@ YML
   # STACKBUILD_BENCH_NODE_RATES: the link speeds, tc's units (default both).
   for rate in ${STACKBUILD_BENCH_NODE_RATES:-1gbit 10gbit}; do
     [[ $rate =~ ^[0-9]+gbit$ ]] || die "STACKBUILD_BENCH_NODE_RATES: $rate is not NNgbit"
-    node_round docker "$reg/docker:cold" "$rate" "$mods"
+    node_round ctr docker "$reg/docker:cold" "$rate" "$mods"
     read -r pd ud sd <<<"$node_out"
-    node_round ours-gzip "$reg/ours:gzip" "$rate" "$mods"
+    node_round ctr ours-gzip "$reg/ours:gzip" "$rate" "$mods"
     read -r pg ug sg <<<"$node_out"
-    node_round ours-zstd "$reg/ours:zstd" "$rate" "$mods"
+    node_round ctr ours-zstd "$reg/ours:zstd" "$rate" "$mods"
     read -r pz uz sz <<<"$node_out"
     local rd rg rz label=${rate/gbit/ Gbit\/s}
     rd=$(add "$pd" "$sd") rg=$(add "$pg" "$sg") rz=$(add "$pz" "$sz")
     row node "ready at $label, gzip layers" "$(secs "$rg")" "$(secs "$rd")" "$(ratio "$rg" "$rd")" \
-      "pull+unpack $(secs "$pg") vs $(secs "$pd") (unpacking from $(secs "$ug") vs $(secs "$ud")), start to end of imports $(secs "$sg") vs $(secs "$sd"); docker-built image; target <= 0.6x at 1 Gbit/s"
+      "ctr pull (fetch, then unpack): pull+unpack $(secs "$pg") vs $(secs "$pd") (unpacking from $(secs "$ug") vs $(secs "$ud")), start to end of imports $(secs "$sg") vs $(secs "$sd"); docker-built image; target <= 0.6x at 1 Gbit/s"
     row node "ready at $label, zstd layers" "$(secs "$rz")" "$(secs "$rd")" "$(ratio "$rz" "$rd")" \
       "pull+unpack $(secs "$pz") (unpacking from $(secs "$uz")), start $(secs "$sz")"
+    node_round cri docker "$reg/docker:cold" "$rate" "$mods"
+    read -r pd _ sd <<<"$node_out"
+    node_round cri ours-gzip "$reg/ours:gzip" "$rate" "$mods"
+    read -r pg _ sg <<<"$node_out"
+    node_round cri ours-zstd "$reg/ours:zstd" "$rate" "$mods"
+    read -r pz _ sz <<<"$node_out"
+    rd=$(add "$pd" "$sd") rg=$(add "$pg" "$sg") rz=$(add "$pz" "$sz")
+    row node "ready at $label, gzip layers, CRI" "$(secs "$rg")" "$(secs "$rd")" "$(ratio "$rg" "$rd")" \
+      "containerd's CRI plugin, as the kubelet pulls (unpack overlaps the download): pull $(secs "$pg") vs $(secs "$pd"), start $(secs "$sg") vs $(secs "$sd"); docker-built image; target <= 0.6x at 1 Gbit/s"
+    row node "ready at $label, zstd layers, CRI" "$(secs "$rz")" "$(secs "$rd")" "$(ratio "$rz" "$rd")" \
+      "pull $(secs "$pz"), start $(secs "$sz")"
     if command -v podman >/dev/null; then
       node_round_podman docker "$reg/docker:cold" "$rate" "$mods"
       read -r pd sd <<<"$node_out"

@@ -126,7 +126,7 @@ pub use crate::blob::sha256_file;
 
 /// The sha256 of the cached file at `path`, which should be `expected`: read and hashed, unless
 /// the file carries a record that it was and has not changed since (`cache::stamp`).
-fn verified_hash(path: &Path, expected: &str) -> std::io::Result<String> {
+pub(crate) fn verified_hash(path: &Path, expected: &str) -> std::io::Result<String> {
     use crate::cache::stamp;
     let file = std::fs::File::open(path)?;
     if stamp::holds(&file, expected) {

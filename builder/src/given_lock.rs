@@ -702,23 +702,54 @@ fn decode(s: &str) -> String {
 }
 
 /// Puts the chosen wheels into `dest` (`DEST/<sha256>/<filename>`, as [`crate::fetch`] keeps
-/// them), each verified against the lock's digest; those already there are re-hashed, not
-/// downloaded again. Returns them in the order of `chosen`.
+/// them), each verified against the lock's digest; those already there are checked (hashed
+/// again unless their record says they have not changed, `cache::stamp`), not downloaded again.
+/// The others download [`crate::download::JOBS`] at a time, the largest first (the sizes the
+/// lock records), so that a long torch download overlaps all the small ones, as
+/// [`crate::download`] does for a lock of its own. Returns them in the order of `chosen`.
 pub fn fetch(lock: &Path, chosen: &[Chosen], dest: &Path) -> Result<Vec<Artifact>, GivenLockError> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     std::fs::create_dir_all(dest).map_err(io("creating", dest))?;
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(30))
         .timeout_read(Duration::from_mins(2))
         .try_proxy_from_env(true)
         .build();
+    let final_path = |c: &Chosen| dest.join(&c.wheel.sha256).join(&c.wheel.filename);
+    let mut missing: Vec<usize> = (0..chosen.len())
+        .filter(|&i| {
+            let path = final_path(&chosen[i]);
+            !(std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file())
+                && crate::fetch::verified_hash(&path, &chosen[i].wheel.sha256)
+                    .is_ok_and(|h| h == chosen[i].wheel.sha256))
+        })
+        .collect();
+    missing.sort_by_key(|&i| std::cmp::Reverse(chosen[i].wheel.size.unwrap_or(u64::MAX)));
+    let (next, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
+    // The error of the first wheel in the lock's order that failed, whatever the timing.
+    let first_error: std::sync::Mutex<Option<(usize, GivenLockError)>> = std::sync::Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..crate::download::JOBS.min(missing.len()) {
+            scope.spawn(|| {
+                while !failed.load(Ordering::SeqCst) {
+                    let Some(&i) = missing.get(next.fetch_add(1, Ordering::SeqCst)) else { break };
+                    if let Err(e) = fetch_one(&agent, lock, &chosen[i], dest) {
+                        failed.store(true, Ordering::SeqCst);
+                        let mut slot = first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        if slot.as_ref().is_none_or(|(j, _)| i < *j) {
+                            *slot = Some((i, e));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some((_, e)) = first_error.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner) {
+        return Err(e);
+    }
     let mut out = Vec::with_capacity(chosen.len());
     for c in chosen {
-        let final_path = dest.join(&c.wheel.sha256).join(&c.wheel.filename);
-        let present = std::fs::symlink_metadata(&final_path).is_ok_and(|m| m.is_file())
-            && crate::blob::sha256_file(&final_path).is_ok_and(|h| h == c.wheel.sha256);
-        if !present {
-            fetch_one(&agent, lock, c, dest)?;
-        }
+        let final_path = final_path(c);
         let size = std::fs::metadata(&final_path).map_err(io("reading", &final_path))?.len();
         out.push(Artifact {
             name: c.name.clone(),
@@ -837,7 +868,11 @@ fn copy_hashing(reader: &mut dyn std::io::Read, file: &Path) -> Result<String, G
         out.write_all(&buf[..n]).map_err(io("writing", file))?;
     }
     out.sync_all().map_err(io("writing", file))?;
-    Ok(hex::encode(hasher.finalize()))
+    let hex = hex::encode(hasher.finalize());
+    // What it hashes to, on the file before it is renamed into place: the next build that finds
+    // it there need not read it again. A file that is not the lock's is removed, record and all.
+    crate::cache::stamp::record_new(&out, &hex);
+    Ok(hex)
 }
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> GivenLockError + 'a {

@@ -201,51 +201,58 @@ impl PlatformBuilder<'_> {
     }
 
     /// The sources, with the patches that target them: one layer, when the recipe has sources.
+    /// Local directories are digested in place first ([`source::digest_path_excluding`]) and
+    /// staged only when no layer has that key, so an unchanged checkout copies nothing.
     pub(super) fn sources_layer(&mut self) -> Result<(), BuildError> {
-        let (recipe, cache, out, opts, epoch, compression) =
-            (self.recipe, self.cache, self.out, self.opts, self.epoch, self.compression);
+        let (recipe, cache, out, opts) = (self.recipe, self.cache, self.out, self.opts);
         if recipe.sources.is_empty() {
             return Ok(());
         }
-        let stage = tempdir(cache)?;
-        let mut key = LayerKey::builder("sources/v1").number(epoch).str(&compression.cache_id());
-        let mut staged_all = true;
+        // Each source: its local directory (a path source, or any source given `--source`), or
+        // its git identity.
+        let local = |src: &crate::recipe::Source| match (opts.source_overrides.get(&src.name), &src.origin) {
+            (Some(path), _) | (None, SourceOrigin::Path { path }) => Ok(path.clone()),
+            (None, SourceOrigin::Git { url, commit }) => Err(format!("git:{url}@{commit}")),
+        };
+        let source_error = |src: &crate::recipe::Source| {
+            let name = src.name.clone();
+            move |source| BuildError::Source { name, source }
+        };
+        let mut identities = Vec::with_capacity(recipe.sources.len());
         for src in &recipe.sources {
-            let dest = src.dest.clone();
-            let over = opts.source_overrides.get(&src.name);
-            let identity = match (over, &src.origin) {
-                (Some(path), _) | (None, SourceOrigin::Path { path }) => {
-                    // The cache and the output never go into the image, even with `path = "."`.
-                    let staged =
-                        source::stage_path_excluding(path, &dest, stage.path(), &[cache.root(), out])
-                            .map_err(|source| BuildError::Source { name: src.name.clone(), source })?;
-                    format!("tree:{}", staged.tree_sha256)
+            identities.push(match local(src) {
+                // The cache and the output never go into the image, even with `path = "."`.
+                Ok(path) => {
+                    let found = source::digest_path_excluding(&path, &[cache.root(), out])
+                        .map_err(source_error(src))?;
+                    format!("tree:{}", found.tree_sha256)
                 }
-                (None, SourceOrigin::Git { url, commit }) => {
-                    staged_all = false;
-                    format!("git:{url}@{commit}")
-                }
-            };
-            self.components.push(Component {
-                kind: "source".into(),
-                name: src.name.clone(),
-                version: identity.clone(),
-                source: match &src.origin {
-                    SourceOrigin::Git { url, .. } if over.is_none() => url.clone(),
-                    _ => "local directory".into(),
-                },
-                sha256: String::new(),
+                Err(git) => git,
             });
-            key = key.str(&src.name).str(&dest).str(&identity);
         }
-        for p in recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Source(_))) {
-            key = key.str(&p.name).str(&patch_identity(&p.change)?);
+        let key = self.sources_key(&identities)?;
+        if let Some(blob) = reuse(cache, &key, out, opts) {
+            self.note_sources(&identities);
+            self.push("sources", "stackbuild: sources".into(), blob, false);
+            return Ok(());
         }
-        let key = key.finish();
+        // Staged, then keyed by the copy: what the layer holds is what was digested.
+        let stage = tempdir(cache)?;
+        for (src, identity) in recipe.sources.iter().zip(&mut identities) {
+            if let Ok(path) = local(src) {
+                let staged =
+                    source::stage_path_excluding(&path, &src.dest, stage.path(), &[cache.root(), out])
+                        .map_err(source_error(src))?;
+                *identity = format!("tree:{}", staged.tree_sha256);
+            }
+        }
+        self.note_sources(&identities);
+        let key = self.sources_key(&identities)?;
         if let Some(blob) = reuse(cache, &key, out, opts) {
             self.push("sources", "stackbuild: sources".into(), blob, false);
             return Ok(());
         }
+        let staged_all = recipe.sources.iter().all(|s| local(s).is_ok());
         if !staged_all {
             for src in recipe.sources.iter().filter(|s| !opts.source_overrides.contains_key(&s.name)) {
                 if let SourceOrigin::Git { url, commit } = &src.origin {
@@ -263,12 +270,42 @@ impl PlatformBuilder<'_> {
             let report = patch::apply(&p.name, &patch_spec(&p.change)?, &root)?;
             tracing::info!("patch {}: {} change(s) in {}", p.name, report.changes, report.files.join(", "));
         }
-        let mut writer = LayerWriter::new(cache, epoch);
+        let mut writer = LayerWriter::new(cache, self.epoch);
         writer.add_dir(stage.path(), "")?;
         let blob = self.finish_layer(writer)?;
         cache.put_layer(&key, &blob)?;
         self.push("sources", "stackbuild: sources".into(), blob, true);
         Ok(())
+    }
+
+    /// The sources' components of the stack description.
+    fn note_sources(&mut self, identities: &[String]) {
+        for (src, identity) in self.recipe.sources.iter().zip(identities) {
+            self.components.push(Component {
+                kind: "source".into(),
+                name: src.name.clone(),
+                version: identity.clone(),
+                source: match &src.origin {
+                    SourceOrigin::Git { url, .. } if !self.opts.source_overrides.contains_key(&src.name) => {
+                        url.clone()
+                    }
+                    _ => "local directory".into(),
+                },
+                sha256: String::new(),
+            });
+        }
+    }
+
+    /// The sources layer's key: each source's name, place and identity, the patches on them.
+    fn sources_key(&self, identities: &[String]) -> Result<LayerKey, BuildError> {
+        let mut key = LayerKey::builder("sources/v1").number(self.epoch).str(&self.compression.cache_id());
+        for (src, identity) in self.recipe.sources.iter().zip(identities) {
+            key = key.str(&src.name).str(&src.dest).str(identity);
+        }
+        for p in self.recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Source(_))) {
+            key = key.str(&p.name).str(&patch_identity(&p.change)?);
+        }
+        Ok(key.finish())
     }
 
     /// The stack description: every component so far and the patches, and the host
@@ -521,10 +558,11 @@ struct Written {
 const MAX_LAYER_WORKERS: usize = 4;
 
 /// How many layers are staged and written at once: one per core, at most
-/// [`MAX_LAYER_WORKERS`], at most one per layer to build, at least one.
+/// [`MAX_LAYER_WORKERS`], at most one per layer to build (none when every layer is reused: a
+/// worker first readies the compiler, which a rebuild without changes must not pay for).
 fn layer_workers(layers: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    cores.min(MAX_LAYER_WORKERS).min(layers).max(1)
+    cores.min(MAX_LAYER_WORKERS).min(layers)
 }
 
 /// Writes a staged Python layer: the stage's files and the wheels' deferred members; records

@@ -79,6 +79,15 @@ const OWN_LAYER_MIN: u64 = 1 << 20;
 /// Most packages with a layer of their own (the largest first), so that a stack of many large
 /// wheels stays far below the 127 layers overlay-based runtimes stack.
 const MAX_OWN_LAYERS: usize = 40;
+/// Smallest wheel of the CUDA and torch groups that gets a layer of its own, when its group has
+/// several: the runtimes that pull for a node (the kubelet through containerd's CRI plugin,
+/// CRI-O, Podman, dockerd) download a few layers at once but unpack them one after another, in
+/// order, each as soon as it has arrived. A layer of the whole CUDA group (1.2 GB of gzip for
+/// CUDA 12.1) right after the base keeps the unpacking waiting until all of it is in, while
+/// the layers behind it are already there; layers of a few hundred MB keep it busy from the
+/// start (docs/benchmarks.md, "node"). Each stays one package's, so a recipe on the same
+/// CUDA wheels shares them, and one that changes one of them rebuilds that one.
+const GROUP_OWN_MIN: u64 = 64 << 20;
 
 /// One Python layer: its name in reports (`cuda`, `python-numpy`, `python`), the `created_by`
 /// prefix of its history entry, and its wheels in lock order.
@@ -105,9 +114,11 @@ pub(super) fn fetch_batch<'a: 'b, 'b>(layers: impl Iterator<Item = &'b PythonLay
     n.count().max(1)
 }
 
-/// The Python layers of `wheels`, in layer order: the CUDA, cuDNN and torch groups, then one
-/// layer per large package (by name), then the other packages together. The plan depends on the
-/// lock alone (names and sizes), so it is the same on every machine.
+/// The Python layers of `wheels`, in layer order: the CUDA, cuDNN and torch groups (each
+/// wheel of a group of several of at least [`GROUP_OWN_MIN`] in a layer of its own, then the
+/// rest of the group), then one layer per large package (by name), then the other packages
+/// together. The plan depends on the lock alone (names and sizes), so it is the same on every
+/// machine.
 pub(super) fn python_layers(wheels: &[Wheel]) -> Vec<PythonLayer<'_>> {
     let mut own: Vec<&Wheel> = wheels
         .iter()
@@ -115,22 +126,38 @@ pub(super) fn python_layers(wheels: &[Wheel]) -> Vec<PythonLayer<'_>> {
         .collect();
     own.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| a.pin.name.as_ref().cmp(b.pin.name.as_ref())));
     own.truncate(MAX_OWN_LAYERS);
-    own.sort_by(|a, b| a.pin.name.as_ref().cmp(b.pin.name.as_ref()));
+    for g in [Group::Cuda, Group::Cudnn, Group::Torch] {
+        let members: Vec<&Wheel> = wheels.iter().filter(|w| Group::of(w.pin.name.as_ref()) == g).collect();
+        if members.len() > 1 {
+            own.extend(members.into_iter().filter(|w| w.size >= GROUP_OWN_MIN));
+        }
+    }
     let is_own = |w: &Wheel| own.iter().any(|o| std::ptr::eq(*o, w));
-    let group = |g: Group| PythonLayer {
-        name: g.name().to_owned(),
-        describe: g.describe().to_owned(),
-        members: wheels.iter().filter(|w| Group::of(w.pin.name.as_ref()) == g && !is_own(w)).collect(),
-    };
-    let mut layers = vec![group(Group::Cuda), group(Group::Cudnn), group(Group::Torch)];
-    layers.extend(own.iter().map(|w| PythonLayer {
-        name: format!("python-{}", w.pin.name.as_ref()),
-        describe: format!("Python package {}", w.pin.name.as_ref()),
-        members: vec![*w],
-    }));
-    layers.push(group(Group::Python));
+    let mut layers = Vec::new();
+    for g in [Group::Cuda, Group::Cudnn, Group::Torch, Group::Python] {
+        let mut own_here: Vec<&Wheel> =
+            own.iter().copied().filter(|w| Group::of(w.pin.name.as_ref()) == g).collect();
+        own_here.sort_by(|a, b| a.pin.name.as_ref().cmp(b.pin.name.as_ref()));
+        let rest = PythonLayer {
+            name: g.name().to_owned(),
+            describe: g.describe().to_owned(),
+            members: wheels.iter().filter(|w| Group::of(w.pin.name.as_ref()) == g && !is_own(w)).collect(),
+        };
+        // A group's own layers, then the rest of the group.
+        layers.extend(own_here.iter().map(|w| own_layer(w)));
+        layers.push(rest);
+    }
     layers.retain(|l| !l.members.is_empty());
     layers
+}
+
+/// The layer of a package of its own (`python-NAME`).
+fn own_layer(w: &Wheel) -> PythonLayer<'_> {
+    PythonLayer {
+        name: format!("python-{}", w.pin.name.as_ref()),
+        describe: format!("Python package {}", w.pin.name.as_ref()),
+        members: vec![w],
+    }
 }
 
 /// The Python side of one platform's image: the locked wheels, where they install, and whether
@@ -428,6 +455,35 @@ mod tests {
             ("python-numpy".into(), vec!["numpy"]),
             ("python-scipy".into(), vec!["scipy"]),
             ("python".into(), vec!["six", "idna"]),
+        ];
+        assert_eq!(plan, expected);
+    }
+
+    #[test]
+    fn the_large_wheels_of_a_group_of_several_get_layers_of_their_own() {
+        let wheels = [
+            wheel("nvidia-cublas-cu12", 400 << 20),
+            wheel("nvidia-cuda-runtime-cu12", 1 << 20),
+            wheel("nvidia-nccl-cu12", 160 << 20),
+            wheel("nvidia-cudnn-cu12", 700 << 20),
+            wheel("torch", 600 << 20),
+            wheel("triton", 90 << 20),
+            wheel("torchvision", 25 << 20),
+            wheel("six", 11_053),
+        ];
+        let plan: Vec<(String, Vec<&str>)> = python_layers(&wheels)
+            .into_iter()
+            .map(|l| (l.name, l.members.iter().map(|w| w.pin.name.as_ref()).collect()))
+            .collect();
+        let expected: Vec<(String, Vec<&str>)> = vec![
+            ("python-nvidia-cublas-cu12".into(), vec!["nvidia-cublas-cu12"]),
+            ("python-nvidia-nccl-cu12".into(), vec!["nvidia-nccl-cu12"]),
+            ("cuda".into(), vec!["nvidia-cuda-runtime-cu12"]),
+            ("cudnn".into(), vec!["nvidia-cudnn-cu12"]),
+            ("python-torch".into(), vec!["torch"]),
+            ("python-triton".into(), vec!["triton"]),
+            ("torch".into(), vec!["torchvision"]),
+            ("python".into(), vec!["six"]),
         ];
         assert_eq!(plan, expected);
     }
