@@ -853,10 +853,14 @@ YML
 
   # Push, untimed: ours as built (gzip), ours again with zstd layers (built from the same cache),
   # and the Dockerfile image (skopeo compresses its layers with gzip, as `docker push` does).
-  timed - "node-push-ours-gzip" skopeo copy --dest-tls-verify=false "oci:$layout:$ref" "docker://$reg/ours:gzip"
+  # Ours with --preserve-digests: containers/image otherwise reuses any blob of the same
+  # uncompressed content it knows to be in the registry already, and the zstd image went up
+  # with some of the gzip image's layers in place of its own (its blob info cache, fed by
+  # earlier pushes and Podman's pulls, says which; containers/image#1089, #2487).
+  timed - "node-push-ours-gzip" skopeo copy --preserve-digests --dest-tls-verify=false "oci:$layout:$ref" "docker://$reg/ours:gzip"
   timed - "node-build-ours-zstd" "$stackbuild" "$recipe" --locked --cache-dir "$work/cache" \
     --out "$work/ours-zstd" --compression zstd "${source_args[@]}"
-  timed - "node-push-ours-zstd" skopeo copy --dest-tls-verify=false "oci:$work/ours-zstd:$ref" "docker://$reg/ours:zstd"
+  timed - "node-push-ours-zstd" skopeo copy --preserve-digests --dest-tls-verify=false "oci:$work/ours-zstd:$ref" "docker://$reg/ours:zstd"
   rm -rf "$work/ours-zstd"
   timed - "node-push-docker" skopeo copy --dest-tls-verify=false "docker-daemon:$tag:cold" "docker://$reg/docker:cold"
   local b_docker b_gzip b_zstd
