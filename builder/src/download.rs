@@ -479,16 +479,17 @@ pub fn fetch(
     Ok(out.into_iter().map(|a| a.expect("every job ran")).collect())
 }
 
-/// Runs `f(0..n)` on `jobs` threads; the first error stops the others from starting new work.
-fn parallel<T: Send>(
+/// Runs `f(0..n)` on `jobs` threads; the first error stops the others from starting new work,
+/// and the error returned is that of the lowest index that failed, whatever the timing.
+pub(crate) fn parallel<T: Send, E: Send>(
     n: usize,
     jobs: usize,
-    f: impl Fn(usize) -> Result<T, FetchError> + Sync,
-) -> Result<Vec<T>, FetchError> {
+    f: impl Fn(usize) -> Result<T, E> + Sync,
+) -> Result<Vec<T>, E> {
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let results: Mutex<Vec<Option<T>>> = Mutex::new((0..n).map(|_| None).collect());
-    let first_error: Mutex<Option<(usize, FetchError)>> = Mutex::new(None);
+    let first_error: Mutex<Option<(usize, E)>> = Mutex::new(None);
     std::thread::scope(|s| {
         for _ in 0..jobs.min(n) {
             s.spawn(|| loop {

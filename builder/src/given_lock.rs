@@ -708,7 +708,6 @@ fn decode(s: &str) -> String {
 /// lock records), so that a long torch download overlaps all the small ones, as
 /// [`crate::download`] does for a lock of its own. Returns them in the order of `chosen`.
 pub fn fetch(lock: &Path, chosen: &[Chosen], dest: &Path) -> Result<Vec<Artifact>, GivenLockError> {
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     std::fs::create_dir_all(dest).map_err(io("creating", dest))?;
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(30))
@@ -725,28 +724,9 @@ pub fn fetch(lock: &Path, chosen: &[Chosen], dest: &Path) -> Result<Vec<Artifact
         })
         .collect();
     missing.sort_by_key(|&i| std::cmp::Reverse(chosen[i].wheel.size.unwrap_or(u64::MAX)));
-    let (next, failed) = (AtomicUsize::new(0), AtomicBool::new(false));
-    // The error of the first wheel in the lock's order that failed, whatever the timing.
-    let first_error: std::sync::Mutex<Option<(usize, GivenLockError)>> = std::sync::Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..crate::download::JOBS.min(missing.len()) {
-            scope.spawn(|| {
-                while !failed.load(Ordering::SeqCst) {
-                    let Some(&i) = missing.get(next.fetch_add(1, Ordering::SeqCst)) else { break };
-                    if let Err(e) = fetch_one(&agent, lock, &chosen[i], dest) {
-                        failed.store(true, Ordering::SeqCst);
-                        let mut slot = first_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                        if slot.as_ref().is_none_or(|(j, _)| i < *j) {
-                            *slot = Some((i, e));
-                        }
-                    }
-                }
-            });
-        }
-    });
-    if let Some((_, e)) = first_error.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner) {
-        return Err(e);
-    }
+    crate::download::parallel(missing.len(), crate::download::JOBS, |k| {
+        fetch_one(&agent, lock, &chosen[missing[k]], dest)
+    })?;
     let mut out = Vec::with_capacity(chosen.len());
     for c in chosen {
         let final_path = final_path(c);
