@@ -329,13 +329,15 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
         });
     }
     let mut lock = Lock::new(recipe);
-    if let Some(given) = recipe.python.as_ref().and_then(|p| p.lock.as_deref()) {
+    if let Some((py, given)) = recipe.python.as_ref().and_then(|p| Some((p, p.lock.as_deref()?))) {
         // The project's own lock: its wheels, as they are; nothing is resolved.
         let given = crate::given_lock::GivenLock::load(given)?;
         for target in solve::targets(recipe) {
             let chosen = given.select(&target)?;
             tracing::info!("{} wheel(s) from {} for {target}", chosen.len(), given.path.display());
-            let artifacts = crate::given_lock::fetch(&given.path, &chosen, &artifact_dir(cache))?;
+            let artifacts = crate::given_lock::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
+                crate::download::Config::for_lock_urls(py.sources(), Some(&pip_settings_dir(cache)))
+            })?;
             lock.set_packages(target.platform, &artifacts);
         }
     } else if let Some(python) = &recipe.python {

@@ -223,12 +223,7 @@ impl Config {
             indexes.push(remote);
         }
         let links = links_of(dedup(link_specs))?;
-        let netrc_path =
-            env("NETRC").map(PathBuf::from).or_else(|| env("HOME").map(|h| Path::new(&h).join(".netrc")));
-        let netrc = netrc_path
-            .and_then(|p| std::fs::read_to_string(p).ok())
-            .map(|text| parse_netrc(&text))
-            .unwrap_or_default();
+        let netrc = netrc_of(env);
         let timeout = pip_opt("timeout")
             .or_else(|| pip_opt("default-timeout"))
             .and_then(|v| v.parse::<f64>().ok())
@@ -239,6 +234,38 @@ impl Config {
         let jobs =
             env("STACKBUILD_DOWNLOAD_JOBS").and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(JOBS);
         Ok(Self { indexes, links, netrc, proxy: pip_opt("proxy"), ca_bundle, timeout, attempts, jobs })
+    }
+
+    /// The configuration for the URLs a project's own lock names (`uv.lock`, `pylock.toml`):
+    /// the machine's, as for an index of ours, so that the same credentials, proxy, CA bundle,
+    /// timeout and retries apply. Where pip would be the fallback, only the netrc, the proxy
+    /// variables and the defaults: there is no pip to hand a lock's URLs to, and every file is
+    /// checked against the lock's digest either way.
+    pub fn for_lock_urls(sources: crate::recipe::IndexSources<'_>, memo: Option<&Path>) -> Self {
+        Self::from_environment(sources, memo).unwrap_or_else(|Fallback(why)| {
+            tracing::debug!("the lock's URLs with netrc and proxy variables only: {why}");
+            Self::netrc_only()
+        })
+    }
+
+    /// No index, the netrc's credentials, the proxy variables, the default timeout and retries.
+    pub fn netrc_only() -> Self {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        Self {
+            indexes: Vec::new(),
+            links: Vec::new(),
+            netrc: netrc_of(&env),
+            proxy: None,
+            ca_bundle: None,
+            timeout: Duration::from_mins(1),
+            attempts: 5,
+            jobs: JOBS,
+        }
+    }
+
+    /// Connections at once.
+    pub fn jobs(&self) -> usize {
+        self.jobs
     }
 
     /// The indexes and link locations, for messages (no credentials).
@@ -291,6 +318,12 @@ impl Config {
             .or_else(|| self.netrc.iter().find(|(m, _)| m.as_deref() == Some(host)).map(|(_, c)| c.clone()))
             .or_else(|| self.netrc.iter().find(|(m, _)| m.is_none()).map(|(_, c)| c.clone()))
     }
+}
+
+/// The entries of `NETRC`, else `~/.netrc` (none when it cannot be read).
+fn netrc_of(env: Env<'_>) -> Vec<(Option<String>, Credentials)> {
+    let path = env("NETRC").map(PathBuf::from).or_else(|| env("HOME").map(|h| Path::new(&h).join(".netrc")));
+    path.and_then(|p| std::fs::read_to_string(p).ok()).map(|text| parse_netrc(&text)).unwrap_or_default()
 }
 
 /// A TLS configuration that trusts the certificates of the PEM file `bundle` (as pip's `cert`).
@@ -439,12 +472,12 @@ pub fn fetch(
     config: &Config,
     dest: &Path,
 ) -> Result<Vec<Artifact>, FetchError> {
-    let agent = config.agent().map_err(|reason| FetchError::Index {
+    let http = Http::new(config).map_err(|reason| FetchError::Index {
         pin: pins.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
         index: config.describe(),
         reason,
     })?;
-    let client = Client { config, agent, target };
+    let client = Client { http, target };
     let jobs = config.jobs.min(pins.len()).max(1);
 
     // Pages first, every pin's in parallel.
@@ -520,15 +553,30 @@ pub(crate) fn parallel<T: Send, E: Send>(
 }
 
 struct Client<'a> {
-    config: &'a Config,
-    agent: ureq::Agent,
+    http: Http<'a>,
     target: &'a Target,
 }
 
-/// Why one attempt failed: worth another try, or not.
-enum Failure {
+/// Why a download failed: after its retries, or at once (a 4xx answer, a full disk).
+pub(crate) enum Failure {
     Retry(String),
     Fatal(String),
+}
+
+impl Failure {
+    pub(crate) fn into_reason(self) -> String {
+        match self {
+            Self::Retry(r) | Self::Fatal(r) => r,
+        }
+    }
+}
+
+/// GETs with the machine's configuration: its proxy and CA bundle (in the agent), credentials
+/// by host, pip's timeout and retries. Shared by the index client and by the downloads of a
+/// project's own lock ([`crate::given_lock`]), whose URLs need the same credentials.
+pub(crate) struct Http<'a> {
+    config: &'a Config,
+    agent: ureq::Agent,
 }
 
 /// What [`Client::candidates`] does with each file it finds: its file name, where it is, its
@@ -536,18 +584,6 @@ enum Failure {
 type Consider<'a> = dyn FnMut(String, Location, Option<String>, Option<u64>, &str) + 'a;
 
 impl Client<'_> {
-    fn get(&self, url: &url::Url) -> ureq::Request {
-        let mut req =
-            self.agent.get(url.as_str()).set("User-Agent", concat!("stackbuild/", env!("CARGO_PKG_VERSION")));
-        if let Some(c) = self.config.credentials_for(url) {
-            use base64::Engine as _;
-            let token =
-                base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.user, c.password));
-            req = req.set("Authorization", &format!("Basic {token}"));
-        }
-        req
-    }
-
     /// Every file the page at `url` lists, its link resolved against `url`, handed to
     /// `consider` with `source` (the index or find-links page it came from).
     fn consider_page(
@@ -594,7 +630,7 @@ impl Client<'_> {
             found.push(Candidate { filename, location, sha256, size, source: source.to_owned(), rank });
         };
         let project = pin.name.to_string();
-        for index in &self.config.indexes {
+        for index in &self.http.config.indexes {
             let mut base = index.url.clone();
             if !base.path().ends_with('/') {
                 base.set_path(&format!("{}/", base.path()));
@@ -604,7 +640,7 @@ impl Client<'_> {
                 .map_err(|e| index_error(pin, index.url.as_str(), e.to_string()))?;
             self.consider_page(pin, &page_base, index.url.as_str(), &mut consider)?;
         }
-        for links in &self.config.links {
+        for links in &self.http.config.links {
             match links {
                 Links::Dir(dir) => {
                     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -643,7 +679,7 @@ impl Client<'_> {
                     pin.hashes.join(", ")
                 )
             };
-            return Err(index_error(pin, &self.config.describe(), reason));
+            return Err(index_error(pin, &self.http.config.describe(), reason));
         }
         Ok(found)
     }
@@ -651,9 +687,10 @@ impl Client<'_> {
     /// A project page or a page of links: its files (a 404 is a page without files).
     fn page(&self, url: &url::Url) -> Result<Vec<IndexFile>, String> {
         let mut last = String::new();
-        for attempt in 0..self.config.attempts {
+        for attempt in 0..self.http.config.attempts {
             backoff(attempt);
-            let resp = match self.get(url).set("Accept", &format!("{JSON_PAGE}, text/html;q=0.1")).call() {
+            let resp = match self.http.get(url).set("Accept", &format!("{JSON_PAGE}, text/html;q=0.1")).call()
+            {
                 Ok(r) => r,
                 Err(ureq::Error::Status(404 | 410, _)) => return Ok(Vec::new()),
                 Err(ureq::Error::Status(code, _)) if code >= 500 || code == 429 => {
@@ -684,7 +721,7 @@ impl Client<'_> {
             }
             return Ok(crate::tables::index::html_files(&String::from_utf8_lossy(&bytes)));
         }
-        Err(format!("{last} (after {} attempts)", self.config.attempts))
+        Err(format!("{last} (after {} attempts)", self.http.config.attempts))
     }
 
     /// Gets `pin`'s file from the first candidate that works, into `tmp`, then into `dest`.
@@ -704,7 +741,7 @@ impl Client<'_> {
                 Location::Path(p) => {
                     copy_local(p, &file).map_err(|e| Failure::Fatal(format!("{}: {e}", p.display())))
                 }
-                Location::Url(u) => self.get_file(u, &file, c.size),
+                Location::Url(u) => self.http.get_file(u, &file, c.size),
             };
             let (sha256, size) = match got {
                 Ok(v) => v,
@@ -745,11 +782,34 @@ impl Client<'_> {
                 path,
             });
         }
-        Err(last.unwrap_or_else(|| index_error(pin, &self.config.describe(), "no candidate".into())))
+        Err(last.unwrap_or_else(|| index_error(pin, &self.http.config.describe(), "no candidate".into())))
+    }
+}
+
+impl<'a> Http<'a> {
+    pub(crate) fn new(config: &'a Config) -> Result<Self, String> {
+        Ok(Self { agent: config.agent()?, config })
+    }
+
+    fn get(&self, url: &url::Url) -> ureq::Request {
+        let mut req =
+            self.agent.get(url.as_str()).set("User-Agent", concat!("stackbuild/", env!("CARGO_PKG_VERSION")));
+        if let Some(c) = self.config.credentials_for(url) {
+            use base64::Engine as _;
+            let token =
+                base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.user, c.password));
+            req = req.set("Authorization", &format!("Basic {token}"));
+        }
+        req
     }
 
     /// GETs `url` into `file`, retrying and resuming; returns the sha256 and size.
-    fn get_file(&self, url: &url::Url, path: &Path, size: Option<u64>) -> Result<(String, u64), Failure> {
+    pub(crate) fn get_file(
+        &self,
+        url: &url::Url,
+        path: &Path,
+        size: Option<u64>,
+    ) -> Result<(String, u64), Failure> {
         let fatal = |e: std::io::Error| Failure::Fatal(format!("writing {}: {e}", path.display()));
         let mut file = std::fs::File::create(path).map_err(fatal)?;
         let mut hasher = Sha256::new();

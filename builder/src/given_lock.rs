@@ -18,13 +18,15 @@
 //! wheels for other platforms) is an error naming it, and so is a wheel whose bytes do not hash
 //! to the digest the file gives. Wheels are downloaded from the URL the file records (the index
 //! that served them when the lock was made), or copied from the `path` it records relative to
-//! itself, and verified as they stream.
+//! itself, and verified as they stream. Downloads go through [`crate::download`]'s client
+//! with the machine's index configuration (credentials by host from an index URL or the netrc,
+//! proxy, CA bundle, pip's timeout and retries), so a lock made against a private index builds
+//! with the credentials that index needs, and a broken transfer resumes with `Range`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr as _;
-use std::time::Duration;
 
 use pep508_rs::{MarkerTree, PackageName};
 use sha2::{Digest as _, Sha256};
@@ -37,9 +39,6 @@ use crate::solve::{Pinned, Target};
 
 /// The largest lock file read (`uv.lock` of a large workspace is a few MB).
 const MAX_LOCK: u64 = 64 << 20;
-/// Attempts per download before it fails.
-const ATTEMPTS: u32 = 3;
-
 /// Why a given lock cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum GivenLockError {
@@ -706,14 +705,15 @@ fn decode(s: &str) -> String {
 /// again unless their record says they have not changed, `cache::stamp`), not downloaded again.
 /// The others download [`crate::download::JOBS`] at a time, the largest first (the sizes the
 /// lock records), so that a long torch download overlaps all the small ones, as
-/// [`crate::download`] does for a lock of its own. Returns them in the order of `chosen`.
-pub fn fetch(lock: &Path, chosen: &[Chosen], dest: &Path) -> Result<Vec<Artifact>, GivenLockError> {
+/// [`crate::download`] does for a lock of its own, with the configuration `config` gives
+/// ([`crate::download::Config::for_lock_urls`]). Returns them in the order of `chosen`.
+pub fn fetch(
+    lock: &Path,
+    chosen: &[Chosen],
+    dest: &Path,
+    config: &dyn Fn() -> crate::download::Config,
+) -> Result<Vec<Artifact>, GivenLockError> {
     std::fs::create_dir_all(dest).map_err(io("creating", dest))?;
-    let agent = ureq::AgentBuilder::new()
-        .timeout_connect(Duration::from_secs(30))
-        .timeout_read(Duration::from_mins(2))
-        .try_proxy_from_env(true)
-        .build();
     let final_path = |c: &Chosen| dest.join(&c.wheel.sha256).join(&c.wheel.filename);
     let mut missing: Vec<usize> = (0..chosen.len())
         .filter(|&i| {
@@ -724,9 +724,19 @@ pub fn fetch(lock: &Path, chosen: &[Chosen], dest: &Path) -> Result<Vec<Artifact
         })
         .collect();
     missing.sort_by_key(|&i| std::cmp::Reverse(chosen[i].wheel.size.unwrap_or(u64::MAX)));
-    crate::download::parallel(missing.len(), crate::download::JOBS, |k| {
-        fetch_one(&agent, lock, &chosen[missing[k]], dest)
-    })?;
+    if !missing.is_empty() {
+        // Read only now: a build with every wheel in the cache reads no configuration.
+        let config = config();
+        let http = crate::download::Http::new(&config).map_err(|reason| GivenLockError::Download {
+            path: lock.to_owned(),
+            package: chosen[missing[0]].label(),
+            url: chosen[missing[0]].wheel.url.clone().unwrap_or_default(),
+            reason,
+        })?;
+        crate::download::parallel(missing.len(), config.jobs(), |k| {
+            fetch_one(&http, lock, &chosen[missing[k]], dest)
+        })?;
+    }
     let mut out = Vec::with_capacity(chosen.len());
     for c in chosen {
         let final_path = final_path(c);
@@ -746,7 +756,12 @@ pub fn fetch(lock: &Path, chosen: &[Chosen], dest: &Path) -> Result<Vec<Artifact
 /// Downloads (or copies) one wheel into a temporary file of `dest`, hashing as it streams, and
 /// renames it into place only when the digest matches: a killed or failed fetch leaves nothing
 /// under its final name.
-fn fetch_one(agent: &ureq::Agent, lock: &Path, c: &Chosen, dest: &Path) -> Result<(), GivenLockError> {
+fn fetch_one(
+    http: &crate::download::Http<'_>,
+    lock: &Path,
+    c: &Chosen,
+    dest: &Path,
+) -> Result<(), GivenLockError> {
     let tmp = tempfile::Builder::new()
         .prefix(".given-")
         .tempdir_in(dest)
@@ -761,7 +776,15 @@ fn fetch_one(agent: &ureq::Agent, lock: &Path, c: &Chosen, dest: &Path) -> Resul
         let actual = copy_hashing(&mut src, &file)?;
         (path.display().to_string(), actual)
     } else if let Some(url) = &c.wheel.url {
-        (url.clone(), download(agent, lock, c, url, &file)?)
+        let fail = |reason: String| GivenLockError::Download {
+            path: lock.to_owned(),
+            package: c.label(),
+            url: url.clone(),
+            reason,
+        };
+        let parsed = url::Url::parse(url).map_err(|e| fail(format!("not a URL: {e}")))?;
+        let (hex, _) = http.get_file(&parsed, &file, c.wheel.size).map_err(|f| fail(f.into_reason()))?;
+        (url.clone(), hex)
     } else {
         return Err(GivenLockError::Package {
             path: lock.to_owned(),
@@ -798,41 +821,7 @@ fn fetch_one(agent: &ureq::Agent, lock: &Path, c: &Chosen, dest: &Path) -> Resul
     Ok(())
 }
 
-/// GETs `url` into `file`, with up to [`ATTEMPTS`] tries on transport errors and 5xx answers;
-/// returns the sha256 of what arrived.
-fn download(
-    agent: &ureq::Agent,
-    lock: &Path,
-    c: &Chosen,
-    url: &str,
-    file: &Path,
-) -> Result<String, GivenLockError> {
-    let fail = |reason: String| GivenLockError::Download {
-        path: lock.to_owned(),
-        package: c.label(),
-        url: url.to_owned(),
-        reason,
-    };
-    let mut last = String::new();
-    for attempt in 1..=ATTEMPTS {
-        if attempt > 1 {
-            std::thread::sleep(Duration::from_millis(250 * u64::from(attempt)));
-        }
-        match agent.get(url).call() {
-            Ok(resp) => match copy_hashing(&mut resp.into_reader(), file) {
-                Ok(hash) => return Ok(hash),
-                Err(e) => last = format!("the connection broke: {e}"),
-            },
-            Err(ureq::Error::Status(code, _)) if code < 500 => return Err(fail(format!("HTTP {code}"))),
-            Err(ureq::Error::Status(code, _)) => last = format!("HTTP {code}"),
-            Err(ureq::Error::Transport(t)) => last = t.to_string(),
-        }
-        tracing::warn!(package = %c.label(), attempt, "download failed ({last}); trying again");
-    }
-    Err(fail(format!("{last} (after {ATTEMPTS} attempts)")))
-}
-
-/// Writes `reader` to a new `file` (replacing an earlier attempt), returning its sha256.
+/// Writes `reader` (a wheel the lock gives a path for) to a new `file`, returning its sha256.
 fn copy_hashing(reader: &mut dyn std::io::Read, file: &Path) -> Result<String, GivenLockError> {
     let mut out = std::fs::File::create(file).map_err(io("creating", file))?;
     let mut hasher = Sha256::new();

@@ -211,7 +211,7 @@ pub fn stage_path_excluding(
         }
     }
     let origin = src.display().to_string();
-    copy_dir(src, &dest, Path::new(""), &origin, &skip)?;
+    walk_source(src, Path::new(""), &origin, &skip, &mut Stage { dest: &dest, origin: &origin })?;
     tree_digest(&dest)
 }
 
@@ -327,54 +327,9 @@ pub fn digest_path_excluding(src: &Path, exclude: &[&Path]) -> Result<StagedSour
             skip.ids.push((m.dev(), m.ino()));
         }
     }
-    let mut entries = Vec::new();
-    walk_in_place(src, Path::new(""), &src.display().to_string(), &skip, &mut entries)?;
-    Ok(digest_entries(entries))
-}
-
-/// [`copy_dir`]'s walk, recording what it would write instead of writing it.
-fn walk_in_place(
-    src: &Path,
-    rel: &Path,
-    origin: &str,
-    skip: &Skip,
-    out: &mut Vec<(PathBuf, TreeEntry)>,
-) -> Result<(), SourceError> {
-    let dir = src.join(rel);
-    for entry in fs::read_dir(&dir).map_err(io_err("listing", &dir))? {
-        let name = entry.map_err(io_err("listing", &dir))?.file_name();
-        if name == ".git" {
-            continue;
-        }
-        let rel = rel.join(&name);
-        let from = src.join(&rel);
-        let meta = fs::symlink_metadata(&from).map_err(io_err("reading", &from))?;
-        let ft = meta.file_type();
-        let unsafe_entry = |reason: &str| SourceError::Unsafe {
-            origin: origin.to_owned(),
-            entry: rel.display().to_string(),
-            reason: reason.to_owned(),
-        };
-        if ft.is_dir() {
-            if skip.contains(&meta) {
-                continue;
-            }
-            walk_in_place(src, &rel, origin, skip, out)?;
-            out.push((rel, TreeEntry::Dir(dir_mode(meta.permissions().mode()))));
-        } else if ft.is_symlink() {
-            let target = fs::read_link(&from).map_err(io_err("reading link", &from))?;
-            let parts: Vec<&OsStr> = rel.iter().collect();
-            resolve_in_tree(src, &parts, &target).map_err(unsafe_entry)?;
-            out.push((rel, TreeEntry::Link(target)));
-        } else if ft.is_file() {
-            let mut input = crate::input::open_regular(&from, "source file")?;
-            let (hex, size) = hash_reader(&mut input, &from)?;
-            out.push((rel, TreeEntry::File(file_mode(meta.permissions().mode()), hex, size)));
-        } else {
-            return Err(unsafe_entry("not a regular file, directory or symlink"));
-        }
-    }
-    Ok(())
+    let mut record = Record::default();
+    walk_source(src, Path::new(""), &src.display().to_string(), &skip, &mut record)?;
+    Ok(digest_entries(record.0))
 }
 
 fn collect(root: &Path, rel: &Path, out: &mut Vec<(PathBuf, fs::Metadata)>) -> Result<(), SourceError> {
@@ -612,8 +567,32 @@ fn parts_of(target: &Path) -> Result<std::collections::VecDeque<Option<OsString>
     Ok(out)
 }
 
-/// Copies the directory `src/rel` to `dest/rel`, entries in sorted order.
-fn copy_dir(src: &Path, dest: &Path, rel: &Path, origin: &str, skip: &Skip) -> Result<(), SourceError> {
+/// What one walk of a local source tree ([`walk_source`]) does with each entry it accepts: the
+/// stage ([`Copy`]) writes it, the in-place digest ([`Record`]) records it. One walk serves both,
+/// so the digest read in place is the digest of the copy by construction: same entries, same
+/// modes, same refusals.
+trait Visit {
+    /// A directory `rel` was skipped (the cache, the output or the stage).
+    fn skipped(&mut self, _rel: &Path) {}
+    /// Before the entries of the directory `rel`.
+    fn enter_dir(&mut self, rel: &Path) -> Result<(), SourceError>;
+    /// After them, with the mode the staged directory gets.
+    fn leave_dir(&mut self, rel: PathBuf, mode: u32) -> Result<(), SourceError>;
+    /// A symlink whose target stays inside the tree.
+    fn link(&mut self, rel: PathBuf, target: PathBuf) -> Result<(), SourceError>;
+    /// A regular file, opened, with the mode the staged file gets.
+    fn file(&mut self, rel: PathBuf, from: &Path, input: File, mode: u32) -> Result<(), SourceError>;
+}
+
+/// Walks the directory `src/rel`, entries in sorted order, leaving out `.git` and the
+/// directories of `skip`, and hands each entry to `visit`.
+fn walk_source(
+    src: &Path,
+    rel: &Path,
+    origin: &str,
+    skip: &Skip,
+    visit: &mut impl Visit,
+) -> Result<(), SourceError> {
     let dir = src.join(rel);
     let mut names: Vec<OsString> = fs::read_dir(&dir)
         .map_err(io_err("listing", &dir))?
@@ -627,7 +606,6 @@ fn copy_dir(src: &Path, dest: &Path, rel: &Path, origin: &str, skip: &Skip) -> R
         }
         let rel = rel.join(&name);
         let from = src.join(&rel);
-        let to = dest.join(&rel);
         let meta = fs::symlink_metadata(&from).map_err(io_err("reading", &from))?;
         let ft = meta.file_type();
         let unsafe_entry = |reason: &str| SourceError::Unsafe {
@@ -637,34 +615,90 @@ fn copy_dir(src: &Path, dest: &Path, rel: &Path, origin: &str, skip: &Skip) -> R
         };
         if ft.is_dir() {
             if skip.contains(&meta) {
-                tracing::warn!(
-                    "{origin}: not copying {} (the cache, the output or the stage)",
-                    rel.display()
-                );
+                visit.skipped(&rel);
                 continue;
             }
-            fs::create_dir(&to).map_err(io_err("creating", &to))?;
-            copy_dir(src, dest, &rel, origin, skip)?;
-            // Set last: a directory without write permission must still receive its entries.
-            fs::set_permissions(&to, Permissions::from_mode(dir_mode(meta.permissions().mode())))
-                .map_err(io_err("setting permissions of", &to))?;
+            visit.enter_dir(&rel)?;
+            walk_source(src, &rel, origin, skip, visit)?;
+            visit.leave_dir(rel, dir_mode(meta.permissions().mode()))?;
         } else if ft.is_symlink() {
             let target = fs::read_link(&from).map_err(io_err("reading link", &from))?;
             let parts: Vec<&OsStr> = rel.iter().collect();
             resolve_in_tree(src, &parts, &target).map_err(unsafe_entry)?;
-            std::os::unix::fs::symlink(&target, &to).map_err(io_err("creating symlink", &to))?;
+            visit.link(rel, target)?;
         } else if ft.is_file() {
             // O_NOFOLLOW | O_NONBLOCK and a check of what was opened: the entry could have been
             // swapped for a link or a FIFO since it was listed.
-            let mut input = crate::input::open_regular(&from, "source file")?;
-            let mut out = BufWriter::new(create_file(&to, file_mode(meta.permissions().mode()))?);
-            io::copy(&mut input, &mut out).map_err(io_err("writing", &to))?;
-            out.into_inner().map_err(|e| io_err("writing", &to)(e.into_error()))?;
+            let input = crate::input::open_regular(&from, "source file")?;
+            visit.file(rel, &from, input, file_mode(meta.permissions().mode()))?;
         } else {
             return Err(unsafe_entry("not a regular file, directory or symlink"));
         }
     }
     Ok(())
+}
+
+/// Writes each entry of the walk below `dest`.
+struct Stage<'a> {
+    dest: &'a Path,
+    origin: &'a str,
+}
+
+impl Visit for Stage<'_> {
+    fn skipped(&mut self, rel: &Path) {
+        tracing::warn!("{}: not copying {} (the cache, the output or the stage)", self.origin, rel.display());
+    }
+
+    fn enter_dir(&mut self, rel: &Path) -> Result<(), SourceError> {
+        let to = self.dest.join(rel);
+        Ok(fs::create_dir(&to).map_err(io_err("creating", &to))?)
+    }
+
+    fn leave_dir(&mut self, rel: PathBuf, mode: u32) -> Result<(), SourceError> {
+        // Set last: a directory without write permission must still receive its entries.
+        let to = self.dest.join(rel);
+        Ok(fs::set_permissions(&to, Permissions::from_mode(mode))
+            .map_err(io_err("setting permissions of", &to))?)
+    }
+
+    fn link(&mut self, rel: PathBuf, target: PathBuf) -> Result<(), SourceError> {
+        let to = self.dest.join(rel);
+        Ok(std::os::unix::fs::symlink(&target, &to).map_err(io_err("creating symlink", &to))?)
+    }
+
+    fn file(&mut self, rel: PathBuf, _from: &Path, mut input: File, mode: u32) -> Result<(), SourceError> {
+        let to = self.dest.join(rel);
+        let mut out = BufWriter::new(create_file(&to, mode)?);
+        io::copy(&mut input, &mut out).map_err(io_err("writing", &to))?;
+        out.into_inner().map_err(|e| io_err("writing", &to)(e.into_error()))?;
+        Ok(())
+    }
+}
+
+/// Records each entry of the walk as [`tree_digest`] would find it in the copy.
+#[derive(Default)]
+struct Record(Vec<(PathBuf, TreeEntry)>);
+
+impl Visit for Record {
+    fn enter_dir(&mut self, _rel: &Path) -> Result<(), SourceError> {
+        Ok(())
+    }
+
+    fn leave_dir(&mut self, rel: PathBuf, mode: u32) -> Result<(), SourceError> {
+        self.0.push((rel, TreeEntry::Dir(mode)));
+        Ok(())
+    }
+
+    fn link(&mut self, rel: PathBuf, target: PathBuf) -> Result<(), SourceError> {
+        self.0.push((rel, TreeEntry::Link(target)));
+        Ok(())
+    }
+
+    fn file(&mut self, rel: PathBuf, from: &Path, mut input: File, mode: u32) -> Result<(), SourceError> {
+        let (hex, size) = hash_reader(&mut input, from)?;
+        self.0.push((rel, TreeEntry::File(mode, hex, size)));
+        Ok(())
+    }
 }
 
 /// Git commands on the cache mirror of one URL.

@@ -478,6 +478,83 @@ fn a_wrong_file_is_an_error_naming_the_package_and_leaves_nothing() {
     assert_eq!(artifacts(&cache), Vec::<String>::new(), "{stderr}");
 }
 
+/// A project's own lock (`pylock.toml`) whose wheels are on an index that needs credentials:
+/// they are fetched with the netrc's, a dropped transfer resumes with `Range`, and without
+/// credentials the build fails naming the package and the URL, with nothing left in the cache.
+#[test]
+fn a_projects_lock_downloads_with_the_netrc_credentials_resuming_a_dropped_transfer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wheels = tmp.path().join("wheels");
+    let one = write_wheel(&wheels, "lockone", "1.0", 300 << 10, 21);
+    let two = write_wheel(&wheels, "locktwo", "2.0", 40 << 10, 22);
+    let mut files = BTreeMap::new();
+    for w in [&one, &two] {
+        files.insert(w.file_name().unwrap().to_string_lossy().into_owned(), served(w));
+    }
+    files.get_mut("lockone-1.0-py3-none-any.whl").unwrap().drop_after = Some(100 << 10);
+    let index = Index::start(files);
+    let mut lock = String::from("lock-version = \"1.0\"\ncreated-by = \"test\"\n");
+    for (w, name, version) in [(&one, "lockone", "1.0"), (&two, "locktwo", "2.0")] {
+        let bytes = std::fs::read(w).unwrap();
+        let file = w.file_name().unwrap().to_string_lossy().into_owned();
+        writeln!(
+            lock,
+            "[[packages]]\nname = \"{name}\"\nversion = \"{version}\"\nwheels = [{{ url = \"http://{}/files/{file}\", \
+             size = {}, hashes = {{ sha256 = \"{}\" }} }}]",
+            index.addr,
+            bytes.len(),
+            sha256_hex(&bytes)
+        )
+        .unwrap();
+    }
+    std::fs::write(tmp.path().join("pylock.toml"), lock).unwrap();
+    let recipe = tmp.path().join("given.toml");
+    std::fs::write(
+        &recipe,
+        "[image]\nname = \"given\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\nlock = \"pylock.toml\"\n",
+    )
+    .unwrap();
+    let cache = tmp.path().join("cache");
+    let run = |out: &str, extra: &[(&str, &str)]| {
+        let out = tmp.path().join(out);
+        let args = [
+            recipe.as_os_str(),
+            "--cache-dir".as_ref(),
+            cache.as_os_str(),
+            "--out".as_ref(),
+            out.as_os_str(),
+        ];
+        stackbuild_with(tmp.path(), &args, extra)
+    };
+
+    // Without credentials: the index's 401, naming the package and the URL; nothing kept.
+    let empty = tmp.path().join("empty-netrc");
+    std::fs::write(&empty, "").unwrap();
+    let o = run("out0", &[("NETRC", empty.to_str().unwrap())]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{stderr}");
+    assert!(stderr.contains("pylock.toml: package lockone 1.0: downloading http://"), "{stderr}");
+    assert!(stderr.contains("HTTP 401"), "{stderr}");
+    assert_eq!(artifacts(&cache), Vec::<String>::new(), "{stderr}");
+
+    let o = run("out", &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut expected: Vec<String> = [&one, &two]
+        .iter()
+        .map(|w| {
+            format!("{}/{}", sha256_hex(&std::fs::read(w).unwrap()), w.file_name().unwrap().to_string_lossy())
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(artifacts(&cache), expected);
+    let log = index.log();
+    let gets: Vec<&Logged> =
+        log.iter().filter(|l| l.path == "/files/lockone-1.0-py3-none-any.whl" && l.authorized).collect();
+    assert_eq!(gets.len(), 2, "{log:#?}");
+    assert_eq!(gets[1].range.as_deref(), Some(format!("bytes={}-", 100 << 10).as_str()), "{log:#?}");
+    assert!(gets.iter().all(|l| l.user_agent.starts_with("stackbuild/")), "{log:#?}");
+}
+
 /// `STACKBUILD_DOWNLOADER=pip`: pip downloads instead (the fallback), from the same index with
 /// the same netrc, into the same cache layout.
 #[test]

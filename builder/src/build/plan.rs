@@ -299,7 +299,9 @@ fn fetch_wheels(
             .into_iter()
             .filter(|c| wanted.iter().any(|w| w.pin.name == c.name && w.sha256 == c.wheel.sha256))
             .collect();
-        let artifacts = crate::given_lock::fetch(&given.path, &chosen, &artifact_dir(cache))?;
+        let artifacts = crate::given_lock::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
+            crate::download::Config::for_lock_urls(py.sources(), Some(&pip_settings_dir(cache)))
+        })?;
         return Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect());
     }
     fetch::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;

@@ -255,13 +255,14 @@ fn fetch_copies_and_verifies_and_a_wrong_hash_leaves_nothing() {
     let lock = GivenLock::parse(&lock_path, &text).unwrap();
     let chosen = lock.select(&target("3.11", Platform::LinuxAmd64)).unwrap();
     let dest = dir.path().join("artifacts");
-    let got = fetch(&lock_path, &chosen, &dest).unwrap();
+    let got = fetch(&lock_path, &chosen, &dest, &crate::download::Config::netrc_only).unwrap();
     assert_eq!(got[0].path, dest.join(&good).join("six-1.16.0-py2.py3-none-any.whl"));
     assert_eq!(std::fs::read(&got[0].path).unwrap(), b"wheel bytes");
     // The lock edited (or the file replaced): refused, naming the package, nothing placed.
     let lock = GivenLock::parse(&lock_path, &text.replace(&good, H1)).unwrap();
     let chosen = lock.select(&target("3.11", Platform::LinuxAmd64)).unwrap();
-    let err = fetch(&lock_path, &chosen, &dest).unwrap_err().to_string();
+    let err =
+        fetch(&lock_path, &chosen, &dest, &crate::download::Config::netrc_only).unwrap_err().to_string();
     assert!(
         err.contains("package six 1.16.0:") && err.contains(&format!("but the lock gives {H1}")),
         "{err}"
