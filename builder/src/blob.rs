@@ -20,6 +20,9 @@ pub struct LayerBlob {
     pub size: u64,
     /// The layer media type.
     pub media_type: String,
+    /// Annotations of the layer's descriptor (an eStargz layer's TOC digest and size).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
     /// Where the blob is on disk (not serialized: it depends on where the cache is).
     #[serde(skip)]
     pub path: PathBuf,

@@ -762,6 +762,7 @@ mod tests {
             diff_id: digest,
             size,
             media_type: "application/vnd.oci.image.layer.v1.tar".into(),
+            annotations: std::collections::BTreeMap::new(),
             path,
         }
     }

@@ -63,13 +63,17 @@ pub enum Compression {
     Zstd,
     /// No compression (`tar`).
     None,
+    /// eStargz: gzip whose files each start a gzip member, with a table of contents
+    /// ([`estargz`]), so that a node with the stargz snapshotter mounts the layer before it has
+    /// arrived and fetches files as they are read; any other runtime pulls it as gzip.
+    Estargz,
 }
 
 impl Compression {
     /// The OCI media type of a layer with this compression.
     pub const fn media_type(self) -> &'static str {
         match self {
-            Self::Gzip => "application/vnd.oci.image.layer.v1.tar+gzip",
+            Self::Gzip | Self::Estargz => "application/vnd.oci.image.layer.v1.tar+gzip",
             Self::Zstd => "application/vnd.oci.image.layer.v1.tar+zstd",
             Self::None => "application/vnd.oci.image.layer.v1.tar",
         }
@@ -85,6 +89,7 @@ impl Compression {
             }
             Self::Zstd => format!("{};zstd;level={ZSTD_LEVEL}", self.media_type()),
             Self::None => self.media_type().to_owned(),
+            Self::Estargz => format!("{};{}", Self::Gzip.cache_id(), estargz::VERSION),
         }
     }
 
@@ -105,18 +110,19 @@ impl Compression {
     /// image layer to transcode with [`LayerWriter::add_tar`]).
     pub fn decoder<'a, R: Read + 'a>(self, reader: R) -> io::Result<Box<dyn Read + 'a>> {
         Ok(match self {
-            Self::Gzip => Box::new(flate2::read::MultiGzDecoder::new(reader)),
+            Self::Gzip | Self::Estargz => Box::new(flate2::read::MultiGzDecoder::new(reader)),
             Self::Zstd => Box::new(zstd::stream::read::Decoder::new(reader)?),
             Self::None => Box::new(reader),
         })
     }
 
-    /// The name used in recipes and cache keys: `gzip`, `zstd` or `none`.
+    /// The name used in recipes and cache keys: `gzip`, `zstd`, `estargz` or `none`.
     pub const fn name(self) -> &'static str {
         match self {
             Self::Gzip => "gzip",
             Self::Zstd => "zstd",
             Self::None => "none",
+            Self::Estargz => "estargz",
         }
     }
 }
@@ -129,6 +135,7 @@ impl std::str::FromStr for Compression {
             "gzip" => Ok(Self::Gzip),
             "zstd" => Ok(Self::Zstd),
             "none" => Ok(Self::None),
+            "estargz" => Ok(Self::Estargz),
             other => Err(LayerError::UnknownCompression(other.to_string())),
         }
     }
@@ -213,7 +220,7 @@ pub enum LayerError {
     )]
     EpochTooLate(String),
     /// Unknown compression name.
-    #[error("unknown compression {0:?} (expected gzip, zstd or none)")]
+    #[error("unknown compression {0:?} (expected gzip, zstd, estargz or none)")]
     UnknownCompression(String),
     /// The cache failed.
     #[error(transparent)]
@@ -868,77 +875,114 @@ impl LayerWriter {
         tar_hash.tap = self.tap.take();
         let tar_out = BufWriter::with_capacity(1 << 16, tar_hash);
         let mut builder = tar::Builder::new(tar_out);
+        let mut toc = (compression == Compression::Estargz).then(|| estargz::Toc::new(self.epoch));
+        if toc.is_some() && self.entries.contains_key(estargz::TOC_NAME.as_bytes()) {
+            return Err(LayerError::Unsupported {
+                entry: estargz::TOC_NAME.into(),
+                what: "entry in an eStargz layer (the name of its table of contents)".into(),
+            });
+        }
         for (path, node) in &self.entries {
-            let name = Path::new(OsStr::from_bytes(path));
-            let mut header = Header::new_gnu();
-            header.set_mtime(self.epoch);
-            header.set_uid(node.uid);
-            header.set_gid(node.gid);
-            header.set_mode(node.mode);
-            header.set_size(0);
-            let result = match &node.kind {
-                Kind::Dir => {
-                    header.set_entry_type(EntryType::Directory);
-                    builder.append_data(&mut header, name, io::empty())
-                }
-                Kind::File(Data::Zip(member)) if compression == Compression::Gzip => {
-                    header.set_entry_type(EntryType::Regular);
-                    header.set_size(member.size);
-                    // The header alone (the tar crate writes no padding after no data), then
-                    // the member as its own gzip member, then the padding as usual.
-                    builder
-                        .append_data(&mut header, name, io::empty())
-                        .map_err(io_err("writing", &tmp_path))?;
-                    builder.get_mut().flush().map_err(io_err("writing", &tmp_path))?;
-                    write_gzip_member(builder.get_mut().get_mut(), member)?;
-                    bar.inc(member.size);
-                    let padding = (512 - member.size % 512) % 512;
-                    #[allow(clippy::cast_possible_truncation)]
-                    builder.get_mut().write_all(&[0; 512][..padding as usize])
-                }
-                Kind::File(data) => {
-                    header.set_entry_type(EntryType::Regular);
-                    header.set_size(data.len());
-                    let reader = self.open_data(data)?;
-                    builder.append_data(&mut header, name, bar.wrap_read(reader))
-                }
-                Kind::Symlink(target) | Kind::Hardlink(target) => {
-                    let ty = if matches!(node.kind, Kind::Symlink(_)) {
-                        EntryType::Symlink
-                    } else {
-                        EntryType::Link
-                    };
-                    header.set_entry_type(ty);
-                    builder.append_link(&mut header, name, Path::new(OsStr::from_bytes(target)))
-                }
-                Kind::Char(major, minor) | Kind::Block(major, minor) => {
-                    let ty =
-                        if matches!(node.kind, Kind::Char(..)) { EntryType::Char } else { EntryType::Block };
-                    header.set_entry_type(ty);
-                    header
-                        .set_device_major(*major)
-                        .and_then(|()| header.set_device_minor(*minor))
-                        .and_then(|()| builder.append_data(&mut header, name, io::empty()))
-                }
-                Kind::Fifo => {
-                    header.set_entry_type(EntryType::Fifo);
-                    builder.append_data(&mut header, name, io::empty())
-                }
-            };
-            result.map_err(|source| entry_error(source, &tmp_path, path))?;
+            if let Some(toc) = &mut toc {
+                self.estargz_entry(toc, &mut builder, path, node, &bar, &tmp_path)?;
+                continue;
+            }
+            self.tar_entry(&mut builder, path, node, compression, &bar, &tmp_path)?;
         }
         drop(bar);
+        // eStargz: every member written, the TOC as the last tar entry in a member of its own.
+        let toc = match toc {
+            Some(toc) => {
+                Some(Self::estargz_toc(toc, &mut builder, self.epoch).map_err(io_err("writing", &tmp_path))?)
+            }
+            None => None,
+        };
         let tar_out = builder.into_inner().map_err(io_err("finishing tar", &tmp_path))?;
         let mut tar_hash = tar_out.into_inner().map_err(|e| write_err(e.into_error()))?;
         // The tap ends here: its reader sees the whole tar before the blob is committed.
         drop(tar_hash.tap.take());
-        let (encoder, diff_id, _) = tar_hash.finish();
-        let blob_out = encoder.finish().map_err(io_err("finishing compression for", &tmp_path))?;
+        let (encoder, diff_id, tar_size) = tar_hash.finish();
+        let mut blob_out = encoder.finish().map_err(io_err("finishing compression for", &tmp_path))?;
+        let mut annotations = BTreeMap::new();
+        if let Some((toc_offset, toc_digest)) = toc {
+            blob_out.write_all(&estargz::footer(toc_offset)).map_err(io_err("writing", &tmp_path))?;
+            annotations = estargz::annotations(&toc_digest, tar_size);
+        }
         let (file_out, digest, size) = blob_out.finish();
         file_out.into_inner().map_err(|e| io_err("writing", &tmp_path)(e.into_error()))?;
         let hex = digest.strip_prefix("sha256:").unwrap_or(&digest).to_string();
         let path = self.cache.commit_blob(tmp, &hex)?;
-        Ok(LayerBlob { digest, diff_id, size, media_type: compression.media_type().to_string(), path })
+        Ok(LayerBlob {
+            digest,
+            diff_id,
+            size,
+            media_type: compression.media_type().to_string(),
+            annotations,
+            path,
+        })
+    }
+
+    /// Writes one entry of a gzip, zstd or plain layer.
+    fn tar_entry<W: Write>(
+        &self,
+        builder: &mut tar::Builder<BufWriter<Hashing<Encoder<W>>>>,
+        path: &[u8],
+        node: &Node,
+        compression: Compression,
+        bar: &crate::progress::Progress,
+        tmp_path: &Path,
+    ) -> Result<(), LayerError> {
+        let name = Path::new(OsStr::from_bytes(path));
+        let mut header = Header::new_gnu();
+        header.set_mtime(self.epoch);
+        header.set_uid(node.uid);
+        header.set_gid(node.gid);
+        header.set_mode(node.mode);
+        header.set_size(0);
+        let result = match &node.kind {
+            Kind::Dir => {
+                header.set_entry_type(EntryType::Directory);
+                builder.append_data(&mut header, name, io::empty())
+            }
+            Kind::File(Data::Zip(member)) if compression == Compression::Gzip => {
+                header.set_entry_type(EntryType::Regular);
+                header.set_size(member.size);
+                // The header alone (the tar crate writes no padding after no data), then
+                // the member as its own gzip member, then the padding as usual.
+                builder.append_data(&mut header, name, io::empty()).map_err(io_err("writing", tmp_path))?;
+                builder.get_mut().flush().map_err(io_err("writing", tmp_path))?;
+                write_gzip_member(builder.get_mut().get_mut(), member)?;
+                bar.inc(member.size);
+                let padding = (512 - member.size % 512) % 512;
+                #[allow(clippy::cast_possible_truncation)]
+                builder.get_mut().write_all(&[0; 512][..padding as usize])
+            }
+            Kind::File(data) => {
+                header.set_entry_type(EntryType::Regular);
+                header.set_size(data.len());
+                let reader = self.open_data(data)?;
+                builder.append_data(&mut header, name, bar.wrap_read(reader))
+            }
+            Kind::Symlink(target) | Kind::Hardlink(target) => {
+                let ty =
+                    if matches!(node.kind, Kind::Symlink(_)) { EntryType::Symlink } else { EntryType::Link };
+                header.set_entry_type(ty);
+                builder.append_link(&mut header, name, Path::new(OsStr::from_bytes(target)))
+            }
+            Kind::Char(major, minor) | Kind::Block(major, minor) => {
+                let ty = if matches!(node.kind, Kind::Char(..)) { EntryType::Char } else { EntryType::Block };
+                header.set_entry_type(ty);
+                header
+                    .set_device_major(*major)
+                    .and_then(|()| header.set_device_minor(*minor))
+                    .and_then(|()| builder.append_data(&mut header, name, io::empty()))
+            }
+            Kind::Fifo => {
+                header.set_entry_type(EntryType::Fifo);
+                builder.append_data(&mut header, name, io::empty())
+            }
+        };
+        result.map_err(|source| entry_error(source, tmp_path, path))
     }
 
     /// A reader of exactly a file's bytes.
@@ -1103,8 +1147,8 @@ fn write_gzip_member<W: Write>(sink: &mut Hashing<Encoder<W>>, member: &ZipMembe
     let Hashing { inner, hasher, count, tap } = sink;
     let Encoder::Gzip(gzip) = inner else { unreachable!("called for gzip layers only") };
     let mut plain = HashOnly { hasher, count, tap };
-    let out = gzip.raw().map_err(io_err("writing a layer from", &member.wheel))?;
-    member.write_gzip(out, &mut plain)?;
+    let mut out = gzip.raw().map_err(io_err("writing a layer from", &member.wheel))?;
+    member.write_gzip(&mut out, &mut plain)?;
     Ok(())
 }
 
@@ -1142,7 +1186,7 @@ impl<W: Write> Encoder<W> {
         Ok(match compression {
             // Multi-member gzip with fixed headers: the blob depends on the bytes alone, not on
             // when, where or on how many cores it was built.
-            Compression::Gzip => Self::Gzip(pgzip::ParallelGzip::new(
+            Compression::Gzip | Compression::Estargz => Self::Gzip(pgzip::ParallelGzip::new(
                 out,
                 GZIP_LEVEL,
                 std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
@@ -1191,6 +1235,7 @@ impl<W: Write> Write for Encoder<W> {
     }
 }
 
+pub(crate) mod estargz;
 mod pgzip;
 
 #[cfg(test)]

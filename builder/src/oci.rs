@@ -408,7 +408,10 @@ impl Image {
             layers: self
                 .layers
                 .iter()
-                .map(|l| Descriptor::new(&l.media_type, l.digest.clone(), l.size))
+                .map(|l| Descriptor {
+                    annotations: l.annotations.clone(),
+                    ..Descriptor::new(&l.media_type, l.digest.clone(), l.size)
+                })
                 .collect(),
             annotations: self.annotations.clone(),
         }
@@ -900,6 +903,7 @@ pub fn read_layout_for(
             diff_id: diff_id.clone(),
             size: layer.size,
             media_type: layer.media_type.clone(),
+            annotations: layer.annotations.clone(),
             path: layout_blob(dir, &root, layer)?,
         });
     }

@@ -102,6 +102,13 @@ impl ZipMember {
         Ok(MemberReader::new(self, self.open()?))
     }
 
+    /// `RECORD`'s sha256 in hex, or `None` when it is not a sha256 in urlsafe base64.
+    pub fn sha256_hex(&self) -> Option<String> {
+        let bytes =
+            base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, &self.sha256).ok()?;
+        (bytes.len() == 32).then(|| hex::encode(bytes))
+    }
+
     /// Writes the member to `gzip` as one gzip member made of its own deflate stream, and its
     /// inflated bytes to `plain` (for the tar's hash).
     pub fn write_gzip(

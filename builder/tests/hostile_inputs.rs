@@ -339,6 +339,7 @@ fn layout(dir: &Path, layers: &[Vec<u8>], lie: Option<usize>) {
                 diff_id,
                 size: bytes.len() as u64,
                 media_type: "application/vnd.oci.image.layer.v1.tar".into(),
+                annotations: std::collections::BTreeMap::new(),
                 path,
             }
         })

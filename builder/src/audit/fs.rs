@@ -493,7 +493,7 @@ fn detect(media_type: &str, reader: &mut impl BufRead) -> io::Result<Compression
 pub(super) fn read_layer(path: &Path, media_type: &str, spool_above: u64) -> io::Result<Vec<Op>> {
     let mut reader = BufReader::with_capacity(1 << 20, File::open(path)?);
     let decoded: Box<dyn Read> = match detect(media_type, &mut reader)? {
-        Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(reader)),
+        Compression::Gzip | Compression::Estargz => Box::new(flate2::bufread::MultiGzDecoder::new(reader)),
         Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(reader)?),
         Compression::None => Box::new(reader),
     };

@@ -32,6 +32,30 @@ pub struct ParallelGzip<W: Write> {
     /// Dropping the compressor early closes the job channel, and the workers end on their own.
     workers: Vec<JoinHandle<()>>,
     max_in_flight: u64,
+    /// Bytes written to `out`, members and raw writes.
+    written: u64,
+    /// Where each member begins in the output, by sequence number (eStargz's TOC offsets).
+    starts: Vec<u64>,
+    /// Members end only at [`Self::cut`] and [`Self::finish`], not every [`CHUNK`] bytes.
+    whole: bool,
+}
+
+/// The output during [`ParallelGzip::raw`]: counted, so that member offsets stay right.
+pub struct RawOut<'a, W> {
+    out: &'a mut W,
+    written: &'a mut u64,
+}
+
+impl<W: Write> Write for RawOut<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.out.write(buf)?;
+        *self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 fn member(level: u32, data: &[u8]) -> io::Result<Vec<u8>> {
@@ -75,6 +99,9 @@ impl<W: Write> ParallelGzip<W> {
             pending: BTreeMap::new(),
             workers,
             max_in_flight: 2 * threads as u64,
+            written: 0,
+            starts: Vec::new(),
+            whole: false,
         }
     }
 
@@ -95,7 +122,9 @@ impl<W: Write> ParallelGzip<W> {
         let (seq, result) = self.done.recv().map_err(|_| io::Error::other("gzip workers stopped"))?;
         self.pending.insert(seq, result?);
         while let Some(bytes) = self.pending.remove(&self.next_write) {
+            self.starts.push(self.written);
             self.out.write_all(&bytes)?;
+            self.written += bytes.len() as u64;
             self.next_write += 1;
         }
         Ok(())
@@ -104,7 +133,7 @@ impl<W: Write> ParallelGzip<W> {
     /// Ends the current member and writes every pending one, then gives the output, for a member
     /// compressed elsewhere to go straight into it. Chunking starts afresh after it, so the
     /// output still depends only on the input and where such members are.
-    pub fn raw(&mut self) -> io::Result<&mut W> {
+    pub fn raw(&mut self) -> io::Result<RawOut<'_, W>> {
         if !self.buf.is_empty() {
             self.submit()?;
         }
@@ -112,7 +141,31 @@ impl<W: Write> ParallelGzip<W> {
             self.receive_one()?;
         }
         self.wrote_any = true;
-        Ok(&mut self.out)
+        Ok(RawOut { out: &mut self.out, written: &mut self.written })
+    }
+
+    /// Ends the current member, so that the next byte written begins a member of its own, and
+    /// returns that member's sequence number (for [`Self::start_of`]).
+    pub fn cut(&mut self) -> io::Result<u64> {
+        if !self.buf.is_empty() {
+            self.submit()?;
+        }
+        Ok(self.next_seq)
+    }
+
+    /// Where the member `seq` begins in the output, once it is written (after [`Self::raw`]).
+    pub fn start_of(&self, seq: u64) -> Option<u64> {
+        self.starts.get(usize::try_from(seq).ok()?).copied()
+    }
+
+    /// Bytes written to the output so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// From now on, one member until [`Self::finish`] (eStargz's TOC must be one member).
+    pub fn whole(&mut self) {
+        self.whole = true;
     }
 
     /// Compresses what is left, writes every member and returns the writer.
@@ -134,6 +187,10 @@ impl<W: Write> ParallelGzip<W> {
 
 impl<W: Write> Write for ParallelGzip<W> {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.whole {
+            self.buf.extend_from_slice(data);
+            return Ok(data.len());
+        }
         let n = data.len().min(CHUNK - self.buf.len());
         self.buf.extend_from_slice(&data[..n]);
         if self.buf.len() == CHUNK {

@@ -567,3 +567,48 @@ fn every_tap_gets_the_whole_tar() {
     assert_eq!(*a.0.lock().unwrap(), tar);
     assert_eq!(*b.0.lock().unwrap(), tar);
 }
+
+#[test]
+fn an_estargz_layer_has_a_toc_whose_chunks_inflate_from_their_offsets_alone() {
+    let (dir, cache) = cache();
+    let big: Vec<u8> = test_support::rng::noise(9 << 20, 7);
+    let staged = dir.path().join("staged");
+    fs::create_dir_all(staged.join("lib")).unwrap();
+    fs::write(staged.join("lib/exact.bin"), &big[..4 << 20]).unwrap();
+    fs::write(staged.join("lib/tiny"), b"t").unwrap();
+    let mut w = LayerWriter::new(&cache, 1_700_000_000);
+    w.add_directory("d", 0o755).unwrap();
+    w.add_file("d/small", b"hello".to_vec(), 0o644).unwrap();
+    w.add_file("d/big", big.clone(), 0o755).unwrap();
+    w.add_file("d/empty", Vec::new(), 0o600).unwrap();
+    w.add_symlink("d/link", "small").unwrap();
+    w.add_dir(&staged, "opt").unwrap();
+    let tar = tar_of(&[
+        Raw { name: "x/file", ty: EntryType::Regular, link: "", data: b"linked" },
+        Raw { name: "x/hard", ty: EntryType::Link, link: "x/file", data: b"" },
+    ]);
+    w.add_tar(&tar[..], &TarImport { name: "t".into(), prefix: String::new(), keep_owner: false }).unwrap();
+    let blob = w.finish(Compression::Estargz).unwrap();
+    assert_eq!(blob.media_type, "application/vnd.oci.image.layer.v1.tar+gzip");
+    let files = estargz::verify(&blob);
+    assert_eq!(files["d/big"], big);
+    assert_eq!(files["d/small"], b"hello");
+    assert_eq!(files["d/empty"], b"");
+    assert_eq!(files["opt/lib/exact.bin"], &big[..4 << 20]);
+    assert_eq!(files["x/file"], b"linked");
+    // Every runtime reads it as a gzip tar: the entries, then the TOC.
+    let list = listing(&blob);
+    assert!(list.contains("d/link") && list.contains("x/hard"), "{list}");
+    assert!(list.lines().last().unwrap().contains(estargz::TOC_NAME), "{list}");
+    // Keyed apart from gzip.
+    assert_ne!(Compression::Estargz.cache_id(), Compression::Gzip.cache_id());
+}
+
+#[test]
+fn an_estargz_layer_refuses_an_entry_named_like_its_toc() {
+    let (_dir, cache) = cache();
+    let mut w = LayerWriter::new(&cache, 0);
+    w.add_file(estargz::TOC_NAME, b"{}".to_vec(), 0o644).unwrap();
+    let err = w.finish(Compression::Estargz).unwrap_err().to_string();
+    assert!(err.contains("stargz.index.json") && err.contains("table of contents"), "{err}");
+}

@@ -147,6 +147,7 @@ mod tests {
             diff_id: "sha256:11".into(),
             size: 1,
             media_type: String::new(),
+            annotations: std::collections::BTreeMap::new(),
             path: "/nonexistent".into(),
         }
     }

@@ -285,6 +285,7 @@ mod tests {
             diff_id: format!("sha256:{}", hex::encode([n + 100; 32])),
             size: 1,
             media_type: "application/vnd.oci.image.layer.v1.tar".into(),
+            annotations: std::collections::BTreeMap::new(),
             path: format!("/nonexistent/{n}").into(),
         }
     }

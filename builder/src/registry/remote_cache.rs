@@ -240,6 +240,11 @@ impl RemoteCache {
             diff_id: layer.diff_id,
             size: layer.descriptor.size,
             media_type: layer.descriptor.media_type,
+            annotations: {
+                let mut own = layer.descriptor.annotations;
+                own.remove(ANNOTATION_DIFF_ID);
+                own
+            },
             path: blob_path,
         };
         // The key last: it is what makes the layer a hit.
@@ -291,11 +296,14 @@ fn scratch_dir(cache: &Cache) -> Result<tempfile::TempDir, RegistryError> {
 
 /// The artifact manifest of a cached layer and its records (`(name, digest, size)`).
 fn cache_manifest(blob: &LayerBlob, records: &[(&str, String, u64)]) -> Vec<u8> {
+    // The layer's own annotations (an eStargz TOC digest) travel with it.
+    let mut annotations = blob.annotations.clone();
+    annotations.insert(ANNOTATION_DIFF_ID.to_owned(), blob.diff_id.clone());
     let mut layers = vec![serde_json::json!({
         "mediaType": blob.media_type,
         "digest": blob.digest,
         "size": blob.size,
-        "annotations": { ANNOTATION_DIFF_ID: blob.diff_id },
+        "annotations": annotations,
     })];
     for (name, digest, size) in records {
         layers.push(serde_json::json!({

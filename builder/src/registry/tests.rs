@@ -249,6 +249,7 @@ fn make_layout(dir: &Path, arch: &str, size: usize, seed: u64) -> (PathBuf, Stri
         diff_id: digest,
         size: size as u64,
         media_type: "application/vnd.oci.image.layer.v1.tar+gzip".into(),
+        annotations: std::collections::BTreeMap::new(),
         path,
     };
     let config = ImageConfig { architecture: arch.into(), os: "linux".into(), ..ImageConfig::default() };

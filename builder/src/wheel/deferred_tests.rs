@@ -157,12 +157,24 @@ fn a_gzip_layer_carries_the_wheels_own_deflate_stream() {
 }
 
 #[test]
+fn an_estargz_layer_carries_members_as_chunks_that_inflate_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (whl, lib) = wheel(tmp.path(), None);
+    let cache = Cache::open(tmp.path().join("cache")).unwrap();
+    let carried = layer(&cache, &whl, true, Compression::Estargz).unwrap();
+    let staged = layer(&cache, &whl, false, Compression::Estargz).unwrap();
+    let (a, b) = (crate::layer::estargz::verify(&carried), crate::layer::estargz::verify(&staged));
+    assert_eq!(a, b, "the same files, whether carried or staged");
+    assert!(a.values().any(|content| *content == lib), "the library is a file of the TOC");
+}
+
+#[test]
 fn a_member_that_does_not_match_record_fails_the_layer() {
     let tmp = tempfile::tempdir().unwrap();
     let lie = urlsafe_b64(&Sha256::digest(b"something else"));
     let (whl, _) = wheel(tmp.path(), Some(&lie));
     let cache = Cache::open(tmp.path().join("cache")).unwrap();
-    for compression in [Compression::Gzip, Compression::Zstd] {
+    for compression in [Compression::Gzip, Compression::Zstd, Compression::Estargz] {
         let err = layer(&cache, &whl, true, compression).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, LayerError::Member(_)), "{compression:?}: {text}");

@@ -236,6 +236,7 @@ fn records_outside_the_list_are_ignored() {
         diff_id: format!("sha256:{}", "b".repeat(64)),
         size: 3,
         media_type: Compression::Gzip.media_type().to_owned(),
+        annotations: std::collections::BTreeMap::new(),
         path: std::path::PathBuf::new(),
     };
     let digest = format!("sha256:{}", "c".repeat(64));

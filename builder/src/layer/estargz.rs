@@ -1,0 +1,574 @@
+//! eStargz: a gzip layer that a node can mount before it has arrived.
+//!
+//! The format (<https://github.com/containerd/stargz-snapshotter/blob/main/docs/estargz.md>) is
+//! an ordinary gzip-compressed tar, so every runtime pulls it as gzip, with three additions that
+//! the stargz snapshotter reads to mount the layer lazily over HTTP range requests and fetch each
+//! file as it is first read:
+//!
+//! - every regular file's content begins a gzip member of its own (its tar header ends the member
+//!   before), and content is cut into members of [`CHUNK`] bytes, so any file or chunk can be
+//!   inflated from its offset in the blob alone;
+//! - a table of contents, the tar entry `stargz.index.json` in the last member but one, lists
+//!   every entry with its metadata and, for file contents, the compressed offset of each chunk
+//!   and the sha256 of the file and of each chunk;
+//! - a 51-byte empty gzip member ends the blob, its `FEXTRA` field (RFC 1952 section 2.3.1.1)
+//!   holding the TOC's offset: subfield `SG`, `%016x` of the offset followed by `STARGZ`.
+//!
+//! The layer's descriptor carries the TOC's sha256 as `containerd.io/snapshot/stargz/toc.digest`
+//! (the snapshotter refuses to mount a layer whose TOC does not match it, then checks each
+//! chunk it fetches against the TOC) and the tar's size as
+//! `io.containers.estargz.uncompressed-size` (which containers/storage's stargz store needs).
+//!
+//! The chunks are the members the parallel gzip writer ([`super::pgzip`]) makes anyway: a file's
+//! content starts a member ([`super::pgzip::ParallelGzip::cut`]) and the writer ends one every
+//! [`CHUNK`] bytes, so cutting costs one small member per file and no second pass. A wheel
+//! member goes in as its own deflate stream, as in a gzip layer: one chunk, whose digest is the
+//! one `RECORD` gives (checked as it streams). The field names and their omission when empty
+//! follow `estargz/types.go` of the stargz snapshotter (`TOCEntry`).
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io::{self, BufWriter, Write};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::Path;
+
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+use tar::{EntryType, Header};
+
+use super::pgzip::CHUNK;
+use super::{
+    entry_error, lossy, write_gzip_member, ChangedError, Data, Encoder, Hashing, Kind, LayerError,
+    LayerWriter, Node,
+};
+
+/// What identifies this writer's layout in cache keys.
+pub const VERSION: &str = "estargz;toc=v1;chunk=4194304";
+/// The TOC's entry name.
+pub const TOC_NAME: &str = "stargz.index.json";
+/// The descriptor annotation with the TOC's digest.
+pub const TOC_DIGEST_ANNOTATION: &str = "containerd.io/snapshot/stargz/toc.digest";
+/// The descriptor annotation with the uncompressed size.
+pub const UNCOMPRESSED_SIZE_ANNOTATION: &str = "io.containers.estargz.uncompressed-size";
+
+/// Where a file's chunk begins in the blob: a member not yet written, or a known offset.
+#[derive(Debug, Clone, Copy)]
+pub enum At {
+    /// The member with this sequence number of the parallel gzip writer.
+    Member(u64),
+    /// This byte of the blob.
+    Byte(u64),
+}
+
+/// The TOC document (`JTOC`).
+#[derive(Serialize)]
+struct Jtoc<'a> {
+    version: u32,
+    entries: &'a [Entry],
+}
+
+/// One entry of the TOC.
+#[derive(Debug, Serialize)]
+pub struct Entry {
+    name: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "is_zero")]
+    size: u64,
+    #[serde(rename = "modtime", skip_serializing_if = "String::is_empty")]
+    modtime: String,
+    #[serde(rename = "linkName", skip_serializing_if = "String::is_empty")]
+    link_name: String,
+    #[serde(skip_serializing_if = "is_zero")]
+    mode: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    uid: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    gid: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    offset: u64,
+    #[serde(rename = "devMajor", skip_serializing_if = "is_zero")]
+    dev_major: u64,
+    #[serde(rename = "devMinor", skip_serializing_if = "is_zero")]
+    dev_minor: u64,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    digest: String,
+    #[serde(rename = "chunkOffset", skip_serializing_if = "is_zero")]
+    chunk_offset: u64,
+    #[serde(rename = "chunkSize", skip_serializing_if = "is_zero")]
+    chunk_size: u64,
+    #[serde(rename = "chunkDigest", skip_serializing_if = "String::is_empty")]
+    chunk_digest: String,
+    #[serde(skip)]
+    at: Option<At>,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+const fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The metadata of one tar entry, as the TOC records it.
+pub struct Meta<'a> {
+    /// The entry's name in the tar (UTF-8: JSON carries nothing else).
+    pub name: &'a str,
+    /// `dir`, `reg`, `symlink`, `hardlink`, `char`, `block` or `fifo`.
+    pub kind: &'static str,
+    /// Permission bits.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u64,
+    /// Group.
+    pub gid: u64,
+    /// A link's target.
+    pub link: &'a str,
+    /// A device's numbers.
+    pub dev: (u32, u32),
+}
+
+/// The TOC of one layer, built as its entries are written.
+#[derive(Default)]
+pub struct Toc {
+    entries: Vec<Entry>,
+    modtime: String,
+}
+
+impl Toc {
+    /// A TOC for entries whose mtime is `epoch` (omitted at 0, as the snapshotter's writer does).
+    pub fn new(epoch: u64) -> Self {
+        let modtime = if epoch == 0 { String::new() } else { stackcontract::time::rfc3339(epoch) };
+        Self { entries: Vec::new(), modtime }
+    }
+
+    /// An entry without content (a directory, a link, a device, an empty file).
+    pub fn entry(&mut self, meta: &Meta<'_>) {
+        let mut e = self.base(meta);
+        if meta.kind == "reg" {
+            e.digest = format!("sha256:{}", hex::encode(Sha256::digest(b"")));
+        }
+        self.entries.push(e);
+    }
+
+    /// A regular file of `size` bytes whose content begins at `at`, as one chunk of `sha256`.
+    pub fn file(&mut self, meta: &Meta<'_>, size: u64, at: At, sha256: &str) {
+        let mut e = self.base(meta);
+        e.size = size;
+        e.digest = format!("sha256:{sha256}");
+        e.chunk_digest.clone_from(&e.digest);
+        e.at = Some(at);
+        self.entries.push(e);
+    }
+
+    /// A regular file of `size` bytes cut into [`CHUNK`]-byte chunks, the first in member
+    /// `first` and each next one in the next member, with the file's and the chunks' sha256.
+    pub fn chunked(&mut self, meta: &Meta<'_>, size: u64, first: u64, sha256: &str, chunks: &[String]) {
+        let chunk = CHUNK as u64;
+        let mut e = self.base(meta);
+        e.size = size;
+        e.digest = format!("sha256:{sha256}");
+        for (k, digest) in (0u64..).zip(chunks) {
+            let from = k * chunk;
+            let mut c = if k == 0 {
+                std::mem::replace(&mut e, self.base(meta))
+            } else {
+                Entry { kind: "chunk", ..self.base(meta) }
+            };
+            if k > 0 {
+                // A chunk entry carries only its name, place and digest.
+                c.mode = 0;
+                c.uid = 0;
+                c.gid = 0;
+                c.modtime = String::new();
+            }
+            c.chunk_offset = from;
+            // Every chunk but a short last one says its size (`estargz.go`, `appendTar`).
+            if size - from >= chunk {
+                c.chunk_size = chunk;
+            }
+            c.chunk_digest = format!("sha256:{digest}");
+            c.at = Some(At::Member(first + k));
+            self.entries.push(c);
+        }
+    }
+
+    fn base(&self, meta: &Meta<'_>) -> Entry {
+        Entry {
+            name: meta.name.to_owned(),
+            kind: meta.kind,
+            size: 0,
+            modtime: self.modtime.clone(),
+            link_name: meta.link.to_owned(),
+            mode: u64::from(meta.mode),
+            uid: meta.uid,
+            gid: meta.gid,
+            offset: 0,
+            dev_major: u64::from(meta.dev.0),
+            dev_minor: u64::from(meta.dev.1),
+            digest: String::new(),
+            chunk_offset: 0,
+            chunk_size: 0,
+            chunk_digest: String::new(),
+            at: None,
+        }
+    }
+
+    /// The TOC's JSON, every offset resolved by `start_of` (a member's place in the blob), and
+    /// its sha256 (`sha256:<hex>`). `None` when a member's place is unknown.
+    pub fn json(mut self, start_of: impl Fn(u64) -> Option<u64>) -> Option<(Vec<u8>, String)> {
+        for e in &mut self.entries {
+            e.offset = match e.at {
+                None => 0,
+                Some(At::Byte(b)) => b,
+                Some(At::Member(seq)) => start_of(seq)?,
+            };
+        }
+        // No trailing newline: the reader digests the bytes its JSON decoder consumes.
+        let json = serde_json::to_vec(&Jtoc { version: 1, entries: &self.entries }).ok()?;
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&json)));
+        Some((json, digest))
+    }
+}
+
+impl LayerWriter {
+    /// Writes one entry of an eStargz layer and records it in `toc`: a regular file's content
+    /// begins a gzip member of its own and is cut into chunks ([this module](self)).
+    pub(super) fn estargz_entry<W: Write>(
+        &self,
+        toc: &mut Toc,
+        builder: &mut tar::Builder<BufWriter<Hashing<Encoder<W>>>>,
+        path: &[u8],
+        node: &Node,
+        bar: &crate::progress::Progress,
+        tmp_path: &Path,
+    ) -> Result<(), LayerError> {
+        let name = Path::new(OsStr::from_bytes(path));
+        let (meta, ty) = meta_of(path, node)?;
+        let mut header = Header::new_gnu();
+        header.set_mtime(self.epoch);
+        header.set_uid(node.uid);
+        header.set_gid(node.gid);
+        header.set_mode(node.mode);
+        header.set_size(0);
+        header.set_entry_type(ty);
+        let entry_err = |source| entry_error(source, tmp_path, path);
+        let data = match &node.kind {
+            Kind::File(data) if data.len() > 0 => data,
+            Kind::Symlink(t) | Kind::Hardlink(t) => {
+                builder.append_link(&mut header, name, Path::new(OsStr::from_bytes(t))).map_err(entry_err)?;
+                toc.entry(&meta);
+                return Ok(());
+            }
+            Kind::Char(major, minor) | Kind::Block(major, minor) => {
+                header
+                    .set_device_major(*major)
+                    .and_then(|()| header.set_device_minor(*minor))
+                    .and_then(|()| builder.append_data(&mut header, name, io::empty()))
+                    .map_err(entry_err)?;
+                toc.entry(&meta);
+                return Ok(());
+            }
+            _ => {
+                builder.append_data(&mut header, name, io::empty()).map_err(entry_err)?;
+                toc.entry(&meta);
+                return Ok(());
+            }
+        };
+        // The header alone ends the member before; the content begins the next one.
+        let size = data.len();
+        header.set_size(size);
+        builder.append_data(&mut header, name, io::empty()).map_err(entry_err)?;
+        let out = builder.get_mut();
+        out.flush().map_err(entry_err)?;
+        if let Data::Zip(member) = data {
+            let offset = {
+                let Encoder::Gzip(gzip) = &mut out.get_mut().inner else { unreachable!("eStargz is gzip") };
+                gzip.raw().map_err(entry_err)?;
+                gzip.written()
+            };
+            write_gzip_member(out.get_mut(), member)?;
+            bar.inc(member.size);
+            let sha256 = member.sha256_hex().ok_or_else(|| LayerError::Unsupported {
+                entry: lossy(path),
+                what: "wheel member whose RECORD hash is not a sha256".into(),
+            })?;
+            toc.file(&meta, size, At::Byte(offset), &sha256);
+        } else {
+            let first = {
+                let Encoder::Gzip(gzip) = &mut out.get_mut().inner else { unreachable!("eStargz is gzip") };
+                gzip.cut().map_err(entry_err)?
+            };
+            let (copied, hasher) = copy_hashing(&mut self.open_data(data)?, out, bar).map_err(entry_err)?;
+            if copied != size {
+                return Err(entry_err(io::Error::other(ChangedError(tmp_path.join(lossy(path))))));
+            }
+            let (sha256, chunks) = hasher.finish();
+            toc.chunked(&meta, size, first, &sha256, &chunks);
+        }
+        let padding = (512 - size % 512) % 512;
+        #[allow(clippy::cast_possible_truncation)]
+        builder.get_mut().write_all(&[0; 512][..padding as usize]).map_err(entry_err)?;
+        Ok(())
+    }
+
+    /// Ends an eStargz layer's entries: every member written, then the TOC as the tar entry
+    /// [`TOC_NAME`] in one member (the reader inflates that member alone). Returns the
+    /// TOC's offset and digest.
+    pub(super) fn estargz_toc<W: Write>(
+        toc: Toc,
+        builder: &mut tar::Builder<BufWriter<Hashing<Encoder<W>>>>,
+        epoch: u64,
+    ) -> io::Result<(u64, String)> {
+        let out = builder.get_mut();
+        out.flush()?;
+        let Encoder::Gzip(gzip) = &mut out.get_mut().inner else { unreachable!("eStargz is gzip") };
+        gzip.raw()?;
+        let offset = gzip.written();
+        let (json, digest) = toc
+            .json(|seq| gzip.start_of(seq))
+            .ok_or_else(|| io::Error::other("an eStargz member's offset is unknown"))?;
+        gzip.whole();
+        let mut header = Header::new_gnu();
+        header.set_entry_type(EntryType::Regular);
+        header.set_mtime(epoch);
+        header.set_mode(0o444);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_size(json.len() as u64);
+        builder.append_data(&mut header, TOC_NAME, &json[..])?;
+        Ok((offset, digest))
+    }
+}
+
+/// The TOC's view of an entry, and its tar type. Names and link targets must be UTF-8: the TOC
+/// is JSON, which carries nothing else.
+fn meta_of<'a>(path: &'a [u8], node: &'a Node) -> Result<(Meta<'a>, EntryType), LayerError> {
+    let (kind, ty, link, dev) = match &node.kind {
+        Kind::Dir => ("dir", EntryType::Directory, &[][..], (0, 0)),
+        Kind::File(_) => ("reg", EntryType::Regular, &[][..], (0, 0)),
+        Kind::Symlink(t) => ("symlink", EntryType::Symlink, &t[..], (0, 0)),
+        Kind::Hardlink(t) => ("hardlink", EntryType::Link, &t[..], (0, 0)),
+        Kind::Char(a, b) => ("char", EntryType::Char, &[][..], (*a, *b)),
+        Kind::Block(a, b) => ("block", EntryType::Block, &[][..], (*a, *b)),
+        Kind::Fifo => ("fifo", EntryType::Fifo, &[][..], (0, 0)),
+    };
+    let utf8 = |bytes: &'a [u8], what: &str| {
+        std::str::from_utf8(bytes).map_err(|_| LayerError::Unsupported {
+            entry: lossy(path),
+            what: format!("{what} that is not UTF-8 in an eStargz layer (its table of contents is JSON)"),
+        })
+    };
+    let meta = Meta {
+        name: utf8(path, "name")?,
+        kind,
+        mode: node.mode,
+        uid: node.uid,
+        gid: node.gid,
+        link: utf8(link, "link target")?,
+        dev,
+    };
+    Ok((meta, ty))
+}
+
+/// Copies `reader` to `out`, hashing the content and its chunks; returns the bytes copied.
+fn copy_hashing(
+    reader: &mut dyn io::Read,
+    out: &mut impl Write,
+    bar: &crate::progress::Progress,
+) -> io::Result<(u64, ChunkHasher)> {
+    let mut hasher = ChunkHasher::default();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut copied = 0u64;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])?;
+        copied += n as u64;
+        bar.inc(n as u64);
+    }
+    Ok((copied, hasher))
+}
+
+/// The annotations of a layer descriptor for a TOC and an uncompressed size.
+pub fn annotations(toc_digest: &str, uncompressed: u64) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (TOC_DIGEST_ANNOTATION.to_owned(), toc_digest.to_owned()),
+        (UNCOMPRESSED_SIZE_ANNOTATION.to_owned(), uncompressed.to_string()),
+    ])
+}
+
+/// The 51-byte footer: an empty gzip member whose extra field says where the TOC begins.
+pub fn footer(toc_offset: u64) -> [u8; 51] {
+    let mut f = [0u8; 51];
+    // ID1 ID2, CM = deflate, FLG = FEXTRA, MTIME = 0, XFL = 0, OS = 255.
+    f[..10].copy_from_slice(&[0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 255]);
+    // XLEN = 26: subfield id `SG`, length 22, `%016x` offset + `STARGZ`.
+    f[10..12].copy_from_slice(&26u16.to_le_bytes());
+    f[12..14].copy_from_slice(b"SG");
+    f[14..16].copy_from_slice(&22u16.to_le_bytes());
+    f[16..38].copy_from_slice(format!("{toc_offset:016x}STARGZ").as_bytes());
+    // An empty stored final block, then CRC32 = 0 and ISIZE = 0 of no data.
+    f[38..43].copy_from_slice(&[0x01, 0x00, 0x00, 0xff, 0xff]);
+    f
+}
+
+/// The sha256 of a file's content and of each [`CHUNK`]-byte chunk of it, as it streams.
+pub struct ChunkHasher {
+    file: Sha256,
+    chunk: Sha256,
+    in_chunk: usize,
+    /// Hex digests of the chunks finished so far.
+    pub chunks: Vec<String>,
+}
+
+impl Default for ChunkHasher {
+    fn default() -> Self {
+        Self { file: Sha256::new(), chunk: Sha256::new(), in_chunk: 0, chunks: Vec::new() }
+    }
+}
+
+impl ChunkHasher {
+    /// Takes the next bytes of the content.
+    pub fn update(&mut self, mut data: &[u8]) {
+        self.file.update(data);
+        while !data.is_empty() {
+            let n = data.len().min(CHUNK - self.in_chunk);
+            self.chunk.update(&data[..n]);
+            self.in_chunk += n;
+            data = &data[n..];
+            if self.in_chunk == CHUNK {
+                self.chunks.push(hex::encode(std::mem::take(&mut self.chunk).finalize()));
+                self.in_chunk = 0;
+            }
+        }
+    }
+
+    /// The file's hex sha256 and its chunks' (a short last chunk included).
+    pub fn finish(mut self) -> (String, Vec<String>) {
+        if self.in_chunk > 0 {
+            self.chunks.push(hex::encode(self.chunk.finalize()));
+        }
+        (hex::encode(self.file.finalize()), self.chunks)
+    }
+}
+
+/// Reads an eStargz blob the way the stargz snapshotter does, for tests: the footer, the TOC
+/// (one gzip member, its digest the descriptor's annotation), then every chunk inflated from its
+/// own offset alone and checked against its digest. Returns each regular file's content by name.
+#[cfg(test)]
+pub fn verify(blob: &crate::blob::LayerBlob) -> BTreeMap<String, Vec<u8>> {
+    use std::io::Read as _;
+    let bytes = std::fs::read(&blob.path).unwrap();
+    let (body, foot) = bytes.split_at(bytes.len() - 51);
+    let mut d = flate2::read::GzDecoder::new(foot);
+    std::io::copy(&mut d, &mut std::io::sink()).unwrap();
+    let extra = d.header().unwrap().extra().unwrap().to_vec();
+    assert_eq!(&extra[..4], b"SG\x16\x00");
+    assert_eq!(&extra[20..], b"STARGZ");
+    let toc_offset = usize::from_str_radix(std::str::from_utf8(&extra[4..20]).unwrap(), 16).unwrap();
+    // The TOC member alone (a single-member decoder), its first entry the TOC.
+    let mut toc_tar = tar::Archive::new(flate2::read::GzDecoder::new(&body[toc_offset..]));
+    let mut first = toc_tar.entries().unwrap().next().unwrap().unwrap();
+    assert_eq!(first.path().unwrap().to_str().unwrap(), TOC_NAME);
+    let mut json = Vec::new();
+    first.read_to_end(&mut json).unwrap();
+    assert_eq!(
+        blob.annotations[TOC_DIGEST_ANNOTATION],
+        format!("sha256:{}", hex::encode(Sha256::digest(&json)))
+    );
+    let toc: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut current: Option<(String, u64, String)> = None;
+    let mut offsets = std::collections::BTreeSet::new();
+    for e in toc["entries"].as_array().unwrap() {
+        let kind = e["type"].as_str().unwrap();
+        let name = e["name"].as_str().unwrap().to_owned();
+        if kind == "reg" {
+            let size = e.get("size").and_then(serde_json::Value::as_u64).unwrap_or(0);
+            files.insert(name.clone(), Vec::new());
+            current = Some((name.clone(), size, e["digest"].as_str().unwrap().to_owned()));
+            if size == 0 {
+                continue;
+            }
+        } else if kind != "chunk" {
+            continue;
+        }
+        let (file, size, _) = current.clone().unwrap();
+        assert_eq!(file, name);
+        let offset = usize::try_from(e["offset"].as_u64().unwrap()).unwrap();
+        assert!(offsets.insert(offset), "offset {offset} twice");
+        let from = e.get("chunkOffset").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        let len = e.get("chunkSize").and_then(serde_json::Value::as_u64).unwrap_or(size - from);
+        let mut chunk = Vec::new();
+        flate2::read::GzDecoder::new(&body[offset..]).take(len).read_to_end(&mut chunk).unwrap();
+        assert_eq!(chunk.len() as u64, len, "{name} at {from}");
+        assert_eq!(
+            e["chunkDigest"].as_str().unwrap(),
+            format!("sha256:{}", hex::encode(Sha256::digest(&chunk))),
+            "{name} at {from}"
+        );
+        let content = files.get_mut(&file).unwrap();
+        assert_eq!(content.len() as u64, from, "{name}: chunks in order");
+        content.extend_from_slice(&chunk);
+    }
+    for e in toc["entries"].as_array().unwrap().iter().filter(|e| e["type"] == "reg") {
+        let content = &files[e["name"].as_str().unwrap()];
+        assert_eq!(e["digest"].as_str().unwrap(), format!("sha256:{}", hex::encode(Sha256::digest(content))));
+    }
+    // And the whole blob is one gzip stream of the tar the diff_id names.
+    let mut tar = Vec::new();
+    flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_end(&mut tar).unwrap();
+    assert_eq!(blob.diff_id, format!("sha256:{}", hex::encode(Sha256::digest(&tar))));
+    assert_eq!(blob.annotations[UNCOMPRESSED_SIZE_ANNOTATION], tar.len().to_string());
+    files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read as _;
+
+    #[test]
+    fn the_footer_is_an_empty_gzip_member_naming_the_toc_offset() {
+        let f = footer(0x1234_5678);
+        let mut d = flate2::read::GzDecoder::new(&f[..]);
+        let mut out = Vec::new();
+        d.read_to_end(&mut out).unwrap();
+        assert!(out.is_empty());
+        let extra = d.header().unwrap().extra().unwrap();
+        assert_eq!(&extra[..4], b"SG\x16\x00");
+        assert_eq!(&extra[4..], b"0000000012345678STARGZ");
+    }
+
+    #[test]
+    fn chunks_follow_the_content() {
+        let data: Vec<u8> = (0..CHUNK * 2 + 10).map(|i| u8::try_from(i % 251).unwrap()).collect();
+        let mut h = ChunkHasher::default();
+        for piece in data.chunks(100_001) {
+            h.update(piece);
+        }
+        let (file, chunks) = h.finish();
+        assert_eq!(file, hex::encode(Sha256::digest(&data)));
+        let want: Vec<String> = data.chunks(CHUNK).map(|c| hex::encode(Sha256::digest(c))).collect();
+        assert_eq!(chunks, want);
+
+        let meta = Meta { name: "a/big", kind: "reg", mode: 0o644, uid: 0, gid: 0, link: "", dev: (0, 0) };
+        let mut toc = Toc::new(0);
+        toc.chunked(&meta, data.len() as u64, 3, &file, &chunks);
+        let (json, _) = toc.json(|seq| Some(seq * 100)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        let e = v["entries"].as_array().unwrap();
+        assert_eq!(e.len(), 3);
+        assert_eq!(e[0]["type"], "reg");
+        assert_eq!(e[0]["offset"], 300);
+        assert_eq!(e[0]["chunkSize"], CHUNK);
+        assert_eq!(e[1]["type"], "chunk");
+        assert_eq!(e[1]["chunkOffset"], CHUNK);
+        assert_eq!(e[2]["offset"], 500);
+        assert!(e[2].get("chunkSize").is_none(), "{}", e[2]);
+    }
+}
