@@ -20,8 +20,13 @@
 #             Dockerfile image pushed to a registry of the bench's own, then for each a fresh
 #             containerd root in a network namespace pulls it over a veth pair shaped with tc to
 #             1 Gbit/s and to 10 Gbit/s, unpacks it and runs the imports (`ctr run`): pull +
-#             unpack + start against the Dockerfile image's. Then the same with a fresh Podman
-#             storage root (containers/storage, as CRI-O pulls for the kubelet). Needs build.
+#             unpack + start against the Dockerfile image's. Then the same through the CRI
+#             plugin (PullImage, as the kubelet pulls), with a fresh Podman storage root
+#             (containers/storage, as CRI-O pulls for the kubelet), and our image with eStargz
+#             layers through the CRI plugin with the stargz snapshotter (lazy: mounted from the
+#             registry, fetched as read; needs /dev/fuse and target/tools/containerd-stargz-grpc,
+#             tests/stargz/build.sh). STACKBUILD_BENCH_NODE_RATES (default "1gbit 10gbit") and
+#             STACKBUILD_BENCH_NODE_PATHS (default "ctr cri podman stargz") choose. Needs build.
 #   hook      `stackhook hook` on an 8-GPU fixture host against /bin/true; `runc run` of a
 #             busybox bundle with and without the hook (createRuntime).
 #   cache-registry (not in the default list) two build machines sharing layers through a
@@ -673,7 +678,9 @@ section_hook() {
 # `tc ... tbf` (the registry -> node direction); the registry (Debian's docker-registry) listens
 # on the host end's address only, containerd and ctr run inside the namespace. Nothing outside
 # this machine is touched; all of it is removed at exit.
-node_ns="" node_link="" node_registry_pid="" node_containerd_pid="" node_out=""
+node_ns="" node_link="" node_registry_pid="" node_containerd_pid="" node_stargz_pid="" node_out=""
+# The stargz snapshotter's daemon (tests/stargz/build.sh, which .ci/install runs).
+stargz_grpc=${STACKBUILD_STARGZ_GRPC:-$repo/target/tools/containerd-stargz-grpc}
 # node_umount DIR: every mount under DIR undone, deepest first.
 node_umount() {
   awk -v d="$1" '$2 ~ "^" d { print $2 }' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
@@ -695,6 +702,14 @@ node_stop_containerd() {
   kill -9 "$node_containerd_pid" 2>/dev/null || true
   wait "$node_containerd_pid" 2>/dev/null || true
   node_containerd_pid=""
+  if [[ -n $node_stargz_pid ]]; then
+    # SIGTERM: the snapshotter unmounts its FUSE layers as it closes.
+    kill "$node_stargz_pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do kill -0 "$node_stargz_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$node_stargz_pid" 2>/dev/null || true
+    wait "$node_stargz_pid" 2>/dev/null || true
+    node_stargz_pid=""
+  fi
   # Shims outlive their daemon: theirs end with their container (ctr run --rm), and any mount a
   # killed run left is undone before the root goes.
   node_umount "$work/node-c"
@@ -724,18 +739,35 @@ node_shape() {
 #   plugin's defaults (3 downloads at once): each layer is applied as soon as it and the layers
 #   below it are in (containerd 1.6's unpacker.go), so the unpack overlaps the download;
 #   unpack_from_s is not known (the pull's whole time is given).
+# - stargz: the same CRI pull, with the stargz snapshotter as the CRI plugin's snapshotter (its
+#   daemon in the namespace too, reading the registry itself): an eStargz image is mounted over
+#   FUSE from the registry, nothing is unpacked, and the first start fetches each chunk its
+#   imports read (and the daemon fetches the rest in the background, its default).
 node_round() {
   local how=$1 name=$2 ref=$3 rate=$4 mods=$5 dir=$work/node-c ns=bench
   node_shape "$rate"
   rm -rf "$dir" && mkdir -p "$dir"
-  local plugins='disabled_plugins = ["io.containerd.grpc.v1.cri"]'
-  if [[ $how == cri ]]; then
+  local plugins='disabled_plugins = ["io.containerd.grpc.v1.cri"]' snap=()
+  if [[ $how == cri || $how == stargz ]]; then
     # Pods' images live in k8s.io; the registry is plain HTTP (a mirror entry says so, as a
     # node's configuration for an internal registry does); no CNI: nothing here starts a pod.
     ns=k8s.io
     mkdir -p "$dir/cni-bin" "$dir/cni-conf"
     plugins=$(printf '[plugins."io.containerd.grpc.v1.cri"]\n  [plugins."io.containerd.grpc.v1.cri".cni]\n    bin_dir = "%s"\n    conf_dir = "%s"\n  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."%s"]\n    endpoint = ["http://%s"]' \
       "$dir/cni-bin" "$dir/cni-conf" "${ref%%/*}" "${ref%%/*}")
+  fi
+  if [[ $how == stargz ]]; then
+    # The layers' annotations go to the snapshotter (disable_snapshot_annotations = false), which
+    # reads the plain-HTTP registry as the mirror entry says.
+    printf '[[resolver.host."%s".mirrors]]\nhost = "%s"\ninsecure = true\n' "${ref%%/*}" "${ref%%/*}" >"$dir/stargz.toml"
+    plugins+=$(printf '\n  [plugins."io.containerd.grpc.v1.cri".containerd]\n    snapshotter = "stargz"\n    disable_snapshot_annotations = false\n[proxy_plugins]\n  [proxy_plugins.stargz]\n    type = "snapshot"\n    address = "%s"' "$dir/stargz.sock")
+    nsenter --net="/run/netns/$node_ns" "$stargz_grpc" -address "$dir/stargz.sock" -root "$dir/stargz-root" \
+      -config "$dir/stargz.toml" >"$work/logs/node-stargz-$name-$rate.log" 2>&1 &
+    node_stargz_pid=$!
+    local w
+    for ((w = 0; w < 100; w++)); do [[ -S $dir/stargz.sock ]] && break; sleep 0.1; done
+    [[ -S $dir/stargz.sock ]] || die "the stargz snapshotter did not start (logs/node-stargz-$name-$rate.log)"
+    snap=(--snapshotter stargz)
   fi
   cat >"$dir/config.toml" <<TOML
 version = 2
@@ -760,8 +792,8 @@ TOML
   sync
   local j pull unpack start
   log "node: $how pull $name at $rate"
-  if [[ $how == cri ]]; then
-    j=$(node_timeline "$work/logs/node-cri-pull-$name-$rate.log" -- \
+  if [[ $how == cri || $how == stargz ]]; then
+    j=$(node_timeline "$work/logs/node-$how-pull-$name-$rate.log" -- \
       python3 "$helper" cri-pull --socket "$dir/c.sock" --image "$ref") || exit 1
   else
     j=$(node_timeline "$work/logs/node-pull-$name-$rate.log" --mark unpack=unpacking -- \
@@ -771,7 +803,7 @@ TOML
   unpack=$(json 'v["marks"].get("unpack", v["seconds"])' <<<"$j")
   log "node: first start of $name"
   j=$(node_timeline "$work/logs/node-start-$how-$name-$rate.log" -- \
-    "${ctr[@]}" run --rm "$ref" "$tag-node-$name" python3 -c "import $mods") || exit 1
+    "${ctr[@]}" run --rm "${snap[@]}" "$ref" "$tag-node-$name" python3 -c "import $mods") || exit 1
   start=$(json 'v["seconds"]' <<<"$j")
   node_stop_containerd
   rm -rf "$dir"
@@ -806,6 +838,15 @@ node_round_podman() {
   node_umount "$dir"
   rm -rf "$dir"
   node_out="$pull $start"
+}
+# node_ours HOW RATE MODULES: node_round HOW of our gzip and our zstd image (on section_node's
+# registry); sets node_gzip and node_zstd to their node_out.
+node_gzip="" node_zstd=""
+node_ours() {
+  node_round "$1" ours-gzip "$reg/ours:gzip" "$2" "$3"
+  node_gzip=$node_out
+  node_round "$1" ours-zstd "$reg/ours:zstd" "$2" "$3"
+  node_zstd=$node_out
 }
 # The compressed bytes of REF's layers, from the registry's manifest.
 node_image_bytes() {
@@ -862,6 +903,19 @@ YML
     --out "$work/ours-zstd" --compression zstd "${source_args[@]}"
   timed - "node-push-ours-zstd" skopeo copy --preserve-digests --dest-tls-verify=false "oci:$work/ours-zstd:$ref" "docker://$reg/ours:zstd"
   rm -rf "$work/ours-zstd"
+  # STACKBUILD_BENCH_NODE_PATHS: the pull paths measured (default all of them).
+  local paths=" ${STACKBUILD_BENCH_NODE_PATHS:-ctr cri podman stargz} " b_estargz=""
+  if [[ $paths == *" stargz "* ]] && { [[ ! -x $stargz_grpc ]] || [[ ! -e /dev/fuse ]]; }; then
+    row node "ready, eStargz layers, stargz snapshotter" "skipped" "" "" "needs /dev/fuse and $stargz_grpc (tests/stargz/build.sh)"
+    paths=${paths/ stargz / }
+  fi
+  if [[ $paths == *" stargz "* ]]; then
+    timed - "node-build-ours-estargz" "$stackbuild" "$recipe" --locked --cache-dir "$work/cache" \
+      --out "$work/ours-estargz" --compression estargz "${source_args[@]}"
+    timed - "node-push-ours-estargz" skopeo copy --preserve-digests --dest-tls-verify=false "oci:$work/ours-estargz:$ref" "docker://$reg/ours:estargz"
+    rm -rf "$work/ours-estargz"
+    b_estargz=$(node_image_bytes "$reg/ours:estargz")
+  fi
   timed - "node-push-docker" skopeo copy --dest-tls-verify=false "docker-daemon:$tag:cold" "docker://$reg/docker:cold"
   local b_docker b_gzip b_zstd
   b_docker=$(node_image_bytes "$reg/docker:cold")
@@ -872,30 +926,46 @@ YML
   # STACKBUILD_BENCH_NODE_RATES: the link speeds, tc's units (default both).
   for rate in ${STACKBUILD_BENCH_NODE_RATES:-1gbit 10gbit}; do
     [[ $rate =~ ^[0-9]+gbit$ ]] || die "STACKBUILD_BENCH_NODE_RATES: $rate is not NNgbit"
-    node_round ctr docker "$reg/docker:cold" "$rate" "$mods"
-    read -r pd ud sd <<<"$node_out"
-    node_round ctr ours-gzip "$reg/ours:gzip" "$rate" "$mods"
-    read -r pg ug sg <<<"$node_out"
-    node_round ctr ours-zstd "$reg/ours:zstd" "$rate" "$mods"
-    read -r pz uz sz <<<"$node_out"
     local rd rg rz label=${rate/gbit/ Gbit\/s}
-    rd=$(add "$pd" "$sd") rg=$(add "$pg" "$sg") rz=$(add "$pz" "$sz")
-    row node "ready at $label, gzip layers" "$(secs "$rg")" "$(secs "$rd")" "$(ratio "$rg" "$rd")" \
-      "ctr pull (fetch, then unpack): pull+unpack $(secs "$pg") vs $(secs "$pd") (unpacking from $(secs "$ug") vs $(secs "$ud")), start to end of imports $(secs "$sg") vs $(secs "$sd"); docker-built image; target <= 0.6x at 1 Gbit/s"
-    row node "ready at $label, zstd layers" "$(secs "$rz")" "$(secs "$rd")" "$(ratio "$rz" "$rd")" \
-      "pull+unpack $(secs "$pz") (unpacking from $(secs "$uz")), start $(secs "$sz")"
-    node_round cri docker "$reg/docker:cold" "$rate" "$mods"
-    read -r pd _ sd <<<"$node_out"
-    node_round cri ours-gzip "$reg/ours:gzip" "$rate" "$mods"
-    read -r pg _ sg <<<"$node_out"
-    node_round cri ours-zstd "$reg/ours:zstd" "$rate" "$mods"
-    read -r pz _ sz <<<"$node_out"
-    rd=$(add "$pd" "$sd") rg=$(add "$pg" "$sg") rz=$(add "$pz" "$sz")
-    row node "ready at $label, gzip layers, CRI" "$(secs "$rg")" "$(secs "$rd")" "$(ratio "$rg" "$rd")" \
-      "containerd's CRI plugin, as the kubelet pulls (unpack overlaps the download): pull $(secs "$pg") vs $(secs "$pd"), start $(secs "$sg") vs $(secs "$sd"); docker-built image; target <= 0.6x at 1 Gbit/s"
-    row node "ready at $label, zstd layers, CRI" "$(secs "$rz")" "$(secs "$rd")" "$(ratio "$rz" "$rd")" \
-      "pull $(secs "$pz"), start $(secs "$sz")"
-    if command -v podman >/dev/null; then
+    if [[ $paths == *" ctr "* ]]; then
+      node_round ctr docker "$reg/docker:cold" "$rate" "$mods"
+      read -r pd ud sd <<<"$node_out"
+      node_ours ctr "$rate" "$mods"
+      read -r pg ug sg <<<"$node_gzip"
+      read -r pz uz sz <<<"$node_zstd"
+      rd=$(add "$pd" "$sd") rg=$(add "$pg" "$sg") rz=$(add "$pz" "$sz")
+      row node "ready at $label, gzip layers" "$(secs "$rg")" "$(secs "$rd")" "$(ratio "$rg" "$rd")" \
+        "ctr pull (fetch, then unpack): pull+unpack $(secs "$pg") vs $(secs "$pd") (unpacking from $(secs "$ug") vs $(secs "$ud")), start to end of imports $(secs "$sg") vs $(secs "$sd"); docker-built image; target <= 0.6x at 1 Gbit/s"
+      row node "ready at $label, zstd layers" "$(secs "$rz")" "$(secs "$rd")" "$(ratio "$rz" "$rd")" \
+        "pull+unpack $(secs "$pz") (unpacking from $(secs "$uz")), start $(secs "$sz")"
+    fi
+    local pc="" sc=""
+    if [[ $paths == *" cri "* || $paths == *" stargz "* ]]; then
+      node_round cri docker "$reg/docker:cold" "$rate" "$mods"
+      read -r pc _ sc <<<"$node_out"
+    fi
+    if [[ $paths == *" cri "* ]]; then
+      pd=$pc sd=$sc
+      node_ours cri "$rate" "$mods"
+      read -r pg _ sg <<<"$node_gzip"
+      read -r pz _ sz <<<"$node_zstd"
+      rd=$(add "$pd" "$sd") rg=$(add "$pg" "$sg") rz=$(add "$pz" "$sz")
+      row node "ready at $label, gzip layers, CRI" "$(secs "$rg")" "$(secs "$rd")" "$(ratio "$rg" "$rd")" \
+        "containerd's CRI plugin, as the kubelet pulls (unpack overlaps the download): pull $(secs "$pg") vs $(secs "$pd"), start $(secs "$sg") vs $(secs "$sd"); docker-built image; target <= 0.6x at 1 Gbit/s"
+      row node "ready at $label, zstd layers, CRI" "$(secs "$rz")" "$(secs "$rd")" "$(ratio "$rz" "$rd")" \
+        "pull $(secs "$pz"), start $(secs "$sz")"
+    fi
+    if [[ $paths == *" stargz "* ]]; then
+      local pe se re
+      node_round stargz ours-estargz "$reg/ours:estargz" "$rate" "$mods"
+      read -r pe _ se <<<"$node_out"
+      rd=$(add "$pc" "$sc") re=$(add "$pe" "$se")
+      row node "ready at $label, eStargz layers, CRI + stargz snapshotter" "$(secs "$re")" "$(secs "$rd")" "$(ratio "$re" "$rd")" \
+        "lazy: the layers mounted from the registry, each chunk fetched as the imports read it: pull $(secs "$pe") vs $(secs "$pc"), start $(secs "$se") vs $(secs "$sc"); docker-built image through the CRI plugin and overlayfs; target <= 0.6x at 1 Gbit/s"
+    fi
+    if [[ $paths != *" podman "* ]]; then
+      :
+    elif command -v podman >/dev/null; then
       node_round_podman docker "$reg/docker:cold" "$rate" "$mods"
       read -r pd sd <<<"$node_out"
       node_round_podman ours-gzip "$reg/ours:gzip" "$rate" "$mods"
@@ -911,7 +981,7 @@ YML
       row node "ready at $label, Podman" "skipped" "" "" "podman is not installed"
     fi
   done
-  row node "image pushed, compressed" "$(bytes "$b_gzip") gzip, $(bytes "$b_zstd") zstd" "$(bytes "$b_docker")" \
+  row node "image pushed, compressed" "$(bytes "$b_gzip") gzip, $(bytes "$b_zstd") zstd${b_estargz:+, $(bytes "$b_estargz") eStargz}" "$(bytes "$b_docker")" \
     "$(ratio "$b_gzip" "$b_docker")" "layer bytes in the registry's manifests; ctr $(ctr --version | awk '{ print $3 }'), link: veth + tc tbf"
   node_cleanup
 }
