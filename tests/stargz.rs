@@ -10,6 +10,8 @@
 //! and checks every chunk it fetches against the TOC. The test asserts that: the layers are
 //! FUSE mounts, no layer blob is in containerd's content store, and a container started from
 //! them reads every file with its right sha256 (each chunk fetched from the registry then).
+//! Then the same image is pulled the ordinary way (`ctr images pull`, overlayfs) and reads the
+//! same: to every other runtime it is a gzip image.
 //!
 //! Skipped (with a message, not passed) without root, /dev/fuse, containerd, ctr, ctr-remote,
 //! skopeo, busybox, the daemon (`target/tools/containerd-stargz-grpc`, or
@@ -170,22 +172,13 @@ fn manifest_layers(layout: &Path) -> Vec<serde_json::Value> {
     read(layout.join("blobs/sha256").join(digest))["layers"].as_array().unwrap().clone()
 }
 
-#[test]
-fn an_estargz_image_is_mounted_lazily_by_the_stargz_snapshotter_and_reads_right() {
-    if !runnable() {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let _unmount = Unmount(dir.to_owned());
-
-    let (layout, reference, big) = build_and_push(dir);
-
-    // The snapshotter's daemon, then a containerd that uses it as its `stargz` snapshotter.
+/// The snapshotter's daemon (its socket, log and root under `dir`), then a containerd that
+/// uses it as its `stargz` snapshotter (socket `dir/c.sock`, log `dir/containerd.log`).
+fn start_node(dir: &Path) -> (Daemon, Daemon) {
     let sock = dir.join("stargz.sock");
     let stargz_log = dir.join("stargz.log");
     let stargz_root = dir.join("stargz-root");
-    let _stargz = spawn(
+    let stargz = spawn(
         Command::new(daemon_binary()).arg("-address").arg(&sock).arg("-root").arg(&stargz_root).args([
             "-config",
             "",
@@ -205,8 +198,25 @@ fn an_estargz_image_is_mounted_lazily_by_the_stargz_snapshotter_and_reads_right(
     );
     std::fs::write(dir.join("config.toml"), config).unwrap();
     let containerd_log = dir.join("containerd.log");
-    let _containerd =
+    let containerd =
         spawn(Command::new("containerd").arg("--config").arg(dir.join("config.toml")), &containerd_log);
+    (stargz, containerd)
+}
+
+#[test]
+fn an_estargz_image_is_mounted_lazily_by_the_stargz_snapshotter_and_reads_right() {
+    if !runnable() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let _unmount = Unmount(dir.to_owned());
+
+    let (layout, reference, big) = build_and_push(dir);
+
+    let (_stargz, _containerd) = start_node(dir);
+    let (stargz_log, stargz_root) = (dir.join("stargz.log"), dir.join("stargz-root"));
+    let containerd_log = dir.join("containerd.log");
     let ctr = |program: &str| {
         let mut cmd = Command::new(program);
         cmd.arg("--address").arg(dir.join("c.sock")).args(["--namespace", NAMESPACE]);
@@ -242,25 +252,47 @@ fn an_estargz_image_is_mounted_lazily_by_the_stargz_snapshotter_and_reads_right(
     }
 
     // A container reads every file through the mounts.
-    let out = ctr("ctr")
-        .args(["run", "--rm", "--snapshotter", "stargz", &reference, "estargz-e2e"])
-        .args(["/bin/busybox", "sha256sum", "/data/big.bin", "/data/hello.txt", "/bin/busybox"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "ctr run: {}\n{}", text(&out.stderr), text(&out.stdout));
-    let printed = text(&out.stdout);
     let busybox = std::fs::read("/bin/busybox").unwrap();
-    for (digest, path) in [
+    let want = [
         (sha256_hex(&big), "/data/big.bin"),
         (sha256_hex(b"hello from a lazy layer\n"), "/data/hello.txt"),
         (sha256_hex(&busybox), "/bin/busybox"),
-    ] {
-        assert!(printed.contains(&format!("{digest}  {path}")), "{path}: {printed}");
-    }
+    ];
+    let sums = |namespace: &str, snapshotter: &str, id: &str| {
+        let mut cmd = Command::new("ctr");
+        cmd.arg("--address").arg(dir.join("c.sock")).args(["--namespace", namespace]);
+        let out = cmd
+            .args(["run", "--rm", "--snapshotter", snapshotter, &reference, id, "/bin/busybox", "sha256sum"])
+            .args(want.iter().map(|(_, path)| *path))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ctr run ({snapshotter}): {}\n{}",
+            text(&out.stderr),
+            text(&out.stdout)
+        );
+        let printed = text(&out.stdout);
+        for (digest, path) in &want {
+            assert!(printed.contains(&format!("{digest}  {path}")), "{snapshotter}: {path}: {printed}");
+        }
+    };
+    sums(NAMESPACE, "stargz", "estargz-e2e");
     let log = std::fs::read_to_string(&stargz_log).unwrap_or_default();
     assert!(log.contains("msg=verified"), "the snapshotter did not verify the TOC:\n{log}");
     assert!(!log.contains("invalid"), "{log}");
+
+    // Any other runtime pulls the same image as gzip: containerd's own pull and overlayfs.
+    let plain = "stackbuild-estargz-plain";
+    let out = Command::new("ctr")
+        .arg("--address")
+        .arg(dir.join("c.sock"))
+        .args(["--namespace", plain, "images", "pull", "--plain-http", &reference])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ctr images pull: {}", text(&out.stderr));
+    sums(plain, "overlayfs", "estargz-plain");
     // The image goes before containerd stops, so its snapshots unmount.
     let _ = ctr("ctr").args(["image", "rm", "--sync", &reference]).output();
 }
