@@ -922,7 +922,18 @@ impl LayerWriter {
         })
     }
 
-    /// Writes one entry of a gzip, zstd or plain layer.
+    /// A GNU header with `node`'s owner and mode, the epoch as its mtime, and no size yet.
+    fn header_of(&self, node: &Node) -> Header {
+        let mut header = Header::new_gnu();
+        header.set_mtime(self.epoch);
+        header.set_uid(node.uid);
+        header.set_gid(node.gid);
+        header.set_mode(node.mode);
+        header.set_size(0);
+        header
+    }
+
+    /// Writes one entry of a layer (of an eStargz one, every entry without content).
     fn tar_entry<W: Write>(
         &self,
         builder: &mut tar::Builder<BufWriter<Hashing<Encoder<W>>>>,
@@ -933,12 +944,7 @@ impl LayerWriter {
         tmp_path: &Path,
     ) -> Result<(), LayerError> {
         let name = Path::new(OsStr::from_bytes(path));
-        let mut header = Header::new_gnu();
-        header.set_mtime(self.epoch);
-        header.set_uid(node.uid);
-        header.set_gid(node.gid);
-        header.set_mode(node.mode);
-        header.set_size(0);
+        let mut header = self.header_of(node);
         let result = match &node.kind {
             Kind::Dir => {
                 header.set_entry_type(EntryType::Directory);

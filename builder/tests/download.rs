@@ -335,6 +335,17 @@ fn artifacts(cache: &Path) -> Vec<String> {
     out
 }
 
+/// What [`artifacts`] lists once exactly `wheels` are in the cache: `<sha256>/<file name>`.
+fn cached_as<'a>(wheels: impl Iterator<Item = &'a PathBuf>) -> Vec<String> {
+    let mut out: Vec<String> = wheels
+        .map(|w| {
+            format!("{}/{}", sha256_hex(&std::fs::read(w).unwrap()), w.file_name().unwrap().to_string_lossy())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 #[test]
 fn downloads_in_parallel_with_netrc_resuming_a_dropped_transfer() {
     if !common::have("uv") {
@@ -379,14 +390,7 @@ fn downloads_in_parallel_with_netrc_resuming_a_dropped_transfer() {
     assert!(o.status.success(), "build failed: {}", String::from_utf8_lossy(&o.stderr));
 
     // Every wheel is in the cache under its own digest, intact; nothing else is there.
-    let mut expected: Vec<String> = all
-        .iter()
-        .map(|w| {
-            format!("{}/{}", sha256_hex(&std::fs::read(w).unwrap()), w.file_name().unwrap().to_string_lossy())
-        })
-        .collect();
-    expected.sort();
-    assert_eq!(artifacts(&cache), expected);
+    assert_eq!(artifacts(&cache), cached_as(all.iter()));
     for w in &all {
         let name = w.file_name().unwrap().to_string_lossy().into_owned();
         let digest = sha256_hex(&std::fs::read(w).unwrap());
@@ -539,14 +543,7 @@ fn a_projects_lock_downloads_with_the_netrc_credentials_resuming_a_dropped_trans
 
     let o = run("out", &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut expected: Vec<String> = [&one, &two]
-        .iter()
-        .map(|w| {
-            format!("{}/{}", sha256_hex(&std::fs::read(w).unwrap()), w.file_name().unwrap().to_string_lossy())
-        })
-        .collect();
-    expected.sort();
-    assert_eq!(artifacts(&cache), expected);
+    assert_eq!(artifacts(&cache), cached_as([&one, &two].into_iter()));
     let log = index.log();
     let gets: Vec<&Logged> =
         log.iter().filter(|l| l.path == "/files/lockone-1.0-py3-none-any.whl" && l.authorized).collect();

@@ -38,8 +38,8 @@ use tar::{EntryType, Header};
 
 use super::pgzip::CHUNK;
 use super::{
-    entry_error, lossy, write_gzip_member, ChangedError, Data, Encoder, Hashing, Kind, LayerError,
-    LayerWriter, Node,
+    entry_error, lossy, write_gzip_member, ChangedError, Compression, Data, Encoder, Hashing, Kind,
+    LayerError, LayerWriter, Node,
 };
 
 /// What identifies this writer's layout in cache keys.
@@ -163,23 +163,15 @@ impl Toc {
     /// `first` and each next one in the next member, with the file's and the chunks' sha256.
     pub fn chunked(&mut self, meta: &Meta<'_>, size: u64, first: u64, sha256: &str, chunks: &[String]) {
         let chunk = CHUNK as u64;
-        let mut e = self.base(meta);
-        e.size = size;
-        e.digest = format!("sha256:{sha256}");
         for (k, digest) in (0u64..).zip(chunks) {
             let from = k * chunk;
             let mut c = if k == 0 {
-                std::mem::replace(&mut e, self.base(meta))
+                Entry { size, digest: format!("sha256:{sha256}"), ..self.base(meta) }
             } else {
-                Entry { kind: "chunk", ..self.base(meta) }
-            };
-            if k > 0 {
                 // A chunk entry carries only its name, place and digest.
-                c.mode = 0;
-                c.uid = 0;
-                c.gid = 0;
-                c.modtime = String::new();
-            }
+                let bare = Meta { kind: "chunk", mode: 0, uid: 0, gid: 0, ..*meta };
+                Entry { modtime: String::new(), ..self.base(&bare) }
+            };
             c.chunk_offset = from;
             // Every chunk but a short last one says its size (`estargz.go`, `appendTar`).
             if size - from >= chunk {
@@ -241,42 +233,25 @@ impl LayerWriter {
         bar: &crate::progress::Progress,
         tmp_path: &Path,
     ) -> Result<(), LayerError> {
-        let name = Path::new(OsStr::from_bytes(path));
-        let (meta, ty) = meta_of(path, node)?;
-        let mut header = Header::new_gnu();
-        header.set_mtime(self.epoch);
-        header.set_uid(node.uid);
-        header.set_gid(node.gid);
-        header.set_mode(node.mode);
-        header.set_size(0);
-        header.set_entry_type(ty);
-        let entry_err = |source| entry_error(source, tmp_path, path);
+        let meta = meta_of(path, node)?;
         let data = match &node.kind {
             Kind::File(data) if data.len() > 0 => data,
-            Kind::Symlink(t) | Kind::Hardlink(t) => {
-                builder.append_link(&mut header, name, Path::new(OsStr::from_bytes(t))).map_err(entry_err)?;
-                toc.entry(&meta);
-                return Ok(());
-            }
-            Kind::Char(major, minor) | Kind::Block(major, minor) => {
-                header
-                    .set_device_major(*major)
-                    .and_then(|()| header.set_device_minor(*minor))
-                    .and_then(|()| builder.append_data(&mut header, name, io::empty()))
-                    .map_err(entry_err)?;
-                toc.entry(&meta);
-                return Ok(());
-            }
+            // Nothing to chunk: the entry as in any layer, and its line in the TOC.
             _ => {
-                builder.append_data(&mut header, name, io::empty()).map_err(entry_err)?;
+                self.tar_entry(builder, path, node, Compression::Estargz, bar, tmp_path)?;
                 toc.entry(&meta);
                 return Ok(());
             }
         };
+        let entry_err = |source| entry_error(source, tmp_path, path);
         // The header alone ends the member before; the content begins the next one.
         let size = data.len();
+        let mut header = self.header_of(node);
+        header.set_entry_type(EntryType::Regular);
         header.set_size(size);
-        builder.append_data(&mut header, name, io::empty()).map_err(entry_err)?;
+        builder
+            .append_data(&mut header, Path::new(OsStr::from_bytes(path)), io::empty())
+            .map_err(entry_err)?;
         let out = builder.get_mut();
         out.flush().map_err(entry_err)?;
         if let Data::Zip(member) = data {
@@ -297,7 +272,9 @@ impl LayerWriter {
                 let Encoder::Gzip(gzip) = &mut out.get_mut().inner else { unreachable!("eStargz is gzip") };
                 gzip.cut().map_err(entry_err)?
             };
-            let (copied, hasher) = copy_hashing(&mut self.open_data(data)?, out, bar).map_err(entry_err)?;
+            let mut sink = ChunkSink { out, hasher: ChunkHasher::new(size) };
+            let copied = io::copy(&mut bar.wrap_read(self.open_data(data)?), &mut sink).map_err(entry_err)?;
+            let hasher = sink.hasher;
             if copied != size {
                 return Err(entry_err(io::Error::other(ChangedError(tmp_path.join(lossy(path))))));
             }
@@ -339,17 +316,17 @@ impl LayerWriter {
     }
 }
 
-/// The TOC's view of an entry, and its tar type. Names and link targets must be UTF-8: the TOC
-/// is JSON, which carries nothing else.
-fn meta_of<'a>(path: &'a [u8], node: &'a Node) -> Result<(Meta<'a>, EntryType), LayerError> {
-    let (kind, ty, link, dev) = match &node.kind {
-        Kind::Dir => ("dir", EntryType::Directory, &[][..], (0, 0)),
-        Kind::File(_) => ("reg", EntryType::Regular, &[][..], (0, 0)),
-        Kind::Symlink(t) => ("symlink", EntryType::Symlink, &t[..], (0, 0)),
-        Kind::Hardlink(t) => ("hardlink", EntryType::Link, &t[..], (0, 0)),
-        Kind::Char(a, b) => ("char", EntryType::Char, &[][..], (*a, *b)),
-        Kind::Block(a, b) => ("block", EntryType::Block, &[][..], (*a, *b)),
-        Kind::Fifo => ("fifo", EntryType::Fifo, &[][..], (0, 0)),
+/// The TOC's view of an entry. Names and link targets must be UTF-8: the TOC is JSON, which
+/// carries nothing else.
+fn meta_of<'a>(path: &'a [u8], node: &'a Node) -> Result<Meta<'a>, LayerError> {
+    let (kind, link, dev) = match &node.kind {
+        Kind::Dir => ("dir", &[][..], (0, 0)),
+        Kind::File(_) => ("reg", &[][..], (0, 0)),
+        Kind::Symlink(t) => ("symlink", &t[..], (0, 0)),
+        Kind::Hardlink(t) => ("hardlink", &t[..], (0, 0)),
+        Kind::Char(a, b) => ("char", &[][..], (*a, *b)),
+        Kind::Block(a, b) => ("block", &[][..], (*a, *b)),
+        Kind::Fifo => ("fifo", &[][..], (0, 0)),
     };
     let utf8 = |bytes: &'a [u8], what: &str| {
         std::str::from_utf8(bytes).map_err(|_| LayerError::Unsupported {
@@ -366,31 +343,25 @@ fn meta_of<'a>(path: &'a [u8], node: &'a Node) -> Result<(Meta<'a>, EntryType), 
         link: utf8(link, "link target")?,
         dev,
     };
-    Ok((meta, ty))
+    Ok(meta)
 }
 
-/// Copies `reader` to `out`, hashing the content and its chunks; returns the bytes copied.
-fn copy_hashing(
-    reader: &mut dyn io::Read,
-    out: &mut impl Write,
-    bar: &crate::progress::Progress,
-) -> io::Result<(u64, ChunkHasher)> {
-    let mut hasher = ChunkHasher::default();
-    let mut buf = vec![0u8; 1 << 16];
-    let mut copied = 0u64;
-    loop {
-        let n = match reader.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        hasher.update(&buf[..n]);
-        out.write_all(&buf[..n])?;
-        copied += n as u64;
-        bar.inc(n as u64);
+/// The layer's tar, hashing a file's content and its chunks on the way.
+struct ChunkSink<'a, W> {
+    out: &'a mut W,
+    hasher: ChunkHasher,
+}
+
+impl<W: Write> Write for ChunkSink<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
     }
-    Ok((copied, hasher))
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// The annotations of a layer descriptor for a TOC and an uncompressed size.
@@ -418,23 +389,26 @@ pub fn footer(toc_offset: u64) -> [u8; 51] {
 
 /// The sha256 of a file's content and of each [`CHUNK`]-byte chunk of it, as it streams.
 pub struct ChunkHasher {
-    file: Sha256,
+    /// The whole file's, for a file of several chunks only: of one, it is the chunk's.
+    file: Option<Sha256>,
     chunk: Sha256,
     in_chunk: usize,
     /// Hex digests of the chunks finished so far.
     pub chunks: Vec<String>,
 }
 
-impl Default for ChunkHasher {
-    fn default() -> Self {
-        Self { file: Sha256::new(), chunk: Sha256::new(), in_chunk: 0, chunks: Vec::new() }
-    }
-}
-
 impl ChunkHasher {
+    /// A hasher for content of `size` bytes.
+    pub fn new(size: u64) -> Self {
+        let file = (size > CHUNK as u64).then(Sha256::new);
+        Self { file, chunk: Sha256::new(), in_chunk: 0, chunks: Vec::new() }
+    }
+
     /// Takes the next bytes of the content.
     pub fn update(&mut self, mut data: &[u8]) {
-        self.file.update(data);
+        if let Some(file) = &mut self.file {
+            file.update(data);
+        }
         while !data.is_empty() {
             let n = data.len().min(CHUNK - self.in_chunk);
             self.chunk.update(&data[..n]);
@@ -449,10 +423,11 @@ impl ChunkHasher {
 
     /// The file's hex sha256 and its chunks' (a short last chunk included).
     pub fn finish(mut self) -> (String, Vec<String>) {
-        if self.in_chunk > 0 {
+        if self.in_chunk > 0 || self.chunks.is_empty() {
             self.chunks.push(hex::encode(self.chunk.finalize()));
         }
-        (hex::encode(self.file.finalize()), self.chunks)
+        let file = self.file.map_or_else(|| self.chunks[0].clone(), |f| hex::encode(f.finalize()));
+        (file, self.chunks)
     }
 }
 
@@ -547,7 +522,7 @@ mod tests {
     #[test]
     fn chunks_follow_the_content() {
         let data: Vec<u8> = (0..CHUNK * 2 + 10).map(|i| u8::try_from(i % 251).unwrap()).collect();
-        let mut h = ChunkHasher::default();
+        let mut h = ChunkHasher::new(data.len() as u64);
         for piece in data.chunks(100_001) {
             h.update(piece);
         }
