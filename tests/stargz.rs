@@ -1,7 +1,8 @@
-//! `--compression estargz` against the stargz snapshotter, the lazy pull it exists for.
+//! `--compression estargz` and `--compression zstd:chunked` against the stargz snapshotter, the
+//! lazy pull they exist for.
 //!
 //! stackbuild builds an image (scratch, a static busybox, a 9 MiB file of three chunks and a
-//! small one) with eStargz layers, `skopeo copy --preserve-digests` pushes it to the suite's
+//! small one) with eStargz (or zstd:chunked) layers, `skopeo copy --preserve-digests` pushes it to the suite's
 //! registry on 127.0.0.1, and a private containerd whose `stargz` snapshotter is the stargz
 //! snapshotter's own library (Debian's `golang-github-containerd-stargz-snapshotter-dev`,
 //! served by `tests/stargz/main.go`, built by `.ci/install`) pulls it with `ctr-remote image
@@ -11,7 +12,7 @@
 //! FUSE mounts, no layer blob is in containerd's content store, and a container started from
 //! them reads every file with its right sha256 (each chunk fetched from the registry then).
 //! Then the same image is pulled the ordinary way (`ctr images pull`, overlayfs) and reads the
-//! same: to every other runtime it is a gzip image.
+//! same: to every other runtime it is a gzip (or zstd) image.
 //!
 //! Skipped (with a message, not passed) without root, /dev/fuse, containerd, ctr, ctr-remote,
 //! skopeo, busybox, the daemon (`target/tools/containerd-stargz-grpc`, or
@@ -22,8 +23,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use e2e::{have, is_root, text};
-
-const NAMESPACE: &str = "stackbuild-estargz";
 
 fn daemon_binary() -> PathBuf {
     std::env::var_os("STACKBUILD_STARGZ_GRPC").map_or_else(
@@ -118,9 +117,9 @@ fn sha256_hex(bytes: &[u8]) -> String {
     test_support::digest::sha256_hex(bytes)
 }
 
-/// Builds the test image with eStargz layers into `dir/layout` and pushes it to the registry;
+/// Builds the test image with `compression` into `dir/layout` and pushes it to the registry;
 /// returns the layout, the pushed reference and the big file's bytes.
-fn build_and_push(dir: &Path) -> (PathBuf, String, Vec<u8>) {
+fn build_and_push(dir: &Path, compression: &str) -> (PathBuf, String, Vec<u8>) {
     // The image: busybox, a file of three chunks (4 + 4 + 1 MiB) and a small one.
     let bin = dir.join("rootfs/bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -140,7 +139,7 @@ fn build_and_push(dir: &Path) -> (PathBuf, String, Vec<u8>) {
     .unwrap();
     let layout = dir.join("layout");
     let out = Command::new(e2e::stackbuild_bin())
-        .args(["build", "--quiet", "--compression", "estargz", "--out"])
+        .args(["build", "--quiet", "--compression", compression, "--out"])
         .arg(&layout)
         .arg("--cache-dir")
         .arg(dir.join("cache"))
@@ -150,7 +149,8 @@ fn build_and_push(dir: &Path) -> (PathBuf, String, Vec<u8>) {
     assert!(out.status.success(), "stackbuild: {}", text(&out.stderr));
     e2e::verify_layout(&layout, "e2e").unwrap_or_else(|e| panic!("layout: {e}"));
 
-    let reference = format!("{}/stackbuild-e2e/estargz:{}", registry(), std::process::id());
+    let repository = compression.replace(':', "-");
+    let reference = format!("{}/stackbuild-e2e/{repository}:{}", registry(), std::process::id());
     let out = Command::new("skopeo")
         .args(["copy", "--quiet", "--preserve-digests", "--dest-tls-verify=false"])
         .arg(format!("oci:{}:e2e", layout.display()))
@@ -205,6 +205,17 @@ fn start_node(dir: &Path) -> (Daemon, Daemon) {
 
 #[test]
 fn an_estargz_image_is_mounted_lazily_by_the_stargz_snapshotter_and_reads_right() {
+    lazy_pull("estargz", "application/vnd.oci.image.layer.v1.tar+gzip");
+}
+
+#[test]
+fn a_zstd_chunked_image_is_mounted_lazily_by_the_stargz_snapshotter_and_reads_right() {
+    lazy_pull("zstd:chunked", "application/vnd.oci.image.layer.v1.tar+zstd");
+}
+
+/// An image built with `compression` (its layers of `media_type`) pulled lazily, then the
+/// ordinary way.
+fn lazy_pull(compression: &str, media_type: &str) {
     if !runnable() {
         return;
     }
@@ -212,14 +223,17 @@ fn an_estargz_image_is_mounted_lazily_by_the_stargz_snapshotter_and_reads_right(
     let dir = tmp.path();
     let _unmount = Unmount(dir.to_owned());
 
-    let (layout, reference, big) = build_and_push(dir);
+    let (layout, reference, big) = build_and_push(dir, compression);
+    // The runtime's state is the host's: the two tests' containers and namespaces apart.
+    let name = compression.replace(':', "-");
+    let namespace = format!("stackbuild-{name}");
 
     let (_stargz, _containerd) = start_node(dir);
     let (stargz_log, stargz_root) = (dir.join("stargz.log"), dir.join("stargz-root"));
     let containerd_log = dir.join("containerd.log");
     let ctr = |program: &str| {
         let mut cmd = Command::new(program);
-        cmd.arg("--address").arg(dir.join("c.sock")).args(["--namespace", NAMESPACE]);
+        cmd.arg("--address").arg(dir.join("c.sock")).args(["--namespace", &namespace]);
         cmd
     };
     wait_for("containerd", &containerd_log, || {
@@ -238,7 +252,8 @@ fn an_estargz_image_is_mounted_lazily_by_the_stargz_snapshotter_and_reads_right(
     // Lazily: every layer a FUSE mount of the snapshotter, no layer blob downloaded.
     let layers = manifest_layers(&layout);
     assert!(
-        layers.iter().all(|l| l["annotations"]["containerd.io/snapshot/stargz/toc.digest"].is_string()),
+        layers.iter().all(|l| l["annotations"]["containerd.io/snapshot/stargz/toc.digest"].is_string()
+            && l["mediaType"] == media_type),
         "{layers:?}"
     );
     let fuse: Vec<_> =
@@ -278,13 +293,13 @@ fn an_estargz_image_is_mounted_lazily_by_the_stargz_snapshotter_and_reads_right(
             assert!(printed.contains(&format!("{digest}  {path}")), "{snapshotter}: {path}: {printed}");
         }
     };
-    sums(NAMESPACE, "stargz", "estargz-e2e");
+    sums(&namespace, "stargz", &format!("{name}-lazy"));
     let log = std::fs::read_to_string(&stargz_log).unwrap_or_default();
     assert!(log.contains("msg=verified"), "the snapshotter did not verify the TOC:\n{log}");
     assert!(!log.contains("invalid"), "{log}");
 
-    // Any other runtime pulls the same image as gzip: containerd's own pull and overlayfs.
-    let plain = "stackbuild-estargz-plain";
+    // Any other runtime pulls the same image as gzip or zstd: containerd's own pull and overlayfs.
+    let plain = &format!("{namespace}-plain");
     let out = Command::new("ctr")
         .arg("--address")
         .arg(dir.join("c.sock"))
@@ -292,7 +307,7 @@ fn an_estargz_image_is_mounted_lazily_by_the_stargz_snapshotter_and_reads_right(
         .output()
         .unwrap();
     assert!(out.status.success(), "ctr images pull: {}", text(&out.stderr));
-    sums(plain, "overlayfs", "estargz-plain");
+    sums(plain, "overlayfs", &format!("{name}-plain"));
     // The image goes before containerd stops, so its snapshots unmount.
     let _ = ctr("ctr").args(["image", "rm", "--sync", &reference]).output();
 }

@@ -494,7 +494,9 @@ pub(super) fn read_layer(path: &Path, media_type: &str, spool_above: u64) -> io:
     let mut reader = BufReader::with_capacity(1 << 20, File::open(path)?);
     let decoded: Box<dyn Read> = match detect(media_type, &mut reader)? {
         Compression::Gzip | Compression::Estargz => Box::new(flate2::bufread::MultiGzDecoder::new(reader)),
-        Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(reader)?),
+        Compression::Zstd | Compression::ZstdChunked => {
+            Box::new(zstd::stream::read::Decoder::with_buffer(reader)?)
+        }
         Compression::None => Box::new(reader),
     };
     read_tar(decoded, Large::Spool(spool_above))

@@ -36,7 +36,8 @@ pub struct Args {
     /// Cache directory [default: `$STACKBUILD_CACHE` or `~/.cache/stackbuild`].
     #[arg(long, env = "STACKBUILD_CACHE")]
     cache_dir: Option<PathBuf>,
-    /// Layer compression: gzip, zstd, estargz (gzip that the stargz snapshotter mounts lazily) or none.
+    /// Layer compression: gzip, zstd, estargz or zstd:chunked (gzip or zstd that the stargz
+    /// snapshotter mounts lazily) or none.
     #[arg(long, default_value = "gzip")]
     compression: Compression,
     /// Use a local directory instead of a recipe source: `--source dreamzero=../dreamzero`.

@@ -19,12 +19,25 @@
 //! chunk it fetches against the TOC) and the tar's size as
 //! `io.containers.estargz.uncompressed-size` (which containers/storage's stargz store needs).
 //!
-//! The chunks are the members the parallel gzip writer ([`super::pgzip`]) makes anyway: a file's
-//! content starts a member ([`super::pgzip::ParallelGzip::cut`]) and the writer ends one every
+//! The chunks are the members the parallel writer ([`super::members`]) makes anyway: a file's
+//! content starts a member ([`super::members::ParallelMembers::cut`]) and the writer ends one every
 //! [`CHUNK`] bytes, so cutting costs one small member per file and no second pass. A wheel
 //! member goes in as its own deflate stream, as in a gzip layer: one chunk, whose digest is the
 //! one `RECORD` gives (checked as it streams). The field names and their omission when empty
 //! follow `estargz/types.go` of the stargz snapshotter (`TOCEntry`).
+//!
+//! zstd:chunked ([`Flavor::ZstdChunked`]) is the same layout in zstd frames, as the stargz
+//! snapshotter reads it (`estargz/zstdchunked/zstdchunked.go`, 0.12 on) and containers/storage
+//! writes it (`pkg/chunked/compressor`): each file's content begins a frame and is cut into
+//! [`CHUNK`]-byte frames, and the tar ends in frames of its own. The TOC is not a tar entry: its
+//! JSON, zstd-compressed, follows the tar in a skippable frame (RFC 8878 section 3.1.2, magic
+//! `0x184D2A50`), and a skippable frame with a 40-byte footer ends the blob: the compressed
+//! TOC's offset, its compressed and raw sizes and the manifest type 1 (this TOC format), each a
+//! little-endian u64, then the magic `GnUlInUx`. Decoders skip both frames, so any runtime pulls
+//! the layer as plain zstd. The descriptor carries the TOC's digest (of its JSON) as in eStargz,
+//! plus `io.containers.zstd-chunked.manifest-checksum` (the compressed TOC's digest) and
+//! `io.containers.zstd-chunked.manifest-position` (`offset:compressed:raw:1`). Wheel members
+//! are inflated and go in as zstd like any other file.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -36,7 +49,7 @@ use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 use tar::{EntryType, Header};
 
-use super::pgzip::CHUNK;
+use super::members::CHUNK;
 use super::{
     entry_error, lossy, write_gzip_member, ChangedError, Compression, Data, Encoder, Hashing, Kind,
     LayerError, LayerWriter, Node,
@@ -50,6 +63,107 @@ pub const TOC_NAME: &str = "stargz.index.json";
 pub const TOC_DIGEST_ANNOTATION: &str = "containerd.io/snapshot/stargz/toc.digest";
 /// The descriptor annotation with the uncompressed size.
 pub const UNCOMPRESSED_SIZE_ANNOTATION: &str = "io.containers.estargz.uncompressed-size";
+/// What identifies the zstd:chunked layout in cache keys.
+pub const ZSTD_CHUNKED_VERSION: &str = "zstd:chunked;toc=v1;footer=40";
+/// zstd:chunked: the descriptor annotation with the compressed TOC's digest.
+pub const MANIFEST_CHECKSUM_ANNOTATION: &str = "io.containers.zstd-chunked.manifest-checksum";
+/// zstd:chunked: the descriptor annotation with the compressed TOC's place and sizes.
+pub const MANIFEST_POSITION_ANNOTATION: &str = "io.containers.zstd-chunked.manifest-position";
+/// A zstd skippable frame's magic (RFC 8878 section 3.1.2), little-endian.
+const SKIPPABLE_MAGIC: [u8; 4] = [0x50, 0x2a, 0x4d, 0x18];
+/// The end of a zstd:chunked footer.
+const ZSTD_CHUNKED_MAGIC: &[u8; 8] = b"GnUlInUx";
+/// The zstd level of a zstd:chunked TOC.
+const TOC_ZSTD_LEVEL: i32 = 3;
+
+/// Which of the two layouts a layer has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// gzip members, the TOC a tar entry, the 51-byte gzip footer.
+    Estargz,
+    /// zstd frames, the TOC and the 40-byte footer in skippable frames after the tar.
+    ZstdChunked,
+}
+
+impl Flavor {
+    /// The layout of a compression, if it has a TOC.
+    pub const fn of(compression: Compression) -> Option<Self> {
+        match compression {
+            Compression::Estargz => Some(Self::Estargz),
+            Compression::ZstdChunked => Some(Self::ZstdChunked),
+            Compression::Gzip | Compression::Zstd | Compression::None => None,
+        }
+    }
+
+    const fn compression(self) -> Compression {
+        match self {
+            Self::Estargz => Compression::Estargz,
+            Self::ZstdChunked => Compression::ZstdChunked,
+        }
+    }
+}
+
+/// A TOC once every entry is written: what ends the blob after the compressed tar.
+pub struct Ending {
+    flavor: Flavor,
+    json: Vec<u8>,
+    digest: String,
+    /// eStargz: where the member holding the TOC's tar entry begins.
+    offset: u64,
+}
+
+impl Ending {
+    /// Writes the end of the blob to `out`, which is at byte `at` of it, and returns the
+    /// descriptor's annotations for a tar of `tar_size` bytes.
+    pub fn end(self, out: &mut impl Write, at: u64, tar_size: u64) -> io::Result<BTreeMap<String, String>> {
+        match self.flavor {
+            Flavor::Estargz => {
+                out.write_all(&footer(self.offset))?;
+                Ok(annotations(&self.digest, tar_size))
+            }
+            Flavor::ZstdChunked => {
+                let compressed = zstd::bulk::compress(&self.json, TOC_ZSTD_LEVEL)?;
+                out.write_all(&skippable(&compressed)?)?;
+                // The TOC begins after its frame's magic and size.
+                let toc_offset = at + 8;
+                let raw = self.json.len() as u64;
+                out.write_all(&skippable(&zstd_chunked_footer(toc_offset, compressed.len() as u64, raw))?)?;
+                Ok(BTreeMap::from([
+                    (TOC_DIGEST_ANNOTATION.to_owned(), self.digest),
+                    (
+                        MANIFEST_CHECKSUM_ANNOTATION.to_owned(),
+                        format!("sha256:{}", hex::encode(Sha256::digest(&compressed))),
+                    ),
+                    (
+                        MANIFEST_POSITION_ANNOTATION.to_owned(),
+                        format!("{toc_offset}:{}:{raw}:1", compressed.len()),
+                    ),
+                ]))
+            }
+        }
+    }
+}
+
+/// `data` in a zstd skippable frame.
+fn skippable(data: &[u8]) -> io::Result<Vec<u8>> {
+    let len = u32::try_from(data.len()).map_err(|_| io::Error::other("a zstd:chunked TOC over 4 GiB"))?;
+    let mut frame = Vec::with_capacity(data.len() + 8);
+    frame.extend_from_slice(&SKIPPABLE_MAGIC);
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(data);
+    Ok(frame)
+}
+
+/// The 40-byte zstd:chunked footer (`zstdFooterBytes` in the snapshotter's `zstdchunked.go`).
+fn zstd_chunked_footer(toc_offset: u64, compressed: u64, raw: u64) -> [u8; 40] {
+    let mut f = [0u8; 40];
+    f[..8].copy_from_slice(&toc_offset.to_le_bytes());
+    f[8..16].copy_from_slice(&compressed.to_le_bytes());
+    f[16..24].copy_from_slice(&raw.to_le_bytes());
+    f[24..32].copy_from_slice(&1u64.to_le_bytes());
+    f[32..].copy_from_slice(ZSTD_CHUNKED_MAGIC);
+    f
+}
 
 /// Where a file's chunk begins in the blob: a member not yet written, or a known offset.
 #[derive(Debug, Clone, Copy)]
@@ -222,10 +336,12 @@ impl Toc {
 }
 
 impl LayerWriter {
-    /// Writes one entry of an eStargz layer and records it in `toc`: a regular file's content
-    /// begins a gzip member of its own and is cut into chunks ([this module](self)).
+    /// Writes one entry of an eStargz or zstd:chunked layer and records it in `toc`: a regular
+    /// file's content begins a member of its own and is cut into chunks ([this module](self)).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn estargz_entry<W: Write>(
         &self,
+        flavor: Flavor,
         toc: &mut Toc,
         builder: &mut tar::Builder<BufWriter<Hashing<Encoder<W>>>>,
         path: &[u8],
@@ -238,7 +354,7 @@ impl LayerWriter {
             Kind::File(data) if data.len() > 0 => data,
             // Nothing to chunk: the entry as in any layer, and its line in the TOC.
             _ => {
-                self.tar_entry(builder, path, node, Compression::Estargz, bar, tmp_path)?;
+                self.tar_entry(builder, path, node, flavor.compression(), bar, tmp_path)?;
                 toc.entry(&meta);
                 return Ok(());
             }
@@ -254,9 +370,11 @@ impl LayerWriter {
             .map_err(entry_err)?;
         let out = builder.get_mut();
         out.flush().map_err(entry_err)?;
-        if let Data::Zip(member) = data {
+        if let (Flavor::Estargz, Data::Zip(member)) = (flavor, data) {
             let offset = {
-                let Encoder::Gzip(gzip) = &mut out.get_mut().inner else { unreachable!("eStargz is gzip") };
+                let Encoder::Members(gzip) = &mut out.get_mut().inner else {
+                    unreachable!("eStargz is gzip")
+                };
                 gzip.raw().map_err(entry_err)?;
                 gzip.written()
             };
@@ -269,8 +387,10 @@ impl LayerWriter {
             toc.file(&meta, size, At::Byte(offset), &sha256);
         } else {
             let first = {
-                let Encoder::Gzip(gzip) = &mut out.get_mut().inner else { unreachable!("eStargz is gzip") };
-                gzip.cut().map_err(entry_err)?
+                let Encoder::Members(members) = &mut out.get_mut().inner else {
+                    unreachable!("written in members")
+                };
+                members.cut().map_err(entry_err)?
             };
             let mut sink = ChunkSink { out, hasher: ChunkHasher::new(size) };
             let copied = io::copy(&mut bar.wrap_read(self.open_data(data)?), &mut sink).map_err(entry_err)?;
@@ -287,23 +407,28 @@ impl LayerWriter {
         Ok(())
     }
 
-    /// Ends an eStargz layer's entries: every member written, then the TOC as the tar entry
-    /// [`TOC_NAME`] in one member (the reader inflates that member alone). Returns the
-    /// TOC's offset and digest.
+    /// Ends a layer's entries: every member written, then (eStargz) the TOC as the tar entry
+    /// [`TOC_NAME`] in one member (the reader inflates that member alone). Returns what ends
+    /// the blob.
     pub(super) fn estargz_toc<W: Write>(
+        flavor: Flavor,
         toc: Toc,
         builder: &mut tar::Builder<BufWriter<Hashing<Encoder<W>>>>,
         epoch: u64,
-    ) -> io::Result<(u64, String)> {
+    ) -> io::Result<Ending> {
         let out = builder.get_mut();
         out.flush()?;
-        let Encoder::Gzip(gzip) = &mut out.get_mut().inner else { unreachable!("eStargz is gzip") };
-        gzip.raw()?;
-        let offset = gzip.written();
+        let Encoder::Members(members) = &mut out.get_mut().inner else { unreachable!("written in members") };
+        members.raw()?;
+        let offset = members.written();
         let (json, digest) = toc
-            .json(|seq| gzip.start_of(seq))
-            .ok_or_else(|| io::Error::other("an eStargz member's offset is unknown"))?;
-        gzip.whole();
+            .json(|seq| members.start_of(seq))
+            .ok_or_else(|| io::Error::other("a member's offset is unknown"))?;
+        if flavor == Flavor::ZstdChunked {
+            // The tar's end goes in frames of its own; the TOC follows the tar.
+            return Ok(Ending { flavor, json, digest, offset });
+        }
+        members.whole();
         let mut header = Header::new_gnu();
         header.set_entry_type(EntryType::Regular);
         header.set_mtime(epoch);
@@ -312,7 +437,7 @@ impl LayerWriter {
         header.set_gid(0);
         header.set_size(json.len() as u64);
         builder.append_data(&mut header, TOC_NAME, &json[..])?;
-        Ok((offset, digest))
+        Ok(Ending { flavor, json: Vec::new(), digest, offset })
     }
 }
 
@@ -331,7 +456,7 @@ fn meta_of<'a>(path: &'a [u8], node: &'a Node) -> Result<Meta<'a>, LayerError> {
     let utf8 = |bytes: &'a [u8], what: &str| {
         std::str::from_utf8(bytes).map_err(|_| LayerError::Unsupported {
             entry: lossy(path),
-            what: format!("{what} that is not UTF-8 in an eStargz layer (its table of contents is JSON)"),
+            what: format!("{what} that is not UTF-8 in a layer with a table of contents (it is JSON)"),
         })
     };
     let meta = Meta {
@@ -431,13 +556,51 @@ impl ChunkHasher {
     }
 }
 
-/// Reads an eStargz blob the way the stargz snapshotter does, for tests: the footer, the TOC
-/// (one gzip member, its digest the descriptor's annotation), then every chunk inflated from its
+/// Reads an eStargz or zstd:chunked blob the way the stargz snapshotter does, for tests: the
+/// footer, the TOC (its digest the descriptor's annotation), then every chunk inflated from its
 /// own offset alone and checked against its digest. Returns each regular file's content by name.
 #[cfg(test)]
 pub fn verify(blob: &crate::blob::LayerBlob) -> BTreeMap<String, Vec<u8>> {
     use std::io::Read as _;
     let bytes = std::fs::read(&blob.path).unwrap();
+    let zstd = blob.media_type.ends_with("+zstd");
+    let json = if zstd { zstd_chunked_toc(blob, &bytes) } else { estargz_toc(&bytes) };
+    assert_eq!(
+        blob.annotations[TOC_DIGEST_ANNOTATION],
+        format!("sha256:{}", hex::encode(Sha256::digest(&json)))
+    );
+    let inflate = |offset: usize, len: u64| {
+        let mut chunk = Vec::new();
+        if zstd {
+            // As the snapshotter's zstd reader: a stream from the offset, frames in turn.
+            zstd::stream::read::Decoder::new(&bytes[offset..])
+                .unwrap()
+                .take(len)
+                .read_to_end(&mut chunk)
+                .unwrap();
+        } else {
+            flate2::read::GzDecoder::new(&bytes[offset..]).take(len).read_to_end(&mut chunk).unwrap();
+        }
+        chunk
+    };
+    let toc: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let files = read_chunks(&toc, inflate);
+    // And the whole blob is one gzip or zstd stream of the tar the diff_id names.
+    let mut tar = Vec::new();
+    if zstd {
+        zstd::stream::read::Decoder::new(&bytes[..]).unwrap().read_to_end(&mut tar).unwrap();
+    } else {
+        flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_end(&mut tar).unwrap();
+        assert_eq!(blob.annotations[UNCOMPRESSED_SIZE_ANNOTATION], tar.len().to_string());
+    }
+    assert_eq!(blob.diff_id, format!("sha256:{}", hex::encode(Sha256::digest(&tar))));
+    files
+}
+
+/// The TOC JSON of an eStargz blob: the footer, then the TOC member alone.
+#[cfg(test)]
+fn estargz_toc(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read as _;
     let (body, foot) = bytes.split_at(bytes.len() - 51);
     let mut d = flate2::read::GzDecoder::new(foot);
     std::io::copy(&mut d, &mut std::io::sink()).unwrap();
@@ -451,11 +614,39 @@ pub fn verify(blob: &crate::blob::LayerBlob) -> BTreeMap<String, Vec<u8>> {
     assert_eq!(first.path().unwrap().to_str().unwrap(), TOC_NAME);
     let mut json = Vec::new();
     first.read_to_end(&mut json).unwrap();
+    json
+}
+
+/// The TOC JSON of a zstd:chunked blob, as `zstdchunked.go`'s `ParseFooter` and
+/// `ParseTOC` find it, checked against the containers/storage annotations.
+#[cfg(test)]
+fn zstd_chunked_toc(blob: &crate::blob::LayerBlob, bytes: &[u8]) -> Vec<u8> {
+    let u64_at = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+    let foot = &bytes[bytes.len() - 40..];
+    assert_eq!(&foot[32..], ZSTD_CHUNKED_MAGIC);
+    assert_eq!(&bytes[bytes.len() - 48..bytes.len() - 40], b"\x50\x2a\x4d\x18\x28\x00\x00\x00");
+    let (offset, compressed, raw) = (u64_at(foot, 0), u64_at(foot, 8), u64_at(foot, 16));
+    assert_eq!(u64_at(foot, 24), 1);
+    assert_eq!(blob.annotations[MANIFEST_POSITION_ANNOTATION], format!("{offset}:{compressed}:{raw}:1"));
+    let at = usize::try_from(offset).unwrap();
+    assert_eq!(&bytes[at - 8..at - 4], SKIPPABLE_MAGIC);
+    let toc = &bytes[at..at + usize::try_from(compressed).unwrap()];
     assert_eq!(
-        blob.annotations[TOC_DIGEST_ANNOTATION],
-        format!("sha256:{}", hex::encode(Sha256::digest(&json)))
+        blob.annotations[MANIFEST_CHECKSUM_ANNOTATION],
+        format!("sha256:{}", hex::encode(Sha256::digest(toc)))
     );
-    let toc: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let json = zstd::stream::decode_all(toc).unwrap();
+    assert_eq!(json.len() as u64, raw);
+    json
+}
+
+/// Every regular file's content, from its chunks each inflated by `inflate(offset, length)`
+/// and checked against its digest, and each file against its own.
+#[cfg(test)]
+fn read_chunks(
+    toc: &serde_json::Value,
+    inflate: impl Fn(usize, u64) -> Vec<u8>,
+) -> BTreeMap<String, Vec<u8>> {
     let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut current: Option<(String, u64, String)> = None;
     let mut offsets = std::collections::BTreeSet::new();
@@ -478,8 +669,7 @@ pub fn verify(blob: &crate::blob::LayerBlob) -> BTreeMap<String, Vec<u8>> {
         assert!(offsets.insert(offset), "offset {offset} twice");
         let from = e.get("chunkOffset").and_then(serde_json::Value::as_u64).unwrap_or(0);
         let len = e.get("chunkSize").and_then(serde_json::Value::as_u64).unwrap_or(size - from);
-        let mut chunk = Vec::new();
-        flate2::read::GzDecoder::new(&body[offset..]).take(len).read_to_end(&mut chunk).unwrap();
+        let chunk = inflate(offset, len);
         assert_eq!(chunk.len() as u64, len, "{name} at {from}");
         assert_eq!(
             e["chunkDigest"].as_str().unwrap(),
@@ -494,11 +684,6 @@ pub fn verify(blob: &crate::blob::LayerBlob) -> BTreeMap<String, Vec<u8>> {
         let content = &files[e["name"].as_str().unwrap()];
         assert_eq!(e["digest"].as_str().unwrap(), format!("sha256:{}", hex::encode(Sha256::digest(content))));
     }
-    // And the whole blob is one gzip stream of the tar the diff_id names.
-    let mut tar = Vec::new();
-    flate2::read::MultiGzDecoder::new(&bytes[..]).read_to_end(&mut tar).unwrap();
-    assert_eq!(blob.diff_id, format!("sha256:{}", hex::encode(Sha256::digest(&tar))));
-    assert_eq!(blob.annotations[UNCOMPRESSED_SIZE_ANNOTATION], tar.len().to_string());
     files
 }
 

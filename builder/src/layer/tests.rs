@@ -570,6 +570,26 @@ fn every_tap_gets_the_whole_tar() {
 
 #[test]
 fn an_estargz_layer_has_a_toc_whose_chunks_inflate_from_their_offsets_alone() {
+    let list = layer_with_a_toc(Compression::Estargz, "application/vnd.oci.image.layer.v1.tar+gzip");
+    // Every runtime reads it as a gzip tar: the entries, then the TOC.
+    assert!(list.lines().last().unwrap().contains(estargz::TOC_NAME), "{list}");
+    // Keyed apart from gzip.
+    assert_ne!(Compression::Estargz.cache_id(), Compression::Gzip.cache_id());
+}
+
+#[test]
+fn a_zstd_chunked_layer_has_a_toc_whose_frames_decode_from_their_offsets_alone() {
+    let list = layer_with_a_toc(Compression::ZstdChunked, "application/vnd.oci.image.layer.v1.tar+zstd");
+    // Every runtime reads it as a zstd tar of the entries alone: the TOC is outside the tar.
+    assert!(!list.contains(estargz::TOC_NAME), "{list}");
+    assert_ne!(Compression::ZstdChunked.cache_id(), Compression::Zstd.cache_id());
+    assert_eq!("zstd:chunked".parse::<Compression>().unwrap(), Compression::ZstdChunked);
+    assert_eq!(Compression::ZstdChunked.name(), "zstd:chunked");
+}
+
+/// A layer of every kind of entry with `compression`, read as the snapshotter reads it
+/// ([`estargz::verify`]); returns its listing.
+fn layer_with_a_toc(compression: Compression, media_type: &str) -> String {
     let (dir, cache) = cache();
     let big: Vec<u8> = test_support::rng::noise(9 << 20, 7);
     let staged = dir.path().join("staged");
@@ -588,20 +608,17 @@ fn an_estargz_layer_has_a_toc_whose_chunks_inflate_from_their_offsets_alone() {
         Raw { name: "x/hard", ty: EntryType::Link, link: "x/file", data: b"" },
     ]);
     w.add_tar(&tar[..], &TarImport { name: "t".into(), prefix: String::new(), keep_owner: false }).unwrap();
-    let blob = w.finish(Compression::Estargz).unwrap();
-    assert_eq!(blob.media_type, "application/vnd.oci.image.layer.v1.tar+gzip");
+    let blob = w.finish(compression).unwrap();
+    assert_eq!(blob.media_type, media_type);
     let files = estargz::verify(&blob);
     assert_eq!(files["d/big"], big);
     assert_eq!(files["d/small"], b"hello");
     assert_eq!(files["d/empty"], b"");
     assert_eq!(files["opt/lib/exact.bin"], &big[..4 << 20]);
     assert_eq!(files["x/file"], b"linked");
-    // Every runtime reads it as a gzip tar: the entries, then the TOC.
     let list = listing(&blob);
     assert!(list.contains("d/link") && list.contains("x/hard"), "{list}");
-    assert!(list.lines().last().unwrap().contains(estargz::TOC_NAME), "{list}");
-    // Keyed apart from gzip.
-    assert_ne!(Compression::Estargz.cache_id(), Compression::Gzip.cache_id());
+    list
 }
 
 #[test]
@@ -611,4 +628,8 @@ fn an_estargz_layer_refuses_an_entry_named_like_its_toc() {
     w.add_file(estargz::TOC_NAME, b"{}".to_vec(), 0o644).unwrap();
     let err = w.finish(Compression::Estargz).unwrap_err().to_string();
     assert!(err.contains("stargz.index.json") && err.contains("table of contents"), "{err}");
+    // zstd:chunked's TOC is outside the tar, but its reader keys entries by name all the same.
+    let mut w = LayerWriter::new(&cache, 0);
+    w.add_file(estargz::TOC_NAME, b"{}".to_vec(), 0o644).unwrap();
+    assert!(w.finish(Compression::ZstdChunked).is_err());
 }

@@ -157,15 +157,21 @@ fn a_gzip_layer_carries_the_wheels_own_deflate_stream() {
 }
 
 #[test]
-fn an_estargz_layer_carries_members_as_chunks_that_inflate_alone() {
+fn a_layer_with_a_toc_carries_members_as_chunks_that_inflate_alone() {
     let tmp = tempfile::tempdir().unwrap();
     let (whl, lib) = wheel(tmp.path(), None);
     let cache = Cache::open(tmp.path().join("cache")).unwrap();
-    let carried = layer(&cache, &whl, true, Compression::Estargz).unwrap();
-    let staged = layer(&cache, &whl, false, Compression::Estargz).unwrap();
-    let (a, b) = (crate::layer::estargz::verify(&carried), crate::layer::estargz::verify(&staged));
-    assert_eq!(a, b, "the same files, whether carried or staged");
-    assert!(a.values().any(|content| *content == lib), "the library is a file of the TOC");
+    // eStargz carries the deflate stream; zstd:chunked inflates it into frames of its own.
+    for compression in [Compression::Estargz, Compression::ZstdChunked] {
+        let carried = layer(&cache, &whl, true, compression).unwrap();
+        let staged = layer(&cache, &whl, false, compression).unwrap();
+        let (a, b) = (crate::layer::estargz::verify(&carried), crate::layer::estargz::verify(&staged));
+        assert_eq!(a, b, "{compression:?}: the same files, whether carried or staged");
+        assert!(
+            a.values().any(|content| *content == lib),
+            "{compression:?}: the library is a file of the TOC"
+        );
+    }
 }
 
 #[test]
@@ -174,7 +180,8 @@ fn a_member_that_does_not_match_record_fails_the_layer() {
     let lie = urlsafe_b64(&Sha256::digest(b"something else"));
     let (whl, _) = wheel(tmp.path(), Some(&lie));
     let cache = Cache::open(tmp.path().join("cache")).unwrap();
-    for compression in [Compression::Gzip, Compression::Zstd, Compression::Estargz] {
+    for compression in [Compression::Gzip, Compression::Zstd, Compression::Estargz, Compression::ZstdChunked]
+    {
         let err = layer(&cache, &whl, true, compression).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, LayerError::Member(_)), "{compression:?}: {text}");
