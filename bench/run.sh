@@ -26,7 +26,8 @@
 #             layers through the CRI plugin with the stargz snapshotter (lazy: mounted from the
 #             registry, fetched as read; needs /dev/fuse and target/tools/containerd-stargz-grpc,
 #             tests/stargz/build.sh). STACKBUILD_BENCH_NODE_RATES (default "1gbit 10gbit") and
-#             STACKBUILD_BENCH_NODE_PATHS (default "ctr cri podman stargz") choose. Needs build.
+#             STACKBUILD_BENCH_NODE_PATHS (default "ctr cri podman stargz zstdchunked";
+#             zstdchunked: zstd:chunked layers, the same snapshotter) choose. Needs build.
 #   hook      `stackhook hook` on an 8-GPU fixture host against /bin/true; `runc run` of a
 #             busybox bundle with and without the hook (createRuntime).
 #   cache-registry (not in the default list) two build machines sharing layers through a
@@ -903,18 +904,29 @@ YML
     --out "$work/ours-zstd" --compression zstd "${source_args[@]}"
   timed - "node-push-ours-zstd" skopeo copy --preserve-digests --dest-tls-verify=false "oci:$work/ours-zstd:$ref" "docker://$reg/ours:zstd"
   rm -rf "$work/ours-zstd"
-  # STACKBUILD_BENCH_NODE_PATHS: the pull paths measured (default all of them).
-  local paths=" ${STACKBUILD_BENCH_NODE_PATHS:-ctr cri podman stargz} " b_estargz=""
-  if [[ $paths == *" stargz "* ]] && { [[ ! -x $stargz_grpc ]] || [[ ! -e /dev/fuse ]]; }; then
-    row node "ready, eStargz layers, stargz snapshotter" "skipped" "" "" "needs /dev/fuse and $stargz_grpc (tests/stargz/build.sh)"
-    paths=${paths/ stargz / }
-  fi
+  # STACKBUILD_BENCH_NODE_PATHS: the pull paths measured (default all of them). The lazy ones:
+  # stargz (eStargz layers) and zstdchunked (zstd:chunked layers), both with the stargz snapshotter.
+  local paths=" ${STACKBUILD_BENCH_NODE_PATHS:-ctr cri podman stargz zstdchunked} " b_estargz="" b_chunked=""
+  local lazy
+  for lazy in stargz zstdchunked; do
+    if [[ $paths == *" $lazy "* ]] && { [[ ! -x $stargz_grpc ]] || [[ ! -e /dev/fuse ]]; }; then
+      row node "ready, $lazy path, stargz snapshotter" "skipped" "" "" "needs /dev/fuse and $stargz_grpc (tests/stargz/build.sh)"
+      paths=${paths/ $lazy / }
+    fi
+  done
   if [[ $paths == *" stargz "* ]]; then
     timed - "node-build-ours-estargz" "$stackbuild" "$recipe" --locked --cache-dir "$work/cache" \
       --out "$work/ours-estargz" --compression estargz "${source_args[@]}"
     timed - "node-push-ours-estargz" skopeo copy --preserve-digests --dest-tls-verify=false "oci:$work/ours-estargz:$ref" "docker://$reg/ours:estargz"
     rm -rf "$work/ours-estargz"
     b_estargz=$(node_image_bytes "$reg/ours:estargz")
+  fi
+  if [[ $paths == *" zstdchunked "* ]]; then
+    timed - "node-build-ours-zstd-chunked" "$stackbuild" "$recipe" --locked --cache-dir "$work/cache" \
+      --out "$work/ours-zstd-chunked" --compression zstd:chunked "${source_args[@]}"
+    timed - "node-push-ours-zstd-chunked" skopeo copy --preserve-digests --dest-tls-verify=false "oci:$work/ours-zstd-chunked:$ref" "docker://$reg/ours:zstd-chunked"
+    rm -rf "$work/ours-zstd-chunked"
+    b_chunked=$(node_image_bytes "$reg/ours:zstd-chunked")
   fi
   timed - "node-push-docker" skopeo copy --dest-tls-verify=false "docker-daemon:$tag:cold" "docker://$reg/docker:cold"
   local b_docker b_gzip b_zstd
@@ -940,7 +952,7 @@ YML
         "pull+unpack $(secs "$pz") (unpacking from $(secs "$uz")), start $(secs "$sz")"
     fi
     local pc="" sc=""
-    if [[ $paths == *" cri "* || $paths == *" stargz "* ]]; then
+    if [[ $paths == *" cri "* || $paths == *" stargz "* || $paths == *" zstdchunked "* ]]; then
       node_round cri docker "$reg/docker:cold" "$rate" "$mods"
       read -r pc _ sc <<<"$node_out"
     fi
@@ -963,6 +975,14 @@ YML
       row node "ready at $label, eStargz layers, CRI + stargz snapshotter" "$(secs "$re")" "$(secs "$rd")" "$(ratio "$re" "$rd")" \
         "lazy: the layers mounted from the registry, each chunk fetched as the imports read it: pull $(secs "$pe") vs $(secs "$pc"), start $(secs "$se") vs $(secs "$sc"); docker-built image through the CRI plugin and overlayfs; target <= 0.6x at 1 Gbit/s"
     fi
+    if [[ $paths == *" zstdchunked "* ]]; then
+      local pk sk rk
+      node_round stargz ours-zstd-chunked "$reg/ours:zstd-chunked" "$rate" "$mods"
+      read -r pk _ sk <<<"$node_out"
+      rd=$(add "$pc" "$sc") rk=$(add "$pk" "$sk")
+      row node "ready at $label, zstd:chunked layers, CRI + stargz snapshotter" "$(secs "$rk")" "$(secs "$rd")" "$(ratio "$rk" "$rd")" \
+        "lazy, zstd frames in place of gzip members: pull $(secs "$pk") vs $(secs "$pc"), start $(secs "$sk") vs $(secs "$sc"); docker-built image through the CRI plugin and overlayfs; target <= 0.6x at 1 Gbit/s"
+    fi
     if [[ $paths != *" podman "* ]]; then
       :
     elif command -v podman >/dev/null; then
@@ -981,7 +1001,7 @@ YML
       row node "ready at $label, Podman" "skipped" "" "" "podman is not installed"
     fi
   done
-  row node "image pushed, compressed" "$(bytes "$b_gzip") gzip, $(bytes "$b_zstd") zstd${b_estargz:+, $(bytes "$b_estargz") eStargz}" "$(bytes "$b_docker")" \
+  row node "image pushed, compressed" "$(bytes "$b_gzip") gzip, $(bytes "$b_zstd") zstd${b_estargz:+, $(bytes "$b_estargz") eStargz}${b_chunked:+, $(bytes "$b_chunked") zstd:chunked}" "$(bytes "$b_docker")" \
     "$(ratio "$b_gzip" "$b_docker")" "layer bytes in the registry's manifests; ctr $(ctr --version | awk '{ print $3 }'), link: veth + tc tbf"
   node_cleanup
 }

@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo build --release -p stackbuild --example pack_layer
-//! target/release/examples/pack_layer pack TREE --cache DIR [--compression gzip|zstd|estargz|none]
+//! target/release/examples/pack_layer pack TREE --cache DIR [--compression gzip|zstd|estargz|zstd:chunked|none]
 //! ```
 //!
 //! `pack` does what a build does for one layer, through the public API: [`LayerWriter::add_dir`]
@@ -35,7 +35,7 @@ enum Command {
         /// Cache directory the blob is written into (created if missing).
         #[arg(long)]
         cache: PathBuf,
-        /// gzip, zstd, estargz or none.
+        /// gzip, zstd, estargz, zstd:chunked or none.
         #[arg(long, default_value = "gzip")]
         compression: Compression,
     },

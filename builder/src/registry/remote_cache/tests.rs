@@ -230,19 +230,21 @@ fn a_miss_is_none_and_a_broken_entry_is_never_trusted() {
 }
 
 #[test]
-fn an_estargz_layer_keeps_its_toc_annotations_through_the_registry() {
-    let fake = Fake::start();
-    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let first = fake.cache(a.path());
-    let k = key("estargz");
-    let mut writer = LayerWriter::new(&first, 0);
-    writer.add_file("etc/data", b"lazy".to_vec(), 0o644).unwrap();
-    let built = writer.finish(Compression::Estargz).unwrap();
-    assert!(built.annotations.contains_key("containerd.io/snapshot/stargz/toc.digest"));
-    first.put_layer(&k, &built).unwrap();
-    let pulled = fake.cache(b.path()).get_layer(&k).expect("a hit in the registry");
-    // The layer's own annotations come back; the cache's diff_id annotation does not.
-    assert_eq!(pulled.annotations, built.annotations);
+fn a_lazy_layer_keeps_its_toc_annotations_through_the_registry() {
+    for compression in [Compression::Estargz, Compression::ZstdChunked] {
+        let fake = Fake::start();
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let first = fake.cache(a.path());
+        let k = key(compression.name());
+        let mut writer = LayerWriter::new(&first, 0);
+        writer.add_file("etc/data", b"lazy".to_vec(), 0o644).unwrap();
+        let built = writer.finish(compression).unwrap();
+        assert!(built.annotations.contains_key("containerd.io/snapshot/stargz/toc.digest"));
+        first.put_layer(&k, &built).unwrap();
+        let pulled = fake.cache(b.path()).get_layer(&k).expect("a hit in the registry");
+        // The layer's own annotations come back; the cache's diff_id annotation does not.
+        assert_eq!(pulled.annotations, built.annotations, "{compression:?}");
+    }
 }
 
 #[test]
