@@ -889,8 +889,7 @@ impl LayerWriter {
         tar_hash.tap = self.tap.take();
         let tar_out = BufWriter::with_capacity(1 << 16, tar_hash);
         let mut builder = tar::Builder::new(tar_out);
-        let flavor = estargz::Flavor::of(compression);
-        let mut toc = flavor.map(|_| estargz::Toc::new(self.epoch));
+        let mut toc = estargz::Flavor::of(compression).map(|flavor| estargz::Toc::new(flavor, self.epoch));
         if toc.is_some() && self.entries.contains_key(estargz::TOC_NAME.as_bytes()) {
             return Err(LayerError::Unsupported {
                 entry: estargz::TOC_NAME.into(),
@@ -898,8 +897,8 @@ impl LayerWriter {
             });
         }
         for (path, node) in &self.entries {
-            if let (Some(toc), Some(flavor)) = (&mut toc, flavor) {
-                self.estargz_entry(flavor, toc, &mut builder, path, node, &bar, &tmp_path)?;
+            if let Some(toc) = &mut toc {
+                self.estargz_entry(toc, &mut builder, path, node, &bar, &tmp_path)?;
                 continue;
             }
             self.tar_entry(&mut builder, path, node, compression, &bar, &tmp_path)?;
@@ -907,12 +906,11 @@ impl LayerWriter {
         drop(bar);
         // eStargz: every member written, the TOC as the last tar entry in a member of its own
         // (zstd:chunked: after the tar, in a skippable frame).
-        let toc = match (toc, flavor) {
-            (Some(toc), Some(flavor)) => Some(
-                Self::estargz_toc(flavor, toc, &mut builder, self.epoch)
-                    .map_err(io_err("writing", &tmp_path))?,
-            ),
-            _ => None,
+        let toc = match toc {
+            Some(toc) => {
+                Some(Self::estargz_toc(toc, &mut builder, self.epoch).map_err(io_err("writing", &tmp_path))?)
+            }
+            None => None,
         };
         let tar_out = builder.into_inner().map_err(io_err("finishing tar", &tmp_path))?;
         let mut tar_hash = tar_out.into_inner().map_err(|e| write_err(e.into_error()))?;

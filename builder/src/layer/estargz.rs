@@ -104,32 +104,31 @@ impl Flavor {
 }
 
 /// A TOC once every entry is written: what ends the blob after the compressed tar.
-pub struct Ending {
-    flavor: Flavor,
-    json: Vec<u8>,
-    digest: String,
-    /// eStargz: where the member holding the TOC's tar entry begins.
-    offset: u64,
+pub enum Ending {
+    /// The TOC's digest and where the member holding its tar entry begins.
+    Estargz { digest: String, offset: u64 },
+    /// The TOC's JSON and digest, to follow the tar.
+    ZstdChunked { json: Vec<u8>, digest: String },
 }
 
 impl Ending {
     /// Writes the end of the blob to `out`, which is at byte `at` of it, and returns the
     /// descriptor's annotations for a tar of `tar_size` bytes.
     pub fn end(self, out: &mut impl Write, at: u64, tar_size: u64) -> io::Result<BTreeMap<String, String>> {
-        match self.flavor {
-            Flavor::Estargz => {
-                out.write_all(&footer(self.offset))?;
-                Ok(annotations(&self.digest, tar_size))
+        match self {
+            Self::Estargz { digest, offset } => {
+                out.write_all(&footer(offset))?;
+                Ok(annotations(&digest, tar_size))
             }
-            Flavor::ZstdChunked => {
-                let compressed = zstd::bulk::compress(&self.json, TOC_ZSTD_LEVEL)?;
+            Self::ZstdChunked { json, digest } => {
+                let compressed = zstd::bulk::compress(&json, TOC_ZSTD_LEVEL)?;
                 out.write_all(&skippable(&compressed)?)?;
                 // The TOC begins after its frame's magic and size.
                 let toc_offset = at + 8;
-                let raw = self.json.len() as u64;
+                let raw = json.len() as u64;
                 out.write_all(&skippable(&zstd_chunked_footer(toc_offset, compressed.len() as u64, raw))?)?;
                 Ok(BTreeMap::from([
-                    (TOC_DIGEST_ANNOTATION.to_owned(), self.digest),
+                    (TOC_DIGEST_ANNOTATION.to_owned(), digest),
                     (
                         MANIFEST_CHECKSUM_ANNOTATION.to_owned(),
                         format!("sha256:{}", hex::encode(Sha256::digest(&compressed))),
@@ -241,17 +240,18 @@ pub struct Meta<'a> {
 }
 
 /// The TOC of one layer, built as its entries are written.
-#[derive(Default)]
 pub struct Toc {
+    flavor: Flavor,
     entries: Vec<Entry>,
     modtime: String,
 }
 
 impl Toc {
-    /// A TOC for entries whose mtime is `epoch` (omitted at 0, as the snapshotter's writer does).
-    pub fn new(epoch: u64) -> Self {
+    /// A TOC of a `flavor` layer for entries whose mtime is `epoch` (omitted at 0, as the
+    /// snapshotter's writer does).
+    pub fn new(flavor: Flavor, epoch: u64) -> Self {
         let modtime = if epoch == 0 { String::new() } else { stackcontract::time::rfc3339(epoch) };
-        Self { entries: Vec::new(), modtime }
+        Self { flavor, entries: Vec::new(), modtime }
     }
 
     /// An entry without content (a directory, a link, a device, an empty file).
@@ -338,10 +338,8 @@ impl Toc {
 impl LayerWriter {
     /// Writes one entry of an eStargz or zstd:chunked layer and records it in `toc`: a regular
     /// file's content begins a member of its own and is cut into chunks ([this module](self)).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn estargz_entry<W: Write>(
         &self,
-        flavor: Flavor,
         toc: &mut Toc,
         builder: &mut tar::Builder<BufWriter<Hashing<Encoder<W>>>>,
         path: &[u8],
@@ -354,7 +352,7 @@ impl LayerWriter {
             Kind::File(data) if data.len() > 0 => data,
             // Nothing to chunk: the entry as in any layer, and its line in the TOC.
             _ => {
-                self.tar_entry(builder, path, node, flavor.compression(), bar, tmp_path)?;
+                self.tar_entry(builder, path, node, toc.flavor.compression(), bar, tmp_path)?;
                 toc.entry(&meta);
                 return Ok(());
             }
@@ -370,7 +368,7 @@ impl LayerWriter {
             .map_err(entry_err)?;
         let out = builder.get_mut();
         out.flush().map_err(entry_err)?;
-        if let (Flavor::Estargz, Data::Zip(member)) = (flavor, data) {
+        if let (Flavor::Estargz, Data::Zip(member)) = (toc.flavor, data) {
             let offset = {
                 let Encoder::Members(gzip) = &mut out.get_mut().inner else {
                     unreachable!("eStargz is gzip")
@@ -411,7 +409,6 @@ impl LayerWriter {
     /// [`TOC_NAME`] in one member (the reader inflates that member alone). Returns what ends
     /// the blob.
     pub(super) fn estargz_toc<W: Write>(
-        flavor: Flavor,
         toc: Toc,
         builder: &mut tar::Builder<BufWriter<Hashing<Encoder<W>>>>,
         epoch: u64,
@@ -421,12 +418,13 @@ impl LayerWriter {
         let Encoder::Members(members) = &mut out.get_mut().inner else { unreachable!("written in members") };
         members.raw()?;
         let offset = members.written();
+        let flavor = toc.flavor;
         let (json, digest) = toc
             .json(|seq| members.start_of(seq))
             .ok_or_else(|| io::Error::other("a member's offset is unknown"))?;
         if flavor == Flavor::ZstdChunked {
             // The tar's end goes in frames of its own; the TOC follows the tar.
-            return Ok(Ending { flavor, json, digest, offset });
+            return Ok(Ending::ZstdChunked { json, digest });
         }
         members.whole();
         let mut header = Header::new_gnu();
@@ -437,7 +435,7 @@ impl LayerWriter {
         header.set_gid(0);
         header.set_size(json.len() as u64);
         builder.append_data(&mut header, TOC_NAME, &json[..])?;
-        Ok(Ending { flavor, json: Vec::new(), digest, offset })
+        Ok(Ending::Estargz { digest, offset })
     }
 }
 
@@ -717,7 +715,7 @@ mod tests {
         assert_eq!(chunks, want);
 
         let meta = Meta { name: "a/big", kind: "reg", mode: 0o644, uid: 0, gid: 0, link: "", dev: (0, 0) };
-        let mut toc = Toc::new(0);
+        let mut toc = Toc::new(Flavor::Estargz, 0);
         toc.chunked(&meta, data.len() as u64, 3, &file, &chunks);
         let (json, _) = toc.json(|seq| Some(seq * 100)).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
