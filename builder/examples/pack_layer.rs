@@ -17,7 +17,8 @@ use std::time::Instant;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use stackbuild::cache::Cache;
-use stackbuild::layer::{self, Compression, LayerWriter};
+use stackbuild::compression::Compression;
+use stackbuild::layer::{self, LayerWriter};
 
 #[derive(Debug, Parser)]
 #[command(about = "Benchmark helper: times the layer writer on a tree")]

@@ -1010,6 +1010,25 @@ mod tests {
         }
     }
 
+    /// `stackbuild affinity` turns the exact requirements into node selectors within its limit.
+    #[test]
+    fn affinity_expresses_the_exact_requirements() {
+        for version in ["2.1.0", "2.7.0+cu128", "2.11.0", "2.0.0+cu118"] {
+            let t: stackcontract::version::PackageVersion = version.parse().unwrap();
+            let packages = [crate::derive::Package {
+                name: "torch",
+                version: &t,
+                platform: crate::platform::Platform::LinuxAmd64,
+            }];
+            let mut set = RequirementSet::default();
+            for r in crate::derive::requirements(&packages, &crate::recipe::HostRules::default()) {
+                set.push(r.variable, &r.expr).unwrap();
+            }
+            let affinity = node_affinity(&set, &Options::default());
+            assert!(affinity.is_ok(), "{version}: {affinity:?}");
+        }
+    }
+
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         let mut m: BTreeMap<String, String> =
             pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();

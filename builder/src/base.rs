@@ -12,9 +12,12 @@ use std::process::{Command, Stdio};
 
 use stackcontract::version::PythonVersion;
 
+use crate::base_facts::BaseFacts;
+
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, LayerKey};
-use crate::layer::{Compression, LayerWriter, TarImport};
+use crate::compression::Compression;
+use crate::layer::{LayerWriter, TarImport};
 
 /// Why a base could not be prepared.
 #[derive(Debug, thiserror::Error)]
@@ -108,22 +111,6 @@ pub struct DebianBase {
     pub architecture: String,
 }
 
-/// What was learned from a base rootfs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct BaseFacts {
-    /// `major.minor` of `/usr/bin/python3.X`, when present.
-    pub python: Option<String>,
-    /// Installed Debian packages and versions (from `var/lib/dpkg/status`).
-    pub packages: Vec<(String, String)>,
-}
-
-impl BaseFacts {
-    /// The interpreter version, parsed.
-    pub fn python_version(&self) -> Option<PythonVersion> {
-        self.python.as_deref().and_then(|p| p.parse().ok())
-    }
-}
-
 /// A prepared base: its layer and facts, and whether it came from the cache.
 #[derive(Debug, Clone)]
 pub struct PreparedBase {
@@ -145,7 +132,7 @@ impl DebianBase {
             .str(&self.architecture)
             .str(sources)
             .number(epoch)
-            .str(&compression.cache_id());
+            .str(&crate::layer::cache_id(compression));
         for p in &self.packages {
             k = k.str(p);
         }

@@ -27,8 +27,9 @@ use stackcontract::image::StackManifest;
 
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, LayerKey};
+use crate::compression::Compression;
 use crate::fetch;
-use crate::layer::{self, Compression};
+use crate::layer;
 use crate::lock::Lock;
 use crate::oci::{self, Image};
 use crate::patch;
@@ -94,7 +95,7 @@ pub enum BuildError {
     Solve(#[from] solve::SolveError),
     /// Downloads.
     #[error(transparent)]
-    Fetch(#[from] fetch::FetchError),
+    Fetch(#[from] crate::artifact::FetchError),
     /// The recipe's `[python] lock` could not be used.
     #[error(transparent)]
     GivenLock(#[from] crate::given_lock::GivenLockError),

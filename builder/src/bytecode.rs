@@ -54,8 +54,8 @@ use sha2::Digest as _;
 
 use crate::blob::LayerBlob;
 use crate::cache::Cache;
+use crate::compression::Compression;
 use crate::io_error::IoError;
-use crate::layer::Compression;
 
 /// Where the stage is mounted inside the chroot.
 pub const STAGE_MOUNT: &str = "/.stackbuild-stage";
@@ -302,7 +302,7 @@ impl<'a> Plan<'a> {
     /// Otherwise the build goes on without and says why.
     pub fn new(
         python: Option<&crate::recipe::PythonSection>,
-        facts: &crate::base::BaseFacts,
+        facts: &crate::base_facts::BaseFacts,
         base: Option<&LayerBlob>,
         cache: &'a Cache,
     ) -> Self {

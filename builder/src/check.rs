@@ -30,7 +30,7 @@ use crate::recipe::{Base, Recipe};
 use crate::solve::{self, SolveError, Target};
 
 mod facts;
-pub(crate) use facts::{exact_requires, marker_env};
+pub(crate) use facts::exact_requires;
 mod render;
 mod rules;
 #[cfg(test)]

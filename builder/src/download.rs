@@ -52,10 +52,10 @@ use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
-use crate::fetch::{Artifact, FetchError};
+use crate::artifact::{Artifact, FetchError};
+use crate::index::IndexFile;
 use crate::io_error::IoError;
 use crate::solve::{Pinned, Target};
-use crate::tables::index::IndexFile;
 use crate::wheel_name::parse_wheel_name;
 
 mod pip;
@@ -719,7 +719,7 @@ impl Client<'_> {
                     serde_json::from_slice(&bytes).map_err(|e| format!("{url}: not a PEP 691 page: {e}"))?;
                 return Ok(page.files);
             }
-            return Ok(crate::tables::index::html_files(&String::from_utf8_lossy(&bytes)));
+            return Ok(crate::index::html_files(&String::from_utf8_lossy(&bytes)));
         }
         Err(format!("{last} (after {} attempts)", self.http.config.attempts))
     }
@@ -771,7 +771,7 @@ impl Client<'_> {
                 }
                 continue;
             }
-            let path = crate::fetch::place(&file, &c.filename, &sha256, &dir, dest)?;
+            let path = crate::artifact::place(&file, &c.filename, &sha256, &dir, dest)?;
             let _ = std::fs::remove_dir_all(&dir);
             return Ok(Artifact {
                 name: pin.name.clone(),
@@ -1090,7 +1090,7 @@ mod tests {
     fn html_pages() {
         let html = "<html><body><A HREF=\"../../packages/demo-1.0-py3-none-any.whl#sha256=AB\" data-x>demo</A>\n\
                     <a href='https://h.invalid/p/demo%2B1-2.0-py3-none-any.whl?x=1'>y</a><a name=x>no</a></body></html>";
-        let files = crate::tables::index::html_files(html);
+        let files = crate::index::html_files(html);
         assert_eq!(files.len(), 2);
         assert_eq!(files[0].filename, "demo-1.0-py3-none-any.whl");
         assert_eq!(files[0].hashes["sha256"], "AB");

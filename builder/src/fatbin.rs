@@ -34,7 +34,7 @@ use goblin::elf::section_header::SectionHeader;
 use goblin::elf::Elf;
 use stackcontract::version::ComputeCapability;
 
-use crate::derive::GpuCode;
+use crate::gpu_code::GpuCode;
 use crate::input::ReadAt;
 use crate::io_error::{io_err, IoError};
 

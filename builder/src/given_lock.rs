@@ -32,9 +32,10 @@ use pep508_rs::{MarkerTree, PackageName};
 use sha2::{Digest as _, Sha256};
 use stackcontract::version::PackageVersion;
 
+use crate::artifact::Artifact;
 use crate::diagnostic::Diagnostic;
-use crate::fetch::Artifact;
 use crate::io_error::{io_err, IoError};
+use crate::recipe::{lock_format_of_name, LockFormat};
 use crate::solve::{Pinned, Target};
 
 /// The largest lock file read (`uv.lock` of a large workspace is a few MB).
@@ -139,15 +140,6 @@ pub enum GivenLockError {
     Io(#[from] IoError),
 }
 
-/// Which kind of file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// uv's `uv.lock`.
-    UvLock,
-    /// PEP 751 `pylock.toml`.
-    Pylock,
-}
-
 /// One wheel a lock lists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GivenWheel {
@@ -215,7 +207,7 @@ pub struct GivenLock {
     /// The file.
     pub path: PathBuf,
     /// Which kind.
-    pub format: Format,
+    pub format: LockFormat,
     requires_python: Option<pep440_rs::VersionSpecifiers>,
     entries: Vec<Entry>,
 }
@@ -246,24 +238,6 @@ impl Chosen {
     }
 }
 
-/// The format a file name says: `uv.lock`, or `pylock.toml` / `pylock.NAME.toml` (PEP 751:
-/// `^pylock\.([^.]+)\.toml$`, lowercase).
-pub fn format_of_name(path: &Path) -> Option<Format> {
-    let name = path.file_name()?.to_str()?;
-    if name == "uv.lock" {
-        Some(Format::UvLock)
-    } else if name == "pylock.toml"
-        || name
-            .strip_prefix("pylock.")
-            .and_then(|n| n.strip_suffix(".toml"))
-            .is_some_and(|mid| !mid.is_empty() && !mid.contains('.'))
-    {
-        Some(Format::Pylock)
-    } else {
-        None
-    }
-}
-
 impl GivenLock {
     /// Reads the lock at `path` (a regular file, at most 64 MiB).
     pub fn load(path: &Path) -> Result<Self, GivenLockError> {
@@ -278,10 +252,10 @@ impl GivenLock {
             path: path.to_owned(),
             diagnostic: Box::new(Diagnostic::from_toml(path, text, &e)),
         })?;
-        let format = match format_of_name(path) {
+        let format = match lock_format_of_name(path) {
             Some(f) => f,
-            None if doc.contains_key("lock-version") => Format::Pylock,
-            None if doc.contains_key("package") && doc.contains_key("version") => Format::UvLock,
+            None if doc.contains_key("lock-version") => LockFormat::Pylock,
+            None if doc.contains_key("package") && doc.contains_key("version") => LockFormat::UvLock,
             None => {
                 return Err(GivenLockError::Format {
                     path: path.to_owned(),
@@ -294,8 +268,8 @@ impl GivenLock {
         let dir = path.parent().unwrap_or(Path::new("."));
         let reader = Reader { path, dir };
         match format {
-            Format::UvLock => reader.uv_lock(&doc),
-            Format::Pylock => reader.pylock(&doc),
+            LockFormat::UvLock => reader.uv_lock(&doc),
+            LockFormat::Pylock => reader.pylock(&doc),
         }
     }
 
@@ -311,19 +285,19 @@ impl GivenLock {
                 });
             }
         }
-        let env = crate::check::marker_env(target);
+        let env = target.marker_env();
         // No environment to evaluate in: keep the entry, as an installer that cannot tell.
         let holds = |m: &Option<MarkerTree>| {
             m.as_ref().is_none_or(|m| env.as_ref().is_none_or(|env| m.evaluate(env, &[])))
         };
         let applies: Vec<&Entry> = match self.format {
-            Format::Pylock => self
+            LockFormat::Pylock => self
                 .entries
                 .iter()
                 .filter(|e| holds(&e.marker))
                 .filter(|e| e.requires_python.as_ref().is_none_or(|s| s.contains(&python)))
                 .collect(),
-            Format::UvLock => self.uv_reachable(&holds)?,
+            LockFormat::UvLock => self.uv_reachable(&holds)?,
         };
         let mut chosen: Vec<Chosen> = Vec::new();
         for entry in applies {
@@ -616,7 +590,7 @@ impl Reader<'_> {
                 version,
             });
         }
-        Ok(GivenLock { path: self.path.to_owned(), format: Format::Pylock, requires_python, entries })
+        Ok(GivenLock { path: self.path.to_owned(), format: LockFormat::Pylock, requires_python, entries })
     }
 
     fn edges(&self, list: Option<&toml::Value>, package: &str) -> Result<Vec<Edge>, GivenLockError> {
@@ -687,7 +661,7 @@ impl Reader<'_> {
                 version,
             });
         }
-        Ok(GivenLock { path: self.path.to_owned(), format: Format::UvLock, requires_python, entries })
+        Ok(GivenLock { path: self.path.to_owned(), format: LockFormat::UvLock, requires_python, entries })
     }
 }
 
@@ -719,7 +693,7 @@ pub fn fetch(
         .filter(|&i| {
             let path = final_path(&chosen[i]);
             !(std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file())
-                && crate::fetch::verified_hash(&path, &chosen[i].wheel.sha256)
+                && crate::artifact::verified_hash(&path, &chosen[i].wheel.sha256)
                     .is_ok_and(|h| h == chosen[i].wheel.sha256))
         })
         .collect();

@@ -115,9 +115,9 @@ pub enum InputKind {
 pub fn input_kind(path: &Path) -> Option<InputKind> {
     let name = path.file_name()?.to_str()?;
     let lower = name.to_ascii_lowercase();
-    Some(match crate::given_lock::format_of_name(path) {
-        Some(crate::given_lock::Format::UvLock) => InputKind::UvLock,
-        Some(crate::given_lock::Format::Pylock) => InputKind::Pylock,
+    Some(match crate::recipe::lock_format_of_name(path) {
+        Some(crate::recipe::LockFormat::UvLock) => InputKind::UvLock,
+        Some(crate::recipe::LockFormat::Pylock) => InputKind::Pylock,
         None if name == "pyproject.toml" => InputKind::Pyproject,
         None if name == ".python-version" => InputKind::PythonVersion,
         None if lower.starts_with("dockerfile")

@@ -26,12 +26,12 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{FileExt as _, FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use tar::{EntryType, Header};
 
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, CacheError, TempFile};
+use crate::compression::Compression;
 use crate::io_error::{io_err, IoError};
 use crate::zip_member::{MemberError, ZipMember};
 
@@ -52,106 +52,23 @@ const MAX_COMPONENT: usize = 255;
 /// Most entries in one layer (a CUDA + torch rootfs has a few hundred thousand).
 const MAX_ENTRIES: usize = 8 << 20;
 
-/// Compression of a layer blob.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Compression {
-    /// gzip (`tar+gzip`), what every tool can read.
-    #[default]
-    Gzip,
-    /// zstd (`tar+zstd`), faster and smaller; needs a recent runtime to pull.
-    Zstd,
-    /// No compression (`tar`).
-    None,
-    /// eStargz: gzip whose files each start a gzip member, with a table of contents
-    /// ([`estargz`]), so that a node with the stargz snapshotter mounts the layer before it has
-    /// arrived and fetches files as they are read; any other runtime pulls it as gzip.
-    Estargz,
-    /// zstd:chunked: the eStargz layout in zstd frames ([`estargz`]), which the stargz
-    /// snapshotter also mounts lazily and inflates several times faster; any other runtime pulls
-    /// it as zstd.
-    #[serde(rename = "zstd:chunked")]
-    ZstdChunked,
-}
-
-impl Compression {
-    /// The OCI media type of a layer with this compression.
-    pub const fn media_type(self) -> &'static str {
-        match self {
-            Self::Gzip | Self::Estargz => "application/vnd.oci.image.layer.v1.tar+gzip",
-            Self::Zstd | Self::ZstdChunked => "application/vnd.oci.image.layer.v1.tar+zstd",
-            Self::None => "application/vnd.oci.image.layer.v1.tar",
+/// What identifies this compression's output in cache keys: the media type plus the encoder
+/// and its settings, so that a change of encoder never reuses blobs made by another.
+pub fn cache_id(compression: Compression) -> String {
+    match compression {
+        // The deflate implementation is part of the bytes: zlib-rs (flate2's `zlib-rs` backend).
+        Compression::Gzip => {
+            format!("{};pgzip;chunk={};level={GZIP_LEVEL};zlib-rs", compression.media_type(), members::CHUNK)
         }
-    }
-
-    /// What identifies this compression's output in cache keys: the media type plus the encoder
-    /// and its settings, so that a change of encoder never reuses blobs made by another.
-    pub fn cache_id(self) -> String {
-        match self {
-            // The deflate implementation is part of the bytes: zlib-rs (flate2's `zlib-rs` backend).
-            Self::Gzip => {
-                format!("{};pgzip;chunk={};level={GZIP_LEVEL};zlib-rs", self.media_type(), members::CHUNK)
-            }
-            Self::Zstd => format!("{};zstd;level={ZSTD_LEVEL}", self.media_type()),
-            Self::None => self.media_type().to_owned(),
-            Self::Estargz => format!("{};{}", Self::Gzip.cache_id(), estargz::VERSION),
-            Self::ZstdChunked => format!(
-                "{};frames;chunk={};level={ZSTD_LEVEL};{}",
-                self.media_type(),
-                members::CHUNK,
-                estargz::ZSTD_CHUNKED_VERSION
-            ),
-        }
-    }
-
-    /// The compression a layer media type (OCI or Docker) stands for.
-    pub fn from_media_type(media_type: &str) -> Option<Self> {
-        match media_type {
-            "application/vnd.oci.image.layer.v1.tar+gzip"
-            | "application/vnd.docker.image.rootfs.diff.tar.gzip" => Some(Self::Gzip),
-            "application/vnd.oci.image.layer.v1.tar+zstd" => Some(Self::Zstd),
-            "application/vnd.oci.image.layer.v1.tar" | "application/vnd.docker.image.rootfs.diff.tar" => {
-                Some(Self::None)
-            }
-            _ => None,
-        }
-    }
-
-    /// A reader of the uncompressed tar of a blob with this compression (for example a base
-    /// image layer to transcode with [`LayerWriter::add_tar`]).
-    pub fn decoder<'a, R: Read + 'a>(self, reader: R) -> io::Result<Box<dyn Read + 'a>> {
-        Ok(match self {
-            Self::Gzip | Self::Estargz => Box::new(flate2::read::MultiGzDecoder::new(reader)),
-            Self::Zstd | Self::ZstdChunked => Box::new(zstd::stream::read::Decoder::new(reader)?),
-            Self::None => Box::new(reader),
-        })
-    }
-
-    /// The name used in recipes and cache keys: `gzip`, `zstd`, `estargz`, `zstd:chunked` or
-    /// `none`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Gzip => "gzip",
-            Self::Zstd => "zstd",
-            Self::None => "none",
-            Self::Estargz => "estargz",
-            Self::ZstdChunked => "zstd:chunked",
-        }
-    }
-}
-
-impl std::str::FromStr for Compression {
-    type Err = LayerError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "gzip" => Ok(Self::Gzip),
-            "zstd" => Ok(Self::Zstd),
-            "none" => Ok(Self::None),
-            "estargz" => Ok(Self::Estargz),
-            "zstd:chunked" => Ok(Self::ZstdChunked),
-            other => Err(LayerError::UnknownCompression(other.to_string())),
-        }
+        Compression::Zstd => format!("{};zstd;level={ZSTD_LEVEL}", compression.media_type()),
+        Compression::None => compression.media_type().to_owned(),
+        Compression::Estargz => format!("{};{}", cache_id(Compression::Gzip), estargz::VERSION),
+        Compression::ZstdChunked => format!(
+            "{};frames;chunk={};level={ZSTD_LEVEL};{}",
+            compression.media_type(),
+            members::CHUNK,
+            estargz::ZSTD_CHUNKED_VERSION
+        ),
     }
 }
 
@@ -233,9 +150,6 @@ pub enum LayerError {
          RFC 3339 `created` date can express"
     )]
     EpochTooLate(String),
-    /// Unknown compression name.
-    #[error("unknown compression {0:?} (expected gzip, zstd, estargz, zstd:chunked or none)")]
-    UnknownCompression(String),
     /// The cache failed.
     #[error(transparent)]
     Cache(#[from] CacheError),

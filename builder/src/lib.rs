@@ -39,9 +39,11 @@
 //! - [`tables`]: knowledge-base tables generated from an index's metadata (the torch table).
 
 pub mod affinity;
+pub mod artifact;
 pub mod atomic;
 pub mod audit;
 pub mod base;
+pub mod base_facts;
 pub mod blob;
 pub mod build;
 pub mod bytecode;
@@ -50,13 +52,16 @@ pub mod canonical;
 pub mod check;
 pub mod chunks;
 pub mod claim;
+pub mod compression;
 pub mod derive;
 pub mod diagnostic;
 pub mod download;
 pub mod fatbin;
 pub mod fetch;
 pub mod given_lock;
+pub mod gpu_code;
 pub mod image_arg;
+pub mod index;
 pub mod init;
 pub mod input;
 pub mod io_error;

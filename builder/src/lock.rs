@@ -36,8 +36,8 @@ use pep508_rs::PackageName;
 use serde::{Deserialize, Serialize};
 use stackcontract::version::{PackageVersion, PythonVersion};
 
+use crate::artifact::Artifact;
 use crate::diagnostic::Diagnostic;
-use crate::fetch::Artifact;
 use crate::platform::Platform;
 use crate::recipe::{Recipe, SourceOrigin};
 use crate::solve::Pinned;

@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::index::{Index, IndexError};
 use crate::lock::{Lock, LockedPackage};
 use crate::platform::Platform;
 use crate::recipe::Recipe;
-use crate::tables::index::{Index, IndexError};
 
 /// Why the PEP 751 lock could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -146,7 +146,7 @@ fn locate(
     pylock_dir: &Path,
     index: &mut Index,
     index_url: &str,
-    pages: &mut BTreeMap<String, Vec<crate::tables::index::IndexFile>>,
+    pages: &mut BTreeMap<String, Vec<crate::index::IndexFile>>,
     package: &LockedPackage,
 ) -> Result<(Option<String>, Option<String>), PylockError> {
     let python =
@@ -260,7 +260,7 @@ const HEADER: &str = "# The Python stack of ";
 pub fn write_from_index(recipe: &Recipe, lock: &Lock, out: &Path) -> Result<(), PylockError> {
     let url = match recipe.python.as_ref().and_then(|p| p.index.clone()) {
         Some(url) => url,
-        None => crate::tables::index::configured_index().map_err(|source| PylockError::Index {
+        None => crate::index::configured_index().map_err(|source| PylockError::Index {
             package: "(any)".into(),
             index: "the configured index".into(),
             source,

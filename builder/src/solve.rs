@@ -43,6 +43,27 @@ pub struct Target {
 }
 
 impl Target {
+    /// The environment markers of the target (PEP 508), to tell which requirements apply to it.
+    pub fn marker_env(&self) -> Option<pep508_rs::MarkerEnvironment> {
+        let minor = self.python_minor();
+        let full =
+            if self.python.parts().len() >= 3 { self.python.to_string() } else { format!("{minor}.0") };
+        pep508_rs::MarkerEnvironment::try_from(pep508_rs::MarkerEnvironmentBuilder {
+            implementation_name: "cpython",
+            implementation_version: &full,
+            os_name: "posix",
+            platform_machine: self.platform.machine(),
+            platform_python_implementation: "CPython",
+            platform_release: "",
+            platform_system: "Linux",
+            platform_version: "",
+            python_full_version: &full,
+            python_version: &minor,
+            sys_platform: "linux",
+        })
+        .ok()
+    }
+
     /// A target from its parts.
     pub fn new(python: PythonVersion, platform: Platform) -> Self {
         Self { python, platform }
@@ -534,6 +555,18 @@ mod tests {
 
     fn target() -> Target {
         Target::new("3.11".parse().unwrap(), Platform::LinuxAmd64)
+    }
+
+    /// The recipe fixtures' targets: the full recipe's one interpreter and platform, none for a
+    /// recipe without `[python]`.
+    #[test]
+    fn targets_of_the_recipe_fixtures() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recipes");
+        let full = Recipe::load(dir.join("dreamzero.toml")).unwrap();
+        assert_eq!(targets(&full).len(), 1);
+        assert_eq!(targets(&full)[0].to_string(), "cp311/x86_64-manylinux_2_28");
+        let minimal = std::fs::read_to_string(dir.join("minimal.toml")).unwrap();
+        assert!(targets(&Recipe::parse("minimal.toml", &minimal).unwrap()).is_empty());
     }
 
     #[test]

@@ -204,7 +204,7 @@ fn image_entries(layout: &Path) -> Vec<(String, u32, char)> {
     let image = stackbuild::oci::read_layout(layout, Some("test")).unwrap();
     let mut out = Vec::new();
     for l in &image.layers {
-        let compression = stackbuild::layer::Compression::from_media_type(&l.media_type).unwrap();
+        let compression = stackbuild::compression::Compression::from_media_type(&l.media_type).unwrap();
         let reader = compression.decoder(std::fs::File::open(&l.path).unwrap()).unwrap();
         let mut archive = tar::Archive::new(reader);
         for e in archive.entries().unwrap() {
@@ -587,7 +587,7 @@ fn a_base_archive_with_duplicate_entries_is_applied_as_tar_applies_it() {
     let image = stackbuild::oci::read_layout(&p.path("images/dup"), Some("test")).unwrap();
     let mut motd = Vec::new();
     for l in &image.layers {
-        let compression = stackbuild::layer::Compression::from_media_type(&l.media_type).unwrap();
+        let compression = stackbuild::compression::Compression::from_media_type(&l.media_type).unwrap();
         let mut archive =
             tar::Archive::new(compression.decoder(std::fs::File::open(&l.path).unwrap()).unwrap());
         for e in archive.entries().unwrap() {

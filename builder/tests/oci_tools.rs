@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use stackbuild::cache::Cache;
-use stackbuild::layer::{Compression, LayerWriter};
+use stackbuild::compression::Compression;
+use stackbuild::layer::LayerWriter;
 use stackbuild::oci::{self, Image, ImageConfig, RuntimeConfig};
 
 mod common;

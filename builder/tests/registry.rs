@@ -12,7 +12,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use stackbuild::cache::Cache;
-use stackbuild::layer::{Compression, LayerWriter};
+use stackbuild::compression::Compression;
+use stackbuild::layer::LayerWriter;
 use stackbuild::oci::{self, Image, ImageConfig, RuntimeConfig};
 use stackbuild::registry::{self, Client, Credentials, PushOptions, Reference, RegistryError};
 

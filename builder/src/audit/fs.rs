@@ -13,8 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::elf::{self, ElfInfo, MAGIC};
+use crate::compression::Compression;
 use crate::io_error::{io_err, IoError};
-use crate::layer::Compression;
 
 /// ELF files larger than this are not held in memory whole before parsing: read from a blob,
 /// they are spooled to an anonymous temporary file; read as the build writes them

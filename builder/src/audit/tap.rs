@@ -98,7 +98,8 @@ impl Read for &mut Chunks {
 mod tests {
     use super::*;
     use crate::cache::Cache;
-    use crate::layer::{Compression, LayerWriter};
+    use crate::compression::Compression;
+    use crate::layer::LayerWriter;
 
     #[test]
     fn the_tap_records_what_reading_the_blob_gives() {

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::cache::Cache;
-use crate::layer::{Compression, LayerWriter};
+use crate::compression::Compression;
+use crate::layer::LayerWriter;
 use crate::oci::{Image, ImageConfig, RuntimeConfig};
 
 const LDSO: &str = "/lib64/ld-linux-x86-64.so.2";

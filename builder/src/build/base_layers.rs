@@ -12,10 +12,11 @@ use stackcontract::image::Component;
 
 use super::platform::PlatformBuilder;
 use super::{debian_arch, must_verify, registry_client, tempdir, BuildError, BuildOptions};
-use crate::base::{BaseFacts, DebianBase};
+use crate::base::DebianBase;
+use crate::base_facts::BaseFacts;
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, LayerKey};
-use crate::layer::Compression;
+use crate::compression::Compression;
 use crate::oci::{self, History, ImageConfig, RuntimeConfig};
 use crate::platform::Platform;
 use crate::recipe::{Base, Bootstrap};
@@ -152,7 +153,7 @@ impl PlatformBuilder<'_> {
         let key = LayerKey::builder("base-import/v1")
             .str(&identity)
             .number(epoch)
-            .str(&compression.cache_id())
+            .str(&crate::layer::cache_id(compression))
             .finish();
         let imported = if let Some(imported) = crate::base::cached_import(&key, cache) {
             imported

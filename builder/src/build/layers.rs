@@ -16,10 +16,10 @@ use stackcontract::image::{Component, StackManifest, STACK_JSON_PATH};
 use super::plan::{fetch_batch, python_layers, Group, PythonLayer, PythonPlan, Wheel};
 use super::platform::{LayerFinisher, PlatformBuilder};
 use super::{debian_arch, io, reuse, tempdir, BuildError, LayerReport};
+use crate::artifact::Artifact;
 use crate::blob::LayerBlob;
 use crate::cache::LayerKey;
 use crate::derive;
-use crate::fetch::Artifact;
 use crate::layer::LayerWriter;
 use crate::patch::{self, PatchSpec};
 use crate::platform::Platform;
@@ -76,7 +76,7 @@ impl PlatformBuilder<'_> {
             .str(&py.bytecode.key())
             .str(&format!("deferred/v1;min={}", wheel::DEFER_MIN))
             .number(self.epoch)
-            .str(&self.compression.cache_id());
+            .str(&crate::layer::cache_id(self.compression));
         for w in &layer.members {
             key = key.str(&w.filename).str(&w.sha256);
         }
@@ -298,7 +298,8 @@ impl PlatformBuilder<'_> {
 
     /// The sources layer's key: each source's name, place and identity, the patches on them.
     fn sources_key(&self, identities: &[String]) -> Result<LayerKey, BuildError> {
-        let mut key = LayerKey::builder("sources/v1").number(self.epoch).str(&self.compression.cache_id());
+        let mut key =
+            LayerKey::builder("sources/v1").number(self.epoch).str(&crate::layer::cache_id(self.compression));
         for (src, identity) in self.recipe.sources.iter().zip(identities) {
             key = key.str(&src.name).str(&src.dest).str(identity);
         }
@@ -367,7 +368,7 @@ impl PlatformBuilder<'_> {
         let mut key = LayerKey::builder("config/v1")
             .str(&bytecode.key())
             .number(epoch)
-            .str(&compression.cache_id())
+            .str(&crate::layer::cache_id(compression))
             .bytes(&stack_json)
             .bytes(&sbom.spdx)
             .bytes(&sbom.cyclonedx);

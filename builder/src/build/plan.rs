@@ -11,11 +11,12 @@ use std::sync::{Mutex, OnceLock};
 
 use super::platform::PlatformBuilder;
 use super::{artifact_dir, io, pip_settings_dir, BuildError};
-use crate::base::BaseFacts;
+use crate::artifact::Artifact;
+use crate::base_facts::BaseFacts;
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, LayerKey};
-use crate::derive::GpuCode;
-use crate::fetch::{self, Artifact};
+use crate::fetch;
+use crate::gpu_code::GpuCode;
 use crate::lock::Lock;
 use crate::platform::Platform;
 use crate::recipe::{PythonSection, Recipe};

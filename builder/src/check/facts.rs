@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use pep440_rs::Operator;
-use pep508_rs::{MarkerEnvironment, MarkerEnvironmentBuilder, Requirement, VersionOrUrl};
+use pep508_rs::{Requirement, VersionOrUrl};
 use serde::Serialize;
 use stackcontract::kb;
 use stackcontract::version::{PackageSpecifiers, PackageVersion};
@@ -187,8 +187,8 @@ impl TorchFacts {
     }
 
     /// The build's GPU code per the knowledge base, for `platform`.
-    pub fn code(&self, platform: Platform) -> Option<derive::GpuCode> {
-        derive::GpuCode::from_variant(self.release?, self.variant?, platform)
+    pub fn code(&self, platform: Platform) -> Option<crate::gpu_code::GpuCode> {
+        crate::gpu_code::GpuCode::from_variant(self.release?, self.variant?, platform)
     }
 
     pub fn describe(&self, platform: Platform) -> TorchBuild {
@@ -359,31 +359,10 @@ fn user_wheel<'r>(recipe: &'r Recipe, target: &Target, name: &str) -> Option<&'r
     python.wheels.iter().find(|w| w.fits(target.platform) && w.name.as_ref() == name)
 }
 
-/// The environment markers of the target (PEP 508), to tell which requirements apply to it.
-pub(crate) fn marker_env(target: &Target) -> Option<MarkerEnvironment> {
-    let minor = target.python_minor();
-    let full =
-        if target.python.parts().len() >= 3 { target.python.to_string() } else { format!("{minor}.0") };
-    MarkerEnvironment::try_from(MarkerEnvironmentBuilder {
-        implementation_name: "cpython",
-        implementation_version: &full,
-        os_name: "posix",
-        platform_machine: target.platform.machine(),
-        platform_python_implementation: "CPython",
-        platform_release: "",
-        platform_system: "Linux",
-        platform_version: "",
-        python_full_version: &full,
-        python_version: &minor,
-        sys_platform: "linux",
-    })
-    .ok()
-}
-
 /// The recipe's `[python]` packages and constraints whose markers hold for the target.
 fn recipe_reqs(recipe: &Recipe, target: &Target) -> Vec<RecipeReq> {
     let Some(python) = &recipe.python else { return Vec::new() };
-    let env = marker_env(target);
+    let env = target.marker_env();
     let sections = [("packages", &python.packages), ("constraints", &python.constraints)];
     let mut out = Vec::new();
     for (section, list) in sections {
@@ -446,7 +425,7 @@ pub(crate) fn exact_requires(
     text: &str,
     target: &Target,
 ) -> Result<BTreeMap<String, PackageVersion>, String> {
-    let env = marker_env(target);
+    let env = target.marker_env();
     let mut out = BTreeMap::new();
     for value in requires_dist(text) {
         let req = Requirement::<pep508_rs::VerbatimUrl>::from_str(&value)

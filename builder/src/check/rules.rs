@@ -729,7 +729,7 @@ fn host_arch(f: &Facts<'_>, out: &mut Findings) {
     let Some(range) = &f.recipe.host.arch else { return };
     let packages = f.derive_packages();
     let Some((release, variant)) = derive::torch_variant(&packages) else { return };
-    let Some(code) = derive::GpuCode::from_variant(release, variant, f.platform) else { return };
+    let Some(code) = crate::gpu_code::GpuCode::from_variant(release, variant, f.platform) else { return };
     if all_compute_capabilities().any(|cc| range.contains(&cc) && code.runs_on(cc)) {
         return;
     }
@@ -763,7 +763,7 @@ fn host_arch(f: &Facts<'_>, out: &mut Findings) {
         .then(|| {
             kb::torch_releases().iter().find_map(|r| {
                 let v = r.variants.iter().find(|v| {
-                    let c = derive::GpuCode::from_variant(r, v, f.platform);
+                    let c = crate::gpu_code::GpuCode::from_variant(r, v, f.platform);
                     c.is_some_and(|c| ccs.iter().all(|&cc| c.runs_on(cc)))
                 })?;
                 Some(format!(

@@ -12,7 +12,7 @@ use zip::write::SimpleFileOptions;
 
 use super::facts::{library_cuda, wheel_requires};
 use super::*;
-use crate::fetch::Artifact;
+use crate::artifact::Artifact;
 use crate::solve::Pinned;
 
 /// Loads `tests/fixtures/check/<name>.toml` under a relative name, so reports do not depend on

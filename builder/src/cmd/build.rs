@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use stackbuild::build::{build, BuildOptions, LayerSource};
-use stackbuild::layer::Compression;
+use stackbuild::compression::Compression;
 use stackbuild::recipe::Recipe;
 
 #[derive(Debug, clap::Args)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use stackbuild::tables::index::Index;
+use stackbuild::index::Index;
 use stackbuild::tables::torch::{self, Options};
 use stackcontract::version::PackageVersion;
 
@@ -72,7 +72,7 @@ impl TorchArgs {
     fn run(self) -> anyhow::Result<ExitCode> {
         let where_ = match self.index {
             Some(i) => i,
-            None => stackbuild::tables::index::configured_index()?,
+            None => stackbuild::index::configured_index()?,
         };
         let mut index = if std::path::Path::new(&where_).is_dir() {
             Index::recorded(std::path::Path::new(&where_))

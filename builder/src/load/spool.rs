@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::blob::LayerBlob;
 use crate::cache::{Cache, TempFile};
-use crate::layer::Compression;
+use crate::compression::Compression;
 
 /// Free space a spool leaves besides itself and the layer's blob.
 pub const SPOOL_MARGIN: u64 = 1 << 30;

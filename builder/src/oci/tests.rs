@@ -3,7 +3,8 @@ use std::os::unix::fs::symlink;
 
 use super::*;
 use crate::cache::Cache;
-use crate::layer::{Compression, LayerWriter};
+use crate::compression::Compression;
+use crate::layer::LayerWriter;
 
 fn cache() -> (tempfile::TempDir, Cache) {
     let dir = tempfile::tempdir().unwrap();

@@ -23,6 +23,7 @@ use stackcontract::version::{
 use crate::diagnostic::Diagnostic;
 use crate::platform::Platform;
 
+pub use self::lock_format::{lock_format_of_name, LockFormat};
 use self::raw::RawRecipe;
 use self::validate::{
     validate_base, validate_cuda, validate_host, validate_image, validate_patches, validate_python,
@@ -30,6 +31,7 @@ use self::validate::{
 };
 
 mod hash;
+mod lock_format;
 mod raw;
 mod validate;
 
@@ -238,7 +240,7 @@ pub struct PythonSection {
     /// hash-based; see [`crate::bytecode`]).
     pub bytecode: bool,
     /// `lock = "uv.lock"` or `"pylock.toml"`: the project's own lock, whose wheels the image
-    /// installs as they are, without resolving ([`crate::given_lock`]); resolved against the
+    /// installs as they are, without resolving (the given-lock reader of the Python stage); resolved against the
     /// recipe's directory.
     pub lock: Option<PathBuf>,
 }

@@ -558,7 +558,7 @@ pub(super) fn validate_python(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawPython>
 fn validate_given_lock(ctx: &mut Ctx, dir: &Path, raw: &RawPython) -> Option<PathBuf> {
     raw.lock.as_ref().and_then(|l| {
         let written = l.get_ref();
-        if crate::given_lock::format_of_name(Path::new(written)).is_none() {
+        if super::lock_format_of_name(Path::new(written)).is_none() {
             ctx.error_help(
                 l.span(),
                 format!("lock {written:?} is neither a uv.lock nor a pylock.toml"),

@@ -37,7 +37,7 @@ use super::push::{Blob, Pusher};
 use super::{Client, Reference, RegistryError, MEDIA_TYPE_EMPTY};
 use crate::blob::{sha256_bytes, LayerBlob};
 use crate::cache::{self, Cache, LayerKey};
-use crate::layer::Compression;
+use crate::compression::Compression;
 use crate::oci::{Descriptor, MEDIA_TYPE_MANIFEST};
 
 /// The `artifactType` of a cached layer.

@@ -20,8 +20,8 @@ use pep508_rs::{Requirement, VersionOrUrl};
 use stackcontract::version::{PackageVersion, PythonVersion};
 use toml_edit::{value, Array, ArrayOfTables, DocumentMut, Item, Table};
 
-use super::index::{Index, IndexError, IndexFile};
 use crate::check::exact_requires;
+use crate::index::{Index, IndexError, IndexFile};
 use crate::platform::Platform;
 use crate::solve::Target;
 
@@ -290,7 +290,7 @@ fn read_arch(
 ) -> Result<Option<ArchRead>, TorchTableError> {
     let code_of = |index: &mut Index,
                    file: &IndexFile|
-     -> Result<Option<crate::derive::GpuCode>, TorchTableError> {
+     -> Result<Option<crate::gpu_code::GpuCode>, TorchTableError> {
         tracing::info!("reading the fat binaries of {}", file.filename);
         let path = index.download(file, dir)?;
         let code = crate::fatbin::torch_wheel_code(&path, dir)
@@ -298,7 +298,7 @@ fn read_arch(
         let _ = std::fs::remove_file(&path);
         code
     };
-    let shape = |code: &crate::derive::GpuCode| -> Option<(Vec<String>, bool)> {
+    let shape = |code: &crate::gpu_code::GpuCode| -> Option<(Vec<String>, bool)> {
         let arch: Vec<String> = code.cubins.iter().map(ToString::to_string).collect();
         let top = code.cubins.iter().next_back()?;
         match code.ptx.iter().collect::<Vec<_>>().as_slice() {

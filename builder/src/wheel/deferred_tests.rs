@@ -10,7 +10,8 @@ use zip::ZipWriter;
 
 use super::*;
 use crate::cache::Cache;
-use crate::layer::{Compression, LayerError, LayerWriter};
+use crate::compression::Compression;
+use crate::layer::{LayerError, LayerWriter};
 
 /// Compressible but not trivial content of `len` bytes.
 fn content(len: usize, seed: u8) -> Vec<u8> {
