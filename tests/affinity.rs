@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use stackbuild::affinity::{self, Options};
-use stackbuild::oci::{self, Image, ImageConfig, RuntimeConfig};
+use stackbuild_k8s::affinity::{self, Options};
+use stackbuild_image::oci::{self, Image, ImageConfig, RuntimeConfig};
 use stackhook::contract::image::DeviceSelection;
 use stackhook::contract::require::RequirementSet;
 use stackhook::diagnose::{self, Request, Severity, Verdict};

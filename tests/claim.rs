@@ -26,8 +26,8 @@ use std::sync::Arc;
 use kube_cel::cel::objects::{Key as CelKey, Value as Cel};
 use kube_cel::cel::{Context, Program};
 use kube_cel::KubeCelExt;
-use stackbuild::claim::{self, Options};
-use stackbuild::oci::{self, Image, ImageConfig, RuntimeConfig};
+use stackbuild_k8s::claim::{self, Options};
+use stackbuild_image::oci::{self, Image, ImageConfig, RuntimeConfig};
 use stackhook::contract::image::{ContainerRequest, DeviceSelection};
 use stackhook::contract::kb;
 use stackhook::contract::require::{CudaBound, Expr, Key, Requirement, RequirementSet, Term};
@@ -271,10 +271,10 @@ fn recipe_requirements() -> Vec<(String, Vec<(String, String)>)> {
         .collect();
     names.sort();
     for path in names {
-        let recipe = stackbuild::recipe::Recipe::load(&path).unwrap();
-        let report = stackbuild::check::check(
+        let recipe = stackbuild_recipe::recipe::Recipe::load(&path).unwrap();
+        let report = stackbuild_check::check::check(
             &recipe,
-            &stackbuild::check::CheckOptions { offline: true, cache_dir: None },
+            &stackbuild_check::check::CheckOptions { offline: true, cache_dir: None },
         )
         .unwrap();
         for stack in &report.stacks {
@@ -286,7 +286,7 @@ fn recipe_requirements() -> Vec<(String, Vec<(String, String)>)> {
     // as the build derived them from the fat binaries, not as `check` predicts them.
     let built = test_support::tools::workspace().join("images/dreamzero");
     if built.join("index.json").is_file() {
-        let request = stackbuild::affinity::image_request(built.to_str().unwrap(), &[]).unwrap();
+        let request = stackbuild_k8s::affinity::image_request(built.to_str().unwrap(), &[]).unwrap();
         let reqs = request.requirements.entries.iter().map(|r| (r.source.clone(), r.written())).collect();
         out.push(("images/dreamzero (built)".to_owned(), reqs));
     } else {

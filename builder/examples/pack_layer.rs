@@ -16,9 +16,9 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use stackbuild::cache::Cache;
-use stackbuild::compression::Compression;
-use stackbuild::layer::{self, LayerWriter};
+use stackbuild_cache::cache::Cache;
+use stackbuild_common::compression::Compression;
+use stackbuild_image::layer::{self, LayerWriter};
 
 #[derive(Debug, Parser)]
 #[command(about = "Benchmark helper: times the layer writer on a tree")]

@@ -25,21 +25,21 @@ use std::time::Instant;
 
 use stackcontract::image::StackManifest;
 
-use crate::blob::LayerBlob;
-use crate::cache::{Cache, LayerKey};
-use crate::compression::Compression;
-use crate::fetch;
-use crate::layer;
-use crate::lock::Lock;
-use crate::oci::{self, Image};
-use crate::patch;
-use crate::platform::Platform;
-use crate::recipe::Recipe;
-use crate::sbom;
-use crate::solve;
-use crate::source;
-use crate::wheel;
 use platform::PlatformBuilder;
+use stackbuild_cache::cache::{Cache, LayerKey};
+use stackbuild_common::blob::LayerBlob;
+use stackbuild_common::compression::Compression;
+use stackbuild_common::platform::Platform;
+use stackbuild_image::layer;
+use stackbuild_image::oci::{self, Image};
+use stackbuild_image::sbom;
+use stackbuild_python::fetch;
+use stackbuild_python::lock::Lock;
+use stackbuild_python::solve;
+use stackbuild_python::wheel;
+use stackbuild_recipe::recipe::Recipe;
+use stackbuild_source::patch;
+use stackbuild_source::source;
 
 /// Errors of a build, each naming what failed.
 #[derive(Debug, thiserror::Error)]
@@ -83,31 +83,31 @@ pub enum BuildError {
     },
     /// I/O on a path.
     #[error(transparent)]
-    Io(#[from] crate::io_error::IoError),
+    Io(#[from] stackbuild_common::io_error::IoError),
     /// A file the recipe names (a patch, a base archive) that is not a readable regular file.
     #[error(transparent)]
-    Input(#[from] crate::input::InputError),
+    Input(#[from] stackbuild_common::input::InputError),
     /// Lock file.
     #[error(transparent)]
-    Lock(#[from] crate::lock::LockError),
+    Lock(#[from] stackbuild_python::lock::LockError),
     /// Resolution.
     #[error(transparent)]
     Solve(#[from] solve::SolveError),
     /// Downloads.
     #[error(transparent)]
-    Fetch(#[from] crate::artifact::FetchError),
+    Fetch(#[from] stackbuild_python::artifact::FetchError),
     /// The recipe's `[python] lock` could not be used.
     #[error(transparent)]
-    GivenLock(#[from] crate::given_lock::GivenLockError),
+    GivenLock(#[from] stackbuild_python::given_lock::GivenLockError),
     /// Cache.
     #[error(transparent)]
-    Cache(#[from] crate::cache::CacheError),
+    Cache(#[from] stackbuild_cache::cache::CacheError),
     /// Layers.
     #[error(transparent)]
     Layer(#[from] layer::LayerError),
     /// Base.
     #[error(transparent)]
-    Base(#[from] crate::base::BaseError),
+    Base(#[from] stackbuild_image::base::BaseError),
     /// Wheel installation.
     #[error("installing {wheel}: {source}")]
     Wheel {
@@ -129,30 +129,30 @@ pub enum BuildError {
     Patch(#[from] patch::PatchError),
     /// Compiling the bytecode failed.
     #[error(transparent)]
-    Bytecode(#[from] crate::bytecode::BytecodeError),
+    Bytecode(#[from] stackbuild_python::bytecode::BytecodeError),
     /// Image output.
     #[error(transparent)]
     Oci(#[from] oci::OciError),
     /// An output path (`--out`, `--archive`) that is not ours to write.
     #[error(transparent)]
-    Output(#[from] crate::output::OutputError),
+    Output(#[from] stackbuild_image::output::OutputError),
     /// `--load`.
     #[error(transparent)]
-    Load(#[from] crate::load::LoadError),
+    Load(#[from] stackbuild_image::load::LoadError),
     /// The audit found errors.
     #[error("the image's libraries do not resolve:\n{0}")]
     Audit(String),
     /// The audit could not run.
     #[error(transparent)]
-    AuditFailed(#[from] crate::audit::AuditError),
+    AuditFailed(#[from] stackbuild_audit::audit::AuditError),
     /// `--push` or a registry base.
     #[error(transparent)]
-    Registry(#[from] crate::registry::RegistryError),
+    Registry(#[from] stackbuild_image::registry::RegistryError),
 }
 
-/// [`crate::io_error::io_err`], already a [`BuildError`] (also where no `?` converts it).
+/// [`stackbuild_common::io_error::io_err`], already a [`BuildError`] (also where no `?` converts it).
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BuildError + 'a {
-    move |source| crate::io_error::io_err(op, path)(source).into()
+    move |source| stackbuild_common::io_error::io_err(op, path)(source).into()
 }
 
 /// How to build.
@@ -218,7 +218,7 @@ pub struct LayerReport {
     pub source: LayerSource,
     /// The `.pyc` this layer holds that the build compiled (Python layers and patched files).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bytecode: Option<crate::bytecode::Added>,
+    pub bytecode: Option<stackbuild_python::bytecode::Added>,
 }
 
 /// Where a layer of the result came from.
@@ -269,12 +269,12 @@ pub struct BuildReport {
     /// The stack description written into the image.
     pub stack: StackManifest,
     /// The library audit (static ldd) of the image.
-    pub audit: Option<crate::audit::AuditReport>,
+    pub audit: Option<stackbuild_audit::audit::AuditReport>,
     /// The registry push, when asked for.
-    pub push: Option<crate::registry::PushReport>,
+    pub push: Option<stackbuild_image::registry::PushReport>,
     /// The SBOM documents attached to the pushed image as OCI referrers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub referrers: Vec<crate::registry::ReferrerReport>,
+    pub referrers: Vec<stackbuild_image::registry::ReferrerReport>,
     /// The SBOM files `--sbom DIR` wrote.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sbom_files: Vec<PathBuf>,
@@ -296,7 +296,7 @@ pub struct PlatformReport {
     /// Its layers, base first.
     pub layers: Vec<LayerReport>,
     /// Its library audit.
-    pub audit: Option<crate::audit::AuditReport>,
+    pub audit: Option<stackbuild_audit::audit::AuditReport>,
 }
 
 /// One platform's image, assembled but not written.
@@ -332,13 +332,17 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
     let mut lock = Lock::new(recipe);
     if let Some((py, given)) = recipe.python.as_ref().and_then(|p| Some((p, p.lock.as_deref()?))) {
         // The project's own lock: its wheels, as they are; nothing is resolved.
-        let given = crate::given_lock::GivenLock::load(given)?;
+        let given = stackbuild_python::given_lock::GivenLock::load(given)?;
         for target in solve::targets(recipe) {
             let chosen = given.select(&target)?;
             tracing::info!("{} wheel(s) from {} for {target}", chosen.len(), given.path.display());
-            let artifacts = crate::given_lock::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
-                crate::download::Config::for_lock_urls(py.sources(), Some(&pip_settings_dir(cache)))
-            })?;
+            let artifacts =
+                stackbuild_python::given_lock::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
+                    stackbuild_python::download::Config::for_lock_urls(
+                        py.sources(),
+                        Some(&pip_settings_dir(cache)),
+                    )
+                })?;
             lock.set_packages(target.platform, &artifacts);
         }
     } else if let Some(python) = &recipe.python {
@@ -384,7 +388,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     let remote = opts
         .cache_registry
         .as_deref()
-        .map(|spec| crate::registry::RemoteCache::new(spec, registry_client(opts)))
+        .map(|spec| stackbuild_image::registry::RemoteCache::new(spec, registry_client(opts)))
         .transpose()?;
     let mut cache = match &opts.cache_dir {
         Some(dir) => Cache::open(dir)?,
@@ -398,10 +402,10 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     let out = opts.out.clone().unwrap_or_else(|| PathBuf::from("images").join(&recipe.image.name));
     // Before any work: what is at the output paths must be ours to write (checked again when
     // writing).
-    crate::output::check_layout_dir(&out)?;
+    stackbuild_image::output::check_layout_dir(&out)?;
     if let Some(archive) = &opts.archive {
-        crate::output::check_output_file("--archive", archive)?;
-        crate::output::check_distinct(archive, &out)?;
+        stackbuild_image::output::check_output_file("--archive", archive)?;
+        stackbuild_image::output::check_distinct(archive, &out)?;
     }
     let lock = lock_recipe(recipe, opts.locked, false, &cache)?;
     let reference = format!("{}:{}", recipe.image.name, recipe.image.tag);
@@ -422,7 +426,9 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     }
     // `--load` takes each layer of the host's image into the daemon as soon as it is written.
     let mut loader = match archived.filter(|_| opts.load) {
-        Some(i) => Some(crate::load::Loader::start(&reference, recipe.image.platforms[i], &cache)?),
+        Some(i) => {
+            Some(stackbuild_image::load::Loader::start(&reference, recipe.image.platforms[i], &cache)?)
+        }
         None => None,
     };
     let mut builds = Vec::with_capacity(recipe.image.platforms.len());
@@ -431,7 +437,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             tracing::info!("platform {platform}");
         }
         // Base, download (logged on its own) and layers.
-        let _stage = crate::progress::Stage::start(format!("build of {platform}"));
+        let _stage = stackbuild_common::progress::Stage::start(format!("build of {platform}"));
         let mut b = PlatformBuilder::new(recipe, platform, &lock, &cache, &out, opts, epoch);
         b.loader = loader.as_ref().filter(|_| archived == Some(i));
         builds.push(build_platform(b)?);
@@ -441,9 +447,9 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
 
     // The audit reads the layers from the cache, before the output is touched: an image that
     // fails it is never written.
-    let mut audits: Vec<Option<crate::audit::AuditReport>> = vec![None; builds.len()];
+    let mut audits: Vec<Option<stackbuild_audit::audit::AuditReport>> = vec![None; builds.len()];
     if opts.audit {
-        let _stage = crate::progress::Stage::start("audit");
+        let _stage = stackbuild_common::progress::Stage::start("audit");
         for (i, b) in builds.iter().enumerate() {
             let mut report = audit_cached(&cache, &b.image)?;
             for ignore in &recipe.audit_ignore {
@@ -466,11 +472,11 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             audits[i] = Some(report);
         }
     }
-    let write = crate::progress::Stage::start("write");
-    let digest = crate::output::write_layout(&out, &images, &recipe.image.tag)?;
+    let write = stackbuild_common::progress::Stage::start("write");
+    let digest = stackbuild_image::output::write_layout(&out, &images, &recipe.image.tag)?;
     if let Some(image) = archived.and_then(|i| images.get(i)) {
         if let Some(archive) = &opts.archive {
-            crate::output::check_output_file("--archive", archive)?;
+            stackbuild_image::output::check_output_file("--archive", archive)?;
             oci::write_archive(archive, image, &reference)?;
             tracing::info!("wrote {}", archive.display());
         }
@@ -488,10 +494,14 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     };
     let push = match &opts.push {
         Some(dest) => {
-            let dest = crate::registry::Reference::parse(dest)?;
-            let _stage = crate::progress::Stage::start("push");
-            let report =
-                crate::registry::push_layout(&registry_client(opts), &out, Some(&recipe.image.tag), &dest)?;
+            let dest = stackbuild_image::registry::Reference::parse(dest)?;
+            let _stage = stackbuild_common::progress::Stage::start("push");
+            let report = stackbuild_image::registry::push_layout(
+                &registry_client(opts),
+                &out,
+                Some(&recipe.image.tag),
+                &dest,
+            )?;
             tracing::info!(
                 "pushed {dest}: {} blob(s) uploaded, {} already there, {} mounted ({} requests)",
                 report.blobs_uploaded,
@@ -541,12 +551,12 @@ fn push_sbom_referrers(
     builds: &[PlatformBuild],
     dest: &str,
     opts: &BuildOptions,
-) -> Result<Vec<crate::registry::ReferrerReport>, BuildError> {
-    let dest = crate::registry::Reference::parse(dest)?;
+) -> Result<Vec<stackbuild_image::registry::ReferrerReport>, BuildError> {
+    let dest = stackbuild_image::registry::Reference::parse(dest)?;
     let client = registry_client(opts);
     let mut reports = Vec::new();
     for b in builds {
-        let subject = crate::registry::Subject {
+        let subject = stackbuild_image::registry::Subject {
             media_type: oci::MEDIA_TYPE_MANIFEST.to_owned(),
             digest: b.image.manifest_digest()?,
             size: b.image.manifest_json()?.len() as u64,
@@ -554,7 +564,8 @@ fn push_sbom_referrers(
         for (media_type, bytes) in
             [(sbom::SPDX_MEDIA_TYPE, &b.sbom.spdx), (sbom::CYCLONEDX_MEDIA_TYPE, &b.sbom.cyclonedx)]
         {
-            let report = crate::registry::push_referrer(&client, &dest, &subject, media_type, bytes)?;
+            let report =
+                stackbuild_image::registry::push_referrer(&client, &dest, &subject, media_type, bytes)?;
             tracing::info!(
                 "attached {media_type} to {}: {} ({})",
                 subject.digest,
@@ -581,7 +592,7 @@ fn write_sbom_files(builds: &[PlatformBuild], dir: &Path, name: &str) -> Result<
         };
         for (ext, bytes) in [("spdx.json", &b.sbom.spdx), ("cdx.json", &b.sbom.cyclonedx)] {
             let path = dir.join(format!("{stem}.{ext}"));
-            crate::atomic::write_atomic(&path, bytes).map_err(io("writing", &path))?;
+            stackbuild_common::atomic::write_atomic(&path, bytes).map_err(io("writing", &path))?;
             files.push(path);
         }
     }
@@ -605,26 +616,27 @@ fn build_platform(mut b: PlatformBuilder<'_>) -> Result<PlatformBuild, BuildErro
     Ok(PlatformBuild { platform, image, layers, stack, sbom })
 }
 
-fn registry_client(opts: &BuildOptions) -> crate::registry::Client {
-    crate::registry::Client::new(opts.insecure_registries.iter().cloned())
+fn registry_client(opts: &BuildOptions) -> stackbuild_image::registry::Client {
+    stackbuild_image::registry::Client::new(opts.insecure_registries.iter().cloned())
 }
 
 /// The audit of an image, reused from the cache when the same manifest was audited before (a
 /// no-change rebuild must not re-read gigabytes of layers).
-fn audit_cached(cache: &Cache, image: &Image) -> Result<crate::audit::AuditReport, BuildError> {
+fn audit_cached(cache: &Cache, image: &Image) -> Result<stackbuild_audit::audit::AuditReport, BuildError> {
     let digest = image.manifest_digest()?;
-    let name = format!("v{}-{}.json", crate::audit::POLICY_VERSION, digest.trim_start_matches("sha256:"));
+    let name =
+        format!("v{}-{}.json", stackbuild_audit::audit::POLICY_VERSION, digest.trim_start_matches("sha256:"));
     let path = cache.root().join("audits").join(name);
     if let Some(report) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
         return Ok(report);
     }
-    let layers = crate::audit::LayerTap::cache_dir(cache.root());
-    let report = crate::audit::audit_image_cached(image, &layers)?;
+    let layers = stackbuild_audit::audit::LayerTap::cache_dir(cache.root());
+    let report = stackbuild_audit::audit::audit_image_cached(image, &layers)?;
     if let Ok(json) = serde_json::to_vec(&report) {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
         }
-        crate::cache::write_atomic(&path, &json).map_err(io("writing", &path))?;
+        stackbuild_cache::cache::write_atomic(&path, &json).map_err(io("writing", &path))?;
     }
     Ok(report)
 }
@@ -657,7 +669,7 @@ fn must_verify(blob: &LayerBlob, out: &Path, opts: &BuildOptions) -> bool {
     if opts.archive.is_some() || opts.load {
         return true;
     }
-    let Ok(hex) = crate::cache::sha256_hex(&blob.digest) else { return true };
+    let Ok(hex) = stackbuild_cache::cache::sha256_hex(&blob.digest) else { return true };
     let placed = out.join("blobs").join("sha256").join(hex);
     !std::fs::symlink_metadata(placed).is_ok_and(|m| m.is_file() && m.len() == blob.size)
 }

@@ -1,4 +1,4 @@
-//! Checks images written by `stackbuild::oci` with the real tools: umoci, skopeo, docker (when
+//! Checks images written by `stackbuild_image::oci` with the real tools: umoci, skopeo, docker (when
 //! a daemon is reachable) and runc (when running as root).
 //!
 //! A missing tool skips its check with a note on stderr, so that the test passes on machines
@@ -9,10 +9,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use stackbuild::cache::Cache;
-use stackbuild::compression::Compression;
-use stackbuild::layer::LayerWriter;
-use stackbuild::oci::{self, Image, ImageConfig, RuntimeConfig};
+use stackbuild_cache::cache::Cache;
+use stackbuild_common::compression::Compression;
+use stackbuild_image::layer::LayerWriter;
+use stackbuild_image::oci::{self, Image, ImageConfig, RuntimeConfig};
 
 mod common;
 use common::{have, is_root};

@@ -19,7 +19,7 @@ fn recipes() -> Vec<PathBuf> {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "toml")
-                && stackbuild::recipe::Recipe::load(&path).is_ok()
+                && stackbuild_recipe::recipe::Recipe::load(&path).is_ok()
             {
                 out.push(path);
             }

@@ -1,4 +1,4 @@
-//! Pushes and pulls through `stackbuild::registry` against a real registry: Debian's
+//! Pushes and pulls through `stackbuild_image::registry` against a real registry: Debian's
 //! `docker-registry` (the CNCF distribution registry 2.8) on a free loopback port, with skopeo
 //! as the independent client that reads back what was pushed.
 //!
@@ -11,11 +11,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use stackbuild::cache::Cache;
-use stackbuild::compression::Compression;
-use stackbuild::layer::LayerWriter;
-use stackbuild::oci::{self, Image, ImageConfig, RuntimeConfig};
-use stackbuild::registry::{self, Client, Credentials, PushOptions, Reference, RegistryError};
+use stackbuild_cache::cache::Cache;
+use stackbuild_common::compression::Compression;
+use stackbuild_image::layer::LayerWriter;
+use stackbuild_image::oci::{self, Image, ImageConfig, RuntimeConfig};
+use stackbuild_image::registry::{self, Client, Credentials, PushOptions, Reference, RegistryError};
 
 mod common;
 use common::{have, Registry, RegistryExt};

@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use stackcontract::image::{DerivedRequirement, LABEL_PREFIX, STACK_JSON_PATH};
 
 use super::{BuildError, LayerReport};
-use crate::blob::LayerBlob;
-use crate::oci::{self, History, Image, ImageConfig, RuntimeConfig};
-use crate::platform::Platform;
-use crate::recipe::Recipe;
+use stackbuild_common::blob::LayerBlob;
+use stackbuild_common::platform::Platform;
+use stackbuild_image::oci::{self, History, Image, ImageConfig, RuntimeConfig};
+use stackbuild_recipe::recipe::Recipe;
 
 /// The base's runtime configuration with the requirements and the recipe's settings over it:
 /// requirements as `STACKBUILD_REQUIRE_*` variables and labels, then the recipe's own

@@ -16,17 +16,17 @@ use stackcontract::image::{Component, StackManifest, STACK_JSON_PATH};
 use super::plan::{fetch_batch, python_layers, Group, PythonLayer, PythonPlan, Wheel};
 use super::platform::{LayerFinisher, PlatformBuilder};
 use super::{debian_arch, io, reuse, tempdir, BuildError, LayerReport};
-use crate::artifact::Artifact;
-use crate::blob::LayerBlob;
-use crate::cache::LayerKey;
-use crate::derive;
-use crate::layer::LayerWriter;
-use crate::patch::{self, PatchSpec};
-use crate::platform::Platform;
-use crate::recipe::{Patch, PatchChange, PatchTarget, SourceOrigin};
-use crate::sbom;
-use crate::source;
-use crate::wheel::{self, Scheme};
+use stackbuild_cache::cache::LayerKey;
+use stackbuild_check::derive;
+use stackbuild_common::blob::LayerBlob;
+use stackbuild_common::platform::Platform;
+use stackbuild_image::layer::LayerWriter;
+use stackbuild_image::sbom;
+use stackbuild_python::artifact::Artifact;
+use stackbuild_python::wheel::{self, Scheme};
+use stackbuild_recipe::recipe::{Patch, PatchChange, PatchTarget, SourceOrigin};
+use stackbuild_source::patch::{self, PatchSpec};
+use stackbuild_source::source;
 
 /// The history entry of a Python layer: what it holds.
 fn python_created_by(layer: &PythonLayer<'_>) -> String {
@@ -76,7 +76,7 @@ impl PlatformBuilder<'_> {
             .str(&py.bytecode.key())
             .str(&format!("deferred/v1;min={}", wheel::DEFER_MIN))
             .number(self.epoch)
-            .str(&crate::layer::cache_id(self.compression));
+            .str(&stackbuild_image::layer::cache_id(self.compression));
         for w in &layer.members {
             key = key.str(&w.filename).str(&w.sha256);
         }
@@ -136,7 +136,11 @@ impl PlatformBuilder<'_> {
                     // The torch wheel is here now: its fat binaries are read (seconds of
                     // inflating) while the layers are written, not after them.
                     if let Some(t) = torch.filter(|_| has_torch) {
-                        let code = crate::fatbin::torch_code_for_build(cache.root(), &t.filename, &t.sha256);
+                        let code = stackbuild_check::fatbin::torch_code_for_build(
+                            cache.root(),
+                            &t.filename,
+                            &t.sha256,
+                        );
                         let _ = torch_code.set(code);
                     }
                 }
@@ -210,11 +214,14 @@ impl PlatformBuilder<'_> {
         }
         // Each source: its local directory (a path source, or any source given `--source`), or
         // its git identity.
-        let local = |src: &crate::recipe::Source| match (opts.source_overrides.get(&src.name), &src.origin) {
+        let local = |src: &stackbuild_recipe::recipe::Source| match (
+            opts.source_overrides.get(&src.name),
+            &src.origin,
+        ) {
             (Some(path), _) | (None, SourceOrigin::Path { path }) => Ok(path.clone()),
             (None, SourceOrigin::Git { url, commit }) => Err(format!("git:{url}@{commit}")),
         };
-        let source_error = |src: &crate::recipe::Source| {
+        let source_error = |src: &stackbuild_recipe::recipe::Source| {
             let name = src.name.clone();
             move |source| BuildError::Source { name, source }
         };
@@ -298,8 +305,9 @@ impl PlatformBuilder<'_> {
 
     /// The sources layer's key: each source's name, place and identity, the patches on them.
     fn sources_key(&self, identities: &[String]) -> Result<LayerKey, BuildError> {
-        let mut key =
-            LayerKey::builder("sources/v1").number(self.epoch).str(&crate::layer::cache_id(self.compression));
+        let mut key = LayerKey::builder("sources/v1")
+            .number(self.epoch)
+            .str(&stackbuild_image::layer::cache_id(self.compression));
         for (src, identity) in self.recipe.sources.iter().zip(identities) {
             key = key.str(&src.name).str(&src.dest).str(identity);
         }
@@ -323,7 +331,7 @@ impl PlatformBuilder<'_> {
             .find(|w| w.pin.name.as_ref() == "torch")
             .and_then(|w| {
                 py.torch_code.get().cloned().unwrap_or_else(|| {
-                    crate::fatbin::torch_code_for_build(cache.root(), &w.filename, &w.sha256)
+                    stackbuild_check::fatbin::torch_code_for_build(cache.root(), &w.filename, &w.sha256)
                 })
             })
             .or_else(|| derive::torch_code(&packages));
@@ -368,7 +376,7 @@ impl PlatformBuilder<'_> {
         let mut key = LayerKey::builder("config/v1")
             .str(&bytecode.key())
             .number(epoch)
-            .str(&crate::layer::cache_id(compression))
+            .str(&stackbuild_image::layer::cache_id(compression))
             .bytes(&stack_json)
             .bytes(&sbom.spdx)
             .bytes(&sbom.cyclonedx);
@@ -509,7 +517,11 @@ fn patch_spec(change: &PatchChange) -> Result<PatchSpec, BuildError> {
             count: *count as usize,
         },
         PatchChange::Diff { path } => PatchSpec::Diff {
-            diff_text: crate::input::read_text(path, crate::input::MAX_TEXT, "patch")?,
+            diff_text: stackbuild_common::input::read_text(
+                path,
+                stackbuild_common::input::MAX_TEXT,
+                "patch",
+            )?,
             diff_path: path.clone(),
         },
     })
@@ -528,7 +540,11 @@ fn patch_identity(change: &PatchChange) -> Result<String, BuildError> {
             }
         }
         PatchChange::Diff { path } => {
-            h.update(crate::input::read_capped(path, crate::input::MAX_TEXT, "patch")?);
+            h.update(stackbuild_common::input::read_capped(
+                path,
+                stackbuild_common::input::MAX_TEXT,
+                "patch",
+            )?);
         }
     }
     Ok(hex::encode(h.finalize()))
@@ -540,21 +556,21 @@ struct Staged {
     /// The wheels' large members, left in the wheels for the layer to carry as they are.
     deferred: wheel::Deferred,
     /// The bytecode compiled into the stage.
-    added: Option<crate::bytecode::Added>,
+    added: Option<stackbuild_python::bytecode::Added>,
 }
 
 /// A Python layer a worker wrote, waiting for its turn to be pushed.
 struct Written {
     blob: LayerBlob,
     /// `--load`: the layer's tar, for the daemon.
-    spooled: Option<crate::load::SpooledTar>,
+    spooled: Option<stackbuild_image::load::SpooledTar>,
     /// Kept until the image is assembled (`PlatformBuilder::spent_stages`).
     stage: tempfile::TempDir,
-    added: Option<crate::bytecode::Added>,
+    added: Option<stackbuild_python::bytecode::Added>,
 }
 
 /// Most layers written at once. Each writer compresses on every core already
-/// ([`crate::layer::LayerWriter`]); more of them than cores only adds memory (each holds its
+/// ([`stackbuild_image::layer::LayerWriter`]); more of them than cores only adds memory (each holds its
 /// compressor's chunks and the audit's queue).
 const MAX_LAYER_WORKERS: usize = 4;
 
@@ -582,12 +598,12 @@ fn write_staged(finisher: LayerFinisher<'_>, key: &LayerKey, staged: Staged) -> 
 /// Installs a Python layer's fetched wheels into a new stage (their large members deferred)
 /// and compiles their bytecode there.
 fn stage_python_layer(
-    bytecode: &crate::bytecode::Plan<'_>,
+    bytecode: &stackbuild_python::bytecode::Plan<'_>,
     scheme: &Scheme,
     layer: &PythonLayer<'_>,
     key: &LayerKey,
     artifacts: &BTreeMap<String, Artifact>,
-    cache: &crate::cache::Cache,
+    cache: &stackbuild_cache::cache::Cache,
     epoch: u64,
 ) -> Result<Staged, BuildError> {
     let stage = tempdir(cache)?;

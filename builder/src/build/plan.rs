@@ -11,17 +11,17 @@ use std::sync::{Mutex, OnceLock};
 
 use super::platform::PlatformBuilder;
 use super::{artifact_dir, io, pip_settings_dir, BuildError};
-use crate::artifact::Artifact;
-use crate::base_facts::BaseFacts;
-use crate::blob::LayerBlob;
-use crate::cache::{Cache, LayerKey};
-use crate::fetch;
-use crate::gpu_code::GpuCode;
-use crate::lock::Lock;
-use crate::platform::Platform;
-use crate::recipe::{PythonSection, Recipe};
-use crate::solve::{Pinned, Target};
-use crate::wheel::{self, Scheme};
+use stackbuild_cache::cache::{Cache, LayerKey};
+use stackbuild_check::gpu_code::GpuCode;
+use stackbuild_common::base_facts::BaseFacts;
+use stackbuild_common::blob::LayerBlob;
+use stackbuild_common::platform::Platform;
+use stackbuild_python::artifact::Artifact;
+use stackbuild_python::fetch;
+use stackbuild_python::lock::Lock;
+use stackbuild_python::solve::{Pinned, Target};
+use stackbuild_python::wheel::{self, Scheme};
+use stackbuild_recipe::recipe::{PythonSection, Recipe};
 
 /// A Python package layer group, in layer order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -168,12 +168,12 @@ pub(super) struct PythonPlan<'a> {
     pub(super) wheels: Vec<Wheel>,
     pub(super) scheme: Option<Scheme>,
     pub(super) target: Option<Target>,
-    pub(super) bytecode: crate::bytecode::Plan<'a>,
+    pub(super) bytecode: stackbuild_python::bytecode::Plan<'a>,
     /// The wheels fetched and verified in this run, by normalized name: a second use (the lock
     /// check after the layers) does not hash gigabytes again. The cache is locked meanwhile.
     verified: Mutex<BTreeMap<String, Artifact>>,
     /// The torch build's GPU code, read from its wheel while later layers are written
-    /// ([`crate::fatbin::torch_code_for_build`]); unset when the torch layer was reused.
+    /// ([`stackbuild_check::fatbin::torch_code_for_build`]); unset when the torch layer was reused.
     pub(super) torch_code: OnceLock<Option<GpuCode>>,
 }
 
@@ -249,7 +249,8 @@ impl<'a> PlatformBuilder<'a> {
         // A foreign platform's interpreter would run under qemu-user, whose binfmt handler is not
         // inside the chroot: no bytecode for it (yet), with a note.
         let native = platform.machine() == std::env::consts::ARCH;
-        let bytecode = crate::bytecode::Plan::new(python, facts, interpreter_base.filter(|_| native), cache);
+        let bytecode =
+            stackbuild_python::bytecode::Plan::new(python, facts, interpreter_base.filter(|_| native), cache);
         Ok(PythonPlan {
             python,
             wheels,
@@ -291,18 +292,22 @@ fn fetch_wheels(
     }
     let pins: Vec<Pinned> = wanted.iter().map(|w| w.pin.clone()).collect();
     tracing::info!("fetching {} wheel(s)", pins.len());
-    let _stage = crate::progress::Stage::start("download");
+    let _stage = stackbuild_common::progress::Stage::start("download");
     if let Some(given) = &py.lock {
         // From where the project's lock says each wheel is served, not from an index of ours.
-        let given = crate::given_lock::GivenLock::load(given)?;
+        let given = stackbuild_python::given_lock::GivenLock::load(given)?;
         let chosen: Vec<_> = given
             .select(target)?
             .into_iter()
             .filter(|c| wanted.iter().any(|w| w.pin.name == c.name && w.sha256 == c.wheel.sha256))
             .collect();
-        let artifacts = crate::given_lock::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
-            crate::download::Config::for_lock_urls(py.sources(), Some(&pip_settings_dir(cache)))
-        })?;
+        let artifacts =
+            stackbuild_python::given_lock::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
+                stackbuild_python::download::Config::for_lock_urls(
+                    py.sources(),
+                    Some(&pip_settings_dir(cache)),
+                )
+            })?;
         return Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect());
     }
     fetch::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;
@@ -325,7 +330,7 @@ type FetchWheels<'a> = dyn Fn(&Cache, &[&Wheel]) -> Result<BTreeMap<String, Arti
 /// files, so it is remembered in the cache and the wheels are read once per lock.
 fn check_lock_graph(
     recipe: &Recipe,
-    py: &crate::recipe::PythonSection,
+    py: &stackbuild_recipe::recipe::PythonSection,
     lock: &Lock,
     platform: Platform,
     wheels: &[Wheel],
@@ -376,7 +381,7 @@ fn check_lock_graph(
             })?;
             if let Ok(json) = serde_json::to_vec(&id.requires) {
                 // A lost record is read again next time: nothing depends on it being written.
-                let _ = crate::cache::write_atomic(&record(w), &json);
+                let _ = stackbuild_cache::cache::write_atomic(&record(w), &json);
             }
             requires.insert(wheel::normalize_name(w.pin.name.as_ref()), id.requires);
         }
@@ -387,7 +392,7 @@ fn check_lock_graph(
         .map(|p| format!("{} {}", p.name, p.version))
         .collect();
     if !extra.is_empty() {
-        return Err(BuildError::Lock(crate::lock::LockError::Invalid {
+        return Err(BuildError::Lock(stackbuild_python::lock::LockError::Invalid {
             path: Lock::path_for(&recipe.path),
             why: format!(
                 "it installs {} for {platform}, which nothing in the recipe asks for (neither a \
@@ -400,7 +405,7 @@ fn check_lock_graph(
     if let Some(dir) = marker.parent() {
         std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
     }
-    crate::cache::write_atomic(&marker, b"checked\n").map_err(io("writing", &marker))
+    stackbuild_cache::cache::write_atomic(&marker, b"checked\n").map_err(io("writing", &marker))
 }
 
 #[cfg(test)]

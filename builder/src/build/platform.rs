@@ -8,13 +8,13 @@ use std::path::Path;
 use stackcontract::image::Component;
 
 use super::{BuildError, BuildOptions, LayerReport, LayerSource};
-use crate::blob::LayerBlob;
-use crate::cache::{Cache, LayerKey};
-use crate::compression::Compression;
-use crate::layer::LayerWriter;
-use crate::lock::Lock;
-use crate::platform::Platform;
-use crate::recipe::Recipe;
+use stackbuild_cache::cache::{Cache, LayerKey};
+use stackbuild_common::blob::LayerBlob;
+use stackbuild_common::compression::Compression;
+use stackbuild_common::platform::Platform;
+use stackbuild_image::layer::LayerWriter;
+use stackbuild_python::lock::Lock;
+use stackbuild_recipe::recipe::Recipe;
 
 /// The state the steps of one platform's build share.
 pub(super) struct PlatformBuilder<'a> {
@@ -32,7 +32,7 @@ pub(super) struct PlatformBuilder<'a> {
     /// The stack description's components so far.
     pub(super) components: Vec<Component>,
     /// `--load`: takes each layer into the Docker daemon as it is pushed.
-    pub(super) loader: Option<&'a crate::load::Loader>,
+    pub(super) loader: Option<&'a stackbuild_image::load::Loader>,
     /// The Python layers' stages, removed together when the builder is dropped. Removing each
     /// after its layer made the next layer's file creations slow: ext4's inode allocator skips
     /// recently deleted inodes one inode-table lookup at a time (`recently_deleted` in
@@ -41,7 +41,7 @@ pub(super) struct PlatformBuilder<'a> {
     /// stages are removed by the next one (`Cache::clean_temps`).
     pub(super) spent_stages: Vec<tempfile::TempDir>,
     /// The uncompressed tar of the layer just finished, for `loader` with the layer's push.
-    spooled: Option<crate::load::SpooledTar>,
+    spooled: Option<stackbuild_image::load::SpooledTar>,
 }
 
 impl<'a> PlatformBuilder<'a> {
@@ -91,7 +91,7 @@ impl<'a> PlatformBuilder<'a> {
     }
 
     /// Sets the spooled tar that goes with the next [`PlatformBuilder::push`].
-    pub(super) fn set_spooled(&mut self, spooled: Option<crate::load::SpooledTar>) {
+    pub(super) fn set_spooled(&mut self, spooled: Option<stackbuild_image::load::SpooledTar>) {
         self.spooled = spooled;
     }
 
@@ -120,9 +120,9 @@ impl<'a> PlatformBuilder<'a> {
     /// what was recorded when the cached layer `key` was built.
     pub(super) fn note_bytecode(
         &mut self,
-        bytecode: &crate::bytecode::Plan<'_>,
+        bytecode: &stackbuild_python::bytecode::Plan<'_>,
         key: &LayerKey,
-        added: Option<crate::bytecode::Added>,
+        added: Option<stackbuild_python::bytecode::Added>,
     ) {
         let added = added.or_else(|| bytecode.recorded(key));
         if let Some((report, _, _)) = self.layers.last_mut() {
@@ -152,23 +152,26 @@ impl<'a> LayerFinisher<'a> {
     }
 
     /// Finishes a layer the build wrote, the audit reading it as it is written
-    /// ([`crate::audit::LayerTap`]) instead of inflating its blob again, unless the audit is
+    /// ([`stackbuild_audit::audit::LayerTap`]) instead of inflating its blob again, unless the audit is
     /// off; with `--load` and a compressed layer, its tar is also kept for the daemon
-    /// ([`crate::load::TarSpool`]) and returned, for [`PlatformBuilder::push`].
+    /// ([`stackbuild_image::load::TarSpool`]) and returned, for [`PlatformBuilder::push`].
     pub(super) fn finish(
         self,
         mut writer: LayerWriter,
-    ) -> Result<(LayerBlob, Option<crate::load::SpooledTar>), BuildError> {
-        let spool =
-            if self.spool { crate::load::TarSpool::create(self.cache, writer.content_size()) } else { None };
+    ) -> Result<(LayerBlob, Option<stackbuild_image::load::SpooledTar>), BuildError> {
+        let spool = if self.spool {
+            stackbuild_image::load::TarSpool::create(self.cache, writer.content_size())
+        } else {
+            None
+        };
         // A spool whose writer cannot be made gives no tar (`TarSpool::finish`).
         if let Some(w) = spool.as_ref().and_then(|s| s.writer().ok()) {
             writer = writer.with_tap(w);
         }
         let blob = if self.audit {
-            let mut tap = crate::audit::LayerTap::spawn();
+            let mut tap = stackbuild_audit::audit::LayerTap::spawn();
             let blob = writer.with_tap(tap.writer()).finish(self.compression)?;
-            tap.store(&crate::audit::LayerTap::cache_dir(self.cache.root()), &blob.digest);
+            tap.store(&stackbuild_audit::audit::LayerTap::cache_dir(self.cache.root()), &blob.digest);
             blob
         } else {
             writer.finish(self.compression)?

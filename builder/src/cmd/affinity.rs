@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use stackbuild::affinity::{self, Options};
+use stackbuild_k8s::affinity::{self, Options};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -1,7 +1,7 @@
 //! `stackbuild audit IMAGE`.
 
-use stackbuild::audit::audit_layout;
-use stackbuild::image_arg::ImageArg;
+use stackbuild_audit::audit::audit_layout;
+use stackbuild_common::image_arg::ImageArg;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -20,7 +20,7 @@ impl Args {
         let layout = if path.is_file() {
             tmp = tempfile::tempdir()?;
             // The same whitelisted extraction a base image archive gets: names only, regular files.
-            stackbuild::base::extract_image_archive(&path, tmp.path())?;
+            stackbuild_image::base::extract_image_archive(&path, tmp.path())?;
             tmp.path().to_owned()
         } else {
             path

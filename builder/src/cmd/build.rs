@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use stackbuild::build::{build, BuildOptions, LayerSource};
-use stackbuild::compression::Compression;
-use stackbuild::recipe::Recipe;
+use stackbuild_common::compression::Compression;
+use stackbuild_recipe::recipe::Recipe;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -65,10 +65,10 @@ impl Args {
         let Some(path) = self.recipe else { bail!("no recipe given; usage: stackbuild RECIPE (see --help)") };
         if let Some(file) = &self.report {
             // Before the build, not after it: a report path that is not ours to write fails fast.
-            stackbuild::output::check_output_file("--report", file)?;
+            stackbuild_image::output::check_output_file("--report", file)?;
         }
         if let Some(file) = &self.pylock {
-            stackbuild::pylock::may_write(file)?;
+            stackbuild_python::pylock::may_write(file)?;
         }
         let recipe = Recipe::load(&path)?;
         let mut source_overrides = BTreeMap::new();
@@ -95,11 +95,12 @@ impl Args {
         };
         let report = build(&recipe, &opts)?;
         if let Some(file) = &self.report {
-            stackbuild::output::write_file("--report", file, &serde_json::to_vec_pretty(&report)?)?;
+            stackbuild_image::output::write_file("--report", file, &serde_json::to_vec_pretty(&report)?)?;
         }
         if let Some(file) = &self.pylock {
-            let lock = stackbuild::lock::Lock::load(stackbuild::lock::Lock::path_for(&recipe.path))?;
-            stackbuild::pylock::write_from_index(&recipe, &lock, file)?;
+            let lock =
+                stackbuild_python::lock::Lock::load(stackbuild_python::lock::Lock::path_for(&recipe.path))?;
+            stackbuild_python::pylock::write_from_index(&recipe, &lock, file)?;
             tracing::info!("wrote {}", file.display());
         }
         let built = report.layers.iter().filter(|l| l.built).count();

@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use stackbuild::cache::Cache;
-use stackbuild::check::{check, CheckOptions};
-use stackbuild::recipe::Recipe;
+use stackbuild_cache::cache::Cache;
+use stackbuild_check::check::{check, CheckOptions};
+use stackbuild_recipe::recipe::Recipe;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

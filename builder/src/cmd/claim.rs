@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use stackbuild::claim::{self, Options};
+use stackbuild_k8s::claim::{self, Options};
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

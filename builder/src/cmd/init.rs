@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::str::FromStr as _;
 
-use stackbuild::check::{check, CheckOptions};
-use stackbuild::init::{self, InitOptions};
-use stackbuild::recipe::{PythonSection, Recipe};
+use stackbuild_check::check::{check, CheckOptions};
+use stackbuild_init::init::{self, InitOptions};
+use stackbuild_recipe::recipe::{PythonSection, Recipe};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -95,9 +95,11 @@ fn resolve(plan: &init::Plan) -> (Option<BTreeMap<String, String>>, String) {
         bytecode: true,
         lock: None,
     };
-    let target =
-        stackbuild::solve::Target::new(section.version.clone(), stackbuild::platform::Platform::LinuxAmd64);
-    match stackbuild::solve::resolve(&section, &target, &[]) {
+    let target = stackbuild_python::solve::Target::new(
+        section.version.clone(),
+        stackbuild_common::platform::Platform::LinuxAmd64,
+    );
+    match stackbuild_python::solve::resolve(&section, &target, &[]) {
         Ok(pins) => {
             (Some(pins.iter().map(|p| (p.name.to_string(), p.version.to_string())).collect()), String::new())
         }

@@ -95,12 +95,12 @@ pub fn build_ok(recipe: &Path, cache: &Path, out: &Path, extra: &[&str]) -> Buil
 /// The registry helpers that need stackbuild's types.
 pub trait RegistryExt {
     /// A reference to `rest` (`NAME:TAG`) in this registry.
-    fn reference(&self, rest: &str) -> stackbuild::registry::Reference;
+    fn reference(&self, rest: &str) -> stackbuild_image::registry::Reference;
 }
 
 impl RegistryExt for Registry {
-    fn reference(&self, rest: &str) -> stackbuild::registry::Reference {
-        stackbuild::registry::Reference::parse(&format!("{}/{rest}", self.addr)).unwrap()
+    fn reference(&self, rest: &str) -> stackbuild_image::registry::Reference {
+        stackbuild_image::registry::Reference::parse(&format!("{}/{rest}", self.addr)).unwrap()
     }
 }
 

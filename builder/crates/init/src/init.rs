@@ -1,0 +1,895 @@
+//! `stackbuild init`: a recipe from what a project already has.
+//!
+//! Nobody starts from a blank recipe: a project comes with a `requirements.txt`, a
+//! `pyproject.toml`, a `uv.lock` or `pylock.toml`, a `.python-version`, a Dockerfile on
+//! `nvidia/cuda`. [`plan`] reads what it finds (or is given) into [`Found`], decides the recipe
+//! ([`Plan`]) and says why; [`Plan::to_toml`] writes it. Which input wins where several say the
+//! same thing:
+//!
+//! - **Packages**: a lock (`uv.lock`, then `pylock.toml`) is used as it is (`[python] lock`);
+//!   else the requirements files; else `pyproject.toml`'s dependencies; plus a Dockerfile's
+//!   `pip install` lines when nothing else lists packages.
+//! - **Python**: `.python-version`, then a Dockerfile's `FROM python:X`, then the newest of
+//!   3.11, 3.12, 3.10, 3.13, 3.9 (in that order: the versions the most CUDA wheels are built
+//!   for first) that every `requires-python` admits and, with a lock, that the lock has wheels
+//!   for.
+//! - **Base**: the Debian or Ubuntu release whose `python3` is that version (bookworm 3.11,
+//!   trixie 3.13, jammy 3.10, noble 3.12, bullseye 3.9), with the Dockerfile's `apt-get
+//!   install` packages.
+//! - **CUDA**: a torch local version (`+cu121`), a `PyTorch` per-CUDA index (`.../whl/cu121`) or
+//!   a Dockerfile's `nvidia/cuda:12.1.1-cudnn8-...` tag.
+//!
+//! Anything it cannot translate is listed with the file, the line and why, never dropped
+//! silently.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+mod dockerfile;
+mod pyproject;
+mod requirements;
+
+/// Why `init` could not write a recipe.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// An input could not be read.
+    #[error("{source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: stackbuild_common::input::InputError,
+    },
+    /// A TOML input does not parse.
+    #[error("{diagnostic}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Where and what.
+        diagnostic: Box<stackbuild_common::diagnostic::Diagnostic>,
+    },
+    /// A given lock cannot be read.
+    #[error(transparent)]
+    Lock(#[from] stackbuild_python::given_lock::GivenLockError),
+    /// `--from` names a file of a kind init does not read.
+    #[error(
+        "{}: not an input init reads (requirements*.txt, pyproject.toml, uv.lock, pylock.toml, \
+         .python-version, Dockerfile / Containerfile)",
+        path.display()
+    )]
+    UnknownInput {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The project directory has nothing to start from.
+    #[error(
+        "{}: no requirements*.txt, pyproject.toml, uv.lock, pylock.toml or Dockerfile here; name \
+         one with --from FILE",
+        dir.display()
+    )]
+    NothingFound {
+        /// The project directory.
+        dir: PathBuf,
+    },
+    /// The recipe file exists.
+    #[error(
+        "{} already exists; init never overwrites a recipe: remove it, or write another with --out",
+        path.display()
+    )]
+    Exists {
+        /// The recipe path.
+        path: PathBuf,
+    },
+    /// No supported Python version satisfies the inputs.
+    #[error("no Python version this init can base an image on (3.9 to 3.13) satisfies {0}")]
+    NoPython(String),
+    /// Writing the recipe failed.
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The recipe path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The kinds of input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum InputKind {
+    /// `uv.lock`.
+    UvLock,
+    /// `pylock.toml`.
+    Pylock,
+    /// `requirements*.txt`.
+    Requirements,
+    /// `pyproject.toml`.
+    Pyproject,
+    /// `.python-version`.
+    PythonVersion,
+    /// `Dockerfile`, `Containerfile`, `*.Dockerfile`.
+    Dockerfile,
+}
+
+/// What kind of input a file name says.
+pub fn input_kind(path: &Path) -> Option<InputKind> {
+    let name = path.file_name()?.to_str()?;
+    let lower = name.to_ascii_lowercase();
+    Some(match stackbuild_recipe::recipe::lock_format_of_name(path) {
+        Some(stackbuild_recipe::recipe::LockFormat::UvLock) => InputKind::UvLock,
+        Some(stackbuild_recipe::recipe::LockFormat::Pylock) => InputKind::Pylock,
+        None if name == "pyproject.toml" => InputKind::Pyproject,
+        None if name == ".python-version" => InputKind::PythonVersion,
+        None if lower.starts_with("dockerfile")
+            || lower.ends_with(".dockerfile")
+            || lower.starts_with("containerfile") =>
+        {
+            InputKind::Dockerfile
+        }
+        None if Path::new(&lower).extension().is_some_and(|e| e == "txt" || e == "in") => {
+            InputKind::Requirements
+        }
+        None => return None,
+    })
+}
+
+/// One thing of an input that has no place in the recipe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Untranslated {
+    /// `file:line` (line 0: the file as a whole).
+    pub at: String,
+    /// What it says.
+    pub what: String,
+    /// Why it is not in the recipe, and what to do.
+    pub why: String,
+}
+
+impl Untranslated {
+    fn new(path: &Path, line: usize, what: &str, why: &str) -> Self {
+        let at = if line == 0 { path.display().to_string() } else { format!("{}:{line}", path.display()) };
+        Self { at, what: what.to_owned(), why: why.to_owned() }
+    }
+}
+
+/// Everything the inputs say, before deciding.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// The files read, in order.
+    pub inputs: Vec<PathBuf>,
+    name: Option<(String, String)>,
+    python: Option<(String, String)>,
+    requires_python: Vec<(String, String)>,
+    lock: Option<PathBuf>,
+    /// That lock, read once.
+    given: Option<stackbuild_python::given_lock::GivenLock>,
+    /// `(requirement, name, where)`.
+    packages: Vec<(String, String, String)>,
+    constraints: Vec<(String, String, String)>,
+    index: Option<(String, String)>,
+    extra_index: Vec<String>,
+    find_links: Vec<String>,
+    /// Hashes on requirement lines (`--hash`).
+    hashes: usize,
+    cuda: Option<(String, String)>,
+    cudnn: Option<(String, String)>,
+    /// `(debian|ubuntu, suite, why)`.
+    distro: Option<(String, String, String)>,
+    apt: Vec<String>,
+    env: BTreeMap<String, String>,
+    labels: Vec<(String, String)>,
+    workdir: Option<String>,
+    user: Option<String>,
+    cmd: Option<Vec<String>>,
+    entrypoint: Option<Vec<String>>,
+    source_dest: Option<(String, String)>,
+    /// What was decided on the way, and why.
+    pub decisions: Vec<String>,
+    /// What has no place in the recipe.
+    pub untranslated: Vec<Untranslated>,
+}
+
+impl Found {
+    fn decide(&mut self, text: String) {
+        self.decisions.push(text);
+    }
+
+    fn set_name(&mut self, name: &str, why: &str) {
+        if self.name.is_none() {
+            self.name = Some((name.to_owned(), why.to_owned()));
+        }
+    }
+
+    fn set_cuda(&mut self, cuda: &str, why: &str) {
+        match &self.cuda {
+            None => self.cuda = Some((cuda.to_owned(), why.to_owned())),
+            Some((have, first)) if have != cuda => {
+                let text = format!(
+                    "CUDA {cuda} ({why}) disagrees with CUDA {have} ({first}); the recipe says {have}"
+                );
+                self.decide(text);
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// A `PyTorch` per-CUDA index (`.../whl/cu121`, `.../whl/cpu`) says which build of torch.
+    fn index_cuda(&mut self, url: &str, why: &str) {
+        let last = url.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
+        if let Some(digits) =
+            last.strip_prefix("cu").filter(|d| d.len() >= 3 && d.bytes().all(|b| b.is_ascii_digit()))
+        {
+            let (major, minor) = digits.split_at(digits.len() - 1);
+            self.set_cuda(&format!("{major}.{minor}"), why);
+        }
+    }
+
+    fn set_index(&mut self, url: String, origin: &requirements::Origin<'_>) {
+        let why = format!("{}:{}", origin.path.display(), origin.line);
+        self.index_cuda(&url, &format!("{why}: index {url}"));
+        if self.index.as_ref().is_none_or(|(u, _)| *u == url) {
+            self.index = Some((url, why));
+        } else {
+            self.untranslated.push(Untranslated::new(
+                origin.path,
+                origin.line,
+                &format!("--index-url {url}"),
+                "a second index-url; the first stays",
+            ));
+        }
+    }
+
+    fn add_extra_index(&mut self, url: String, origin: &requirements::Origin<'_>) {
+        let why = format!("{}:{}: extra index {url}", origin.path.display(), origin.line);
+        self.index_cuda(&url, &why);
+        if !self.extra_index.contains(&url) {
+            self.extra_index.push(url);
+        }
+    }
+
+    fn add_requirement(
+        &mut self,
+        requirement: String,
+        name: String,
+        constraint: bool,
+        origin: &requirements::Origin<'_>,
+    ) {
+        let at = if origin.line == 0 {
+            origin.path.display().to_string()
+        } else {
+            format!("{}:{}", origin.path.display(), origin.line)
+        };
+        // `torch==2.1.0+cu121`: the local version names the CUDA build.
+        if let Some(local) = requirement.split("==").nth(1).and_then(|v| v.split('+').nth(1)) {
+            let local = local.split([';', ' ', ',']).next().unwrap_or_default();
+            self.index_cuda(local, &format!("{at}: {requirement}"));
+        }
+        let list = if constraint { &mut self.constraints } else { &mut self.packages };
+        let norm = stackbuild_python::wheel::normalize_name(&name);
+        if let Some(first) = list.iter().find(|(_, n, _)| stackbuild_python::wheel::normalize_name(n) == norm)
+        {
+            let text = format!("{at}: `{requirement}` repeats `{}` ({}); the first stays", first.0, first.2);
+            self.decide(text);
+            return;
+        }
+        list.push((requirement, name, at));
+    }
+}
+
+/// What `init` is asked.
+#[derive(Debug, Clone, Default)]
+pub struct InitOptions {
+    /// The project directory.
+    pub dir: PathBuf,
+    /// Inputs named by `--from`; empty: what the directory holds.
+    pub from: Vec<PathBuf>,
+    /// `--extra NAME`: optional dependencies of `pyproject.toml` to install.
+    pub extras: Vec<String>,
+    /// `--group NAME`: dependency groups of `pyproject.toml` to install.
+    pub groups: Vec<String>,
+    /// `--name`: the image name.
+    pub name: Option<String>,
+}
+
+/// The recipe init decided on.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    name: String,
+    python: String,
+    distro: (String, String),
+    apt: Vec<String>,
+    lock: Option<PathBuf>,
+    packages: Vec<(String, String)>,
+    constraints: Vec<(String, String)>,
+    /// Requirements left unpinned, for [`Plan::pin`].
+    pub unpinned: Vec<String>,
+    index: Option<String>,
+    extra_index: Vec<String>,
+    find_links: Vec<String>,
+    project: PathBuf,
+    cuda: Option<(String, Option<String>)>,
+    source_dest: String,
+    env: BTreeMap<String, String>,
+    labels: Vec<(String, String)>,
+    workdir: String,
+    user: Option<String>,
+    cmd: Option<Vec<String>>,
+    entrypoint: Option<Vec<String>>,
+    /// What was decided and why, in order.
+    pub decisions: Vec<String>,
+    /// What has no place in the recipe.
+    pub untranslated: Vec<Untranslated>,
+    /// The files read.
+    pub inputs: Vec<PathBuf>,
+}
+
+/// The Debian and Ubuntu releases whose `python3` is each version, in the order init prefers
+/// the versions (see the module comment).
+const PYTHONS: [(&str, &str, &str); 5] = [
+    ("3.11", "debian", "bookworm"),
+    ("3.12", "ubuntu", "noble"),
+    ("3.10", "ubuntu", "jammy"),
+    ("3.13", "debian", "trixie"),
+    ("3.9", "debian", "bullseye"),
+];
+
+/// The `python3` of a release, when init knows it.
+fn release_python(suite: &str) -> Option<&'static str> {
+    match suite {
+        "focal" => Some("3.8"),
+        _ => PYTHONS.iter().find(|(_, _, s)| *s == suite).map(|(v, _, _)| *v),
+    }
+}
+
+/// Reads the inputs and decides the recipe.
+#[allow(clippy::too_many_lines)] // the inputs in their order of precedence, one step each
+pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
+    let dir = &opts.dir;
+    let mut inputs: Vec<(InputKind, PathBuf)> = Vec::new();
+    if opts.from.is_empty() {
+        let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| InitError::Read {
+                path: dir.clone(),
+                source: stackbuild_common::input::InputError::Io {
+                    what: "project directory",
+                    source: stackbuild_common::io_error::io_err("reading", dir)(e),
+                },
+            })?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.is_file())
+            .collect();
+        names.sort();
+        for path in names {
+            let Some(kind) = input_kind(&path) else { continue };
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_ascii_lowercase();
+            // Of the .txt files, only requirements files; a Dockerfile only as named.
+            if kind == InputKind::Requirements && !name.starts_with("requirements") {
+                continue;
+            }
+            inputs.push((kind, path));
+        }
+    } else {
+        for path in &opts.from {
+            let kind = input_kind(path).ok_or_else(|| InitError::UnknownInput { path: path.clone() })?;
+            inputs.push((kind, path.clone()));
+        }
+    }
+    inputs.sort_by_key(|(k, _)| *k);
+    if inputs.iter().all(|(k, _)| *k == InputKind::PythonVersion) {
+        return Err(InitError::NothingFound { dir: dir.clone() });
+    }
+    let mut found = Found::default();
+    let has = |k: InputKind| inputs.iter().any(|(kind, _)| *kind == k);
+    let lock_kind = if has(InputKind::UvLock) {
+        Some(InputKind::UvLock)
+    } else if has(InputKind::Pylock) {
+        Some(InputKind::Pylock)
+    } else {
+        None
+    };
+    // Requirements files: `requirements.txt` when there is one, else all of them.
+    let requirement_files: Vec<&PathBuf> = {
+        let all: Vec<&PathBuf> =
+            inputs.iter().filter(|(k, _)| *k == InputKind::Requirements).map(|(_, p)| p).collect();
+        let main: Vec<&PathBuf> =
+            all.iter().copied().filter(|p| p.file_name().is_some_and(|n| n == "requirements.txt")).collect();
+        if opts.from.is_empty() && !main.is_empty() {
+            main
+        } else {
+            all
+        }
+    };
+    let of = |k: InputKind| inputs.iter().filter(move |(kind, _)| *kind == k).map(|(_, p)| p);
+    // 1. The interpreter a `.python-version` names.
+    for path in of(InputKind::PythonVersion) {
+        let text = stackbuild_common::input::read_text(path, 4096, ".python-version")
+            .map_err(|source| InitError::Read { path: path.clone(), source })?;
+        found.inputs.push(path.clone());
+        if let Some(v) = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')) {
+            let minor: Vec<&str> =
+                v.trim_start_matches("cpython-").trim_start_matches("python").split('.').take(2).collect();
+            found.python = Some((minor.join("."), path.display().to_string()));
+        }
+    }
+    // 2. A lock: the whole list of what is installed.
+    for (kind, path) in inputs.iter().filter(|(k, _)| matches!(k, InputKind::UvLock | InputKind::Pylock)) {
+        if Some(*kind) == lock_kind && found.lock.is_none() {
+            found.given = Some(stackbuild_python::given_lock::GivenLock::load(path)?);
+            found.inputs.push(path.clone());
+            found.decide(format!(
+                "{}: the project's lock: the image installs exactly its wheels ([python] lock), nothing is resolved",
+                path.display()
+            ));
+            found.lock = Some(path.clone());
+        } else {
+            let lock = found.lock.as_ref().map_or_else(String::new, |l| l.display().to_string());
+            found.decide(format!("{}: not used ({lock} is the lock)", path.display()));
+        }
+    }
+    // 3. A Dockerfile: its base, environment, and the `pip install` lines that made its image
+    //    (those read the requirements files they name).
+    let python_before = found.python.clone();
+    for path in of(InputKind::Dockerfile) {
+        let before = found.packages.len();
+        dockerfile::read_file(path, &mut found, dir)?;
+        if lock_kind.is_some() && found.packages.len() > before {
+            let extra: Vec<String> = found.packages.drain(before..).map(|(r, _, _)| r).collect();
+            found.decide(format!(
+                "{}: its pip install lines ({}) are not added: the lock lists what is installed",
+                path.display(),
+                extra.join(", ")
+            ));
+        }
+    }
+    if python_before.is_some() {
+        found.python = python_before;
+    }
+    let from_dockerfile = !found.packages.is_empty();
+    // 4. Requirements files, unless the lock or the Dockerfile's pip lines said what is installed.
+    for path in &requirement_files {
+        if lock_kind.is_some() {
+            found.decide(format!("{}: not read: the lock lists what is installed", path.display()));
+        } else if from_dockerfile {
+            let text = format!(
+                "{}: not read on its own: the Dockerfile's pip install lines say what is installed",
+                path.display()
+            );
+            if !found.inputs.contains(path) {
+                found.decide(text);
+            }
+        } else {
+            requirements::read_file(path, &mut found, dir)?;
+        }
+    }
+    // 5. pyproject.toml: the name and requires-python always; its dependencies when nothing
+    //    else listed packages.
+    for path in of(InputKind::Pyproject) {
+        let deps = lock_kind.is_none() && found.packages.is_empty() && requirement_files.is_empty();
+        pyproject::read_file(path, &mut found, &opts.extras, &opts.groups, deps)?;
+        if !deps {
+            found.decide(format!(
+                "{}: name and requires-python only; the packages come from the {}",
+                path.display(),
+                if lock_kind.is_some() {
+                    "lock"
+                } else if from_dockerfile {
+                    "Dockerfile"
+                } else {
+                    "requirements file"
+                }
+            ));
+        }
+    }
+    // Requirements files nothing included: named, so that a reader knows they were seen.
+    for (kind, path) in &inputs {
+        let read = |p: &Path| {
+            found.inputs.iter().any(|i| std::fs::canonicalize(i).ok() == std::fs::canonicalize(p).ok())
+        };
+        if *kind == InputKind::Requirements && lock_kind.is_none() && !read(path) {
+            let text = format!(
+                "{}: not read (requirements.txt is, and does not include it; --from names it)",
+                path.display()
+            );
+            found.decide(text);
+        }
+    }
+    decide(opts, found)
+}
+
+#[allow(clippy::too_many_lines)] // name, Python, base, CUDA, paths: one decision after another
+fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
+    let dir = &opts.dir;
+    // The name: --name, [project] name, the directory's.
+    let dir_name = std::fs::canonicalize(dir)
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "app".into());
+    let (raw_name, name_why) = match (&opts.name, &found.name) {
+        (Some(n), _) => (n.clone(), "--name".to_owned()),
+        (None, Some((n, why))) => (n.clone(), why.clone()),
+        (None, None) => (dir_name, "the project directory's name".to_owned()),
+    };
+    let name = image_name(&raw_name);
+    found.decide(format!("image name {name:?}: {name_why}"));
+
+    // Python.
+    let specs: Vec<(pep440_rs::VersionSpecifiers, String)> = found
+        .requires_python
+        .iter()
+        .filter_map(|(s, why)| s.parse().ok().map(|spec| (spec, format!("{why} {s:?}"))))
+        .collect();
+    let lock = found.given.take();
+    let admits = |v: &str| {
+        let version: pep440_rs::Version =
+            format!("{v}.0").parse().unwrap_or_else(|_| pep440_rs::Version::new([3]));
+        specs.iter().all(|(s, _)| s.contains(&version))
+            && lock.as_ref().is_none_or(|l| {
+                v.parse().is_ok_and(|py| {
+                    l.select(&stackbuild_python::solve::Target::new(
+                        py,
+                        stackbuild_common::platform::Platform::LinuxAmd64,
+                    ))
+                    .is_ok()
+                })
+            })
+    };
+    let python = match (found.python.clone(), found.distro.clone()) {
+        (Some((v, why)), _) => {
+            found.decide(format!("Python {v}: {why}"));
+            v
+        }
+        (None, Some((_, suite, why))) if release_python(&suite).is_some_and(admits) => {
+            let v = release_python(&suite).unwrap_or_default().to_owned();
+            found.decide(format!("Python {v}: the python3 of {suite} ({why})"));
+            v
+        }
+        _ => {
+            let Some((v, _, _)) = PYTHONS.iter().find(|(v, _, _)| admits(v)) else {
+                let mut what: Vec<String> = specs.iter().map(|(_, w)| w.clone()).collect();
+                if let Some(l) = &found.lock {
+                    what.push(format!("the wheels of {}", l.display()));
+                }
+                return Err(InitError::NoPython(what.join(" and ")));
+            };
+            let why = if specs.is_empty() && lock.is_none() {
+                "nothing names a version; 3.11 is the newest Python that every torch release since 2.1 has CUDA wheels for".to_owned()
+            } else {
+                let mut w: Vec<String> = specs.iter().map(|(_, w)| w.clone()).collect();
+                if let Some(l) = &found.lock {
+                    w.push(format!("{} has wheels for it", l.display()));
+                }
+                format!("the first of 3.11, 3.12, 3.10, 3.13, 3.9 that {} admits", w.join(" and "))
+            };
+            found.decide(format!("Python {v}: {why}"));
+            (*v).to_owned()
+        }
+    };
+    // The base: the release whose python3 is that version.
+    let distro = match found.distro.clone() {
+        Some((d, suite, why)) if release_python(&suite) == Some(python.as_str()) => {
+            found.decide(format!("base {d} {suite}: {why}"));
+            (d, suite)
+        }
+        other => {
+            let Some((_, d, suite)) = PYTHONS.iter().find(|(v, _, _)| *v == python) else {
+                return Err(InitError::NoPython(format!(
+                    "Python {python} (no Debian or Ubuntu release ships it as python3)"
+                )));
+            };
+            if let Some((od, osuite, why)) = other {
+                found.decide(format!(
+                    "base {d} {suite}, not {od} {osuite} ({why}): {osuite}'s python3 is {}, the image's is {python}",
+                    release_python(&osuite).unwrap_or("another")
+                ));
+            } else {
+                found.decide(format!("base {d} {suite}: its python3 is {python}"));
+            }
+            ((*d).to_owned(), (*suite).to_owned())
+        }
+    };
+    let mut apt: Vec<String> = ["python3", "python3-venv", "ca-certificates"].map(str::to_owned).to_vec();
+    for p in std::mem::take(&mut found.apt) {
+        let plain = p.split(['=', ':']).next().unwrap_or_default().to_owned();
+        if matches!(plain.as_str(), "python3-pip" | "python3-dev" | "build-essential")
+            || plain.starts_with("python3.")
+        {
+            found.decide(format!(
+                "apt package {p}: left out: the build installs wheels without pip or a compiler"
+            ));
+        } else if !apt.contains(&p) {
+            apt.push(p);
+        }
+    }
+    // CUDA.
+    let cuda = found.cuda.clone().map(|(v, why)| {
+        found.decide(format!("[cuda] {v}: {why}"));
+        let cudnn = found.cudnn.clone().map(|(c, why)| {
+            found.decide(format!("[cuda] cudnn {c}: {why}"));
+            c
+        });
+        (v, cudnn)
+    });
+    if found.hashes > 0 {
+        found.decide(format!(
+            "{} --hash option(s): not copied; `stackbuild lock` pins every file by sha256 in the recipe's lock",
+            found.hashes
+        ));
+    }
+    let (source_dest, workdir) = match (found.source_dest.clone(), found.workdir.clone()) {
+        (Some((dest, why)), w) => {
+            found.decide(format!("the project goes to {dest} ({why})"));
+            (dest.clone(), w.unwrap_or(dest))
+        }
+        (None, Some(w)) => (w.clone(), w),
+        (None, None) => {
+            let dest = format!("/workspace/{name}");
+            found.decide(format!("the project goes to {dest}"));
+            (dest.clone(), dest)
+        }
+    };
+    let packages: Vec<(String, String)> =
+        found.packages.iter().map(|(r, _, at)| (r.clone(), at.clone())).collect();
+    let unpinned: Vec<String> = found
+        .packages
+        .iter()
+        .filter(|(r, n, _)| {
+            r.trim() == n.as_str() || r.trim_start_matches(n.as_str()).trim_start().starts_with(';')
+        })
+        .map(|(_, n, _)| n.clone())
+        .collect();
+    Ok(Plan {
+        name,
+        python,
+        distro,
+        apt,
+        lock: found.lock.clone(),
+        packages,
+        constraints: found.constraints.iter().map(|(r, _, at)| (r.clone(), at.clone())).collect(),
+        unpinned,
+        index: found.index.map(|(u, _)| u),
+        extra_index: found.extra_index,
+        find_links: found.find_links,
+        project: dir.clone(),
+        cuda,
+        source_dest,
+        env: found.env,
+        labels: found.labels,
+        workdir,
+        user: found.user,
+        cmd: found.cmd,
+        entrypoint: found.entrypoint,
+        decisions: found.decisions,
+        untranslated: found.untranslated,
+        inputs: found.inputs,
+    })
+}
+
+/// A path as the recipe (in `dir`) names it: relative when it is inside `dir`.
+fn relative(path: &Path, dir: &Path) -> String {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    let (p, d) = (canon(path), canon(dir));
+    p.strip_prefix(&d).map_or_else(|_| path.display().to_string(), |r| r.display().to_string())
+}
+
+/// An OCI repository name component: lowercase letters, digits and `.`, `_`, `-` between them.
+fn image_name(raw: &str) -> String {
+    let mut out = String::new();
+    for c in raw.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.is_empty() && !out.ends_with(['-', '.', '_']) {
+            out.push('-');
+        }
+    }
+    let out = out.trim_end_matches(['-', '.', '_']).to_owned();
+    if out.is_empty() {
+        "app".into()
+    } else {
+        out
+    }
+}
+
+impl Plan {
+    /// Pins the unpinned requirements to what `resolved` (`name -> version`, from a resolution
+    /// of the recipe's requirements) says, and says so; those it has no version for are
+    /// listed as not translated.
+    pub fn pin(&mut self, resolved: Option<&BTreeMap<String, String>>, why_not: &str) {
+        let unpinned = std::mem::take(&mut self.unpinned);
+        for name in unpinned {
+            let norm = stackbuild_python::wheel::normalize_name(&name);
+            let Some(i) = self.packages.iter().position(|(r, _)| {
+                stackbuild_python::wheel::normalize_name(r.split([';', ' ']).next().unwrap_or_default())
+                    == norm
+            }) else {
+                continue;
+            };
+            if let Some(version) = resolved.and_then(|r| r.get(&norm)) {
+                let (req, at) = self.packages[i].clone();
+                let pinned = match req.split_once(';') {
+                    Some((_, marker)) => format!("{name}=={version} ;{marker}"),
+                    None => format!("{name}=={version}"),
+                };
+                self.decisions.push(format!(
+                    "{at}: `{req}` has no version; pinned to {version}, what uv resolves for the image today"
+                ));
+                self.packages[i] = (pinned, at);
+            } else {
+                let (req, at) = self.packages.remove(i);
+                self.untranslated.push(Untranslated {
+                    at,
+                    what: req,
+                    why: format!(
+                        "a recipe pins its top-level packages, and no version could be found ({why_not}); add \
+                         `{name}==VERSION` to [python] packages"
+                    ),
+                });
+            }
+        }
+    }
+
+    /// The requirements, for resolving the unpinned ones.
+    pub fn requirements(&self) -> Vec<String> {
+        self.packages.iter().map(|(r, _)| r.clone()).collect()
+    }
+
+    /// The recipe's Python version.
+    pub fn python(&self) -> &str {
+        &self.python
+    }
+
+    /// The recipe's indexes, as a `[python]` section would hold them.
+    pub fn indexes(&self) -> (Option<String>, Vec<String>, Vec<String>) {
+        (self.index.clone(), self.extra_index.clone(), self.find_links.clone())
+    }
+
+    /// The recipe to be written at `recipe`, with a comment that says where each part came
+    /// from; paths are relative to the recipe's directory where they can be.
+    #[allow(clippy::too_many_lines)] // the recipe's sections, in order
+    pub fn to_toml(&self, recipe: &Path) -> String {
+        let recipe_dir = recipe.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let file =
+            recipe.file_name().map_or_else(|| "stackbuild.toml".into(), |n| n.to_string_lossy().into_owned());
+        let q = |s: &str| toml::Value::String(s.to_owned()).to_string();
+        let list =
+            |items: &[String]| format!("[{}]", items.iter().map(|s| q(s)).collect::<Vec<_>>().join(", "));
+        let mut out = String::new();
+        let mut inputs: Vec<String> = Vec::new();
+        for p in &self.inputs {
+            let name = relative(p, recipe_dir);
+            if !inputs.contains(&name) {
+                inputs.push(name);
+            }
+        }
+        let _ = writeln!(out, "# Written by `stackbuild init` from {}.", inputs.join(", "));
+        let _ = writeln!(
+            out,
+            "#   stackbuild check {file}    # the stack, what the host must provide, every conflict"
+        );
+        let _ = writeln!(out, "#   stackbuild {file}          # build the image\n");
+        out.push_str("[image]\n");
+        let _ = writeln!(out, "name = {}", q(&self.name));
+        out.push_str("tag = \"latest\"\nplatforms = [\"linux/amd64\"]\n");
+        if let Some(e) = &self.entrypoint {
+            let _ = writeln!(out, "entrypoint = {}", list(e));
+        }
+        let _ = writeln!(out, "cmd = {}", list(self.cmd.as_deref().unwrap_or(&["python3".to_owned()])));
+        let _ = writeln!(out, "workdir = {}", q(&self.workdir));
+        if let Some(u) = &self.user {
+            let _ = writeln!(out, "user = {}", q(u));
+        }
+        let mut env = self.env.clone();
+        env.entry("PYTHONUNBUFFERED".into()).or_insert_with(|| "1".into());
+        let env: Vec<String> = env.iter().map(|(k, v)| format!("{} = {}", q(k), q(v))).collect();
+        let _ = writeln!(out, "env = {{ {} }}", env.join(", "));
+        if !self.labels.is_empty() {
+            let labels: Vec<String> =
+                self.labels.iter().map(|(k, v)| format!("{} = {}", q(k), q(v))).collect();
+            let _ = writeln!(out, "labels = {{ {} }}", labels.join(", "));
+        }
+        let _ = writeln!(
+            out,
+            "\n[base]\n{} = {}\npackages = {}",
+            self.distro.0,
+            q(&self.distro.1),
+            list(&self.apt)
+        );
+        let _ = writeln!(out, "\n[python]\nversion = {}", q(&self.python));
+        if let Some(l) = &self.lock {
+            let _ = writeln!(out, "lock = {}", q(&relative(l, recipe_dir)));
+        } else {
+            out.push_str("packages = [\n");
+            for (r, at) in &self.packages {
+                let _ = writeln!(out, "  {},  # {at}", q(r));
+            }
+            out.push_str("]\n");
+            if !self.constraints.is_empty() {
+                out.push_str("constraints = [\n");
+                for (r, at) in &self.constraints {
+                    let _ = writeln!(out, "  {},  # {at}", q(r));
+                }
+                out.push_str("]\n");
+            }
+        }
+        if let Some(i) = &self.index {
+            let _ = writeln!(out, "index = {}", q(i));
+        }
+        if !self.extra_index.is_empty() {
+            let _ = writeln!(out, "extra_index = {}", list(&self.extra_index));
+        }
+        if !self.find_links.is_empty() {
+            let links: Vec<String> = self
+                .find_links
+                .iter()
+                .map(|l| if l.contains("://") { l.clone() } else { relative(Path::new(l), recipe_dir) })
+                .collect();
+            let _ = writeln!(out, "find_links = {}", list(&links));
+        }
+        if let Some((v, cudnn)) = &self.cuda {
+            let _ = writeln!(out, "\n[cuda]\nversion = {}", q(v));
+            if let Some(c) = cudnn {
+                let _ = writeln!(out, "cudnn = {}", q(c));
+            }
+        }
+        let project = relative(&self.project, recipe_dir);
+        let project = if project.is_empty() { ".".to_owned() } else { project };
+        let _ = writeln!(
+            out,
+            "\n[[source]]\nname = {}\npath = {}\ndest = {}",
+            q(&self.name),
+            q(&project),
+            q(&self.source_dest)
+        );
+        if self.cuda.is_some() {
+            out.push_str(
+                "\n[host]\nmodules = [\"nvidia_uvm\"]\nmodules_deny = [\"nouveau\"]\ngpus = \">=1\"\n",
+            );
+        }
+        if !self.untranslated.is_empty() {
+            out.push_str("\n# Not translated (see `stackbuild init`'s report):\n");
+            for u in &self.untranslated {
+                let _ = writeln!(out, "#   {}: {} ({})", u.at, u.what.replace('\n', " "), u.why);
+            }
+        }
+        out
+    }
+
+    /// What was decided and what was not translated, for a person.
+    pub fn report(&self) -> String {
+        let mut out = String::from("Decided:\n");
+        for d in &self.decisions {
+            let _ = writeln!(out, "  - {d}");
+        }
+        if !self.untranslated.is_empty() {
+            out.push_str("Not translated:\n");
+            for u in &self.untranslated {
+                let _ = writeln!(out, "  - {}: {}: {}", u.at, u.what, u.why);
+            }
+        }
+        out
+    }
+}
+
+/// Writes `text` to `path` as a new file: never over anything that is there.
+pub fn write_new(path: &Path, text: &str) -> Result<(), InitError> {
+    use std::io::Write as _;
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Err(InitError::Exists { path: path.to_owned() });
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .map_err(|source| InitError::Write { path: path.to_owned(), source })?;
+    tmp.write_all(text.as_bytes()).map_err(|source| InitError::Write { path: path.to_owned(), source })?;
+    // `persist_noclobber`: the rename fails if a file appeared meanwhile.
+    tmp.persist_noclobber(path).map_err(|e| {
+        if e.error.kind() == std::io::ErrorKind::AlreadyExists {
+            InitError::Exists { path: path.to_owned() }
+        } else {
+            InitError::Write { path: path.to_owned(), source: e.error }
+        }
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

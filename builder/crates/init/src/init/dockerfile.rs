@@ -1,0 +1,357 @@
+//! A Dockerfile (<https://docs.docker.com/reference/dockerfile/>): the final stage's `FROM`
+//! (`nvidia/cuda:<cuda>-cudnn<N>-<flavor>-ubuntu<ver>`, `python:<ver>`, `pytorch/pytorch`,
+//! `ubuntu`, `debian`), its `pip install` and `apt-get install` lines, `ENV`, `WORKDIR`, `CMD`,
+//! `ENTRYPOINT`, `USER`, and the `COPY`/`ADD` of the project. Nothing in it is run; whatever
+//! has no recipe field is listed as not translated.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::requirements::{logical_lines, read_tokens, split_words, Origin};
+use super::{Found, Untranslated};
+
+const MAX_FILE: u64 = 4 << 20;
+
+/// Reads `path` into `found`.
+pub(super) fn read_file(path: &Path, found: &mut Found, project: &Path) -> Result<(), super::InitError> {
+    let text = stackbuild_common::input::read_text(path, MAX_FILE, "Dockerfile")
+        .map_err(|source| super::InitError::Read { path: path.to_owned(), source })?;
+    found.inputs.push(path.to_owned());
+    let lines = logical_lines(&text);
+    // The final stage: from its FROM on (earlier stages build things this one may COPY).
+    let starts: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, l))| l.split_whitespace().next().is_some_and(|w| w.eq_ignore_ascii_case("FROM")))
+        .map(|(i, _)| i)
+        .collect();
+    let Some(&last) = starts.last() else {
+        found.untranslated.push(Untranslated::new(path, 0, "(no FROM)", "not a Dockerfile"));
+        return Ok(());
+    };
+    if starts.len() > 1 {
+        found.decide(format!(
+            "{}: {} build stages; the recipe follows the last one (line {})",
+            path.display(),
+            starts.len(),
+            lines[last].0
+        ));
+    }
+    let mut args: BTreeMap<String, String> = BTreeMap::new();
+    for (line, text) in &lines[..last] {
+        let (word, rest) = split_instruction(text);
+        if word == "ARG" {
+            read_arg(rest, &mut args);
+        } else if word != "FROM" && !starts.is_empty() && *line < lines[last].0 {
+            // Instructions of earlier stages: what they build reaches the image only by COPY.
+        }
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut stack = Vec::new();
+    for (line_no, text) in &lines[last..] {
+        let origin = Origin { path, line: *line_no, dir, project };
+        let (word, rest) = split_instruction(text);
+        let rest = substitute(rest, &args);
+        match word.as_str() {
+            "FROM" => read_from(&rest, &origin, found),
+            "ARG" => read_arg(&rest, &mut args),
+            "RUN" => read_run(&rest, &origin, found, &mut stack)?,
+            "ENV" => {
+                for (k, v) in key_values(&rest) {
+                    args.insert(k.clone(), v.clone());
+                    found.env.insert(k, v);
+                }
+            }
+            "WORKDIR" => found.workdir = Some(rest.trim().to_owned()),
+            "USER" => found.user = Some(rest.trim().to_owned()),
+            "CMD" => {
+                found.cmd = exec_form(&rest)
+                    .or_else(|| Some(vec!["/bin/sh".into(), "-c".into(), rest.trim().into()]));
+            }
+            "ENTRYPOINT" => {
+                found.entrypoint = exec_form(&rest)
+                    .or_else(|| Some(vec!["/bin/sh".into(), "-c".into(), rest.trim().into()]));
+            }
+            "COPY" | "ADD" => read_copy(&word, &rest, &origin, found),
+            "LABEL" => found.labels.extend(key_values(&rest)),
+            "EXPOSE" | "SHELL" | "HEALTHCHECK" | "STOPSIGNAL" | "VOLUME" | "ONBUILD" | "MAINTAINER" => {
+                found.untranslated.push(Untranslated::new(
+                    path,
+                    *line_no,
+                    text,
+                    "no recipe field for this instruction",
+                ));
+            }
+            _ => found.untranslated.push(Untranslated::new(
+                path,
+                *line_no,
+                text,
+                "not a Dockerfile instruction",
+            )),
+        }
+    }
+    Ok(())
+}
+
+fn split_instruction(line: &str) -> (String, &str) {
+    let line = line.trim_start();
+    let end = line.find(char::is_whitespace).unwrap_or(line.len());
+    (line[..end].to_ascii_uppercase(), line[end..].trim())
+}
+
+fn read_arg(rest: &str, args: &mut BTreeMap<String, String>) {
+    for word in split_words(rest) {
+        if let Some((k, v)) = word.split_once('=') {
+            args.insert(k.to_owned(), v.to_owned());
+        }
+    }
+}
+
+/// `$NAME` and `${NAME}` from the ARG and ENV defaults seen so far (`${NAME:-default}` too);
+/// unknown names stay as written.
+fn substitute(text: &str, args: &BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let (name, default, len) = if let Some(inner) = after.strip_prefix('{') {
+            match inner.find('}') {
+                Some(end) => {
+                    let body = &inner[..end];
+                    let (n, d) = body.split_once(":-").map_or((body, None), |(n, d)| (n, Some(d)));
+                    (n.to_owned(), d.map(str::to_owned), end + 2)
+                }
+                None => (String::new(), None, 0),
+            }
+        } else {
+            let end = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+            (after[..end].to_owned(), None, end)
+        };
+        match args.get(&name).cloned().or(default) {
+            Some(v) if !name.is_empty() => out.push_str(&v),
+            _ => {
+                out.push_str(&rest[at..=at + len.min(after.len())].chars().take(len + 1).collect::<String>());
+            }
+        }
+        rest = &rest[(at + 1 + len).min(rest.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `ENV A=1 B="two words"` and the legacy `ENV A 1`.
+fn key_values(rest: &str) -> Vec<(String, String)> {
+    let words = split_words(rest);
+    if words.first().is_some_and(|w| !w.contains('=')) {
+        let (k, v) = rest.trim().split_once(char::is_whitespace).unwrap_or((rest.trim(), ""));
+        return vec![(k.to_owned(), v.trim().to_owned())];
+    }
+    words.iter().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+}
+
+/// `["python3", "app.py"]`.
+fn exec_form(rest: &str) -> Option<Vec<String>> {
+    serde_json::from_str::<Vec<String>>(rest.trim()).ok()
+}
+
+fn read_from(rest: &str, origin: &Origin<'_>, found: &mut Found) {
+    let words: Vec<&str> = rest.split_whitespace().filter(|w| !w.starts_with("--platform")).collect();
+    let Some(image) = words.first() else { return };
+    let at = format!("{}:{}", origin.path.display(), origin.line);
+    let (repo, tag) = match image.rsplit_once(':') {
+        Some((r, t)) if !t.contains('/') => (r, t),
+        _ => (*image, "latest"),
+    };
+    let repo =
+        repo.trim_start_matches("docker.io/").trim_start_matches("library/").trim_start_matches("nvcr.io/");
+    let ubuntu = |v: &str| match v {
+        "20.04" => Some("focal"),
+        "22.04" => Some("jammy"),
+        "24.04" => Some("noble"),
+        _ => None,
+    };
+    match repo {
+        "nvidia/cuda" => {
+            // `12.1.1-cudnn8-runtime-ubuntu22.04`; from CUDA 12.4 the tags say `cudnn` (cuDNN 9).
+            let parts: Vec<&str> = tag.split('-').collect();
+            if let Some(cuda) = parts.first().and_then(|v| cuda_minor(v)) {
+                found.set_cuda(&cuda, &format!("{at}: FROM {image}"));
+            }
+            if let Some(c) = parts.iter().find(|p| p.starts_with("cudnn")) {
+                let major = c.trim_start_matches("cudnn");
+                found.cudnn = Some((
+                    if major.is_empty() { "9".to_owned() } else { major.to_owned() },
+                    format!("{at}: FROM {image}"),
+                ));
+            }
+            match parts.iter().find_map(|p| p.strip_prefix("ubuntu")).and_then(ubuntu) {
+                Some(suite) => found.distro = Some(("ubuntu".into(), suite.into(), format!("{at}: FROM {image}"))),
+                None => found.untranslated.push(Untranslated::new(
+                    origin.path,
+                    origin.line,
+                    &format!("FROM {image}"),
+                    "its OS is not Debian or Ubuntu; the recipe builds a Debian or Ubuntu base",
+                )),
+            }
+            found.decide(format!(
+                "{at}: FROM {image}: its CUDA and cuDNN libraries come in the image from the wheels (torch's \
+                 nvidia-* dependencies), not from the base, as on PyPI since torch 2.1"
+            ));
+        }
+        "python" => {
+            let version: String = tag.split('-').next().unwrap_or_default().to_owned();
+            if version.split('.').count() >= 2 && version.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+                let minor: Vec<&str> = version.split('.').take(2).collect();
+                found.python = Some((minor.join("."), format!("{at}: FROM {image}")));
+            }
+            if let Some(suite) = ["bookworm", "bullseye", "trixie"].into_iter().find(|s| tag.contains(s)) {
+                found.distro = Some(("debian".into(), suite.into(), format!("{at}: FROM {image}")));
+            }
+        }
+        "pytorch/pytorch" => {
+            // `2.1.0-cuda12.1-cudnn8-runtime`.
+            let parts: Vec<&str> = tag.split('-').collect();
+            if let Some(v) = parts.first().filter(|v| v.chars().next().is_some_and(|c| c.is_ascii_digit())) {
+                found.add_requirement(format!("torch=={v}"), "torch".into(), false, origin);
+            }
+            if let Some(cuda) = parts.iter().find_map(|p| p.strip_prefix("cuda")).and_then(cuda_minor) {
+                found.set_cuda(&cuda, &format!("{at}: FROM {image}"));
+            }
+            if let Some(c) = parts.iter().find_map(|p| p.strip_prefix("cudnn")) {
+                found.cudnn = Some((c.to_owned(), format!("{at}: FROM {image}")));
+            }
+            found.untranslated.push(Untranslated::new(
+                origin.path,
+                origin.line,
+                &format!("FROM {image}"),
+                "its conda Python and packages; the recipe installs torch's wheel on a Debian base instead",
+            ));
+        }
+        "ubuntu" => match ubuntu(tag).or_else(|| ["focal", "jammy", "noble"].into_iter().find(|s| *s == tag)) {
+            Some(suite) => found.distro = Some(("ubuntu".into(), suite.into(), format!("{at}: FROM {image}"))),
+            None => found.untranslated.push(Untranslated::new(origin.path, origin.line, &format!("FROM {image}"), "an Ubuntu release this init does not know")),
+        },
+        "debian" => match ["bullseye", "bookworm", "trixie"].into_iter().find(|s| tag.starts_with(s)) {
+            Some(suite) => found.distro = Some(("debian".into(), suite.into(), format!("{at}: FROM {image}"))),
+            None => found.untranslated.push(Untranslated::new(origin.path, origin.line, &format!("FROM {image}"), "a Debian release this init does not know")),
+        },
+        _ => found.untranslated.push(Untranslated::new(
+            origin.path,
+            origin.line,
+            &format!("FROM {image}"),
+            "an image whose contents init cannot tell; the recipe builds a Debian or Ubuntu base (or `[base] registry = ...` takes it as it is)",
+        )),
+    }
+}
+
+/// `12.1.1` -> `12.1`.
+fn cuda_minor(v: &str) -> Option<String> {
+    let parts: Vec<&str> = v.split('.').collect();
+    let ok =
+        parts.len() >= 2 && parts[..2].iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    ok.then(|| format!("{}.{}", parts[0], parts[1]))
+}
+
+/// A `RUN`'s shell commands, split at `&&`, `||`, `;` and `|`: `pip install` and `apt-get
+/// install` are read, the usual housekeeping is known, anything else is listed.
+fn read_run(
+    rest: &str,
+    origin: &Origin<'_>,
+    found: &mut Found,
+    stack: &mut Vec<std::path::PathBuf>,
+) -> Result<(), super::InitError> {
+    let rest = exec_form(rest).map_or_else(|| rest.to_owned(), |v| v.join(" "));
+    for command in rest.split("&&").flat_map(|c| c.split("||")).flat_map(|c| c.split(';')) {
+        let words = split_words(command.trim());
+        let Some(first) = words.first() else { continue };
+        let program = first.rsplit('/').next().unwrap_or(first);
+        let args: Vec<String> = words[1..].to_vec();
+        let is_pip = matches!(program, "pip" | "pip3")
+            || (program.starts_with("python")
+                && args.first().map(String::as_str) == Some("-m")
+                && args.get(1).map(String::as_str) == Some("pip"));
+        let is_uv_pip = program == "uv" && args.first().map(String::as_str) == Some("pip");
+        let pip_args: Option<&[String]> = if is_pip {
+            let skip = if program.starts_with("python") { 2 } else { 0 };
+            Some(&args[skip..])
+        } else if is_uv_pip {
+            Some(&args[1..])
+        } else {
+            None
+        };
+        if let Some(pip) = pip_args {
+            match pip.first().map(String::as_str) {
+                Some("install") => read_tokens(&pip[1..], origin, found, stack, false)?,
+                Some("uninstall" | "cache" | "list" | "freeze" | "check") => {}
+                _ => found.untranslated.push(Untranslated::new(
+                    origin.path,
+                    origin.line,
+                    command.trim(),
+                    "a pip command that installs nothing",
+                )),
+            }
+            continue;
+        }
+        match program {
+            "apt-get" | "apt" => match args.iter().find(|a| !a.starts_with('-')).map(String::as_str) {
+                Some("install") => {
+                    let mut it = args.iter().skip_while(|a| *a != "install").skip(1);
+                    while let Some(a) = it.next() {
+                        if a == "-o" || a == "-t" {
+                            it.next();
+                        } else if !a.starts_with('-') && !found.apt.contains(a) {
+                            found.apt.push(a.clone());
+                        }
+                    }
+                }
+                Some("update" | "clean" | "autoremove" | "upgrade" | "dist-upgrade") | None => {}
+                Some(_) => found.untranslated.push(Untranslated::new(
+                    origin.path,
+                    origin.line,
+                    command.trim(),
+                    "an apt command that is not an install",
+                )),
+            },
+            // Housekeeping an image build does itself (the base drops apt's lists and caches).
+            "rm" if command.contains("/var/lib/apt/lists") || command.contains(".cache") => {}
+            "true" | ":" | "set" | "echo" => {}
+            _ => found.untranslated.push(Untranslated::new(
+                origin.path,
+                origin.line,
+                command.trim(),
+                "a command init does not run or translate",
+            )),
+        }
+    }
+    Ok(())
+}
+
+/// `COPY . /app` of the project: where the [[source]] goes.
+fn read_copy(word: &str, rest: &str, origin: &Origin<'_>, found: &mut Found) {
+    let words: Vec<String> = exec_form(rest)
+        .unwrap_or_else(|| split_words(rest))
+        .into_iter()
+        .filter(|w| !w.starts_with("--"))
+        .collect();
+    let [sources @ .., dest] = words.as_slice() else { return };
+    if sources.iter().any(|s| s == "." || s == "./") {
+        found.source_dest = Some((
+            dest.trim_end_matches('/').to_owned(),
+            format!("{}:{}: {word} {rest}", origin.path.display(), origin.line),
+        ));
+    } else if sources.iter().all(|s| {
+        s.starts_with("requirements")
+            || s == "pyproject.toml"
+            || Path::new(s).extension().is_some_and(|e| e == "lock")
+    }) {
+        // The files a pip line reads: already read from the project.
+    } else {
+        found.untranslated.push(Untranslated::new(
+            origin.path,
+            origin.line,
+            &format!("{word} {rest}"),
+            "only the project directory goes into the image (as the [[source]]); add other trees as [[source]]s",
+        ));
+    }
+}

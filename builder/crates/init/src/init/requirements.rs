@@ -1,0 +1,360 @@
+//! pip's requirements files (<https://pip.pypa.io/en/stable/reference/requirements-file-format/>):
+//! requirement lines (PEP 508, with markers and `--hash` options), `-r`/`-c` includes relative
+//! to the including file, `--index-url`, `--extra-index-url`, `--find-links`, `-e` of the
+//! project itself, `\` continuations and `#` comments. The same tokens are read from a
+//! Dockerfile's `pip install` arguments.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr as _;
+
+use super::{Found, Untranslated};
+
+/// The largest requirements file read.
+const MAX_FILE: u64 = 4 << 20;
+/// How deep `-r` includes may nest (pip has no limit; a cycle is caught before this).
+const MAX_DEPTH: usize = 16;
+
+/// Reads `path` (and what it includes) into `found`.
+pub(super) fn read_file(path: &Path, found: &mut Found, project: &Path) -> Result<(), super::InitError> {
+    read_nested(path, found, project, &mut Vec::new(), false)
+}
+
+fn read_nested(
+    path: &Path,
+    found: &mut Found,
+    project: &Path,
+    stack: &mut Vec<PathBuf>,
+    constraints: bool,
+) -> Result<(), super::InitError> {
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    if stack.contains(&canonical) || stack.len() > MAX_DEPTH {
+        found.untranslated.push(Untranslated::new(path, 0, "-r", "an include cycle; read once"));
+        return Ok(());
+    }
+    let text = stackbuild_common::input::read_text(path, MAX_FILE, "requirements file")
+        .map_err(|source| super::InitError::Read { path: path.to_owned(), source })?;
+    found.inputs.push(path.to_owned());
+    stack.push(canonical);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    for (line_no, line) in logical_lines(&text) {
+        let origin = Origin { path, line: line_no, dir, project };
+        // A requirement line is the requirement up to its first option (` --hash=...`), as pip
+        // reads it: its marker's quotes are the marker's, not a shell's.
+        let (requirement, options) = if line.starts_with('-') {
+            ("", line.as_str())
+        } else {
+            match line.find(" -").or_else(|| line.find("\t-")) {
+                Some(at) => (line[..at].trim(), &line[at..]),
+                None => (line.as_str(), ""),
+            }
+        };
+        if !requirement.is_empty() {
+            add_requirement(requirement, &origin, found, constraints);
+        }
+        read_tokens(&split_words(options), &origin, found, stack, constraints)?;
+    }
+    stack.pop();
+    Ok(())
+}
+
+/// Where a line of requirements comes from.
+pub(super) struct Origin<'a> {
+    /// The file.
+    pub path: &'a Path,
+    /// Its line (1-based).
+    pub line: usize,
+    /// What relative includes are relative to.
+    pub dir: &'a Path,
+    /// The project directory (an `-e .` of it is the project itself).
+    pub project: &'a Path,
+}
+
+/// Reads one line's (or one `pip install`'s) words: options and requirements.
+#[allow(clippy::too_many_lines)] // one arm per pip option
+pub(super) fn read_tokens(
+    tokens: &[String],
+    origin: &Origin<'_>,
+    found: &mut Found,
+    stack: &mut Vec<PathBuf>,
+    constraints: bool,
+) -> Result<(), super::InitError> {
+    let mut i = 0;
+    let untranslated = |found: &mut Found, what: &str, why: &str| {
+        found.untranslated.push(Untranslated::new(origin.path, origin.line, what, why));
+    };
+    while i < tokens.len() {
+        let token = &tokens[i];
+        // `--opt=value` or `--opt value`.
+        let (opt, inline) = match token.split_once('=') {
+            Some((o, v)) if o.starts_with('-') => (o.to_owned(), Some(v.to_owned())),
+            _ => (token.clone(), None),
+        };
+        let takes_value = matches!(
+            opt.as_str(),
+            "-r" | "--requirement"
+                | "-c"
+                | "--constraint"
+                | "-i"
+                | "--index-url"
+                | "--extra-index-url"
+                | "-f"
+                | "--find-links"
+                | "-e"
+                | "--editable"
+                | "--hash"
+                | "--trusted-host"
+                | "--no-binary"
+                | "--only-binary"
+                | "--config-settings"
+                | "-C"
+                | "--target"
+                | "-t"
+                | "--prefix"
+                | "--root"
+        );
+        if !opt.starts_with('-') {
+            // A shell word of `pip install`: one requirement, its quotes already removed.
+            add_requirement(token, origin, found, constraints);
+            i += 1;
+            continue;
+        }
+        let value = if takes_value {
+            if let Some(v) = inline {
+                i += 1;
+                Some(v)
+            } else {
+                i += 2;
+                tokens.get(i - 1).cloned()
+            }
+        } else {
+            i += 1;
+            None
+        };
+        let value = value.unwrap_or_default();
+        match opt.as_str() {
+            "-r" | "--requirement" | "-c" | "--constraint" => {
+                let nested = origin.dir.join(&value);
+                let as_constraints = constraints || opt == "-c" || opt == "--constraint";
+                if value.contains("://") {
+                    untranslated(
+                        found,
+                        &format!("{opt} {value}"),
+                        "a remote requirements file is not fetched",
+                    );
+                } else if nested.is_file() {
+                    read_nested(&nested, found, origin.project, stack, as_constraints)?;
+                } else {
+                    untranslated(found, &format!("{opt} {value}"), "the file is not there");
+                }
+            }
+            "-i" | "--index-url" => found.set_index(value, origin),
+            "--extra-index-url" => found.add_extra_index(value, origin),
+            "-f" | "--find-links" => {
+                let links = if value.contains("://") {
+                    value
+                } else {
+                    origin.dir.join(&value).to_string_lossy().into_owned()
+                };
+                if !found.find_links.contains(&links) {
+                    found.find_links.push(links);
+                }
+            }
+            "-e" | "--editable" => {
+                let path = origin.dir.join(&value);
+                let is_project =
+                    std::fs::canonicalize(&path).ok() == std::fs::canonicalize(origin.project).ok();
+                if is_project {
+                    found.decide(format!(
+                        "{}:{}: `-e {value}` is the project itself: it goes into the image as the [[source]]",
+                        origin.path.display(),
+                        origin.line
+                    ));
+                } else {
+                    untranslated(
+                        found,
+                        &format!("-e {value}"),
+                        "an editable install of another tree; add it as a [[source]]",
+                    );
+                }
+            }
+            "--hash" => found.hashes += 1,
+            // What pip's own install takes that has no meaning for an image build.
+            "-U"
+            | "--upgrade"
+            | "--no-cache-dir"
+            | "--user"
+            | "-q"
+            | "--quiet"
+            | "-v"
+            | "--verbose"
+            | "--no-deps"
+            | "--disable-pip-version-check"
+            | "--root-user-action"
+            | "--break-system-packages"
+            | "--no-warn-script-location"
+            | "--progress-bar"
+            | "--require-hashes"
+            | "--system"
+            | "--compile" => {}
+            other => untranslated(
+                found,
+                &if value.is_empty() { other.to_owned() } else { format!("{other} {value}") },
+                "no recipe field says this; the build uses wheels from the index",
+            ),
+        }
+    }
+    Ok(())
+}
+
+/// One requirement (PEP 508), with its markers; paths, URLs other than wheels and VCS links are
+/// listed as not translated.
+fn add_requirement(text: &str, origin: &Origin<'_>, found: &mut Found, constraint: bool) {
+    // `.` / `./pkg` / `file:...` of the project itself.
+    let path = origin.dir.join(text);
+    if (text.starts_with('.') || text.starts_with('/')) && path.exists() {
+        let is_project = std::fs::canonicalize(&path).ok() == std::fs::canonicalize(origin.project).ok();
+        if is_project {
+            found.decide(format!(
+                "{}:{}: `{text}` is the project itself: it goes into the image as the [[source]]",
+                origin.path.display(),
+                origin.line
+            ));
+        } else {
+            found.untranslated.push(Untranslated::new(
+                origin.path,
+                origin.line,
+                text,
+                "a local tree to build; add it as a [[source]]",
+            ));
+        }
+        return;
+    }
+    if ["git+", "hg+", "svn+", "bzr+"].iter().any(|p| text.starts_with(p)) || text.starts_with("http") {
+        found.untranslated.push(Untranslated::new(
+            origin.path,
+            origin.line,
+            text,
+            "a VCS or URL reference to something to build: build a wheel and give it as [[python.wheel]], or add the tree as a [[source]]",
+        ));
+        return;
+    }
+    match pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(text) {
+        Ok(req) => {
+            if let Some(pep508_rs::VersionOrUrl::Url(url)) = &req.version_or_url {
+                let is_wheel =
+                    url.to_string().split(['#', '?']).next().is_some_and(|p| {
+                        Path::new(p).extension().is_some_and(|e| e.eq_ignore_ascii_case("whl"))
+                    });
+                let why = if is_wheel {
+                    "a direct reference to a wheel: download it and give it as [[python.wheel]] (with its sha256)"
+                } else {
+                    "a direct reference to something to build (VCS or sdist): build a wheel and give it as [[python.wheel]]"
+                };
+                found.untranslated.push(Untranslated::new(origin.path, origin.line, text, why));
+                return;
+            }
+            found.add_requirement(req.to_string(), req.name.to_string(), constraint, origin);
+        }
+        Err(e) => found.untranslated.push(Untranslated::new(
+            origin.path,
+            origin.line,
+            text,
+            &format!("not a PEP 508 requirement: {}", e.message),
+        )),
+    }
+}
+
+/// The file's logical lines: `\` continuations joined, comments (`#` at the start or after
+/// whitespace) removed, blank lines dropped; each with the number of its first line.
+pub(super) fn logical_lines(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut start = 0;
+    for (i, raw) in text.lines().enumerate() {
+        if current.is_empty() {
+            start = i + 1;
+        }
+        let line = strip_comment(raw);
+        if let Some(head) = line.strip_suffix('\\') {
+            current.push_str(head);
+            current.push(' ');
+            continue;
+        }
+        current.push_str(line);
+        let done = current.trim().to_owned();
+        if !done.is_empty() {
+            out.push((start, done));
+        }
+        current.clear();
+    }
+    if !current.trim().is_empty() {
+        out.push((start, current.trim().to_owned()));
+    }
+    out
+}
+
+fn strip_comment(line: &str) -> &str {
+    let bytes = line.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'#' && (i == 0 || bytes[i - 1].is_ascii_whitespace()) {
+            return line[..i].trim_end();
+        }
+    }
+    line.trim_end()
+}
+
+/// Words as a POSIX shell splits them, with `'...'` and `"..."` quoting and `\` escapes; no
+/// expansion of any kind (nothing is run).
+pub(super) fn split_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    word.push(q);
+                }
+            }
+            '"' => {
+                in_word = true;
+                while let Some(q) = chars.next() {
+                    match q {
+                        '"' => break,
+                        '\\' => {
+                            if let Some(n) = chars.next() {
+                                word.push(n);
+                            }
+                        }
+                        _ => word.push(q),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                if let Some(n) = chars.next() {
+                    word.push(n);
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    words
+}
