@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use stackbuild_k8s::affinity::{self, Options};
-use stackbuild_image::oci::{self, Image, ImageConfig, RuntimeConfig};
+use stackbuild_k8s::AffinityOptions as Options;
+use stackbuild_image::{Image, ImageConfig, RuntimeConfig};
 use stackhook::contract::image::DeviceSelection;
 use stackhook::contract::require::RequirementSet;
 use stackhook::diagnose::{self, Request, Severity, Verdict};
@@ -20,7 +20,7 @@ use stackhook::labels;
 /// Writes an OCI layout (tag `test`) and an archive of an image with no layers and `env`.
 fn write_image(dir: &Path, env: &[&str]) -> (String, String) {
     let config = ImageConfig {
-        created: Some(oci::rfc3339(0)),
+        created: Some(stackbuild_image::rfc3339(0)),
         architecture: "amd64".into(),
         os: "linux".into(),
         config: RuntimeConfig {
@@ -31,9 +31,9 @@ fn write_image(dir: &Path, env: &[&str]) -> (String, String) {
     };
     let image = Image::new(config, Vec::new(), BTreeMap::new()).unwrap();
     let layout = dir.join("layout");
-    oci::write_layout(&layout, &image, "test").unwrap();
+    stackbuild_image::write_layout(&layout, &image, "test").unwrap();
     let archive = dir.join("image.tar");
-    oci::write_archive(&archive, &image, "affinity-test:latest").unwrap();
+    stackbuild_image::write_archive(&archive, &image, "affinity-test:latest").unwrap();
     (format!("{}:test", layout.display()), archive.display().to_string())
 }
 
@@ -141,8 +141,8 @@ fn image_affinity_agrees_with_the_hook() {
         let env: Vec<&str> = env.iter().map(String::as_str).collect();
         let (layout, archive) = write_image(&dir, &env);
         let options = Options { require_ready: false };
-        let from_layout = affinity::for_image(&layout, &[], &options).unwrap();
-        let from_archive = affinity::for_image(&archive, &[], &options).unwrap();
+        let from_layout = stackbuild_k8s::affinity_for_image(&layout, &[], &options).unwrap();
+        let from_archive = stackbuild_k8s::affinity_for_image(&archive, &[], &options).unwrap();
         assert_eq!(from_layout.terms, from_archive.terms, "{}", preset.name());
         yaml.push_str(&from_layout.to_yaml(preset.name()));
         yaml.push('\n');
@@ -155,7 +155,7 @@ fn image_affinity_agrees_with_the_hook() {
 
         // With host readiness required (the default), the verdict is the hook's whole one.
         if node.real_device_nodes {
-            let full = affinity::for_image(&layout, &[], &Options::default()).unwrap().to_json();
+            let full = stackbuild_k8s::affinity_for_image(&layout, &[], &Options::default()).unwrap().to_json();
             assert_eq!(selects(&full, &node.labels), selected, "{}", preset.name());
             assert_eq!(hook_allows(&node, &set), selected, "{}", preset.name());
         }
@@ -204,8 +204,8 @@ fn selector_is_never_wider_than_the_hook() {
     let mut table = String::new();
     for requires in matrix {
         let set = requirement_set(requires);
-        let json = affinity::node_affinity(&set, &Options { require_ready: false }).unwrap().to_json();
-        let full = affinity::node_affinity(&set, &Options::default()).unwrap().to_json();
+        let json = stackbuild_k8s::node_affinity(&set, &Options { require_ready: false }).unwrap().to_json();
+        let full = stackbuild_k8s::node_affinity(&set, &Options::default()).unwrap().to_json();
         let mut name = requires.join(" & ");
         if name.len() > 56 {
             name = format!("{}...", &name[..53]);

@@ -290,7 +290,7 @@ fn skip_reason(probe: &Path) -> Option<String> {
 
 /// Whether the first mirror of the host's apt sources (what mmdebstrap is given) answers.
 fn mirror_reachable() -> Result<(), String> {
-    let sources = stackbuild_image::base::host_apt_sources().map_err(|e| format!("no apt sources: {e}"))?;
+    let sources = stackbuild_image::host_apt_sources().map_err(|e| format!("no apt sources: {e}"))?;
     // `URIs:` of deb822 stanzas, `deb URL ...` lines of the one-line format; not comments.
     let url = sources
         .lines()

@@ -26,8 +26,8 @@ use std::sync::Arc;
 use kube_cel::cel::objects::{Key as CelKey, Value as Cel};
 use kube_cel::cel::{Context, Program};
 use kube_cel::KubeCelExt;
-use stackbuild_k8s::claim::{self, Options};
-use stackbuild_image::oci::{self, Image, ImageConfig, RuntimeConfig};
+use stackbuild_k8s::ClaimOptions as Options;
+use stackbuild_image::{Image, ImageConfig, RuntimeConfig};
 use stackhook::contract::image::{ContainerRequest, DeviceSelection};
 use stackhook::contract::kb;
 use stackhook::contract::require::{CudaBound, Expr, Key, Requirement, RequirementSet, Term};
@@ -87,8 +87,8 @@ impl Device {
             attrs.insert(CelKey::String(Arc::new((*k).to_owned())), semver(v));
         }
         let mut domains: HashMap<CelKey, Cel> = HashMap::new();
-        let ours = if driver == claim::DOMAIN { attrs } else { HashMap::new() };
-        domains.insert(CelKey::String(Arc::new(claim::DOMAIN.to_owned())), Cel::Map(ours.into()));
+        let ours = if driver == stackbuild_k8s::DOMAIN { attrs } else { HashMap::new() };
+        domains.insert(CelKey::String(Arc::new(stackbuild_k8s::DOMAIN.to_owned())), Cel::Map(ours.into()));
         let mut device: HashMap<CelKey, Cel> = HashMap::new();
         device.insert(CelKey::String(Arc::new("driver".into())), Cel::String(Arc::new(driver.to_owned())));
         device.insert(CelKey::String(Arc::new("attributes".into())), Cel::Map(domains.into()));
@@ -271,10 +271,10 @@ fn recipe_requirements() -> Vec<(String, Vec<(String, String)>)> {
         .collect();
     names.sort();
     for path in names {
-        let recipe = stackbuild_recipe::recipe::Recipe::load(&path).unwrap();
-        let report = stackbuild_check::check::check(
+        let recipe = stackbuild_recipe::Recipe::load(&path).unwrap();
+        let report = stackbuild_check::check(
             &recipe,
-            &stackbuild_check::check::CheckOptions { offline: true, cache_dir: None },
+            &stackbuild_check::CheckOptions { offline: true, cache_dir: None },
         )
         .unwrap();
         for stack in &report.stacks {
@@ -286,7 +286,7 @@ fn recipe_requirements() -> Vec<(String, Vec<(String, String)>)> {
     // as the build derived them from the fat binaries, not as `check` predicts them.
     let built = test_support::tools::workspace().join("images/dreamzero");
     if built.join("index.json").is_file() {
-        let request = stackbuild_k8s::affinity::image_request(built.to_str().unwrap(), &[]).unwrap();
+        let request = stackbuild_k8s::image_request(built.to_str().unwrap(), &[]).unwrap();
         let reqs = request.requirements.entries.iter().map(|r| (r.source.clone(), r.written())).collect();
         out.push(("images/dreamzero (built)".to_owned(), reqs));
     } else {
@@ -375,10 +375,10 @@ fn claim_selects_exactly_the_devices_the_hook_allows() {
         let request = request_of(&reqs);
         let options = Options { name: "t-gpu".into(), count: Some(1), mig: false };
         let set = device_part(&request.requirements);
-        let c = match claim::for_request(&request, &options) {
+        let c = match stackbuild_k8s::for_request(&request, &options) {
             Ok(c) => c,
             // No claim: no device may be handed out, so the hook must allow none of them.
-            Err(e @ claim::ClaimError::Unsatisfiable { .. }) => {
+            Err(e @ stackbuild_k8s::ClaimError::Unsatisfiable { .. }) => {
                 for (where_, verdict) in verdicts(&hosts, &set) {
                     match verdict {
                         Hook::CannotTell => cannot_tell += 1,
@@ -410,7 +410,7 @@ fn claim_selects_exactly_the_devices_the_hook_allows() {
                     slices.push(device.slice_entry());
                 }
                 let verdict = hook_on(probe, id, &set);
-                let picked = selects(&programs, &device.cel(claim::DOMAIN));
+                let picked = selects(&programs, &device.cel(stackbuild_k8s::DOMAIN));
                 if label.starts_with("dreamzero.toml") || label.starts_with("images/dreamzero") {
                     let key =
                         format!("{label} | {host}: {}", if picked { "selected" } else { "not selected" });
@@ -426,7 +426,7 @@ fn claim_selects_exactly_the_devices_the_hook_allows() {
                         let reads = c.selectors.iter().any(|s| s.expression.contains(&format!("].{attr}.")));
                         if reads {
                             assert!(
-                                !selects(&programs, &lacking.cel(claim::DOMAIN)),
+                                !selects(&programs, &lacking.cel(stackbuild_k8s::DOMAIN)),
                                 "{label}: selected without {attr}"
                             );
                         }
@@ -475,7 +475,7 @@ fn claim_selects_exactly_the_devices_the_hook_allows() {
 /// driver name the tables list.
 #[test]
 fn forward_compat_products_match_the_tables() {
-    let program = Program::compile(&claim::forward_compat_products()).unwrap();
+    let program = Program::compile(&stackbuild_k8s::forward_compat_products()).unwrap();
     for m in kb::all_gpus() {
         for name in &m.model_names {
             let device = Device {
@@ -484,7 +484,7 @@ fn forward_compat_products_match_the_tables() {
                 versions: BTreeMap::new(),
             };
             let mut ctx = Context::default().with_all();
-            ctx.add_variable_from_value("device", device.cel(claim::DOMAIN));
+            ctx.add_variable_from_value("device", device.cel(stackbuild_k8s::DOMAIN));
             let fc = matches!(program.execute(&ctx), Ok(Cel::Bool(true)));
             let model = kb::gpu_by_model_name(name).unwrap();
             assert_eq!(fc, model.forward_compat, "{name} ({})", model.name);
@@ -547,7 +547,7 @@ fn validate_slices(dir: &Path, devices: &[serde_json::Value]) {
         "kind": "ResourceSlice",
         "metadata": {"name": "node-1-gpu.nvidia.com"},
         "spec": {
-            "driver": claim::DOMAIN,
+            "driver": stackbuild_k8s::DOMAIN,
             "nodeName": "node-1",
             "pool": {"name": "node-1", "generation": 1, "resourceSliceCount": 1},
             "devices": devices.iter().take(128).collect::<Vec<_>>(),
@@ -561,14 +561,14 @@ fn validate_slices(dir: &Path, devices: &[serde_json::Value]) {
 /// Writes an OCI layout of an image whose config carries `env`.
 fn write_image(dir: &Path, env: &[String]) -> String {
     let config = ImageConfig {
-        created: Some(oci::rfc3339(0)),
+        created: Some(stackbuild_image::rfc3339(0)),
         architecture: "amd64".into(),
         os: "linux".into(),
         config: RuntimeConfig { env: env.to_vec(), ..RuntimeConfig::default() },
         ..ImageConfig::default()
     };
     let image = Image::new(config, Vec::new(), BTreeMap::new()).unwrap();
-    oci::write_layout(dir, &image, "latest").unwrap();
+    stackbuild_image::write_layout(dir, &image, "latest").unwrap();
     dir.display().to_string()
 }
 

@@ -5,7 +5,7 @@
 //!   in `deploy/debian/*.lintian-overrides`, and every override is used;
 //! - `dpkg -i` installs both into a throwaway Debian bookworm root: mmdebstrap's `apt` variant
 //!   plus the packages' own `Depends`, from the host's apt sources as the builder makes its
-//!   bases (`stackbuild_image::base::host_apt_sources`), kept as a tar under `target/deb-test/` for a
+//!   bases (`stackbuild_image::host_apt_sources`), kept as a tar under `target/deb-test/` for a
 //!   week. A real bookworm root, not the host: only there does `dpkg -i` show that the
 //!   dependencies are bookworm's and enough (stackbuild is linked against them), that the
 //!   maintainer scripts add nothing but the packages' files, and that removal leaves the tree as
@@ -526,7 +526,7 @@ fn in_bookworm(name: &str) -> bool {
 /// apt sources; the tar is kept in `target/deb-test/` (one per package list and sources) and
 /// reused for [`ROOT_CACHE_AGE`].
 fn bookworm_root(dir: &Path, include: &[String]) -> Result<PathBuf, String> {
-    let sources = stackbuild_image::base::host_apt_sources().map_err(|e| e.to_string())?;
+    let sources = stackbuild_image::host_apt_sources().map_err(|e| e.to_string())?;
     let mut key = std::hash::DefaultHasher::new();
     (SUITE, include, &sources).hash(&mut key);
     let cache = workspace().join("target/deb-test");

@@ -16,9 +16,9 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use stackbuild_cache::cache::Cache;
-use stackbuild_common::compression::Compression;
-use stackbuild_image::layer::{self, LayerWriter};
+use stackbuild_cache::Cache;
+use stackbuild_common::Compression;
+use stackbuild_image::LayerWriter;
 
 #[derive(Debug, Parser)]
 #[command(about = "Benchmark helper: times the layer writer on a tree")]
@@ -45,7 +45,7 @@ enum Command {
 fn pack(tree: &Path, cache: PathBuf, compression: Compression) -> anyhow::Result<()> {
     let cache_dir = cache.clone();
     let cache = Cache::open(cache).with_context(|| format!("opening cache {}", cache_dir.display()))?;
-    let epoch = layer::source_date_epoch()?;
+    let epoch = stackbuild_image::source_date_epoch()?;
     let start = Instant::now();
     let mut writer = LayerWriter::new(&cache, epoch);
     writer.add_dir(tree, "").with_context(|| format!("walking {}", tree.display()))?;

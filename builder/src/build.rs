@@ -26,20 +26,13 @@ use std::time::Instant;
 use stackcontract::image::StackManifest;
 
 use platform::PlatformBuilder;
-use stackbuild_cache::cache::{Cache, LayerKey};
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_common::compression::Compression;
-use stackbuild_common::platform::Platform;
-use stackbuild_image::layer;
-use stackbuild_image::oci::{self, Image};
-use stackbuild_image::sbom;
-use stackbuild_python::fetch;
-use stackbuild_python::lock::Lock;
-use stackbuild_python::solve;
-use stackbuild_python::wheel;
-use stackbuild_recipe::recipe::Recipe;
-use stackbuild_source::patch;
-use stackbuild_source::source;
+use stackbuild_cache::{Cache, LayerKey};
+use stackbuild_common::Compression;
+use stackbuild_common::LayerBlob;
+use stackbuild_common::Platform;
+use stackbuild_image::Image;
+use stackbuild_python::Lock;
+use stackbuild_recipe::Recipe;
 
 /// Errors of a build, each naming what failed.
 #[derive(Debug, thiserror::Error)]
@@ -83,38 +76,38 @@ pub enum BuildError {
     },
     /// I/O on a path.
     #[error(transparent)]
-    Io(#[from] stackbuild_common::io_error::IoError),
+    Io(#[from] stackbuild_common::IoError),
     /// A file the recipe names (a patch, a base archive) that is not a readable regular file.
     #[error(transparent)]
-    Input(#[from] stackbuild_common::input::InputError),
+    Input(#[from] stackbuild_common::InputError),
     /// Lock file.
     #[error(transparent)]
-    Lock(#[from] stackbuild_python::lock::LockError),
+    Lock(#[from] stackbuild_python::LockError),
     /// Resolution.
     #[error(transparent)]
-    Solve(#[from] solve::SolveError),
+    Solve(#[from] stackbuild_python::SolveError),
     /// Downloads.
     #[error(transparent)]
-    Fetch(#[from] stackbuild_python::artifact::FetchError),
+    Fetch(#[from] stackbuild_python::FetchError),
     /// The recipe's `[python] lock` could not be used.
     #[error(transparent)]
-    GivenLock(#[from] stackbuild_python::given_lock::GivenLockError),
+    GivenLock(#[from] stackbuild_python::GivenLockError),
     /// Cache.
     #[error(transparent)]
-    Cache(#[from] stackbuild_cache::cache::CacheError),
+    Cache(#[from] stackbuild_cache::CacheError),
     /// Layers.
     #[error(transparent)]
-    Layer(#[from] layer::LayerError),
+    Layer(#[from] stackbuild_image::LayerError),
     /// Base.
     #[error(transparent)]
-    Base(#[from] stackbuild_image::base::BaseError),
+    Base(#[from] stackbuild_image::BaseError),
     /// Wheel installation.
     #[error("installing {wheel}: {source}")]
     Wheel {
         /// The wheel's file name.
         wheel: String,
         /// The error (boxed: it is the largest of these errors).
-        source: Box<wheel::WheelError>,
+        source: Box<stackbuild_python::WheelError>,
     },
     /// Source staging.
     #[error("source {name:?}: {source}")]
@@ -122,37 +115,37 @@ pub enum BuildError {
         /// The source.
         name: String,
         /// The error.
-        source: source::SourceError,
+        source: stackbuild_source::SourceError,
     },
     /// A patch that does not apply.
     #[error(transparent)]
-    Patch(#[from] patch::PatchError),
+    Patch(#[from] stackbuild_source::PatchError),
     /// Compiling the bytecode failed.
     #[error(transparent)]
-    Bytecode(#[from] stackbuild_python::bytecode::BytecodeError),
+    Bytecode(#[from] stackbuild_python::BytecodeError),
     /// Image output.
     #[error(transparent)]
-    Oci(#[from] oci::OciError),
+    Oci(#[from] stackbuild_image::OciError),
     /// An output path (`--out`, `--archive`) that is not ours to write.
     #[error(transparent)]
-    Output(#[from] stackbuild_image::output::OutputError),
+    Output(#[from] stackbuild_image::OutputError),
     /// `--load`.
     #[error(transparent)]
-    Load(#[from] stackbuild_image::load::LoadError),
+    Load(#[from] stackbuild_image::LoadError),
     /// The audit found errors.
     #[error("the image's libraries do not resolve:\n{0}")]
     Audit(String),
     /// The audit could not run.
     #[error(transparent)]
-    AuditFailed(#[from] stackbuild_audit::audit::AuditError),
+    AuditFailed(#[from] stackbuild_audit::AuditError),
     /// `--push` or a registry base.
     #[error(transparent)]
-    Registry(#[from] stackbuild_image::registry::RegistryError),
+    Registry(#[from] stackbuild_image::RegistryError),
 }
 
-/// [`stackbuild_common::io_error::io_err`], already a [`BuildError`] (also where no `?` converts it).
+/// [`stackbuild_common::io_err`], already a [`BuildError`] (also where no `?` converts it).
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BuildError + 'a {
-    move |source| stackbuild_common::io_error::io_err(op, path)(source).into()
+    move |source| stackbuild_common::io_err(op, path)(source).into()
 }
 
 /// How to build.
@@ -218,7 +211,7 @@ pub struct LayerReport {
     pub source: LayerSource,
     /// The `.pyc` this layer holds that the build compiled (Python layers and patched files).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub bytecode: Option<stackbuild_python::bytecode::Added>,
+    pub bytecode: Option<stackbuild_python::Added>,
 }
 
 /// Where a layer of the result came from.
@@ -269,12 +262,12 @@ pub struct BuildReport {
     /// The stack description written into the image.
     pub stack: StackManifest,
     /// The library audit (static ldd) of the image.
-    pub audit: Option<stackbuild_audit::audit::AuditReport>,
+    pub audit: Option<stackbuild_audit::AuditReport>,
     /// The registry push, when asked for.
-    pub push: Option<stackbuild_image::registry::PushReport>,
+    pub push: Option<stackbuild_image::PushReport>,
     /// The SBOM documents attached to the pushed image as OCI referrers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub referrers: Vec<stackbuild_image::registry::ReferrerReport>,
+    pub referrers: Vec<stackbuild_image::ReferrerReport>,
     /// The SBOM files `--sbom DIR` wrote.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sbom_files: Vec<PathBuf>,
@@ -296,7 +289,7 @@ pub struct PlatformReport {
     /// Its layers, base first.
     pub layers: Vec<LayerReport>,
     /// Its library audit.
-    pub audit: Option<stackbuild_audit::audit::AuditReport>,
+    pub audit: Option<stackbuild_audit::AuditReport>,
 }
 
 /// One platform's image, assembled but not written.
@@ -305,7 +298,7 @@ struct PlatformBuild {
     image: Image,
     layers: Vec<LayerReport>,
     stack: StackManifest,
-    sbom: sbom::Sbom,
+    sbom: stackbuild_image::Sbom,
 }
 
 /// Resolves (or reads the lock) and returns the locked wheels for `platform`, updating the
@@ -332,28 +325,24 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
     let mut lock = Lock::new(recipe);
     if let Some((py, given)) = recipe.python.as_ref().and_then(|p| Some((p, p.lock.as_deref()?))) {
         // The project's own lock: its wheels, as they are; nothing is resolved.
-        let given = stackbuild_python::given_lock::GivenLock::load(given)?;
-        for target in solve::targets(recipe) {
+        let given = stackbuild_python::GivenLock::load(given)?;
+        for target in stackbuild_python::targets(recipe) {
             let chosen = given.select(&target)?;
             tracing::info!("{} wheel(s) from {} for {target}", chosen.len(), given.path.display());
-            let artifacts =
-                stackbuild_python::given_lock::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
-                    stackbuild_python::download::Config::for_lock_urls(
-                        py.sources(),
-                        Some(&pip_settings_dir(cache)),
-                    )
-                })?;
+            let artifacts = stackbuild_python::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
+                stackbuild_python::Config::for_lock_urls(py.sources(), Some(&pip_settings_dir(cache)))
+            })?;
             lock.set_packages(target.platform, &artifacts);
         }
     } else if let Some(python) = &recipe.python {
-        for target in solve::targets(recipe) {
+        for target in stackbuild_python::targets(recipe) {
             tracing::info!("resolving {} package(s) for {target}", python.packages.len());
             // The stale lock's pins for this platform, kept where the recipe allows
-            // (`solve::resolve`).
+            // (`stackbuild_python::resolve`).
             let prefer = existing.as_ref().map(|l| l.pins_for(target.platform)).unwrap_or_default();
-            let pins = solve::resolve(python, &target, &prefer)?;
-            fetch::import_local_wheels(&python.wheels, &pins, &target, &artifact_dir(cache))?;
-            let artifacts = fetch::fetch_wheels(
+            let pins = stackbuild_python::resolve(python, &target, &prefer)?;
+            stackbuild_python::import_local_wheels(&python.wheels, &pins, &target, &artifact_dir(cache))?;
+            let artifacts = stackbuild_python::fetch_wheels(
                 &pins,
                 &target,
                 python.sources(),
@@ -388,7 +377,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     let remote = opts
         .cache_registry
         .as_deref()
-        .map(|spec| stackbuild_image::registry::RemoteCache::new(spec, registry_client(opts)))
+        .map(|spec| stackbuild_image::RemoteCache::new(spec, registry_client(opts)))
         .transpose()?;
     let mut cache = match &opts.cache_dir {
         Some(dir) => Cache::open(dir)?,
@@ -398,14 +387,14 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         cache = cache.with_remote(remote);
     }
     let _guard = cache.lock()?;
-    let epoch = layer::source_date_epoch()?;
+    let epoch = stackbuild_image::source_date_epoch()?;
     let out = opts.out.clone().unwrap_or_else(|| PathBuf::from("images").join(&recipe.image.name));
     // Before any work: what is at the output paths must be ours to write (checked again when
     // writing).
-    stackbuild_image::output::check_layout_dir(&out)?;
+    stackbuild_image::check_layout_dir(&out)?;
     if let Some(archive) = &opts.archive {
-        stackbuild_image::output::check_output_file("--archive", archive)?;
-        stackbuild_image::output::check_distinct(archive, &out)?;
+        stackbuild_image::check_output_file("--archive", archive)?;
+        stackbuild_image::check_distinct(archive, &out)?;
     }
     let lock = lock_recipe(recipe, opts.locked, false, &cache)?;
     let reference = format!("{}:{}", recipe.image.name, recipe.image.tag);
@@ -426,9 +415,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     }
     // `--load` takes each layer of the host's image into the daemon as soon as it is written.
     let mut loader = match archived.filter(|_| opts.load) {
-        Some(i) => {
-            Some(stackbuild_image::load::Loader::start(&reference, recipe.image.platforms[i], &cache)?)
-        }
+        Some(i) => Some(stackbuild_image::Loader::start(&reference, recipe.image.platforms[i], &cache)?),
         None => None,
     };
     let mut builds = Vec::with_capacity(recipe.image.platforms.len());
@@ -437,7 +424,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             tracing::info!("platform {platform}");
         }
         // Base, download (logged on its own) and layers.
-        let _stage = stackbuild_common::progress::Stage::start(format!("build of {platform}"));
+        let _stage = stackbuild_common::Stage::start(format!("build of {platform}"));
         let mut b = PlatformBuilder::new(recipe, platform, &lock, &cache, &out, opts, epoch);
         b.loader = loader.as_ref().filter(|_| archived == Some(i));
         builds.push(build_platform(b)?);
@@ -447,9 +434,9 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
 
     // The audit reads the layers from the cache, before the output is touched: an image that
     // fails it is never written.
-    let mut audits: Vec<Option<stackbuild_audit::audit::AuditReport>> = vec![None; builds.len()];
+    let mut audits: Vec<Option<stackbuild_audit::AuditReport>> = vec![None; builds.len()];
     if opts.audit {
-        let _stage = stackbuild_common::progress::Stage::start("audit");
+        let _stage = stackbuild_common::Stage::start("audit");
         for (i, b) in builds.iter().enumerate() {
             let mut report = audit_cached(&cache, &b.image)?;
             for ignore in &recipe.audit_ignore {
@@ -472,12 +459,12 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
             audits[i] = Some(report);
         }
     }
-    let write = stackbuild_common::progress::Stage::start("write");
-    let digest = stackbuild_image::output::write_layout(&out, &images, &recipe.image.tag)?;
+    let write = stackbuild_common::Stage::start("write");
+    let digest = stackbuild_image::write_out_layout(&out, &images, &recipe.image.tag)?;
     if let Some(image) = archived.and_then(|i| images.get(i)) {
         if let Some(archive) = &opts.archive {
-            stackbuild_image::output::check_output_file("--archive", archive)?;
-            oci::write_archive(archive, image, &reference)?;
+            stackbuild_image::check_output_file("--archive", archive)?;
+            stackbuild_image::write_archive(archive, image, &reference)?;
             tracing::info!("wrote {}", archive.display());
         }
         if let Some(loader) = loader.take() {
@@ -494,14 +481,10 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
     };
     let push = match &opts.push {
         Some(dest) => {
-            let dest = stackbuild_image::registry::Reference::parse(dest)?;
-            let _stage = stackbuild_common::progress::Stage::start("push");
-            let report = stackbuild_image::registry::push_layout(
-                &registry_client(opts),
-                &out,
-                Some(&recipe.image.tag),
-                &dest,
-            )?;
+            let dest = stackbuild_image::Reference::parse(dest)?;
+            let _stage = stackbuild_common::Stage::start("push");
+            let report =
+                stackbuild_image::push_layout(&registry_client(opts), &out, Some(&recipe.image.tag), &dest)?;
             tracing::info!(
                 "pushed {dest}: {} blob(s) uploaded, {} already there, {} mounted ({} requests)",
                 report.blobs_uploaded,
@@ -551,21 +534,21 @@ fn push_sbom_referrers(
     builds: &[PlatformBuild],
     dest: &str,
     opts: &BuildOptions,
-) -> Result<Vec<stackbuild_image::registry::ReferrerReport>, BuildError> {
-    let dest = stackbuild_image::registry::Reference::parse(dest)?;
+) -> Result<Vec<stackbuild_image::ReferrerReport>, BuildError> {
+    let dest = stackbuild_image::Reference::parse(dest)?;
     let client = registry_client(opts);
     let mut reports = Vec::new();
     for b in builds {
-        let subject = stackbuild_image::registry::Subject {
-            media_type: oci::MEDIA_TYPE_MANIFEST.to_owned(),
+        let subject = stackbuild_image::Subject {
+            media_type: stackbuild_image::MEDIA_TYPE_MANIFEST.to_owned(),
             digest: b.image.manifest_digest()?,
             size: b.image.manifest_json()?.len() as u64,
         };
-        for (media_type, bytes) in
-            [(sbom::SPDX_MEDIA_TYPE, &b.sbom.spdx), (sbom::CYCLONEDX_MEDIA_TYPE, &b.sbom.cyclonedx)]
-        {
-            let report =
-                stackbuild_image::registry::push_referrer(&client, &dest, &subject, media_type, bytes)?;
+        for (media_type, bytes) in [
+            (stackbuild_image::SPDX_MEDIA_TYPE, &b.sbom.spdx),
+            (stackbuild_image::CYCLONEDX_MEDIA_TYPE, &b.sbom.cyclonedx),
+        ] {
+            let report = stackbuild_image::push_referrer(&client, &dest, &subject, media_type, bytes)?;
             tracing::info!(
                 "attached {media_type} to {}: {} ({})",
                 subject.digest,
@@ -592,7 +575,7 @@ fn write_sbom_files(builds: &[PlatformBuild], dir: &Path, name: &str) -> Result<
         };
         for (ext, bytes) in [("spdx.json", &b.sbom.spdx), ("cdx.json", &b.sbom.cyclonedx)] {
             let path = dir.join(format!("{stem}.{ext}"));
-            stackbuild_common::atomic::write_atomic(&path, bytes).map_err(io("writing", &path))?;
+            stackbuild_common::write_atomic(&path, bytes).map_err(io("writing", &path))?;
             files.push(path);
         }
     }
@@ -616,27 +599,26 @@ fn build_platform(mut b: PlatformBuilder<'_>) -> Result<PlatformBuild, BuildErro
     Ok(PlatformBuild { platform, image, layers, stack, sbom })
 }
 
-fn registry_client(opts: &BuildOptions) -> stackbuild_image::registry::Client {
-    stackbuild_image::registry::Client::new(opts.insecure_registries.iter().cloned())
+fn registry_client(opts: &BuildOptions) -> stackbuild_image::Client {
+    stackbuild_image::Client::new(opts.insecure_registries.iter().cloned())
 }
 
 /// The audit of an image, reused from the cache when the same manifest was audited before (a
 /// no-change rebuild must not re-read gigabytes of layers).
-fn audit_cached(cache: &Cache, image: &Image) -> Result<stackbuild_audit::audit::AuditReport, BuildError> {
+fn audit_cached(cache: &Cache, image: &Image) -> Result<stackbuild_audit::AuditReport, BuildError> {
     let digest = image.manifest_digest()?;
-    let name =
-        format!("v{}-{}.json", stackbuild_audit::audit::POLICY_VERSION, digest.trim_start_matches("sha256:"));
+    let name = format!("v{}-{}.json", stackbuild_audit::POLICY_VERSION, digest.trim_start_matches("sha256:"));
     let path = cache.root().join("audits").join(name);
     if let Some(report) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
         return Ok(report);
     }
-    let layers = stackbuild_audit::audit::LayerTap::cache_dir(cache.root());
-    let report = stackbuild_audit::audit::audit_image_cached(image, &layers)?;
+    let layers = stackbuild_audit::LayerTap::cache_dir(cache.root());
+    let report = stackbuild_audit::audit_image_cached(image, &layers)?;
     if let Ok(json) = serde_json::to_vec(&report) {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
         }
-        stackbuild_cache::cache::write_atomic(&path, &json).map_err(io("writing", &path))?;
+        stackbuild_cache::write_atomic(&path, &json).map_err(io("writing", &path))?;
     }
     Ok(report)
 }
@@ -669,7 +651,7 @@ fn must_verify(blob: &LayerBlob, out: &Path, opts: &BuildOptions) -> bool {
     if opts.archive.is_some() || opts.load {
         return true;
     }
-    let Ok(hex) = stackbuild_cache::cache::sha256_hex(&blob.digest) else { return true };
+    let Ok(hex) = stackbuild_cache::sha256_hex(&blob.digest) else { return true };
     let placed = out.join("blobs").join("sha256").join(hex);
     !std::fs::symlink_metadata(placed).is_ok_and(|m| m.is_file() && m.len() == blob.size)
 }

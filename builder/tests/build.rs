@@ -231,7 +231,7 @@ fn bases_from_an_archive_and_the_docker_daemon() {
     let from_archive = build(&second, &cache, &tmp.path().join("second"), &[]);
     ok(&from_archive);
     let diff_ids = |layout: &Path| -> Vec<String> {
-        let image = stackbuild_image::oci::read_layout(layout, Some("test")).unwrap();
+        let image = stackbuild_image::read_layout(layout, Some("test")).unwrap();
         image.config.rootfs.diff_ids
     };
     let archive_ids = diff_ids(&tmp.path().join("second"));
@@ -259,8 +259,7 @@ fn bases_from_an_archive_and_the_docker_daemon() {
         assert!(out.status.success(), "umoci config: {}", String::from_utf8_lossy(&out.stderr));
         let fourth = write("fourth.toml", &format!("[base]\noci = \"{}:test\"\n", layout.display()));
         ok(&build(&fourth, &cache, &tmp.path().join("fourth"), &[]));
-        let config =
-            stackbuild_image::oci::read_layout(&tmp.path().join("fourth"), Some("test")).unwrap().config;
+        let config = stackbuild_image::read_layout(&tmp.path().join("fourth"), Some("test")).unwrap().config;
         let json = serde_json::to_value(&config).unwrap();
         assert_eq!(json["config"]["ExposedPorts"]["8080/tcp"], serde_json::json!({}), "{json}");
         assert_eq!(json["config"]["Volumes"]["/data"], serde_json::json!({}), "{json}");
@@ -370,10 +369,10 @@ platform = "jetson"
     assert_eq!(archs, ["amd64", "arm64"]);
 
     for (arch, marker) in [("amd64", "amd"), ("arm64", "arm")] {
-        let image = stackbuild_image::oci::read_layout_for(
+        let image = stackbuild_image::read_layout_for(
             &layout,
             Some("test"),
-            Some(&stackbuild_image::oci::Platform {
+            Some(&stackbuild_image::Platform {
                 architecture: arch.into(),
                 os: "linux".into(),
                 variant: None,

@@ -144,7 +144,7 @@ fn a_corrupt_or_missing_blob_in_the_registry_is_rebuilt_not_trusted() {
     for (_, _, digest) in layers(&second) {
         let hex = digest.strip_prefix("sha256:").unwrap();
         let bytes = fs::read(tmp.path().join("out-b/blobs/sha256").join(hex)).unwrap();
-        assert_eq!(stackbuild_common::blob::sha256_bytes(&bytes), digest);
+        assert_eq!(stackbuild_common::sha256_bytes(&bytes), digest);
     }
 }
 

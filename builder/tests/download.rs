@@ -586,7 +586,7 @@ fn pip_remains_as_the_fallback() {
 }
 
 /// Pins of a `uv pip compile --generate-hashes` output: `name==version` and its hashes.
-fn read_requirements(text: &str) -> Vec<stackbuild_python::solve::Pinned> {
+fn read_requirements(text: &str) -> Vec<stackbuild_python::Pinned> {
     let joined = text.replace("\\\n", " ");
     let mut pins = Vec::new();
     for line in joined.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
@@ -595,7 +595,7 @@ fn read_requirements(text: &str) -> Vec<stackbuild_python::solve::Pinned> {
         let (name, version) = spec.split_once("==").unwrap();
         let version = version.split(';').next().unwrap();
         let hashes = words.filter_map(|w| w.strip_prefix("--hash=sha256:")).map(str::to_owned).collect();
-        pins.push(stackbuild_python::solve::Pinned {
+        pins.push(stackbuild_python::Pinned {
             name: name.parse().unwrap(),
             version: version.parse().unwrap(),
             hashes,
@@ -617,10 +617,8 @@ fn bench_cold_download() {
         return;
     };
     let pins = read_requirements(&std::fs::read_to_string(&req).unwrap());
-    let target = stackbuild_python::solve::Target::new(
-        "3.11".parse().unwrap(),
-        stackbuild_common::platform::Platform::LinuxAmd64,
-    );
+    let target =
+        stackbuild_python::Target::new("3.11".parse().unwrap(), stackbuild_common::Platform::LinuxAmd64);
     let rounds: usize =
         std::env::var("STACKBUILD_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(2);
     let mut times: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
@@ -628,10 +626,10 @@ fn bench_cold_download() {
     for round in 0..rounds {
         let tmp = tempfile::tempdir().unwrap();
         let t = Instant::now();
-        let got = stackbuild_python::fetch::fetch_wheels(
+        let got = stackbuild_python::fetch_wheels(
             &pins,
             &target,
-            stackbuild_recipe::recipe::IndexSources::default(),
+            stackbuild_recipe::IndexSources::default(),
             &tmp.path().join("ours"),
             None,
         )

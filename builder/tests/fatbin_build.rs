@@ -132,7 +132,7 @@ fn arch_requirement_comes_from_the_fat_binaries() {
         .output()
         .unwrap();
     assert!(out.status.success(), "build failed: {}", String::from_utf8_lossy(&out.stderr));
-    let image = stackbuild_image::oci::read_layout_for(&layout, Some("test"), None).unwrap();
+    let image = stackbuild_image::read_layout_for(&layout, Some("test"), None).unwrap();
     let env = image.config.config.env.join("\n");
     // Orin (8.7) has no cubin of its own; 10.0 and up run through the PTX JIT.
     assert!(env.lines().any(|l| l == "STACKBUILD_REQUIRE_ARCH=arch>=8.0,arch!=8.7"), "{env}");

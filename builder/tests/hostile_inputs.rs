@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_image::oci::{Image, ImageConfig};
+use stackbuild_common::LayerBlob;
+use stackbuild_image::{Image, ImageConfig};
 
 mod common;
 use common::have;
@@ -201,11 +201,10 @@ fn an_escaping_symlink_chain_in_a_source_is_refused() {
 
 /// The entries of the image's layers: `(path, mode, kind)`.
 fn image_entries(layout: &Path) -> Vec<(String, u32, char)> {
-    let image = stackbuild_image::oci::read_layout(layout, Some("test")).unwrap();
+    let image = stackbuild_image::read_layout(layout, Some("test")).unwrap();
     let mut out = Vec::new();
     for l in &image.layers {
-        let compression =
-            stackbuild_common::compression::Compression::from_media_type(&l.media_type).unwrap();
+        let compression = stackbuild_common::Compression::from_media_type(&l.media_type).unwrap();
         let reader = compression.decoder(std::fs::File::open(&l.path).unwrap()).unwrap();
         let mut archive = tar::Archive::new(reader);
         for e in archive.entries().unwrap() {
@@ -347,7 +346,7 @@ fn layout(dir: &Path, layers: &[Vec<u8>], lie: Option<usize>) {
         .collect();
     let config = ImageConfig { architecture: "amd64".into(), os: "linux".into(), ..ImageConfig::default() };
     let image = Image::new(config, blobs, BTreeMap::new()).unwrap();
-    stackbuild_image::oci::write_layout(dir, &image, "base").unwrap();
+    stackbuild_image::write_layout(dir, &image, "base").unwrap();
 }
 
 fn good_layer() -> Vec<u8> {
@@ -413,8 +412,8 @@ fn oci_base_layers_get_the_archive_checks() {
     let recipe = p.recipe("good", &format!("[base]\noci = \"{}:base\"\n", dir.display()));
     let run = p.build(&recipe);
     assert!(run.ok, "{}", run.stderr);
-    let base = stackbuild_image::oci::read_layout(&dir, Some("base")).unwrap();
-    let built = stackbuild_image::oci::read_layout(&p.path("images/good"), Some("test")).unwrap();
+    let base = stackbuild_image::read_layout(&dir, Some("base")).unwrap();
+    let built = stackbuild_image::read_layout(&p.path("images/good"), Some("test")).unwrap();
     assert_eq!(built.layers[0].digest, base.layers[0].digest);
 }
 
@@ -435,7 +434,7 @@ fn tampered_layers_of_either_base_kind_are_refused() {
     // OCI layout: a blob that no longer hashes to its digest.
     let dir = p.path("layouts/tampered");
     layout(&dir, &[good_layer()], None);
-    let digest = stackbuild_image::oci::read_layout(&dir, Some("base")).unwrap().layers[0].digest.clone();
+    let digest = stackbuild_image::read_layout(&dir, Some("base")).unwrap().layers[0].digest.clone();
     tamper(&dir, &digest);
     let recipe = p.recipe("tampered", &format!("[base]\noci = \"{}:base\"\n", dir.display()));
     fails_with(&p.build(&recipe), &["layer 0", "blob digest", &digest]);
@@ -448,7 +447,7 @@ fn tampered_layers_of_either_base_kind_are_refused() {
     // Archive base: the same tampered layout, in a tar.
     let dir = p.path("layouts/for-archive");
     layout(&dir, &[good_layer()], None);
-    let digest = stackbuild_image::oci::read_layout(&dir, Some("base")).unwrap().layers[0].digest.clone();
+    let digest = stackbuild_image::read_layout(&dir, Some("base")).unwrap().layers[0].digest.clone();
     let pack = |dir: &Path, file: &Path| {
         let mut b = tar::Builder::new(std::fs::File::create(file).unwrap());
         b.append_dir_all(".", dir).unwrap();
@@ -585,11 +584,10 @@ fn a_base_archive_with_duplicate_entries_is_applied_as_tar_applies_it() {
     let recipe = p.recipe("dup", "[base]\narchive = \"base.tar\"\n");
     let run = p.build(&recipe);
     assert!(run.ok, "{}", run.stderr);
-    let image = stackbuild_image::oci::read_layout(&p.path("images/dup"), Some("test")).unwrap();
+    let image = stackbuild_image::read_layout(&p.path("images/dup"), Some("test")).unwrap();
     let mut motd = Vec::new();
     for l in &image.layers {
-        let compression =
-            stackbuild_common::compression::Compression::from_media_type(&l.media_type).unwrap();
+        let compression = stackbuild_common::Compression::from_media_type(&l.media_type).unwrap();
         let mut archive =
             tar::Archive::new(compression.decoder(std::fs::File::open(&l.path).unwrap()).unwrap());
         for e in archive.entries().unwrap() {

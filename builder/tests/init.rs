@@ -38,7 +38,7 @@ fn write(dir: &Path, name: &str, body: &str) {
 fn recipe_checks(dir: &Path) -> String {
     let recipe = dir.join("stackbuild.toml");
     let written = std::fs::read_to_string(&recipe).unwrap();
-    stackbuild_recipe::recipe::Recipe::load(&recipe).unwrap_or_else(|e| panic!("{e}\n{written}"));
+    stackbuild_recipe::Recipe::load(&recipe).unwrap_or_else(|e| panic!("{e}\n{written}"));
     let out = stackbuild(dir, &["check", "--offline", "stackbuild.toml"]);
     assert!(out.status.success(), "check: {}{}\n{written}", text(&out.stdout), text(&out.stderr));
     validates(&recipe);

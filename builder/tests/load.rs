@@ -20,7 +20,7 @@ fn docker(args: &[&str]) -> String {
 
 /// The `diff_ids` of the image `tag` of the layout `dir`.
 fn layout_diff_ids(dir: &Path) -> Vec<String> {
-    stackbuild_image::oci::read_layout(dir, Some("test")).unwrap().config.rootfs.diff_ids
+    stackbuild_image::read_layout(dir, Some("test")).unwrap().config.rootfs.diff_ids
 }
 
 /// The `diff_ids` dockerd holds for `reference`.

@@ -9,10 +9,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use stackbuild_cache::cache::Cache;
-use stackbuild_common::compression::Compression;
-use stackbuild_image::layer::LayerWriter;
-use stackbuild_image::oci::{self, Image, ImageConfig, RuntimeConfig};
+use stackbuild_cache::Cache;
+use stackbuild_common::Compression;
+use stackbuild_image::LayerWriter;
+use stackbuild_image::{Image, ImageConfig, RuntimeConfig};
 
 mod common;
 use common::{have, is_root};
@@ -33,7 +33,7 @@ fn build_image(cache: &Cache, compression: Compression) -> Image {
     writer.add_directory("/tmp", 0o1777).unwrap();
     let layer = writer.finish(compression).unwrap();
     let config = ImageConfig {
-        created: Some(oci::rfc3339(0)),
+        created: Some(stackbuild_image::rfc3339(0)),
         architecture: go_arch().into(),
         os: "linux".into(),
         config: RuntimeConfig {
@@ -69,9 +69,9 @@ fn tools_accept_layout_and_archive() {
     let work = tempfile::tempdir().unwrap();
     let image = build_image(&cache, Compression::Gzip);
     let layout = work.path().join("layout");
-    let digest = oci::write_layout(&layout, &image, "test").unwrap();
+    let digest = stackbuild_image::write_layout(&layout, &image, "test").unwrap();
     let archive = work.path().join("image.tar");
-    assert_eq!(oci::write_archive(&archive, &image, "stackbuild-test:latest").unwrap(), digest);
+    assert_eq!(stackbuild_image::write_archive(&archive, &image, "stackbuild-test:latest").unwrap(), digest);
 
     // The same inputs in another cache give the same image.
     let other_cache_dir = tempfile::tempdir().unwrap();
@@ -165,9 +165,9 @@ fn zstd_layout_reads_back_and_unpacks_where_supported() {
     let work = tempfile::tempdir().unwrap();
     let image = build_image(&cache, Compression::Zstd);
     let layout: PathBuf = work.path().join("layout");
-    let digest = oci::write_layout(&layout, &image, "zstd").unwrap();
+    let digest = stackbuild_image::write_layout(&layout, &image, "zstd").unwrap();
     // Reading it back gives the same layers.
-    let read = oci::read_layout(&layout, Some("zstd")).unwrap();
+    let read = stackbuild_image::read_layout(&layout, Some("zstd")).unwrap();
     assert_eq!(read.manifest_digest, digest);
     assert_eq!(read.layers[0].diff_id, image.layers()[0].diff_id);
     if have("skopeo") {

@@ -18,8 +18,7 @@ fn recipes() -> Vec<PathBuf> {
     for dir in [workspace().join("recipes"), workspace().join("builder/tests/fixtures/check")] {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "toml")
-                && stackbuild_recipe::recipe::Recipe::load(&path).is_ok()
+            if path.extension().is_some_and(|e| e == "toml") && stackbuild_recipe::Recipe::load(&path).is_ok()
             {
                 out.push(path);
             }

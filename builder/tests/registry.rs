@@ -11,11 +11,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use stackbuild_cache::cache::Cache;
-use stackbuild_common::compression::Compression;
-use stackbuild_image::layer::LayerWriter;
-use stackbuild_image::oci::{self, Image, ImageConfig, RuntimeConfig};
-use stackbuild_image::registry::{self, Client, Credentials, PushOptions, Reference, RegistryError};
+use stackbuild_cache::Cache;
+use stackbuild_common::Compression;
+use stackbuild_image::LayerWriter;
+use stackbuild_image::{Client, Credentials, PushOptions, Reference, RegistryError};
+use stackbuild_image::{Image, ImageConfig, RuntimeConfig};
 
 mod common;
 use common::{have, Registry, RegistryExt};
@@ -41,7 +41,7 @@ fn busybox_layout(cache: &Cache, dir: &Path, tag: &str, extra: usize) -> String 
     writer.add_dir(stage.path(), "/").unwrap();
     let layer = writer.finish(Compression::Gzip).unwrap();
     let config = ImageConfig {
-        created: Some(oci::rfc3339(0)),
+        created: Some(stackbuild_image::rfc3339(0)),
         architecture: go_arch().into(),
         os: "linux".into(),
         config: RuntimeConfig {
@@ -52,7 +52,7 @@ fn busybox_layout(cache: &Cache, dir: &Path, tag: &str, extra: usize) -> String 
         ..ImageConfig::default()
     };
     let image = Image::new(config, vec![layer], BTreeMap::new()).unwrap();
-    oci::write_layout(dir, &image, tag).unwrap()
+    stackbuild_image::write_layout(dir, &image, tag).unwrap()
 }
 
 fn client() -> Client {
@@ -90,7 +90,7 @@ fn push_is_read_back_by_skopeo_and_a_second_push_uploads_nothing() {
     let dest = registry.reference("stackbuild/busybox:v1");
     let client = client();
 
-    let report = registry::push_layout(&client, &layout, Some("test"), &dest).unwrap();
+    let report = stackbuild_image::push_layout(&client, &layout, Some("test"), &dest).unwrap();
     assert_eq!(report.manifest_digest, digest);
     assert_eq!((report.blobs_uploaded, report.blobs_skipped, report.blobs_mounted), (2, 0, 0));
     // busybox gzipped is under the default 16 MiB chunk: HEAD, POST and PUT per blob, then
@@ -109,7 +109,7 @@ fn push_is_read_back_by_skopeo_and_a_second_push_uploads_nothing() {
         eprintln!("note: skopeo not installed; skipping skopeo checks");
     }
 
-    let again = registry::push_layout(&client, &layout, Some("test"), &dest).unwrap();
+    let again = stackbuild_image::push_layout(&client, &layout, Some("test"), &dest).unwrap();
     assert_eq!(again.manifest_digest, digest);
     assert_eq!((again.blobs_uploaded, again.blobs_skipped, again.bytes_uploaded), (0, 2, 0));
     // One HEAD per blob and the manifest PUT.
@@ -121,14 +121,14 @@ fn chunked_push_and_pull_back() {
     let Some((registry, work, cache)) = setup() else { return };
     let layout = work.path().join("layout");
     let digest = busybox_layout(&cache, &layout, "big", 3 * 1024 * 1024);
-    let image = oci::read_layout(&layout, Some("big")).unwrap();
+    let image = stackbuild_image::read_layout(&layout, Some("big")).unwrap();
     let layer_size = image.layers[0].size;
     assert!(layer_size > 3 * MIB, "{layer_size}");
     let chunks = layer_size.div_ceil(MIB);
     let client = client().with_chunk_size(MIB);
     let dest = registry.reference("chunked:1");
 
-    let report = registry::push_layout(&client, &layout, None, &dest).unwrap();
+    let report = stackbuild_image::push_layout(&client, &layout, None, &dest).unwrap();
     assert_eq!(report.manifest_digest, digest);
     assert_eq!(report.blobs_uploaded, 2);
     // HEAD x2, POST x2, the config in one PUT, the layer in PATCHes and a closing PUT, the
@@ -141,24 +141,27 @@ fn chunked_push_and_pull_back() {
 
     // Pull it back into a new layout: the same manifest and the same blobs.
     let out = work.path().join("pulled");
-    let pulled = registry::pull(&client, &dest, &out).unwrap();
+    let pulled = stackbuild_image::pull(&client, &dest, &out).unwrap();
     assert_eq!(pulled.image.manifest_digest, digest);
     assert_eq!(pulled.layout_tag, "1");
     assert_eq!(pulled.blobs_downloaded, 2);
     assert_eq!(pulled.image.config, image.config);
     assert_eq!(pulled.image.layers[0].digest, image.layers[0].digest);
     assert_eq!(fs::read(&pulled.image.layers[0].path).unwrap(), fs::read(&image.layers[0].path).unwrap());
-    oci::verify_layout_blob(&pulled.image.layers[0]).unwrap();
+    stackbuild_image::verify_layout_blob(&pulled.image.layers[0]).unwrap();
     if have("skopeo") {
         assert_eq!(skopeo_digest(&format!("oci:{}:1", out.display())), digest);
     }
 
     // By digest, into the same layout under another tag: nothing downloaded again.
     let by_digest = Reference { tag: None, digest: Some(digest.clone()), ..dest.clone() };
-    let options = registry::PullOptions { layout_tag: Some("pinned"), ..registry::PullOptions::default() };
-    let again = registry::pull_with(&client, &by_digest, &out, &options).unwrap();
+    let options = stackbuild_image::PullOptions {
+        layout_tag: Some("pinned"),
+        ..stackbuild_image::PullOptions::default()
+    };
+    let again = stackbuild_image::pull_with(&client, &by_digest, &out, &options).unwrap();
     assert_eq!((again.blobs_downloaded, again.blobs_present), (0, 2));
-    assert_eq!(oci::read_layout(&out, Some("pinned")).unwrap().manifest_digest, digest);
+    assert_eq!(stackbuild_image::read_layout(&out, Some("pinned")).unwrap().manifest_digest, digest);
 }
 
 #[test]
@@ -167,14 +170,15 @@ fn cross_repository_mount() {
     let layout = work.path().join("layout");
     let digest = busybox_layout(&cache, &layout, "t", 0);
     let client = client();
-    registry::push_layout(&client, &layout, None, &registry.reference("team/a:1")).unwrap();
+    stackbuild_image::push_layout(&client, &layout, None, &registry.reference("team/a:1")).unwrap();
     let options = PushOptions { mount_from: Some("team/a") };
     let report =
-        registry::push_layout_with(&client, &layout, None, &registry.reference("team/b:1"), &options)
+        stackbuild_image::push_layout_with(&client, &layout, None, &registry.reference("team/b:1"), &options)
             .unwrap();
     assert_eq!((report.blobs_mounted, report.blobs_uploaded, report.bytes_uploaded), (2, 0, 0), "{report:?}");
     assert_eq!(report.manifest_digest, digest);
-    let pulled = registry::pull(&client, &registry.reference("team/b:1"), &work.path().join("out")).unwrap();
+    let pulled =
+        stackbuild_image::pull(&client, &registry.reference("team/b:1"), &work.path().join("out")).unwrap();
     assert_eq!(pulled.image.manifest_digest, digest);
 }
 
@@ -185,9 +189,9 @@ fn corrupted_blob_in_the_registry_fails_the_pull() {
     busybox_layout(&cache, &layout, "t", 0);
     let client = client();
     let dest = registry.reference("corrupt:1");
-    registry::push_layout(&client, &layout, None, &dest).unwrap();
+    stackbuild_image::push_layout(&client, &layout, None, &dest).unwrap();
 
-    let layer = oci::read_layout(&layout, None).unwrap().layers[0].digest.clone();
+    let layer = stackbuild_image::read_layout(&layout, None).unwrap().layers[0].digest.clone();
     let data = registry.blob_data(&layer);
     let mut bytes = fs::read(&data).unwrap_or_else(|e| panic!("{}: {e}", data.display()));
     let middle = bytes.len() / 2;
@@ -195,7 +199,7 @@ fn corrupted_blob_in_the_registry_fails_the_pull() {
     fs::write(&data, bytes).unwrap();
 
     let out = work.path().join("out");
-    let err = registry::pull(&client, &dest, &out).unwrap_err();
+    let err = stackbuild_image::pull(&client, &dest, &out).unwrap_err();
     let text = err.to_string();
     assert!(matches!(&err, RegistryError::DigestMismatch { what, .. } if what.contains(&layer)), "{text}");
     assert!(!out.join("blobs/sha256").join(&layer[7..]).exists(), "a corrupt blob stays out of the layout");
@@ -223,13 +227,13 @@ fn basic_auth_with_htpasswd() {
     let digest = busybox_layout(&cache, &layout, "t", 0);
     let dest = registry.reference("private:1");
 
-    let err = registry::push_layout(&client(), &layout, None, &dest).unwrap_err();
+    let err = stackbuild_image::push_layout(&client(), &layout, None, &dest).unwrap_err();
     assert!(matches!(err, RegistryError::Unauthorized { .. }), "{err}");
 
     let user = Credentials { username: "alice".into(), password: "s3cret".into() };
     let client = client().with_credentials(&registry.addr, user);
-    let report = registry::push_layout(&client, &layout, None, &dest).unwrap();
+    let report = stackbuild_image::push_layout(&client, &layout, None, &dest).unwrap();
     assert_eq!(report.manifest_digest, digest);
-    let pulled = registry::pull(&client, &dest, &work.path().join("out")).unwrap();
+    let pulled = stackbuild_image::pull(&client, &dest, &work.path().join("out")).unwrap();
     assert_eq!(pulled.image.manifest_digest, digest);
 }

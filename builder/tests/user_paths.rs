@@ -181,7 +181,7 @@ fn a_new_or_empty_directory_becomes_a_layout() {
 }
 
 fn read_tag(layout: &Path, tag: &str) -> String {
-    stackbuild_image::oci::read_layout(layout, Some(tag)).unwrap().manifest_digest
+    stackbuild_image::read_layout(layout, Some(tag)).unwrap().manifest_digest
 }
 
 #[test]
@@ -201,8 +201,8 @@ fn a_second_tag_keeps_the_first_its_blobs_and_other_files() {
         assert!(blobs.contains(blob), "the first tag's blob {} is gone or changed", blob.0.display());
     }
     for tag in ["a", "b"] {
-        for layer in stackbuild_image::oci::read_layout(&p.path("img"), Some(tag)).unwrap().layers {
-            stackbuild_image::oci::verify_layout_blob(&layer).unwrap();
+        for layer in stackbuild_image::read_layout(&p.path("img"), Some(tag)).unwrap().layers {
+            stackbuild_image::verify_layout_blob(&layer).unwrap();
         }
     }
     assert_eq!(std::fs::read_to_string(p.path("img/NOTES.txt")).unwrap(), "the user's note in the layout");
@@ -433,6 +433,6 @@ fn source_date_epoch_beyond_year_9999_is_refused() {
         .output()
         .unwrap();
     ok(&out);
-    let image = stackbuild_image::oci::read_layout(&p.path("img"), Some("a")).unwrap();
+    let image = stackbuild_image::read_layout(&p.path("img"), Some("a")).unwrap();
     assert_eq!(image.config.created.as_deref(), Some("9999-12-31T23:59:59Z"));
 }

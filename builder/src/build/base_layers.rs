@@ -12,14 +12,14 @@ use stackcontract::image::Component;
 
 use super::platform::PlatformBuilder;
 use super::{debian_arch, must_verify, registry_client, tempdir, BuildError, BuildOptions};
-use stackbuild_cache::cache::{Cache, LayerKey};
-use stackbuild_common::base_facts::BaseFacts;
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_common::compression::Compression;
-use stackbuild_common::platform::Platform;
-use stackbuild_image::base::DebianBase;
-use stackbuild_image::oci::{self, History, ImageConfig, RuntimeConfig};
-use stackbuild_recipe::recipe::{Base, Bootstrap};
+use stackbuild_cache::{Cache, LayerKey};
+use stackbuild_common::BaseFacts;
+use stackbuild_common::Compression;
+use stackbuild_common::LayerBlob;
+use stackbuild_common::Platform;
+use stackbuild_image::DebianBase;
+use stackbuild_image::{History, ImageConfig, RuntimeConfig};
+use stackbuild_recipe::{Base, Bootstrap};
 
 /// What the base gives the build besides its layers.
 #[derive(Default)]
@@ -111,10 +111,10 @@ impl PlatformBuilder<'_> {
             _ => unreachable!("matched by the caller"),
         };
         let (path, tag) = (&path, &tag);
-        let image = oci::read_layout(path, tag.as_deref())?;
+        let image = stackbuild_image::read_layout(path, tag.as_deref())?;
         // The layers go into the image as they are: each is checked like an archive base's
         // (entry names, links, whiteouts) and against its digest and diff_id first.
-        stackbuild_image::base::check_layout_layers(&image.layers, cache, &path.display().to_string())?;
+        stackbuild_image::check_layout_layers(&image.layers, cache, &path.display().to_string())?;
         let parts = BaseParts {
             config: image.config.config.clone(),
             image: image.config.clone(),
@@ -146,30 +146,28 @@ impl PlatformBuilder<'_> {
         let (recipe, cache, epoch, compression) = (self.recipe, self.cache, self.epoch, self.compression);
         let tmp = tempdir(cache)?;
         let (identity, name) = match &recipe.base {
-            Base::Archive { path } => {
-                (stackbuild_image::base::archive_identity(path)?, path.display().to_string())
-            }
-            Base::Docker { reference } => (stackbuild_image::load::image_id(reference)?, reference.clone()),
+            Base::Archive { path } => (stackbuild_image::archive_identity(path)?, path.display().to_string()),
+            Base::Docker { reference } => (stackbuild_image::image_id(reference)?, reference.clone()),
             _ => unreachable!("matched by the caller"),
         };
         let key = LayerKey::builder("base-import/v1")
             .str(&identity)
             .number(epoch)
-            .str(&stackbuild_image::layer::cache_id(compression))
+            .str(&stackbuild_image::cache_id(compression))
             .finish();
-        let imported = if let Some(imported) = stackbuild_image::base::cached_import(&key, cache) {
+        let imported = if let Some(imported) = stackbuild_image::cached_import(&key, cache) {
             imported
         } else {
             let archive = match &recipe.base {
                 Base::Archive { path } => path.clone(),
                 Base::Docker { reference } => {
                     let file = tmp.path().join("image.tar");
-                    stackbuild_image::load::export_image(reference, &file)?;
+                    stackbuild_image::export_image(reference, &file)?;
                     file
                 }
                 _ => unreachable!("matched by the caller"),
             };
-            stackbuild_image::base::import_archive(&archive, &key, cache, epoch, compression)?
+            stackbuild_image::import_archive(&archive, &key, cache, epoch, compression)?
         };
         self.components.push(Component {
             kind: "base".into(),
@@ -193,14 +191,14 @@ fn pull_base(
     cache: &Cache,
     opts: &BuildOptions,
 ) -> Result<PathBuf, BuildError> {
-    let src = stackbuild_image::registry::Reference::parse(reference)?;
+    let src = stackbuild_image::Reference::parse(reference)?;
     let dir = cache.root().join("pulls").join(hex::encode(Sha256::digest(reference.as_bytes())));
-    let pulled = stackbuild_image::registry::pull_with(
+    let pulled = stackbuild_image::pull_with(
         &registry_client(opts),
         &src,
         &dir,
-        &stackbuild_image::registry::PullOptions {
-            platform: oci::Platform {
+        &stackbuild_image::PullOptions {
+            platform: stackbuild_image::Platform {
                 architecture: platform.architecture().to_owned(),
                 os: platform.os().to_owned(),
                 variant: None,

@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use stackcontract::image::{DerivedRequirement, LABEL_PREFIX, STACK_JSON_PATH};
 
 use super::{BuildError, LayerReport};
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_common::platform::Platform;
-use stackbuild_image::oci::{self, History, Image, ImageConfig, RuntimeConfig};
-use stackbuild_recipe::recipe::Recipe;
+use stackbuild_common::LayerBlob;
+use stackbuild_common::Platform;
+use stackbuild_image::{History, Image, ImageConfig, RuntimeConfig};
+use stackbuild_recipe::Recipe;
 
 /// The base's runtime configuration with the requirements and the recipe's settings over it:
 /// requirements as `STACKBUILD_REQUIRE_*` variables and labels, then the recipe's own
@@ -89,7 +89,7 @@ pub(super) fn image(
     config: RuntimeConfig,
     layers: Vec<(LayerReport, LayerBlob, String)>,
 ) -> Result<(Image, Vec<LayerReport>), BuildError> {
-    let created = oci::rfc3339(epoch);
+    let created = stackbuild_image::rfc3339(epoch);
     let history = layers
         .iter()
         .map(|(_, _, by)| History {
@@ -107,7 +107,7 @@ pub(super) fn image(
         os_features: base_image.os_features,
         author: base_image.author,
         config,
-        rootfs: oci::RootFs::default(),
+        rootfs: stackbuild_image::RootFs::default(),
         history,
     };
     let annotations = BTreeMap::from([

@@ -16,17 +16,14 @@ use stackcontract::image::{Component, StackManifest, STACK_JSON_PATH};
 use super::plan::{fetch_batch, python_layers, Group, PythonLayer, PythonPlan, Wheel};
 use super::platform::{LayerFinisher, PlatformBuilder};
 use super::{debian_arch, io, reuse, tempdir, BuildError, LayerReport};
-use stackbuild_cache::cache::LayerKey;
-use stackbuild_check::derive;
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_common::platform::Platform;
-use stackbuild_image::layer::LayerWriter;
-use stackbuild_image::sbom;
-use stackbuild_python::artifact::Artifact;
-use stackbuild_python::wheel::{self, Scheme};
-use stackbuild_recipe::recipe::{Patch, PatchChange, PatchTarget, SourceOrigin};
-use stackbuild_source::patch::{self, PatchSpec};
-use stackbuild_source::source;
+use stackbuild_cache::LayerKey;
+use stackbuild_common::LayerBlob;
+use stackbuild_common::Platform;
+use stackbuild_image::LayerWriter;
+use stackbuild_python::Artifact;
+use stackbuild_python::Scheme;
+use stackbuild_recipe::{Patch, PatchChange, PatchTarget, SourceOrigin};
+use stackbuild_source::PatchSpec;
 
 /// The history entry of a Python layer: what it holds.
 fn python_created_by(layer: &PythonLayer<'_>) -> String {
@@ -74,9 +71,9 @@ impl PlatformBuilder<'_> {
             .str(&scheme.purelib)
             .str(&scheme.interpreter)
             .str(&py.bytecode.key())
-            .str(&format!("deferred/v1;min={}", wheel::DEFER_MIN))
+            .str(&format!("deferred/v1;min={}", stackbuild_python::DEFER_MIN))
             .number(self.epoch)
-            .str(&stackbuild_image::layer::cache_id(self.compression));
+            .str(&stackbuild_image::cache_id(self.compression));
         for w in &layer.members {
             key = key.str(&w.filename).str(&w.sha256);
         }
@@ -136,11 +133,8 @@ impl PlatformBuilder<'_> {
                     // The torch wheel is here now: its fat binaries are read (seconds of
                     // inflating) while the layers are written, not after them.
                     if let Some(t) = torch.filter(|_| has_torch) {
-                        let code = stackbuild_check::fatbin::torch_code_for_build(
-                            cache.root(),
-                            &t.filename,
-                            &t.sha256,
-                        );
+                        let code =
+                            stackbuild_check::torch_code_for_build(cache.root(), &t.filename, &t.sha256);
                         let _ = torch_code.set(code);
                     }
                 }
@@ -205,7 +199,7 @@ impl PlatformBuilder<'_> {
     }
 
     /// The sources, with the patches that target them: one layer, when the recipe has sources.
-    /// Local directories are digested in place first ([`source::digest_path_excluding`]) and
+    /// Local directories are digested in place first ([`stackbuild_source::digest_path_excluding`]) and
     /// staged only when no layer has that key, so an unchanged checkout copies nothing.
     pub(super) fn sources_layer(&mut self) -> Result<(), BuildError> {
         let (recipe, cache, out, opts) = (self.recipe, self.cache, self.out, self.opts);
@@ -214,14 +208,12 @@ impl PlatformBuilder<'_> {
         }
         // Each source: its local directory (a path source, or any source given `--source`), or
         // its git identity.
-        let local = |src: &stackbuild_recipe::recipe::Source| match (
-            opts.source_overrides.get(&src.name),
-            &src.origin,
-        ) {
-            (Some(path), _) | (None, SourceOrigin::Path { path }) => Ok(path.clone()),
-            (None, SourceOrigin::Git { url, commit }) => Err(format!("git:{url}@{commit}")),
-        };
-        let source_error = |src: &stackbuild_recipe::recipe::Source| {
+        let local =
+            |src: &stackbuild_recipe::Source| match (opts.source_overrides.get(&src.name), &src.origin) {
+                (Some(path), _) | (None, SourceOrigin::Path { path }) => Ok(path.clone()),
+                (None, SourceOrigin::Git { url, commit }) => Err(format!("git:{url}@{commit}")),
+            };
+        let source_error = |src: &stackbuild_recipe::Source| {
             let name = src.name.clone();
             move |source| BuildError::Source { name, source }
         };
@@ -230,7 +222,7 @@ impl PlatformBuilder<'_> {
             identities.push(match local(src) {
                 // The cache and the output never go into the image, even with `path = "."`.
                 Ok(path) => {
-                    let found = source::digest_path_excluding(&path, &[cache.root(), out])
+                    let found = stackbuild_source::digest_path_excluding(&path, &[cache.root(), out])
                         .map_err(source_error(src))?;
                     format!("tree:{}", found.tree_sha256)
                 }
@@ -247,9 +239,13 @@ impl PlatformBuilder<'_> {
         let stage = tempdir(cache)?;
         for (src, identity) in recipe.sources.iter().zip(&mut identities) {
             if let Ok(path) = local(src) {
-                let staged =
-                    source::stage_path_excluding(&path, &src.dest, stage.path(), &[cache.root(), out])
-                        .map_err(source_error(src))?;
+                let staged = stackbuild_source::stage_path_excluding(
+                    &path,
+                    &src.dest,
+                    stage.path(),
+                    &[cache.root(), out],
+                )
+                .map_err(source_error(src))?;
                 *identity = format!("tree:{}", staged.tree_sha256);
             }
         }
@@ -263,8 +259,14 @@ impl PlatformBuilder<'_> {
         if !staged_all {
             for src in recipe.sources.iter().filter(|s| !opts.source_overrides.contains_key(&s.name)) {
                 if let SourceOrigin::Git { url, commit } = &src.origin {
-                    source::stage_git(url, commit, &src.dest, stage.path(), &cache.root().join("git"))
-                        .map_err(|source| BuildError::Source { name: src.name.clone(), source })?;
+                    stackbuild_source::stage_git(
+                        url,
+                        commit,
+                        &src.dest,
+                        stage.path(),
+                        &cache.root().join("git"),
+                    )
+                    .map_err(|source| BuildError::Source { name: src.name.clone(), source })?;
                 }
             }
         }
@@ -274,7 +276,7 @@ impl PlatformBuilder<'_> {
                 BuildError::PatchSourceMissing { patch: p.name.clone(), source_name: name.clone() }
             })?;
             let root = stage.path().join(src.dest.trim_start_matches('/'));
-            let report = patch::apply(&p.name, &patch_spec(&p.change)?, &root)?;
+            let report = stackbuild_source::apply(&p.name, &patch_spec(&p.change)?, &root)?;
             tracing::info!("patch {}: {} change(s) in {}", p.name, report.changes, report.files.join(", "));
         }
         let mut writer = LayerWriter::new(cache, self.epoch);
@@ -307,7 +309,7 @@ impl PlatformBuilder<'_> {
     fn sources_key(&self, identities: &[String]) -> Result<LayerKey, BuildError> {
         let mut key = LayerKey::builder("sources/v1")
             .number(self.epoch)
-            .str(&stackbuild_image::layer::cache_id(self.compression));
+            .str(&stackbuild_image::cache_id(self.compression));
         for (src, identity) in self.recipe.sources.iter().zip(identities) {
             key = key.str(&src.name).str(&src.dest).str(identity);
         }
@@ -321,9 +323,13 @@ impl PlatformBuilder<'_> {
     /// requirements derived from the locked packages.
     pub(super) fn stack_manifest(&mut self, py: &PythonPlan<'_>) -> Result<StackManifest, BuildError> {
         let (recipe, platform, cache, wheels) = (self.recipe, self.platform, self.cache, &py.wheels);
-        let packages: Vec<derive::Package<'_>> = wheels
+        let packages: Vec<stackbuild_check::Package<'_>> = wheels
             .iter()
-            .map(|w| derive::Package { name: w.pin.name.as_ref(), version: &w.pin.version, platform })
+            .map(|w| stackbuild_check::Package {
+                name: w.pin.name.as_ref(),
+                version: &w.pin.version,
+                platform,
+            })
             .collect();
         // The torch build's architectures from its own fat binaries, else the knowledge base's row.
         let torch_code = wheels
@@ -331,11 +337,11 @@ impl PlatformBuilder<'_> {
             .find(|w| w.pin.name.as_ref() == "torch")
             .and_then(|w| {
                 py.torch_code.get().cloned().unwrap_or_else(|| {
-                    stackbuild_check::fatbin::torch_code_for_build(cache.root(), &w.filename, &w.sha256)
+                    stackbuild_check::torch_code_for_build(cache.root(), &w.filename, &w.sha256)
                 })
             })
-            .or_else(|| derive::torch_code(&packages));
-        let requirements = derive::requirements_with(&packages, &recipe.host, torch_code.as_ref());
+            .or_else(|| stackbuild_check::torch_code(&packages));
+        let requirements = stackbuild_check::requirements_with(&packages, &recipe.host, torch_code.as_ref());
         for p in &recipe.patches {
             self.components.push(Component {
                 kind: "patch".into(),
@@ -363,7 +369,7 @@ impl PlatformBuilder<'_> {
         &mut self,
         py: &PythonPlan<'_>,
         stack: &StackManifest,
-    ) -> Result<sbom::Sbom, BuildError> {
+    ) -> Result<stackbuild_image::Sbom, BuildError> {
         let (recipe, platform, cache, out, opts, epoch, compression) =
             (self.recipe, self.platform, self.cache, self.out, self.opts, self.epoch, self.compression);
         let bytecode = &py.bytecode;
@@ -376,7 +382,7 @@ impl PlatformBuilder<'_> {
         let mut key = LayerKey::builder("config/v1")
             .str(&bytecode.key())
             .number(epoch)
-            .str(&stackbuild_image::layer::cache_id(compression))
+            .str(&stackbuild_image::cache_id(compression))
             .bytes(&stack_json)
             .bytes(&sbom.spdx)
             .bytes(&sbom.cyclonedx);
@@ -391,8 +397,8 @@ impl PlatformBuilder<'_> {
         }
         let mut writer = LayerWriter::new(cache, epoch);
         writer.add_file(STACK_JSON_PATH, stack_json.clone(), 0o644)?;
-        writer.add_file(sbom::SPDX_PATH, sbom.spdx.clone(), 0o644)?;
-        writer.add_file(sbom::CYCLONEDX_PATH, sbom.cyclonedx.clone(), 0o644)?;
+        writer.add_file(stackbuild_image::SPDX_PATH, sbom.spdx.clone(), 0o644)?;
+        writer.add_file(stackbuild_image::CYCLONEDX_PATH, sbom.cyclonedx.clone(), 0o644)?;
         // The writer reads file contents in `finish`: the stage must outlive it.
         let stage = tempdir(cache)?;
         let mut added = None;
@@ -439,7 +445,7 @@ impl PlatformBuilder<'_> {
                 package: name.to_string(),
             })?;
             let pristine = tempdir(cache)?;
-            wheel::install_wheel_as(
+            stackbuild_python::install_wheel_as(
                 &artifact.path,
                 scheme,
                 pristine.path(),
@@ -452,7 +458,7 @@ impl PlatformBuilder<'_> {
             })?;
             let site_rel = scheme.purelib.trim_start_matches('/');
             let site = pristine.path().join(site_rel);
-            let report = patch::apply(&p.name, &patch_spec(&p.change)?, &site)?;
+            let report = stackbuild_source::apply(&p.name, &patch_spec(&p.change)?, &site)?;
             tracing::info!("patch {}: {} change(s) in {}", p.name, report.changes, report.files.join(", "));
             for file in &report.files {
                 let from = site.join(file);
@@ -476,13 +482,13 @@ fn platform_sbom(
     layers: &[(LayerReport, LayerBlob, String)],
     platform: Platform,
     epoch: u64,
-) -> sbom::Sbom {
-    let mut list: Vec<sbom::SbomLayer> = layers
+) -> stackbuild_image::Sbom {
+    let mut list: Vec<stackbuild_image::SbomLayer> = layers
         .iter()
-        .map(|(r, _, _)| sbom::SbomLayer { name: r.name.clone(), digest: Some(r.digest.clone()) })
+        .map(|(r, _, _)| stackbuild_image::SbomLayer { name: r.name.clone(), digest: Some(r.digest.clone()) })
         .collect();
     let config = list.len();
-    list.push(sbom::SbomLayer { name: "config".into(), digest: None });
+    list.push(stackbuild_image::SbomLayer { name: "config".into(), digest: None });
     let find = |name: &str| list.iter().position(|l| l.name == name).unwrap_or(config);
     let placement: Vec<usize> = stack
         .components
@@ -499,7 +505,7 @@ fn platform_sbom(
             _ => config,
         })
         .collect();
-    sbom::Sbom::new(&sbom::SbomInput {
+    stackbuild_image::Sbom::new(&stackbuild_image::SbomInput {
         stack,
         layers: &list,
         placement: &placement,
@@ -517,11 +523,7 @@ fn patch_spec(change: &PatchChange) -> Result<PatchSpec, BuildError> {
             count: *count as usize,
         },
         PatchChange::Diff { path } => PatchSpec::Diff {
-            diff_text: stackbuild_common::input::read_text(
-                path,
-                stackbuild_common::input::MAX_TEXT,
-                "patch",
-            )?,
+            diff_text: stackbuild_common::read_text(path, stackbuild_common::MAX_TEXT, "patch")?,
             diff_path: path.clone(),
         },
     })
@@ -540,11 +542,7 @@ fn patch_identity(change: &PatchChange) -> Result<String, BuildError> {
             }
         }
         PatchChange::Diff { path } => {
-            h.update(stackbuild_common::input::read_capped(
-                path,
-                stackbuild_common::input::MAX_TEXT,
-                "patch",
-            )?);
+            h.update(stackbuild_common::read_capped(path, stackbuild_common::MAX_TEXT, "patch")?);
         }
     }
     Ok(hex::encode(h.finalize()))
@@ -554,23 +552,23 @@ fn patch_identity(change: &PatchChange) -> Result<String, BuildError> {
 struct Staged {
     stage: tempfile::TempDir,
     /// The wheels' large members, left in the wheels for the layer to carry as they are.
-    deferred: wheel::Deferred,
+    deferred: stackbuild_python::Deferred,
     /// The bytecode compiled into the stage.
-    added: Option<stackbuild_python::bytecode::Added>,
+    added: Option<stackbuild_python::Added>,
 }
 
 /// A Python layer a worker wrote, waiting for its turn to be pushed.
 struct Written {
     blob: LayerBlob,
     /// `--load`: the layer's tar, for the daemon.
-    spooled: Option<stackbuild_image::load::SpooledTar>,
+    spooled: Option<stackbuild_image::SpooledTar>,
     /// Kept until the image is assembled (`PlatformBuilder::spent_stages`).
     stage: tempfile::TempDir,
-    added: Option<stackbuild_python::bytecode::Added>,
+    added: Option<stackbuild_python::Added>,
 }
 
 /// Most layers written at once. Each writer compresses on every core already
-/// ([`stackbuild_image::layer::LayerWriter`]); more of them than cores only adds memory (each holds its
+/// ([`stackbuild_image::LayerWriter`]); more of them than cores only adds memory (each holds its
 /// compressor's chunks and the audit's queue).
 const MAX_LAYER_WORKERS: usize = 4;
 
@@ -598,16 +596,16 @@ fn write_staged(finisher: LayerFinisher<'_>, key: &LayerKey, staged: Staged) -> 
 /// Installs a Python layer's fetched wheels into a new stage (their large members deferred)
 /// and compiles their bytecode there.
 fn stage_python_layer(
-    bytecode: &stackbuild_python::bytecode::Plan<'_>,
+    bytecode: &stackbuild_python::Plan<'_>,
     scheme: &Scheme,
     layer: &PythonLayer<'_>,
     key: &LayerKey,
     artifacts: &BTreeMap<String, Artifact>,
-    cache: &stackbuild_cache::cache::Cache,
+    cache: &stackbuild_cache::Cache,
     epoch: u64,
 ) -> Result<Staged, BuildError> {
     let stage = tempdir(cache)?;
-    let mut deferred = wheel::Deferred::default();
+    let mut deferred = stackbuild_python::Deferred::default();
     for w in &layer.members {
         let artifact = artifacts
             .get(w.pin.name.as_ref())
@@ -615,7 +613,7 @@ fn stage_python_layer(
         // The lock's name and version, checked against the wheel's METADATA: stack.json
         // records the lock's, so the wheel must be that package.
         let version = w.pin.version.to_string();
-        wheel::install_wheel_deferring(
+        stackbuild_python::install_wheel_deferring(
             &artifact.path,
             scheme,
             stage.path(),

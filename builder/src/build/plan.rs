@@ -11,17 +11,16 @@ use std::sync::{Mutex, OnceLock};
 
 use super::platform::PlatformBuilder;
 use super::{artifact_dir, io, pip_settings_dir, BuildError};
-use stackbuild_cache::cache::{Cache, LayerKey};
-use stackbuild_check::gpu_code::GpuCode;
-use stackbuild_common::base_facts::BaseFacts;
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_common::platform::Platform;
-use stackbuild_python::artifact::Artifact;
-use stackbuild_python::fetch;
-use stackbuild_python::lock::Lock;
-use stackbuild_python::solve::{Pinned, Target};
-use stackbuild_python::wheel::{self, Scheme};
-use stackbuild_recipe::recipe::{PythonSection, Recipe};
+use stackbuild_cache::{Cache, LayerKey};
+use stackbuild_check::GpuCode;
+use stackbuild_common::BaseFacts;
+use stackbuild_common::LayerBlob;
+use stackbuild_common::Platform;
+use stackbuild_python::Artifact;
+use stackbuild_python::Lock;
+use stackbuild_python::Scheme;
+use stackbuild_python::{Pinned, Target};
+use stackbuild_recipe::{PythonSection, Recipe};
 
 /// A Python package layer group, in layer order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -168,12 +167,12 @@ pub(super) struct PythonPlan<'a> {
     pub(super) wheels: Vec<Wheel>,
     pub(super) scheme: Option<Scheme>,
     pub(super) target: Option<Target>,
-    pub(super) bytecode: stackbuild_python::bytecode::Plan<'a>,
+    pub(super) bytecode: stackbuild_python::Plan<'a>,
     /// The wheels fetched and verified in this run, by normalized name: a second use (the lock
     /// check after the layers) does not hash gigabytes again. The cache is locked meanwhile.
     verified: Mutex<BTreeMap<String, Artifact>>,
     /// The torch build's GPU code, read from its wheel while later layers are written
-    /// ([`stackbuild_check::fatbin::torch_code_for_build`]); unset when the torch layer was reused.
+    /// ([`stackbuild_check::torch_code_for_build`]); unset when the torch layer was reused.
     pub(super) torch_code: OnceLock<Option<GpuCode>>,
 }
 
@@ -250,7 +249,7 @@ impl<'a> PlatformBuilder<'a> {
         // inside the chroot: no bytecode for it (yet), with a note.
         let native = platform.machine() == std::env::consts::ARCH;
         let bytecode =
-            stackbuild_python::bytecode::Plan::new(python, facts, interpreter_base.filter(|_| native), cache);
+            stackbuild_python::Plan::new(python, facts, interpreter_base.filter(|_| native), cache);
         Ok(PythonPlan {
             python,
             wheels,
@@ -292,26 +291,22 @@ fn fetch_wheels(
     }
     let pins: Vec<Pinned> = wanted.iter().map(|w| w.pin.clone()).collect();
     tracing::info!("fetching {} wheel(s)", pins.len());
-    let _stage = stackbuild_common::progress::Stage::start("download");
+    let _stage = stackbuild_common::Stage::start("download");
     if let Some(given) = &py.lock {
         // From where the project's lock says each wheel is served, not from an index of ours.
-        let given = stackbuild_python::given_lock::GivenLock::load(given)?;
+        let given = stackbuild_python::GivenLock::load(given)?;
         let chosen: Vec<_> = given
             .select(target)?
             .into_iter()
             .filter(|c| wanted.iter().any(|w| w.pin.name == c.name && w.sha256 == c.wheel.sha256))
             .collect();
-        let artifacts =
-            stackbuild_python::given_lock::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
-                stackbuild_python::download::Config::for_lock_urls(
-                    py.sources(),
-                    Some(&pip_settings_dir(cache)),
-                )
-            })?;
+        let artifacts = stackbuild_python::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
+            stackbuild_python::Config::for_lock_urls(py.sources(), Some(&pip_settings_dir(cache)))
+        })?;
         return Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect());
     }
-    fetch::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;
-    let artifacts = fetch::fetch_wheels(
+    stackbuild_python::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;
+    let artifacts = stackbuild_python::fetch_wheels(
         &pins,
         target,
         py.sources(),
@@ -330,7 +325,7 @@ type FetchWheels<'a> = dyn Fn(&Cache, &[&Wheel]) -> Result<BTreeMap<String, Arti
 /// files, so it is remembered in the cache and the wheels are read once per lock.
 fn check_lock_graph(
     recipe: &Recipe,
-    py: &stackbuild_recipe::recipe::PythonSection,
+    py: &stackbuild_recipe::PythonSection,
     lock: &Lock,
     platform: Platform,
     wheels: &[Wheel],
@@ -365,7 +360,7 @@ fn check_lock_graph(
             std::fs::read(record(w)).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
         match known {
             Some(names) => {
-                requires.insert(wheel::normalize_name(w.pin.name.as_ref()), names);
+                requires.insert(stackbuild_python::normalize_name(w.pin.name.as_ref()), names);
             }
             None => unread.push(w),
         }
@@ -375,15 +370,14 @@ fn check_lock_graph(
         let _ = std::fs::create_dir_all(cache.root().join("facts"));
         for w in unread {
             let Some(artifact) = artifacts.get(w.pin.name.as_ref()) else { continue };
-            let id = wheel::wheel_identity(&artifact.path).map_err(|source| BuildError::Wheel {
-                wheel: artifact.filename.clone(),
-                source: Box::new(source),
+            let id = stackbuild_python::wheel_identity(&artifact.path).map_err(|source| {
+                BuildError::Wheel { wheel: artifact.filename.clone(), source: Box::new(source) }
             })?;
             if let Ok(json) = serde_json::to_vec(&id.requires) {
                 // A lost record is read again next time: nothing depends on it being written.
-                let _ = stackbuild_cache::cache::write_atomic(&record(w), &json);
+                let _ = stackbuild_cache::write_atomic(&record(w), &json);
             }
-            requires.insert(wheel::normalize_name(w.pin.name.as_ref()), id.requires);
+            requires.insert(stackbuild_python::normalize_name(w.pin.name.as_ref()), id.requires);
         }
     }
     let extra: Vec<String> = lock
@@ -392,7 +386,7 @@ fn check_lock_graph(
         .map(|p| format!("{} {}", p.name, p.version))
         .collect();
     if !extra.is_empty() {
-        return Err(BuildError::Lock(stackbuild_python::lock::LockError::Invalid {
+        return Err(BuildError::Lock(stackbuild_python::LockError::Invalid {
             path: Lock::path_for(&recipe.path),
             why: format!(
                 "it installs {} for {platform}, which nothing in the recipe asks for (neither a \
@@ -405,7 +399,7 @@ fn check_lock_graph(
     if let Some(dir) = marker.parent() {
         std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
     }
-    stackbuild_cache::cache::write_atomic(&marker, b"checked\n").map_err(io("writing", &marker))
+    stackbuild_cache::write_atomic(&marker, b"checked\n").map_err(io("writing", &marker))
 }
 
 #[cfg(test)]

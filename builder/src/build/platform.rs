@@ -8,13 +8,13 @@ use std::path::Path;
 use stackcontract::image::Component;
 
 use super::{BuildError, BuildOptions, LayerReport, LayerSource};
-use stackbuild_cache::cache::{Cache, LayerKey};
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_common::compression::Compression;
-use stackbuild_common::platform::Platform;
-use stackbuild_image::layer::LayerWriter;
-use stackbuild_python::lock::Lock;
-use stackbuild_recipe::recipe::Recipe;
+use stackbuild_cache::{Cache, LayerKey};
+use stackbuild_common::Compression;
+use stackbuild_common::LayerBlob;
+use stackbuild_common::Platform;
+use stackbuild_image::LayerWriter;
+use stackbuild_python::Lock;
+use stackbuild_recipe::Recipe;
 
 /// The state the steps of one platform's build share.
 pub(super) struct PlatformBuilder<'a> {
@@ -32,7 +32,7 @@ pub(super) struct PlatformBuilder<'a> {
     /// The stack description's components so far.
     pub(super) components: Vec<Component>,
     /// `--load`: takes each layer into the Docker daemon as it is pushed.
-    pub(super) loader: Option<&'a stackbuild_image::load::Loader>,
+    pub(super) loader: Option<&'a stackbuild_image::Loader>,
     /// The Python layers' stages, removed together when the builder is dropped. Removing each
     /// after its layer made the next layer's file creations slow: ext4's inode allocator skips
     /// recently deleted inodes one inode-table lookup at a time (`recently_deleted` in
@@ -41,7 +41,7 @@ pub(super) struct PlatformBuilder<'a> {
     /// stages are removed by the next one (`Cache::clean_temps`).
     pub(super) spent_stages: Vec<tempfile::TempDir>,
     /// The uncompressed tar of the layer just finished, for `loader` with the layer's push.
-    spooled: Option<stackbuild_image::load::SpooledTar>,
+    spooled: Option<stackbuild_image::SpooledTar>,
 }
 
 impl<'a> PlatformBuilder<'a> {
@@ -91,7 +91,7 @@ impl<'a> PlatformBuilder<'a> {
     }
 
     /// Sets the spooled tar that goes with the next [`PlatformBuilder::push`].
-    pub(super) fn set_spooled(&mut self, spooled: Option<stackbuild_image::load::SpooledTar>) {
+    pub(super) fn set_spooled(&mut self, spooled: Option<stackbuild_image::SpooledTar>) {
         self.spooled = spooled;
     }
 
@@ -120,9 +120,9 @@ impl<'a> PlatformBuilder<'a> {
     /// what was recorded when the cached layer `key` was built.
     pub(super) fn note_bytecode(
         &mut self,
-        bytecode: &stackbuild_python::bytecode::Plan<'_>,
+        bytecode: &stackbuild_python::Plan<'_>,
         key: &LayerKey,
-        added: Option<stackbuild_python::bytecode::Added>,
+        added: Option<stackbuild_python::Added>,
     ) {
         let added = added.or_else(|| bytecode.recorded(key));
         if let Some((report, _, _)) = self.layers.last_mut() {
@@ -152,15 +152,15 @@ impl<'a> LayerFinisher<'a> {
     }
 
     /// Finishes a layer the build wrote, the audit reading it as it is written
-    /// ([`stackbuild_audit::audit::LayerTap`]) instead of inflating its blob again, unless the audit is
+    /// ([`stackbuild_audit::LayerTap`]) instead of inflating its blob again, unless the audit is
     /// off; with `--load` and a compressed layer, its tar is also kept for the daemon
-    /// ([`stackbuild_image::load::TarSpool`]) and returned, for [`PlatformBuilder::push`].
+    /// ([`stackbuild_image::TarSpool`]) and returned, for [`PlatformBuilder::push`].
     pub(super) fn finish(
         self,
         mut writer: LayerWriter,
-    ) -> Result<(LayerBlob, Option<stackbuild_image::load::SpooledTar>), BuildError> {
+    ) -> Result<(LayerBlob, Option<stackbuild_image::SpooledTar>), BuildError> {
         let spool = if self.spool {
-            stackbuild_image::load::TarSpool::create(self.cache, writer.content_size())
+            stackbuild_image::TarSpool::create(self.cache, writer.content_size())
         } else {
             None
         };
@@ -169,9 +169,9 @@ impl<'a> LayerFinisher<'a> {
             writer = writer.with_tap(w);
         }
         let blob = if self.audit {
-            let mut tap = stackbuild_audit::audit::LayerTap::spawn();
+            let mut tap = stackbuild_audit::LayerTap::spawn();
             let blob = writer.with_tap(tap.writer()).finish(self.compression)?;
-            tap.store(&stackbuild_audit::audit::LayerTap::cache_dir(self.cache.root()), &blob.digest);
+            tap.store(&stackbuild_audit::LayerTap::cache_dir(self.cache.root()), &blob.digest);
             blob
         } else {
             writer.finish(self.compression)?

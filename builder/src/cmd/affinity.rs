@@ -2,10 +2,10 @@
 
 use std::io::Write;
 
-use stackbuild_k8s::affinity::{self, Options};
+use stackbuild_k8s::AffinityOptions as Options;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The image: an OCI layout directory (`DIR` or `DIR:TAG`) or an archive (`FILE` or
     /// `FILE:TAG`, an OCI layout in a tar or `docker save` output, optionally gzipped).
     image: String,
@@ -22,9 +22,9 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
+    pub(super) fn run(self) -> anyhow::Result<std::process::ExitCode> {
         let options = Options { require_ready: !self.no_ready };
-        let a = affinity::for_image(&self.image, &self.requires, &options)?;
+        let a = stackbuild_k8s::affinity_for_image(&self.image, &self.requires, &options)?;
         let text = if self.json {
             for note in &a.notes {
                 tracing::warn!("{note}");

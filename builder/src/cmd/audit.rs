@@ -1,10 +1,10 @@
 //! `stackbuild audit IMAGE`.
 
-use stackbuild_audit::audit::audit_layout;
-use stackbuild_common::image_arg::ImageArg;
+use stackbuild_audit::audit_layout;
+use stackbuild_common::ImageArg;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The image: an OCI layout directory (`DIR` or `DIR:TAG`) or an archive written by
     /// `--archive` / `docker save` of an OCI-layout image.
     image: String,
@@ -14,13 +14,13 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
+    pub(super) fn run(self) -> anyhow::Result<std::process::ExitCode> {
         let ImageArg { path, tag } = ImageArg::parse(&self.image);
         let tmp;
         let layout = if path.is_file() {
             tmp = tempfile::tempdir()?;
             // The same whitelisted extraction a base image archive gets: names only, regular files.
-            stackbuild_image::base::extract_image_archive(&path, tmp.path())?;
+            stackbuild_image::extract_image_archive(&path, tmp.path())?;
             tmp.path().to_owned()
         } else {
             path

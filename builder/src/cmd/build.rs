@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use stackbuild::build::{build, BuildOptions, LayerSource};
-use stackbuild_common::compression::Compression;
-use stackbuild_recipe::recipe::Recipe;
+use stackbuild_common::Compression;
+use stackbuild_recipe::Recipe;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The recipe (TOML).
     recipe: Option<PathBuf>,
     /// Where to write the OCI image layout [default: images/<name>].
@@ -61,14 +61,14 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
+    pub(super) fn run(self) -> anyhow::Result<std::process::ExitCode> {
         let Some(path) = self.recipe else { bail!("no recipe given; usage: stackbuild RECIPE (see --help)") };
         if let Some(file) = &self.report {
             // Before the build, not after it: a report path that is not ours to write fails fast.
-            stackbuild_image::output::check_output_file("--report", file)?;
+            stackbuild_image::check_output_file("--report", file)?;
         }
         if let Some(file) = &self.pylock {
-            stackbuild_python::pylock::may_write(file)?;
+            stackbuild_python::may_write(file)?;
         }
         let recipe = Recipe::load(&path)?;
         let mut source_overrides = BTreeMap::new();
@@ -95,12 +95,11 @@ impl Args {
         };
         let report = build(&recipe, &opts)?;
         if let Some(file) = &self.report {
-            stackbuild_image::output::write_file("--report", file, &serde_json::to_vec_pretty(&report)?)?;
+            stackbuild_image::write_file("--report", file, &serde_json::to_vec_pretty(&report)?)?;
         }
         if let Some(file) = &self.pylock {
-            let lock =
-                stackbuild_python::lock::Lock::load(stackbuild_python::lock::Lock::path_for(&recipe.path))?;
-            stackbuild_python::pylock::write_from_index(&recipe, &lock, file)?;
+            let lock = stackbuild_python::Lock::load(stackbuild_python::Lock::path_for(&recipe.path))?;
+            stackbuild_python::write_from_index(&recipe, &lock, file)?;
             tracing::info!("wrote {}", file.display());
         }
         let built = report.layers.iter().filter(|l| l.built).count();

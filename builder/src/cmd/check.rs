@@ -2,12 +2,12 @@
 
 use std::path::PathBuf;
 
-use stackbuild_cache::cache::Cache;
-use stackbuild_check::check::{check, CheckOptions};
-use stackbuild_recipe::recipe::Recipe;
+use stackbuild_cache::Cache;
+use stackbuild_check::{check, CheckOptions};
+use stackbuild_recipe::Recipe;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The recipe (TOML).
     recipe: PathBuf,
     /// Print the report as JSON.
@@ -26,7 +26,7 @@ pub struct Args {
 impl Args {
     /// Exit 0 when the recipe is compatible, 1 when it has conflicts (the report on stdout
     /// either way); errors (unreadable recipe, resolver missing) exit 2 from `main`.
-    pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
+    pub(super) fn run(self) -> anyhow::Result<std::process::ExitCode> {
         let recipe = Recipe::load(&self.recipe)?;
         // Read only: a missing cache just means no wheel metadata at hand.
         // A directory that is not a cache is not read as one (nor created or marked).

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use stackbuild_k8s::claim::{self, Options};
+use stackbuild_k8s::ClaimOptions as Options;
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -14,7 +14,7 @@ enum Format {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The image: an OCI layout directory (`DIR` or `DIR:TAG`) or an archive (`FILE` or
     /// `FILE:TAG`, an OCI layout in a tar or `docker save` output, optionally gzipped).
     image: String,
@@ -40,10 +40,10 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
-        let name = self.name.unwrap_or_else(|| claim::default_name(&self.image));
+    pub(super) fn run(self) -> anyhow::Result<std::process::ExitCode> {
+        let name = self.name.unwrap_or_else(|| stackbuild_k8s::default_name(&self.image));
         let options = Options { name, count: self.count, mig: self.mig };
-        let c = claim::for_image(&self.image, &self.requires, &options)?;
+        let c = stackbuild_k8s::claim_for_image(&self.image, &self.requires, &options)?;
         let pod_image = self
             .pod_image
             .unwrap_or_else(|| format!("{}:latest", c.name.strip_suffix("-gpu").unwrap_or(&c.name)));

@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::str::FromStr as _;
 
-use stackbuild_check::check::{check, CheckOptions};
-use stackbuild_init::init::{self, InitOptions};
-use stackbuild_recipe::recipe::{PythonSection, Recipe};
+use stackbuild_check::{check, CheckOptions};
+use stackbuild_init::InitOptions;
+use stackbuild_recipe::{PythonSection, Recipe};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The project directory [default: .].
     #[arg(default_value = ".")]
     dir: PathBuf,
@@ -39,11 +39,11 @@ pub struct Args {
 impl Args {
     /// Exit 0 when the recipe it wrote checks clean, 1 when `check` reports conflicts (the
     /// recipe is written either way, and the conflicts are shown with their fixes).
-    pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
+    pub(super) fn run(self) -> anyhow::Result<std::process::ExitCode> {
         let recipe_path = self.out.clone().unwrap_or_else(|| self.dir.join("stackbuild.toml"));
         // Before any work: never over what is there.
         if std::fs::symlink_metadata(&recipe_path).is_ok() {
-            return Err(init::InitError::Exists { path: recipe_path }.into());
+            return Err(stackbuild_init::InitError::Exists { path: recipe_path }.into());
         }
         let opts = InitOptions {
             dir: self.dir.clone(),
@@ -52,14 +52,14 @@ impl Args {
             groups: self.groups.clone(),
             name: self.name.clone(),
         };
-        let mut plan = init::plan(&opts)?;
+        let mut plan = stackbuild_init::plan(&opts)?;
         if !plan.unpinned.is_empty() {
             let (resolved, why_not) =
                 if self.offline { (None, "--offline".to_owned()) } else { resolve(&plan) };
             plan.pin(resolved.as_ref(), &why_not);
         }
         let text = plan.to_toml(&recipe_path);
-        init::write_new(&recipe_path, &text)?;
+        stackbuild_init::write_new(&recipe_path, &text)?;
         print!("{}", plan.report());
         println!("Wrote {}.", recipe_path.display());
         let recipe = Recipe::load(&recipe_path)?;
@@ -76,7 +76,7 @@ impl Args {
 }
 
 /// The versions uv resolves for the plan's requirements today (`name -> version`), or why not.
-fn resolve(plan: &init::Plan) -> (Option<BTreeMap<String, String>>, String) {
+fn resolve(plan: &stackbuild_init::Plan) -> (Option<BTreeMap<String, String>>, String) {
     let Ok(version) = plan.python().parse() else { return (None, "no Python version".into()) };
     let packages = plan
         .requirements()
@@ -95,11 +95,9 @@ fn resolve(plan: &init::Plan) -> (Option<BTreeMap<String, String>>, String) {
         bytecode: true,
         lock: None,
     };
-    let target = stackbuild_python::solve::Target::new(
-        section.version.clone(),
-        stackbuild_common::platform::Platform::LinuxAmd64,
-    );
-    match stackbuild_python::solve::resolve(&section, &target, &[]) {
+    let target =
+        stackbuild_python::Target::new(section.version.clone(), stackbuild_common::Platform::LinuxAmd64);
+    match stackbuild_python::resolve(&section, &target, &[]) {
         Ok(pins) => {
             (Some(pins.iter().map(|p| (p.name.to_string(), p.version.to_string())).collect()), String::new())
         }

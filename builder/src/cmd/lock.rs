@@ -2,11 +2,11 @@
 
 use std::path::PathBuf;
 
-use stackbuild_cache::cache::Cache;
-use stackbuild_recipe::recipe::Recipe;
+use stackbuild_cache::Cache;
+use stackbuild_recipe::Recipe;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     /// The recipe (TOML).
     recipe: PathBuf,
     /// Cache directory [default: `$STACKBUILD_CACHE` or `~/.cache/stackbuild`].
@@ -27,24 +27,20 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
+    pub(super) fn run(self) -> anyhow::Result<std::process::ExitCode> {
         let recipe = Recipe::load(&self.recipe)?;
         if self.check {
-            let lock = stackbuild_python::lock::Lock::load_optional(
-                stackbuild_python::lock::Lock::path_for(&recipe.path),
-            )?;
+            let lock =
+                stackbuild_python::Lock::load_optional(stackbuild_python::Lock::path_for(&recipe.path))?;
             let fresh = lock.is_some_and(|l| l.stale_reason(&recipe).is_none());
             if !fresh {
-                eprintln!(
-                    "{}: missing or stale",
-                    stackbuild_python::lock::Lock::path_for(&recipe.path).display()
-                );
+                eprintln!("{}: missing or stale", stackbuild_python::Lock::path_for(&recipe.path).display());
             }
             return Ok(if fresh { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE });
         }
         if let Some(out) = &self.pylock {
             // Before resolving: a file of the user's in the way stops it at once.
-            stackbuild_python::pylock::may_write(out)?;
+            stackbuild_python::may_write(out)?;
         }
         let cache = match self.cache_dir {
             Some(d) => Cache::open(d)?,
@@ -54,10 +50,10 @@ impl Args {
         // Always resolve again (`lock` is how a user asks for fresh pins), unless --locked asks
         // for the pins as they are.
         let lock = stackbuild::build::lock_recipe(&recipe, self.locked, !self.locked, &cache)?;
-        println!("{}", stackbuild_python::lock::Lock::path_for(&recipe.path).display());
+        println!("{}", stackbuild_python::Lock::path_for(&recipe.path).display());
         tracing::info!("{} package(s) locked", lock.packages.len());
         if let Some(out) = &self.pylock {
-            stackbuild_python::pylock::write_from_index(&recipe, &lock, out)?;
+            stackbuild_python::write_from_index(&recipe, &lock, out)?;
             println!("{}", out.display());
         }
         Ok(std::process::ExitCode::SUCCESS)

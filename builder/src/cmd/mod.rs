@@ -15,7 +15,7 @@ mod tables;
 /// stacks that cannot work.
 #[derive(Debug, Parser)]
 #[command(name = "stackbuild", version, about, args_conflicts_with_subcommands = true, after_help = EXAMPLES)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
     #[command(flatten)]
@@ -73,7 +73,7 @@ struct DocsArgs {
 
 impl Cli {
     /// Runs the chosen subcommand.
-    pub fn run(self) -> anyhow::Result<std::process::ExitCode> {
+    pub(crate) fn run(self) -> anyhow::Result<std::process::ExitCode> {
         match self.command {
             Some(Command::Build(args)) => args.run(),
             Some(Command::Init(args)) => args.run(),

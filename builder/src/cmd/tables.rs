@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use stackbuild_check::tables::torch::{self, Options};
-use stackbuild_python::index::Index;
+use stackbuild_check::torch::{self, Options};
+use stackbuild_python::Index;
 use stackcontract::version::PackageVersion;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(super) struct Args {
     #[command(subcommand)]
     table: Table,
 }
@@ -61,7 +61,7 @@ struct TorchArgs {
 }
 
 impl Args {
-    pub fn run(self) -> anyhow::Result<ExitCode> {
+    pub(super) fn run(self) -> anyhow::Result<ExitCode> {
         match self.table {
             Table::Torch(args) => args.run(),
         }
@@ -72,7 +72,7 @@ impl TorchArgs {
     fn run(self) -> anyhow::Result<ExitCode> {
         let where_ = match self.index {
             Some(i) => i,
-            None => stackbuild_python::index::configured_index()?,
+            None => stackbuild_python::configured_index()?,
         };
         let mut index = if std::path::Path::new(&where_).is_dir() {
             Index::recorded(std::path::Path::new(&where_))
@@ -98,11 +98,7 @@ impl TorchArgs {
             tracing::warn!("{w}");
         }
         let name = self.table.display().to_string();
-        let text = stackbuild_common::input::read_text(
-            &self.table,
-            stackbuild_common::input::MAX_TEXT,
-            "torch table",
-        )?;
+        let text = stackbuild_common::read_text(&self.table, stackbuild_common::MAX_TEXT, "torch table")?;
         let (new, changes) = torch::apply(&name, &text, &generated, self.known_only)?;
         let mut out = std::io::stdout().lock();
         for line in &changes.lines {

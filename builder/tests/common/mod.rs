@@ -6,14 +6,14 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-pub use test_support::registry::Registry;
-pub use test_support::tools::{git, have, is_root};
+pub(crate) use test_support::registry::Registry;
+pub(crate) use test_support::tools::{git, have, is_root};
 
 /// The Debian base of the small test recipes: bookworm with its Python.
-pub const BOOKWORM_PYTHON: &str = "[base]\ndebian = \"bookworm\"\npackages = [\"python3\"]\n";
+pub(crate) const BOOKWORM_PYTHON: &str = "[base]\ndebian = \"bookworm\"\npackages = [\"python3\"]\n";
 
 /// The small test recipes' patch of `six`: `find` replaced by a `+patched` version, once.
-pub fn six_patch(find: &str) -> String {
+pub(crate) fn six_patch(find: &str) -> String {
     format!(
         "[[patch]]\nname = \"six-version\"\npackage = \"six\"\nfile = \"six.py\"\nfind = '{find}'\n\
          replace = '__version__ = \"1.16.0+patched\"'\ncount = 1\n"
@@ -21,11 +21,11 @@ pub fn six_patch(find: &str) -> String {
 }
 
 /// The builder under test.
-pub const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
+pub(crate) const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 
 /// Whether builds on a Debian base can run here: root, mmdebstrap, uv and the programs in
 /// `more`; prints what is missing (the test then reports itself skipped).
-pub fn debian_builds_ready(more: &[&str]) -> bool {
+pub(crate) fn debian_builds_ready(more: &[&str]) -> bool {
     let root = is_root();
     let missing: Vec<&str> = ["mmdebstrap", "uv"].iter().chain(more).copied().filter(|p| !have(p)).collect();
     if !root || !missing.is_empty() {
@@ -36,7 +36,7 @@ pub fn debian_builds_ready(more: &[&str]) -> bool {
 }
 
 /// A stand-in for a model's source repository: a git repo with one commit.
-pub fn stand_in_repo(dir: &Path) -> (String, String) {
+pub(crate) fn stand_in_repo(dir: &Path) -> (String, String) {
     std::fs::create_dir_all(dir.join("model")).unwrap();
     std::fs::write(dir.join("model/__init__.py"), "NAME = 'stand-in'\n").unwrap();
     std::fs::write(dir.join("train.py"), "print('training')\n").unwrap();
@@ -47,14 +47,14 @@ pub fn stand_in_repo(dir: &Path) -> (String, String) {
 }
 
 /// One `stackbuild` run: the digest it printed, its report, its process output.
-pub struct Built {
+pub(crate) struct Built {
     pub digest: String,
     pub report: serde_json::Value,
     pub out: Output,
 }
 
 /// Builds `recipe` into the layout `out` with the cache `cache` (`SOURCE_DATE_EPOCH=0`).
-pub fn build(recipe: &Path, cache: &Path, out: &Path, extra: &[&str]) -> Built {
+pub(crate) fn build(recipe: &Path, cache: &Path, out: &Path, extra: &[&str]) -> Built {
     let report = out.with_extension("report.json");
     let output = Command::new(STACKBUILD)
         .arg(recipe)
@@ -75,7 +75,7 @@ pub fn build(recipe: &Path, cache: &Path, out: &Path, extra: &[&str]) -> Built {
 }
 
 /// Asserts that the build succeeded and printed only the digest.
-pub fn ok(b: &Built) -> &Built {
+pub(crate) fn ok(b: &Built) -> &Built {
     assert!(b.out.status.success(), "build failed: {}", String::from_utf8_lossy(&b.out.stderr));
     assert!(
         b.digest.starts_with("sha256:") && b.digest.len() == 71,
@@ -86,26 +86,26 @@ pub fn ok(b: &Built) -> &Built {
 }
 
 /// [`build`] that must succeed.
-pub fn build_ok(recipe: &Path, cache: &Path, out: &Path, extra: &[&str]) -> Built {
+pub(crate) fn build_ok(recipe: &Path, cache: &Path, out: &Path, extra: &[&str]) -> Built {
     let b = build(recipe, cache, out, extra);
     ok(&b);
     b
 }
 
 /// The registry helpers that need stackbuild's types.
-pub trait RegistryExt {
+pub(crate) trait RegistryExt {
     /// A reference to `rest` (`NAME:TAG`) in this registry.
-    fn reference(&self, rest: &str) -> stackbuild_image::registry::Reference;
+    fn reference(&self, rest: &str) -> stackbuild_image::Reference;
 }
 
 impl RegistryExt for Registry {
-    fn reference(&self, rest: &str) -> stackbuild_image::registry::Reference {
-        stackbuild_image::registry::Reference::parse(&format!("{}/{rest}", self.addr)).unwrap()
+    fn reference(&self, rest: &str) -> stackbuild_image::Reference {
+        stackbuild_image::Reference::parse(&format!("{}/{rest}", self.addr)).unwrap()
     }
 }
 
 /// `(name, version, sha256)` of every `[[package]]` of our lock file at `path`, sorted.
-pub fn locked_packages(path: &Path) -> Vec<(String, String, String)> {
+pub(crate) fn locked_packages(path: &Path) -> Vec<(String, String, String)> {
     let doc: toml::Table = toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let mut out: Vec<_> = doc["package"]
         .as_array()
@@ -125,7 +125,7 @@ pub fn locked_packages(path: &Path) -> Vec<(String, String, String)> {
 
 /// `name==version` of every `*.dist-info` in the gzip layers of the OCI layout at `layout`
 /// (normalized names, as `uv pip freeze` prints them), sorted.
-pub fn image_distributions(layout: &Path) -> Vec<String> {
+pub(crate) fn image_distributions(layout: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(layout.join("blobs/sha256")).unwrap() {
         let bytes = std::fs::read(entry.unwrap().path()).unwrap();

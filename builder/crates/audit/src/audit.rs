@@ -78,8 +78,8 @@ use serde::{Deserialize, Serialize};
 
 use self::elf::ElfInfo;
 use self::fs::{join, split_parent, ElfState, FileInfo, Kind, RootFs};
-use stackbuild_common::io_error::{io_err, IoError};
-use stackbuild_image::oci::{self, OciError};
+use stackbuild_common::{io_err, IoError};
+use stackbuild_image::OciError;
 
 /// Errors of an audit (findings are not errors: they are in the [`AuditReport`]).
 #[derive(Debug, thiserror::Error)]
@@ -178,11 +178,11 @@ mod secs {
 
     use serde::{Deserialize as _, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_f64(d.as_secs_f64())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let secs = f64::deserialize(d)?;
         Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
     }
@@ -1419,10 +1419,11 @@ fn is_ignored(path: &str) -> bool {
     ["/lib/firmware/", "/usr/lib/firmware/", "/usr/lib/debug/"].iter().any(|p| path.starts_with(p))
 }
 
+#[cfg(test)]
 /// Audits the unpacked root filesystem `root` of an image whose environment is `env`
 /// (`NAME=value`, for `LD_LIBRARY_PATH`) and platform is `platform` (`linux/amd64`,
 /// `linux/arm64`, ...). Symlinks under `root` are resolved inside it, never on the host.
-pub fn audit_dir(root: &Path, env: &[String], platform: &str) -> Result<AuditReport, AuditError> {
+pub(crate) fn audit_dir(root: &Path, env: &[String], platform: &str) -> Result<AuditReport, AuditError> {
     let started = Instant::now();
     // Check the platform before the (possibly long) walk.
     parse_platform(platform).ok_or_else(|| AuditError::Platform(platform.to_string()))?;
@@ -1436,19 +1437,20 @@ pub fn audit_dir(root: &Path, env: &[String], platform: &str) -> Result<AuditRep
 /// the environment and architecture of its config. Layers are streamed (gzip, zstd or plain)
 /// on parallel threads and never extracted: only ELF files and `ld.so.conf` files are read, an
 /// ELF file above 64 MiB through an anonymous temporary file. Layer digests are not re-hashed
-/// ([`oci::verify_layout_blob`] does that).
+/// ([`stackbuild_image::verify_layout_blob`] does that).
 pub fn audit_layout(layout_dir: &Path, tag: Option<&str>) -> Result<AuditReport, AuditError> {
     audit_layout_with(layout_dir, tag, None, fs::SPOOL_ABOVE, None)
 }
 
+#[cfg(test)]
 /// [`audit_layout`] of one platform's image of a multi-platform `tag` (`None`: the only image),
 /// keeping what it reads of each layer in `layer_cache` by layer digest, so that the audit of an
 /// image that shares layers with one audited before reads only its new layers (a changed pin
 /// rebuilds one layer of seven; reading the others again costs most of the audit).
-pub fn audit_layout_cached(
+pub(crate) fn audit_layout_cached(
     layout_dir: &Path,
     tag: Option<&str>,
-    platform: Option<&oci::Platform>,
+    platform: Option<&stackbuild_image::Platform>,
     layer_cache: &Path,
 ) -> Result<AuditReport, AuditError> {
     audit_layout_with(layout_dir, tag, platform, fs::SPOOL_ABOVE, Some(layer_cache))
@@ -1460,11 +1462,7 @@ const LAYER_CACHE_FORMAT: u32 = 1;
 
 /// A layer's changes from `cache` (by digest), else read from its blob and stored there. The
 /// cache is only an accelerator: an entry that does not parse is read again and replaced.
-fn layer_ops(
-    layer: &stackbuild_common::blob::LayerBlob,
-    spool_above: u64,
-    cache: Option<&Path>,
-) -> LayerResult {
+fn layer_ops(layer: &stackbuild_common::LayerBlob, spool_above: u64, cache: Option<&Path>) -> LayerResult {
     let entry = cache.and_then(|dir| layer_cache_entry(dir, &layer.digest));
     if let Some(ops) = entry
         .as_ref()
@@ -1492,7 +1490,7 @@ fn layer_cache_entry(dir: &Path, digest: &str) -> Option<PathBuf> {
 fn store_layer_ops(path: &Path, digest: &str, ops: &[fs::Op]) {
     let stored = serde_json::to_vec(ops).map_err(io::Error::other).and_then(|json| {
         path.parent().map_or(Ok(()), std::fs::create_dir_all)?;
-        stackbuild_cache::cache::write_atomic(path, &json)
+        stackbuild_cache::write_atomic(path, &json)
     });
     if let Err(e) = stored {
         tracing::debug!("not caching the audit of layer {digest}: {e}");
@@ -1505,24 +1503,27 @@ type LayerResult = Result<Vec<fs::Op>, AuditError>;
 fn audit_layout_with(
     layout_dir: &Path,
     tag: Option<&str>,
-    platform: Option<&oci::Platform>,
+    platform: Option<&stackbuild_image::Platform>,
     spool_above: u64,
     layer_cache: Option<&Path>,
 ) -> Result<AuditReport, AuditError> {
     let started = Instant::now();
-    let image = oci::read_layout_for(layout_dir, tag, platform)?;
+    let image = stackbuild_image::read_layout_for(layout_dir, tag, platform)?;
     audit_layers(&image.config, &image.layers, spool_above, layer_cache, started)
 }
 
 /// [`audit_layout_cached`] of an image not written anywhere yet (its layers in the cache), so
 /// that a build audits before it touches its output.
-pub fn audit_image_cached(image: &oci::Image, layer_cache: &Path) -> Result<AuditReport, AuditError> {
+pub fn audit_image_cached(
+    image: &stackbuild_image::Image,
+    layer_cache: &Path,
+) -> Result<AuditReport, AuditError> {
     audit_layers(image.config(), image.layers(), fs::SPOOL_ABOVE, Some(layer_cache), Instant::now())
 }
 
 fn audit_layers(
-    config: &oci::ImageConfig,
-    layers: &[stackbuild_common::blob::LayerBlob],
+    config: &stackbuild_image::ImageConfig,
+    layers: &[stackbuild_common::LayerBlob],
     spool_above: u64,
     layer_cache: Option<&Path>,
     started: Instant,

@@ -2,4 +2,6 @@
 //!
 //! - [`audit`]: a static `ldd` over an image's root filesystem (unresolved, shadowed and stub libraries).
 
-pub mod audit;
+mod audit;
+
+pub use audit::{audit_image_cached, audit_layout, AuditError, AuditReport, LayerTap, POLICY_VERSION};

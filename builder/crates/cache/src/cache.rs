@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_common::io_error::{io_err, IoError};
+use stackbuild_common::LayerBlob;
+use stackbuild_common::{io_err, IoError};
 
 pub mod stamp;
 
@@ -45,7 +45,7 @@ const MAX_KEY_FILE: u64 = 64 * 1024;
 const STALE_AFTER: Duration = Duration::from_mins(1);
 
 /// The file whose presence makes a directory a stackbuild cache.
-pub const MARKER: &str = ".stackbuild-cache";
+pub(crate) const MARKER: &str = ".stackbuild-cache";
 
 /// Its content (only its presence matters).
 const MARKER_TEXT: &[u8] = b"stackbuild cache, format 1: managed by stackbuild; safe to delete as a whole\n";
@@ -268,7 +268,7 @@ impl Drop for TempFile {
 }
 
 // The temporary names and atomic writes of the cache are the crate's one implementation.
-pub use stackbuild_common::atomic::{sync_dir, unique_temp_name, write_atomic, write_atomic_in};
+pub use stackbuild_common::{sync_dir, unique_temp_name, write_atomic, write_atomic_in};
 
 /// Whether `entry` was last modified more than `age` ago (false when its time is unreadable).
 pub fn modified_before(entry: &fs::DirEntry, age: std::time::Duration) -> bool {
@@ -310,7 +310,7 @@ fn inspect_dir(dir: &Path) -> Result<CacheDir, CacheError> {
         Err(e) => return Err(io_err("reading", dir)(e).into()),
     };
     if !meta.is_dir() {
-        return Ok(CacheDir::Foreign(stackbuild_common::input::kind_of(meta.file_type()).to_owned()));
+        return Ok(CacheDir::Foreign(stackbuild_common::kind_of(meta.file_type()).to_owned()));
     }
     if fs::symlink_metadata(dir.join(MARKER)).is_ok_and(|m| m.is_file()) {
         return Ok(CacheDir::Marked);
@@ -332,7 +332,7 @@ fn inspect_dir(dir: &Path) -> Result<CacheDir, CacheError> {
     } else {
         Ok(CacheDir::Foreign(format!(
             "a directory without {MARKER} that holds {}",
-            stackbuild_common::diagnostic::list_names(&names)
+            stackbuild_common::list_names(&names)
         )))
     }
 }
@@ -719,8 +719,8 @@ impl Cache {
             return Ok(());
         }
         let before = stamp::Identity::of(&file);
-        let (actual, _) = stackbuild_common::blob::sha256_reader(BufReader::new(&file))
-            .map_err(io_err("reading", &path))?;
+        let (actual, _) =
+            stackbuild_common::sha256_reader(BufReader::new(&file)).map_err(io_err("reading", &path))?;
         if actual.strip_prefix("sha256:") == Some(hex) {
             if let Some(before) = before {
                 stamp::record_verified(&file, before, hex);
@@ -755,7 +755,7 @@ mod tests {
     const HELLO_SHA: &str = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
 
     fn blob(cache: &Cache, bytes: &[u8]) -> LayerBlob {
-        let (digest, size) = stackbuild_common::blob::sha256_reader(bytes).unwrap();
+        let (digest, size) = stackbuild_common::sha256_reader(bytes).unwrap();
         let path = cache.put_artifact(bytes, &digest).unwrap();
         LayerBlob {
             digest: digest.clone(),

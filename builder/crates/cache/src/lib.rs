@@ -2,4 +2,9 @@
 //!
 //! - [`cache`]: the content-addressed cache of artifacts and layer blobs.
 
-pub mod cache;
+mod cache;
+
+pub use cache::{
+    is_temp_name, modified_before, sha256_hex, stamp, sync_dir, unique_temp_name, write_atomic,
+    write_atomic_in, Cache, CacheError, LayerKey, RemoteLayers, TempFile,
+};

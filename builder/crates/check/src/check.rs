@@ -24,10 +24,10 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use stackcontract::image::DerivedRequirement;
 
-use stackbuild_common::platform::Platform;
-use stackbuild_python::lock::{Lock, LockError};
-use stackbuild_python::solve::{self, SolveError, Target};
-use stackbuild_recipe::recipe::{Base, Recipe};
+use stackbuild_common::Platform;
+use stackbuild_python::{Lock, LockError};
+use stackbuild_python::{SolveError, Target};
+use stackbuild_recipe::{Base, Recipe};
 
 mod facts;
 pub(crate) use facts::exact_requires;
@@ -36,7 +36,7 @@ mod rules;
 #[cfg(test)]
 mod tests;
 
-pub use facts::{Origin, StackPackage};
+pub(crate) use facts::{Origin, StackPackage};
 
 use facts::Facts;
 
@@ -69,7 +69,7 @@ pub enum CheckError {
     #[error("{source}")]
     GivenLock {
         /// Why.
-        source: stackbuild_python::given_lock::GivenLockError,
+        source: stackbuild_python::GivenLockError,
     },
 }
 
@@ -282,7 +282,7 @@ pub fn check(recipe: &Recipe, opts: &CheckOptions) -> Result<Report, CheckError>
     let artifacts = opts.cache_dir.as_ref().map(|d| d.join("artifacts"));
     let mut stacks = Vec::new();
     let mut findings = Vec::new();
-    let targets = solve::targets(recipe);
+    let targets = stackbuild_python::targets(recipe);
     if targets.is_empty() {
         for &platform in &recipe.image.platforms {
             let facts = Facts::without_python(recipe, platform);
@@ -348,17 +348,17 @@ fn resolve<'r>(
     };
     if let Some(given) = &python.lock {
         // The project's lock stands for the resolution: its wheels for this target, as pins.
-        let chosen = stackbuild_python::given_lock::GivenLock::load(given)
+        let chosen = stackbuild_python::GivenLock::load(given)
             .and_then(|g| g.select(target))
             .map_err(|source| CheckError::GivenLock { source })?;
-        let pins: Vec<_> = chosen.iter().map(stackbuild_python::given_lock::Chosen::pin).collect();
+        let pins: Vec<_> = chosen.iter().map(stackbuild_python::Chosen::pin).collect();
         return Ok((
             Facts::from_pins(recipe, target, &pins, artifacts),
             Resolution::Resolved { lock: format!("{} (as it is)", given.display()) },
         ));
     }
     tracing::info!("resolving {} package(s) for {target} (nothing is written)", python.packages.len());
-    match solve::resolve(python, target, &[]) {
+    match stackbuild_python::resolve(python, target, &[]) {
         Ok(pins) => Ok((
             Facts::from_pins(recipe, target, &pins, artifacts),
             Resolution::Resolved { lock: lock_state.unwrap_or("not used").to_owned() },

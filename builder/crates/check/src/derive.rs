@@ -25,8 +25,8 @@ use stackcontract::require::{Expr, Factor, Key, Op, Term};
 use stackcontract::version::{CudaVersion, DriverVersion, PackageVersion};
 
 use crate::gpu_code::{ArchSet, GpuCode};
-use stackbuild_common::platform::Platform;
-use stackbuild_recipe::recipe::HostRules;
+use stackbuild_common::Platform;
+use stackbuild_recipe::HostRules;
 
 /// A resolved package, as far as derivation needs it.
 #[derive(Debug, Clone, Copy)]
@@ -69,7 +69,7 @@ const SUFFIXLESS_COMPONENTS: &[&str] = &[
 
 /// The CUDA library component of a wheel: `nvidia-cuda-runtime-cu12` and `nvidia-cuda-runtime`
 /// -> `cuda-runtime`; `None` for other names.
-pub fn library_component(name: &str) -> Option<&str> {
+pub(crate) fn library_component(name: &str) -> Option<&str> {
     let rest = name.strip_prefix("nvidia-")?;
     if let Some((component, major)) = rest.rsplit_once("-cu") {
         if !major.is_empty() && major.bytes().all(|b| b.is_ascii_digit()) {
@@ -85,7 +85,7 @@ fn toolkit_numbered(component: &str) -> bool {
 }
 
 /// A component's version in a row of the component table, by wheel component name.
-pub fn component_version<'a>(row: &'a kb::CudaComponents, component: &str) -> Option<&'a str> {
+pub(crate) fn component_version<'a>(row: &'a kb::CudaComponents, component: &str) -> Option<&'a str> {
     Some(match component {
         "cuda-runtime" => &row.cudart,
         "cublas" => &row.cublas,
@@ -105,7 +105,7 @@ pub fn component_version<'a>(row: &'a kb::CudaComponents, component: &str) -> Op
 /// nvcc), the version's `major.minor` (`13.0.96` -> `13.0`). cuBLAS, cuFFT and the others have
 /// their own numbers and answer only through the table; cuDNN, NCCL and cuSPARSELt are
 /// versioned apart from CUDA and answer `None`.
-pub fn library_release(name: &str, version: &PackageVersion) -> Option<CudaVersion> {
+pub(crate) fn library_release(name: &str, version: &PackageVersion) -> Option<CudaVersion> {
     let component = library_component(name)?;
     let row = kb::all_cuda_components().iter().find(|row| {
         component_version(row, component)
@@ -125,7 +125,7 @@ pub fn library_release(name: &str, version: &PackageVersion) -> Option<CudaVersi
 /// The CUDA runtime the stack ships: the release of its CUDA runtime wheel
 /// (`nvidia-cuda-runtime-cu12==12.1.105` -> `12.1.1`, `nvidia-cuda-runtime==13.0.96` -> `13.0`),
 /// else the version of the `cuda-toolkit` metapackage that pulls it in (`13.0.2`).
-pub fn cuda_runtime(packages: &[Package<'_>]) -> Option<CudaVersion> {
+pub(crate) fn cuda_runtime(packages: &[Package<'_>]) -> Option<CudaVersion> {
     let runtime = packages
         .iter()
         .filter(|p| library_component(p.name) == Some("cuda-runtime"))
@@ -140,7 +140,7 @@ pub fn cuda_runtime(packages: &[Package<'_>]) -> Option<CudaVersion> {
 
 /// The torch build of the stack, from the knowledge base: the variant named by a local version
 /// (`+cu121`) or the plain wheel of the package index.
-pub fn torch_variant(
+pub(crate) fn torch_variant(
     packages: &[Package<'_>],
 ) -> Option<(&'static kb::TorchRelease, &'static kb::TorchVariant)> {
     let torch = packages.iter().find(|p| p.name == "torch")?;
@@ -154,7 +154,7 @@ pub fn torch_variant(
 /// (from torch 2.11 the `aarch64` wheel requires `cuda-toolkit` and `nvidia-cudnn-cu13` too,
 /// per its metadata on the Python Package Index); the index's `aarch64` wheels before 2.11 are
 /// CPU builds.
-pub fn torch_build(
+pub(crate) fn torch_build(
     release: &'static kb::TorchRelease,
     version: &PackageVersion,
     platform: Platform,
@@ -168,7 +168,7 @@ pub fn torch_build(
 }
 
 /// The CUDA version of the stack: its runtime wheel's, else the torch build's.
-pub fn stack_cuda(packages: &[Package<'_>]) -> Option<CudaVersion> {
+pub(crate) fn stack_cuda(packages: &[Package<'_>]) -> Option<CudaVersion> {
     cuda_runtime(packages).or_else(|| torch_variant(packages).map(|(_, v)| v.cuda.clone()))
 }
 
@@ -182,7 +182,7 @@ pub fn torch_code(packages: &[Package<'_>]) -> Option<GpuCode> {
 
 /// The oldest driver that runs the stack's CUDA libraries, as [`requirements`] demands it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DriverFloor {
+pub(crate) struct DriverFloor {
     /// The stack's CUDA version ([`stack_cuda`]).
     pub cuda: CudaVersion,
     /// The oldest driver on which the stack runs on some GPU.
@@ -220,7 +220,7 @@ fn driver_rows(cuda: &CudaVersion) -> Option<(DriverVersion, Option<DriverVersio
 
 /// The oldest driver that runs the stack's CUDA libraries with the torch build of the knowledge
 /// base; `None` without CUDA or for a CUDA release inside the table's span that it lacks.
-pub fn driver_floor(packages: &[Package<'_>]) -> Option<DriverFloor> {
+pub(crate) fn driver_floor(packages: &[Package<'_>]) -> Option<DriverFloor> {
     driver_floor_with(packages, torch_code(packages).as_ref())
 }
 
@@ -230,7 +230,7 @@ pub fn driver_floor(packages: &[Package<'_>]) -> Option<DriverFloor> {
 /// 12.x runs on any driver >= the major's minimum, unless it JIT-compiles PTX newer than the
 /// driver. So GPUs that run a cubin need only that minimum; GPUs reached only through PTX need
 /// the toolkit's own driver.
-pub fn driver_floor_with(packages: &[Package<'_>], code: Option<&GpuCode>) -> Option<DriverFloor> {
+pub(crate) fn driver_floor_with(packages: &[Package<'_>], code: Option<&GpuCode>) -> Option<DriverFloor> {
     let cuda = stack_cuda(packages)?;
     let (toolkit_driver, minor, source, estimated) = driver_rows(&cuda)?;
     let cubins = code.is_none_or(|c| !c.cubins.is_empty());
@@ -412,7 +412,7 @@ mod tests {
             Package { name: "nvidia-cuda-runtime-cu12", version: &rt, platform: Platform::LinuxAmd64 },
             Package { name: "numpy", version: &np, platform: Platform::LinuxAmd64 },
         ];
-        let recipe = stackbuild_recipe::recipe::Recipe::parse(
+        let recipe = stackbuild_recipe::Recipe::parse(
             "r.toml",
             "[image]\nname = \"x\"\n[base]\nscratch = true\n[host]\nkernel_deny = [\"5.15.0-107-generic\"]\nmodules = [\"nvidia_uvm\"]\ndriver = \"<560\"\n",
         )

@@ -35,11 +35,11 @@ use goblin::elf::Elf;
 use stackcontract::version::ComputeCapability;
 
 use crate::gpu_code::GpuCode;
-use stackbuild_common::input::ReadAt;
-use stackbuild_common::io_error::{io_err, IoError};
+use stackbuild_common::ReadAt;
+use stackbuild_common::{io_err, IoError};
 
 /// The magic number of a fat binary container.
-pub const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+pub(crate) const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 /// Entry kind: PTX text.
 const KIND_PTX: u16 = 1;
 /// Entry kind: an ELF cubin.
@@ -61,7 +61,7 @@ const MAX_MEMBER: u64 = 16 << 30;
 
 /// Why a fat binary could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum FatbinError {
+pub(crate) enum FatbinError {
     /// Reading the file (or writing a member extracted from a wheel) failed.
     #[error(transparent)]
     Io(#[from] IoError),
@@ -85,7 +85,7 @@ pub enum FatbinError {
 
 /// What an entry holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum EntryKind {
+pub(crate) enum EntryKind {
     /// PTX, which the driver JIT-compiles for its GPU.
     Ptx,
     /// A cubin: machine code for one architecture.
@@ -94,7 +94,7 @@ pub enum EntryKind {
 
 /// One entry of a fat binary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// PTX or cubin.
     pub kind: EntryKind,
     /// The architecture it is for (`sm_80` -> 8.0).
@@ -228,15 +228,17 @@ fn parse_containers<R: ReadAt + ?Sized>(
     Ok(out)
 }
 
+#[cfg(test)]
 /// The fat binary entries of the ELF file at `path`; empty when it has no `.nv_fatbin`.
-pub fn read_elf(path: &Path) -> Result<Vec<Entry>, FatbinError> {
+pub(crate) fn read_elf(path: &Path) -> Result<Vec<Entry>, FatbinError> {
     let file = File::open(path).map_err(io_err("opening", path))?;
     let size = file.metadata().map_err(io_err("reading", path))?.len();
     entries_of(&file, size).map_err(|why| FatbinError::Malformed { path: path.to_owned(), why })
 }
 
+#[cfg(test)]
 /// The fat binary entries of an ELF image in memory.
-pub fn parse_elf(bytes: &[u8]) -> Result<Vec<Entry>, String> {
+pub(crate) fn parse_elf(bytes: &[u8]) -> Result<Vec<Entry>, String> {
     entries_of(bytes, bytes.len() as u64)
 }
 
@@ -248,7 +250,7 @@ fn entries_of<R: ReadAt + ?Sized>(src: &R, size: u64) -> Result<Vec<Entry>, Stri
 }
 
 /// The GPU code of a set of entries, `None` when there are none.
-pub fn code_of(entries: &[Entry], from: String) -> Option<GpuCode> {
+pub(crate) fn code_of(entries: &[Entry], from: String) -> Option<GpuCode> {
     if entries.is_empty() {
         return None;
     }
@@ -266,7 +268,7 @@ fn is_torch_library(name: &str) -> bool {
 /// of all its `torch/lib/*.so*` libraries together, each extracted in turn to a temporary file
 /// under `tmp` (their headers are read by offset). `None` when no library carries GPU code (a
 /// CPU build).
-pub fn torch_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCode>, FatbinError> {
+pub(crate) fn torch_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCode>, FatbinError> {
     let werr = |why: String| FatbinError::Wheel { path: wheel.to_owned(), why };
     let file = File::open(wheel).map_err(io_err("opening", wheel))?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| werr(e.to_string()))?;

@@ -10,14 +10,14 @@ use stackcontract::kb;
 use stackcontract::require::{Expr, Factor, Key, Op, Term};
 use stackcontract::version::ComputeCapability;
 
-use stackbuild_common::platform::Platform;
+use stackbuild_common::Platform;
 
 /// The compute capabilities of NVIDIA's Tegra chips' integrated GPUs: TX1 5.3, TX2 6.2, Xavier
 /// 7.2, Orin 8.7, Thor 10.1 (CUDA 12.x; 11.0 from CUDA 13.0) (developer.nvidia.com/cuda-gpus,
 /// "Jetson"). A cubin of another compute capability does not run on them: "an `sm_70` GPU binary
 /// will not run on Xavier's integrated GPU" (CUDA C++ Programming Guide, binary compatibility,
 /// which guarantees X.y -> X.z only "for a given major revision" of discrete GPUs).
-pub const TEGRA: [ComputeCapability; 6] = [
+pub(crate) const TEGRA: [ComputeCapability; 6] = [
     ComputeCapability::new(5, 3),
     ComputeCapability::new(6, 2),
     ComputeCapability::new(7, 2),
@@ -27,7 +27,7 @@ pub const TEGRA: [ComputeCapability; 6] = [
 ];
 
 /// Whether `cc` is the integrated GPU of a Tegra chip ([`TEGRA`]).
-pub fn is_tegra(cc: ComputeCapability) -> bool {
+pub(crate) fn is_tegra(cc: ComputeCapability) -> bool {
     TEGRA.contains(&cc)
 }
 

@@ -6,8 +6,14 @@
 //! - [`check`]: the solved stack, its host requirements and its conflicts, without building.
 //! - [`tables`]: knowledge-base tables generated from an index's metadata (the torch table).
 
-pub mod check;
-pub mod derive;
-pub mod fatbin;
-pub mod gpu_code;
-pub mod tables;
+mod check;
+mod derive;
+mod fatbin;
+mod gpu_code;
+mod tables;
+
+pub use check::{check, CheckOptions};
+pub use derive::{requirements, requirements_with, torch_code, Package};
+pub use fatbin::torch_code_for_build;
+pub use gpu_code::GpuCode;
+pub use tables::torch;

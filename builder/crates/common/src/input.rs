@@ -20,7 +20,7 @@ use rustix::fs::{FileType, Mode, OFlags};
 use crate::io_error::{io_err, IoError};
 
 /// The rule every file opened here must follow, quoted in errors.
-pub const RULE: &str = "it must be a regular file (not a symlink, FIFO, socket, device or directory)";
+pub(crate) const RULE: &str = "it must be a regular file (not a symlink, FIFO, socket, device or directory)";
 
 /// Largest recipe, lock, patch or JSON document read whole.
 pub const MAX_TEXT: u64 = 64 << 20;
@@ -139,7 +139,7 @@ pub fn read_capped(path: &Path, cap: u64, what: &'static str) -> Result<Vec<u8>,
 }
 
 /// Reads the whole of an already opened `file` (named `path` in errors), at most `cap` bytes.
-pub fn read_open_capped(
+pub(crate) fn read_open_capped(
     file: File,
     path: &Path,
     cap: u64,

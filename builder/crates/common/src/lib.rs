@@ -15,17 +15,32 @@
 //! - [`compression`]: the compression of a layer blob: media type, name, decoder.
 //! - [`base_facts`]: what was learned from a base root filesystem (its Python, its Debian packages).
 
-pub mod atomic;
-pub mod base_facts;
-pub mod blob;
-pub mod canonical;
-pub mod chunks;
-pub mod compression;
-pub mod diagnostic;
-pub mod image_arg;
-pub mod input;
-pub mod io_error;
-pub mod platform;
-pub mod progress;
-pub mod wheel_name;
-pub mod zip_member;
+mod atomic;
+mod base_facts;
+mod blob;
+mod canonical;
+mod chunks;
+mod compression;
+mod diagnostic;
+mod image_arg;
+mod input;
+mod io_error;
+mod platform;
+mod progress;
+mod wheel_name;
+mod zip_member;
+
+pub use atomic::{sync_dir, unique_temp_name, write_atomic, write_atomic_in, write_atomic_mode};
+pub use base_facts::BaseFacts;
+pub use blob::{sha256_bytes, sha256_file, sha256_reader, LayerBlob};
+pub use canonical::to_vec;
+pub use chunks::ChunkWriter;
+pub use compression::Compression;
+pub use diagnostic::{list_names, Diagnostic};
+pub use image_arg::ImageArg;
+pub use input::{kind_of, open_regular, read_capped, read_text, InputError, ReadAt, MAX_TEXT};
+pub use io_error::{io_err, IoError};
+pub use platform::Platform;
+pub use progress::{Progress, Stage};
+pub use wheel_name::parse_wheel_name;
+pub use zip_member::{MemberError, ZipMember};

@@ -240,7 +240,7 @@ impl<'m, R: Read> MemberReader<'m, R> {
 }
 
 /// Turns an error from a [`MemberReader`] back into the [`MemberError`] it carries.
-pub fn into_member_error(member: &ZipMember, e: io::Error) -> MemberError {
+pub(crate) fn into_member_error(member: &ZipMember, e: io::Error) -> MemberError {
     if e.get_ref().is_some_and(<dyn std::error::Error + Send + Sync>::is::<MemberError>) {
         if let Ok(inner) = e.into_inner().expect("checked above").downcast::<MemberError>() {
             return *inner;

@@ -12,12 +12,12 @@ use std::process::{Command, Stdio};
 
 use stackcontract::version::PythonVersion;
 
-use stackbuild_common::base_facts::BaseFacts;
+use stackbuild_common::BaseFacts;
 
 use crate::layer::{LayerWriter, TarImport};
-use stackbuild_cache::cache::{Cache, LayerKey};
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_common::compression::Compression;
+use stackbuild_cache::{Cache, LayerKey};
+use stackbuild_common::Compression;
+use stackbuild_common::LayerBlob;
 
 /// Why a base could not be prepared.
 #[derive(Debug, thiserror::Error)]
@@ -45,10 +45,10 @@ pub enum BaseError {
     Layer(#[from] crate::layer::LayerError),
     /// The cache failed.
     #[error(transparent)]
-    Cache(#[from] stackbuild_cache::cache::CacheError),
+    Cache(#[from] stackbuild_cache::CacheError),
     /// A file the recipe names (a base archive, a layer blob) is not a readable regular file.
     #[error(transparent)]
-    Input(#[from] stackbuild_common::input::InputError),
+    Input(#[from] stackbuild_common::InputError),
     /// An entry of a base layer is unsafe or malformed.
     #[error("{layer}: {source}")]
     BadLayer {
@@ -181,7 +181,7 @@ impl DebianBase {
                 std::fs::create_dir_all(dir)
                     .map_err(|source| BaseError::Tar { path: dir.to_owned(), source })?;
             }
-            stackbuild_cache::cache::write_atomic(&facts_path, &json)
+            stackbuild_cache::write_atomic(&facts_path, &json)
                 .map_err(|source| BaseError::Tar { path: facts_path.clone(), source })?;
         }
         cache.put_layer(&key, &layer)?;
@@ -254,7 +254,7 @@ pub fn host_apt_sources() -> Result<String, BaseError> {
 }
 
 /// Reads a rootfs tar's headers (and the dpkg status file) to learn what it holds.
-pub fn scan_rootfs_tar(path: &Path) -> Result<BaseFacts, BaseError> {
+pub(crate) fn scan_rootfs_tar(path: &Path) -> Result<BaseFacts, BaseError> {
     let err = |source| BaseError::Tar { path: path.to_owned(), source };
     let file = std::fs::File::open(path).map_err(err)?;
     let mut archive = tar::Archive::new(std::io::BufReader::new(file));
@@ -280,7 +280,7 @@ pub fn scan_rootfs_tar(path: &Path) -> Result<BaseFacts, BaseError> {
 }
 
 /// `(package, version)` of every installed package in a dpkg status file.
-pub fn dpkg_status(text: &str) -> Vec<(String, String)> {
+pub(crate) fn dpkg_status(text: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for stanza in text.split("\n\n") {
         let field = |name: &str| {
@@ -393,7 +393,7 @@ fn archive_name_allowed(name: &str) -> bool {
 pub fn extract_image_archive(archive: &Path, dir: &Path) -> Result<(), BaseError> {
     let err = |source| BaseError::Tar { path: archive.to_owned(), source };
     // A regular file only: a FIFO would block, /dev/zero never end.
-    let file = stackbuild_common::input::open_regular(archive, "base archive")?;
+    let file = stackbuild_common::open_regular(archive, "base archive")?;
     let mut tar = tar::Archive::new(std::io::BufReader::new(file));
     for entry in tar.entries().map_err(err)? {
         let mut entry = entry.map_err(err)?;
@@ -439,16 +439,15 @@ struct SavedRootFs {
 
 /// The sha256 of a base archive file, which identifies it in the cache (`sha256:<hex>`-less).
 pub fn archive_identity(path: &Path) -> Result<String, BaseError> {
-    let file = stackbuild_common::input::open_regular(path, "base archive")?;
-    let (digest, _) =
-        stackbuild_common::blob::sha256_reader(std::io::BufReader::with_capacity(1 << 20, file))
-            .map_err(|source| BaseError::Tar { path: path.to_owned(), source })?;
+    let file = stackbuild_common::open_regular(path, "base archive")?;
+    let (digest, _) = stackbuild_common::sha256_reader(std::io::BufReader::with_capacity(1 << 20, file))
+        .map_err(|source| BaseError::Tar { path: path.to_owned(), source })?;
     Ok(digest.trim_start_matches("sha256:").to_owned())
 }
 
 /// What the bytes of one base layer must hash to, as its manifest and config say.
 #[derive(Debug, Clone, Default)]
-pub struct LayerExpect {
+pub(crate) struct LayerExpect {
     /// `sha256:<hex>` of the blob, as stored (compressed or not).
     pub digest: Option<String>,
     /// Size of the blob in bytes.
@@ -493,7 +492,7 @@ impl<R: Read> Read for HashingReader<R> {
 /// hardlinks only to files of the layer, well-formed whiteouts), and checks that the blob and
 /// its uncompressed tar hash to what the image says, so that a tampered layer fails here rather
 /// than in the tools that later read the image. `layer` names it in errors.
-pub fn read_base_layer(
+pub(crate) fn read_base_layer(
     path: &Path,
     compression: Compression,
     expect: &LayerExpect,
@@ -501,7 +500,7 @@ pub fn read_base_layer(
     writer: &mut LayerWriter,
 ) -> Result<(), BaseError> {
     let tar_err = |source| BaseError::LayerRead { layer: layer.to_owned(), path: path.to_owned(), source };
-    let file = stackbuild_common::input::open_regular(path, "base layer blob")?;
+    let file = stackbuild_common::open_regular(path, "base layer blob")?;
     let mut raw = HashingReader::new(std::io::BufReader::with_capacity(1 << 20, file));
     let diff = {
         let decoded = compression.decoder(&mut raw).map_err(tar_err)?;
@@ -662,7 +661,7 @@ pub fn import_archive(
         if let Some(dir) = facts_path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| BaseError::Tar { path: dir.to_owned(), source })?;
         }
-        stackbuild_cache::cache::write_atomic(&facts_path, &json)
+        stackbuild_cache::write_atomic(&facts_path, &json)
             .map_err(|source| BaseError::Tar { path: facts_path.clone(), source })?;
     }
     Ok(base)

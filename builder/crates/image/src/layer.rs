@@ -29,11 +29,11 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest as _, Sha256};
 use tar::{EntryType, Header};
 
-use stackbuild_cache::cache::{Cache, CacheError, TempFile};
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_common::compression::Compression;
-use stackbuild_common::io_error::{io_err, IoError};
-use stackbuild_common::zip_member::{MemberError, ZipMember};
+use stackbuild_cache::{Cache, CacheError, TempFile};
+use stackbuild_common::Compression;
+use stackbuild_common::LayerBlob;
+use stackbuild_common::{io_err, IoError};
+use stackbuild_common::{MemberError, ZipMember};
 
 /// Default gzip level (gzip's own default).
 const GZIP_LEVEL: u32 = 6;
@@ -186,10 +186,10 @@ pub fn source_date_epoch() -> Result<u64, LayerError> {
 /// 9999-12-31T23:59:59Z: RFC 3339's `date-fullyear` has four digits, and the OCI image spec
 /// (`config.md`: `created` "MUST be formatted as defined by RFC 3339") and the tools reading
 /// images (Go's `time.Time` JSON parsing in skopeo, containerd, Docker) accept no later date.
-pub const MAX_EPOCH: u64 = 253_402_300_799;
+pub(crate) const MAX_EPOCH: u64 = 253_402_300_799;
 
 /// `epoch` if an image date can express it.
-pub fn check_epoch(epoch: u64) -> Result<u64, LayerError> {
+pub(crate) fn check_epoch(epoch: u64) -> Result<u64, LayerError> {
     if epoch > MAX_EPOCH {
         Err(LayerError::EpochTooLate(epoch.to_string()))
     } else {
@@ -794,7 +794,7 @@ impl LayerWriter {
         let tmp_path = tmp.path().to_path_buf();
         let write_err = io_err("writing", &tmp_path);
 
-        let bar = stackbuild_common::progress::Progress::bytes(self.content_size(), "writing layer");
+        let bar = stackbuild_common::Progress::bytes(self.content_size(), "writing layer");
 
         let blob_out = Hashing::new(BufWriter::with_capacity(1 << 20, &tmp.file));
         let encoder =
@@ -869,7 +869,7 @@ impl LayerWriter {
         path: &[u8],
         node: &Node,
         compression: Compression,
-        bar: &stackbuild_common::progress::Progress,
+        bar: &stackbuild_common::Progress,
         tmp_path: &Path,
     ) -> Result<(), LayerError> {
         let name = Path::new(OsStr::from_bytes(path));
@@ -1023,7 +1023,7 @@ impl Read for SpoolReader<'_> {
 }
 
 /// Where a copy of a layer's uncompressed tar goes as it is written ([`LayerWriter::tap`]).
-pub type Tap = Box<dyn Write + Send>;
+pub(crate) type Tap = Box<dyn Write + Send>;
 
 /// Two taps given the same bytes; one that fails does not keep them from the other.
 struct Tee(Tap, Tap);

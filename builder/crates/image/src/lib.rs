@@ -8,10 +8,33 @@
 //! - [`base`]: the image's base: scratch, an OCI layout, or a Debian rootfs by mmdebstrap.
 //! - [`sbom`]: the image's SBOM (SPDX 2.3 and `CycloneDX` 1.6 JSON), a pure function of the build's inputs.
 
-pub mod base;
-pub mod layer;
-pub mod load;
-pub mod oci;
-pub mod output;
-pub mod registry;
-pub mod sbom;
+mod base;
+mod layer;
+mod load;
+mod oci;
+mod output;
+mod registry;
+mod sbom;
+
+pub use base::{
+    archive_identity, cached_import, check_layout_layers, extract_image_archive, host_apt_sources,
+    import_archive, BaseError, DebianBase,
+};
+pub use layer::{cache_id, estargz, source_date_epoch, LayerError, LayerWriter};
+pub use load::{export_image, image_id, LoadError, Loader, SpooledTar, TarSpool};
+pub use oci::{
+    read_layout, read_layout_for, rfc3339, verify_layout_blob, write_archive, write_layout, Descriptor,
+    DockerSaveEntry, History, Image, ImageConfig, Index, Manifest, OciError, Platform, RootFs, RuntimeConfig,
+    ANNOTATION_CONTAINERD_NAME, ANNOTATION_REF_NAME, MEDIA_TYPE_MANIFEST,
+};
+pub use output::{
+    check_distinct, check_layout_dir, check_output_file, write_file, write_layout as write_out_layout,
+    OutputError,
+};
+pub use registry::{
+    pull, pull_with, push_layout, push_layout_with, push_referrer, Client, Credentials, PullOptions,
+    PushOptions, PushReport, Reference, ReferrerReport, RegistryError, RemoteCache, Subject,
+};
+pub use sbom::{
+    Sbom, SbomInput, SbomLayer, CYCLONEDX_MEDIA_TYPE, CYCLONEDX_PATH, SPDX_MEDIA_TYPE, SPDX_PATH,
+};

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use crate::oci::{Archive, OciError};
-use stackbuild_common::io_error::IoError;
+use stackbuild_common::IoError;
 
 pub use spool::{SpooledTar, TarSpool};
 pub use stream::Loader;
@@ -88,7 +88,7 @@ impl Daemon {
         let body = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
         let daemon = Path::new("the Docker daemon");
         std::thread::scope(|scope| {
-            let chunks = stackbuild_common::chunks::ChunkWriter::new(1 << 20, move |chunk| {
+            let chunks = stackbuild_common::ChunkWriter::new(1 << 20, move |chunk| {
                 // Fails only when the request is gone: the daemon answered (with an error) early.
                 tx.blocking_send(Bytes::from(chunk)).map_err(|_| io::ErrorKind::BrokenPipe.into())
             });

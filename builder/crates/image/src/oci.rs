@@ -1,7 +1,7 @@
 //! OCI image layouts, `docker load` archives, and reading layouts back.
 //!
 //! Everything written here is a function of its inputs only: every JSON document is built as
-//! oci-spec's image types ([`spec`]) and written by [`stackbuild_common::canonical::to_vec`] (compact, keys
+//! oci-spec's image types ([`spec`]) and written by [`stackbuild_common::to_vec`] (compact, keys
 //! sorted), times come from the epoch, and archives have sorted entries with mtime 0, so the same
 //! image always has the same manifest digest. See
 //! <https://github.com/opencontainers/image-spec> (`image-layout.md`, `manifest.md`, `config.md`).
@@ -17,20 +17,20 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use stackbuild_cache::cache::{self, sha256_hex, unique_temp_name, write_atomic_in};
-use stackbuild_common::blob::{sha256_bytes, LayerBlob};
-use stackbuild_common::io_error::{io_err, IoError};
+use stackbuild_cache::{sha256_hex, unique_temp_name, write_atomic_in};
+use stackbuild_common::{io_err, IoError};
+use stackbuild_common::{sha256_bytes, LayerBlob};
 
 /// Media type of an OCI image manifest.
 pub const MEDIA_TYPE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// Media type of an OCI image index.
-pub const MEDIA_TYPE_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub(crate) const MEDIA_TYPE_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 /// Media type of an OCI image config.
-pub const MEDIA_TYPE_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+pub(crate) const MEDIA_TYPE_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 /// Media type of a Docker schema 2 manifest (accepted when reading).
-pub const MEDIA_TYPE_DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+pub(crate) const MEDIA_TYPE_DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 /// Media type of a Docker manifest list (recognized when reading, to refuse it clearly).
-pub const MEDIA_TYPE_DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+pub(crate) const MEDIA_TYPE_DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 /// Annotation holding a tag in `index.json`.
 pub const ANNOTATION_REF_NAME: &str = "org.opencontainers.image.ref.name";
 /// Annotation containerd and Docker 25+ use for the full image name in `index.json`.
@@ -66,7 +66,7 @@ pub enum OciError {
     },
     /// A digest is malformed.
     #[error(transparent)]
-    Digest(#[from] cache::CacheError),
+    Digest(#[from] stackbuild_cache::CacheError),
     /// No manifest with this tag in a layout.
     #[error("no image tagged {tag:?} in {dir} (tags: {available})")]
     TagNotFound {
@@ -115,7 +115,9 @@ pub enum OciError {
     },
 }
 
-pub use archive::{write_archive, Archive, DockerSaveEntry, LayerFile};
+pub use archive::write_archive;
+pub use archive::DockerSaveEntry;
+pub(crate) use archive::{Archive, LayerFile};
 pub use stackcontract::time::rfc3339;
 
 /// `null` (as Docker writes for empty fields) reads as the default value.
@@ -390,7 +392,7 @@ impl Image {
     }
 
     /// The canonical config JSON (oci-spec's `ImageConfiguration` with the base's other `config`
-    /// fields, through [`stackbuild_common::canonical::to_vec`]).
+    /// fields, through [`stackbuild_common::to_vec`]).
     pub fn config_json(&self) -> Result<Vec<u8>, OciError> {
         to_json("config", &spec::config(&self.config)?)
     }
@@ -444,13 +446,13 @@ impl Image {
 }
 
 /// `index` as written into a layout: oci-spec's `ImageIndex`, canonical JSON.
-pub fn index_json(index: &Index) -> Result<Vec<u8>, OciError> {
+pub(crate) fn index_json(index: &Index) -> Result<Vec<u8>, OciError> {
     to_json("image index", &spec::index(index)?)
 }
 
 /// A document as canonical JSON; `what` names it in an error.
 fn to_json<T: Serialize>(what: &str, value: &T) -> Result<Vec<u8>, OciError> {
-    stackbuild_common::canonical::to_vec(value).map_err(|source| OciError::Json { path: what.into(), source })
+    stackbuild_common::to_vec(value).map_err(|source| OciError::Json { path: what.into(), source })
 }
 
 const OCI_LAYOUT: &[u8] = br#"{"imageLayoutVersion":"1.0.0"}"#;
@@ -470,7 +472,7 @@ fn check_tag(tag: &str) -> Result<(), OciError> {
 
 /// The prefix of the temporary files a writer makes in a layout's root directory (they are
 /// renamed into `blobs/sha256/` or over `index.json` once complete).
-pub const TEMP_PREFIX: &str = ".stackbuild-tmp-";
+pub(crate) const TEMP_PREFIX: &str = ".stackbuild-tmp-";
 
 /// `index.json` of a layout with no image yet.
 const EMPTY_INDEX: &[u8] =
@@ -510,9 +512,9 @@ fn clean_layout_temps(dir: &Path) {
     for sub in [dir.to_path_buf(), dir.join("blobs").join("sha256")] {
         let Ok(entries) = fs::read_dir(&sub) else { continue };
         for entry in entries.flatten() {
-            let ours = cache::is_temp_name(&entry.file_name().to_string_lossy(), TEMP_PREFIX);
+            let ours = stackbuild_cache::is_temp_name(&entry.file_name().to_string_lossy(), TEMP_PREFIX);
             let file = entry.file_type().is_ok_and(|t| t.is_file());
-            if ours && file && cache::modified_before(&entry, std::time::Duration::from_hours(1)) {
+            if ours && file && stackbuild_cache::modified_before(&entry, std::time::Duration::from_hours(1)) {
                 let _ = fs::remove_file(entry.path());
             }
         }
@@ -578,7 +580,7 @@ pub fn write_layout(dir: &Path, image: &Image, tag: &str) -> Result<String, OciE
 /// two builds into one layout do not lose each other's tags. Nothing is deleted: the other tags'
 /// entries are kept with every field (keys in sorted order), and blobs only the replaced tag used
 /// stay.
-pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<String, OciError> {
+pub(crate) fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<String, OciError> {
     check_tag(tag)?;
     if images.is_empty() {
         return Err(OciError::BadReference(format!("{tag} (no image to write)")));
@@ -633,7 +635,7 @@ pub fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Result<St
         write_small(&bytes, &digest)?;
         Descriptor::new(MEDIA_TYPE_INDEX, digest, bytes.len() as u64)
     };
-    cache::sync_dir(&blobs).map_err(io_err("syncing", &blobs))?;
+    stackbuild_cache::sync_dir(&blobs).map_err(io_err("syncing", &blobs))?;
 
     let old: RawIndex<serde_json::Value> = read_json(&index_path)?;
     // Other tags' entries are kept with every field; this tag's is written by oci-spec's type.
@@ -728,8 +730,8 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, OciError> {
 /// Reads a document of a layout: a regular file only (a FIFO named `index.json` would block,
 /// `/dev/zero` never end), at most [`MAX_JSON`] bytes.
 fn read_capped(path: &Path) -> Result<Vec<u8>, OciError> {
-    use stackbuild_common::input::InputError;
-    stackbuild_common::input::read_capped(path, MAX_JSON, "OCI layout document").map_err(|e| match e {
+    use stackbuild_common::InputError;
+    stackbuild_common::read_capped(path, MAX_JSON, "OCI layout document").map_err(|e| match e {
         InputError::TooLarge { .. } => OciError::Unsupported {
             path: path.to_path_buf(),
             what: format!("document over {MAX_JSON} bytes"),
@@ -785,7 +787,7 @@ pub fn read_layout(dir: &Path, tag: Option<&str>) -> Result<LayoutImage, OciErro
 
 /// A multi-platform image `tag` of the layout `dir`: the image index's exact bytes, its digest
 /// and the platforms it lists, in order; `None` for a single image.
-pub fn read_layout_index(dir: &Path, tag: Option<&str>) -> Result<Option<LayoutIndex>, OciError> {
+pub(crate) fn read_layout_index(dir: &Path, tag: Option<&str>) -> Result<Option<LayoutIndex>, OciError> {
     let root = fs::canonicalize(dir).map_err(io_err("resolving", dir))?;
     let index_path = dir.join("index.json");
     let index: Index = read_json(&index_path)?;
@@ -801,7 +803,7 @@ pub fn read_layout_index(dir: &Path, tag: Option<&str>) -> Result<Option<LayoutI
 }
 
 /// A multi-platform image's index: its exact bytes, its digest and its platforms, in order.
-pub type LayoutIndex = (Vec<u8>, String, Vec<Platform>);
+pub(crate) type LayoutIndex = (Vec<u8>, String, Vec<Platform>);
 
 fn pick_tag<'i>(dir: &Path, index: &'i Index, tag: Option<&str>) -> Result<&'i Descriptor, OciError> {
     let desc = match tag {
@@ -913,8 +915,8 @@ pub fn read_layout_for(
 /// Re-hashes a layer blob read by [`read_layout`].
 pub fn verify_layout_blob(blob: &LayerBlob) -> Result<(), OciError> {
     let file = File::open(&blob.path).map_err(io_err("opening", &blob.path))?;
-    let (actual, _) = stackbuild_common::blob::sha256_reader(BufReader::new(file))
-        .map_err(io_err("reading", &blob.path))?;
+    let (actual, _) =
+        stackbuild_common::sha256_reader(BufReader::new(file)).map_err(io_err("reading", &blob.path))?;
     if actual == blob.digest {
         Ok(())
     } else {

@@ -15,7 +15,7 @@
 //!   name; a directory, a symlink, a FIFO or a device there is refused.
 //!
 //! Temporary names carry the output's name, a `stackbuild-tmp-` stamp, the process id, the time
-//! and a counter ([`cache::unique_temp_name`]); only such names are ever cleaned up, never a
+//! and a counter ([`stackbuild_cache::unique_temp_name`]); only such names are ever cleaned up, never a
 //! user's sibling file.
 
 use std::fs::{self, File};
@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::oci::{self, Image, OciError};
-use stackbuild_cache::cache::{self, is_temp_name, unique_temp_name};
-use stackbuild_common::io_error::{io_err, IoError};
+use stackbuild_cache::{is_temp_name, unique_temp_name};
+use stackbuild_common::{io_err, IoError};
 
 /// A leftover of a killed build next to the output is removed once this old (a live build
 /// writes its temporary layout for minutes at most).
@@ -67,7 +67,7 @@ const FILE_HINT: &str = "it takes a regular file (which is replaced) or a new fi
 fn describe(path: &Path, meta: &fs::Metadata) -> String {
     match fs::read_link(path) {
         Ok(target) if meta.file_type().is_symlink() => format!("a symlink to {}", target.display()),
-        _ => stackbuild_common::input::kind_of(meta.file_type()).to_owned(),
+        _ => stackbuild_common::kind_of(meta.file_type()).to_owned(),
     }
 }
 
@@ -117,10 +117,7 @@ pub fn check_layout_dir(out: &Path) -> Result<LayoutTarget, OutputError> {
 fn layout_problem(dir: &Path, names: &[String]) -> Option<String> {
     let regular = |name: &str| fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_file());
     if !names.iter().any(|n| n == "oci-layout") {
-        return Some(format!(
-            "it has no oci-layout file and holds {}",
-            stackbuild_common::diagnostic::list_names(names)
-        ));
+        return Some(format!("it has no oci-layout file and holds {}", stackbuild_common::list_names(names)));
     }
     if !regular("oci-layout") {
         return Some("its oci-layout is not a regular file".into());
@@ -181,9 +178,9 @@ fn write_new_layout(out: &Path, images: &[Image], tag: &str) -> Result<String, O
     let written = oci::write_layout_images(&tmp, images, tag).map_err(|e| name_user_path(e, &tmp, out));
     let result: Result<String, OutputError> = match written {
         Ok(digest) => match fs::rename(&tmp, out) {
-            Ok(()) => {
-                cache::sync_dir(parent).map(|()| digest).map_err(|e| io_err("syncing", parent)(e).into())
-            }
+            Ok(()) => stackbuild_cache::sync_dir(parent)
+                .map(|()| digest)
+                .map_err(|e| io_err("syncing", parent)(e).into()),
             // Another build made `out` meanwhile (rename replaces only an empty directory): add
             // this tag to what is there now, as into any existing layout.
             Err(e) if matches!(e.kind(), io::ErrorKind::DirectoryNotEmpty | io::ErrorKind::AlreadyExists) => {
@@ -232,7 +229,7 @@ fn remove_stale_siblings(parent: &Path, prefix: &str) {
     for entry in entries.flatten() {
         let ours = is_temp_name(&entry.file_name().to_string_lossy(), prefix);
         let dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        if ours && dir && cache::modified_before(&entry, STALE_SIBLING) {
+        if ours && dir && stackbuild_cache::modified_before(&entry, STALE_SIBLING) {
             let _ = fs::remove_dir_all(entry.path());
         }
     }
@@ -285,7 +282,7 @@ pub fn check_distinct(archive: &Path, out: &Path) -> Result<(), OutputError> {
 /// unique temporary name in its directory and a rename.
 pub fn write_file(option: &'static str, path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
     check_output_file(option, path)?;
-    cache::write_atomic(path, bytes).map_err(|e| io_err("writing", path)(e).into())
+    stackbuild_cache::write_atomic(path, bytes).map_err(|e| io_err("writing", path)(e).into())
 }
 
 #[cfg(test)]

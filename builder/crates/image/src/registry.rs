@@ -33,18 +33,22 @@ mod remote_cache;
 #[cfg(test)]
 mod tests;
 
-pub use auth::{parse_www_authenticate, Challenge, Credentials};
-pub use client::{Client, DEFAULT_CHUNK_SIZE};
-pub use pull::{pull, pull_with, PullOptions, PulledImage};
-pub use push::{
-    push_layout, push_layout_with, push_referrer, referrers_tag, PushOptions, PushReport, ReferrerReport,
-    Subject, MEDIA_TYPE_EMPTY,
-};
+pub use auth::Credentials;
+pub use client::Client;
+pub use pull::{pull, pull_with, PullOptions};
+pub use push::push_layout;
+pub use push::push_layout_with;
+pub use push::push_referrer;
+pub use push::PushOptions;
+pub use push::PushReport;
+pub use push::ReferrerReport;
+pub use push::Subject;
+pub(crate) use push::MEDIA_TYPE_EMPTY;
 pub use reference::Reference;
-pub use remote_cache::{cache_tag, RemoteCache, ARTIFACT_TYPE};
+pub use remote_cache::RemoteCache;
 
 use crate::oci::OciError;
-use stackbuild_common::io_error::{io_err, IoError};
+use stackbuild_common::{io_err, IoError};
 
 /// Errors of registry operations.
 #[derive(Debug, thiserror::Error)]
@@ -168,7 +172,7 @@ pub enum RegistryError {
     Io(#[from] IoError),
     /// A digest is malformed (or not sha256).
     #[error(transparent)]
-    Digest(#[from] stackbuild_cache::cache::CacheError),
+    Digest(#[from] stackbuild_cache::CacheError),
     /// The layout could not be read.
     #[error(transparent)]
     Layout(#[from] OciError),

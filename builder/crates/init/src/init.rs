@@ -39,7 +39,7 @@ pub enum InitError {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: stackbuild_common::input::InputError,
+        source: stackbuild_common::InputError,
     },
     /// A TOML input does not parse.
     #[error("{diagnostic}")]
@@ -47,11 +47,11 @@ pub enum InitError {
         /// The file.
         path: PathBuf,
         /// Where and what.
-        diagnostic: Box<stackbuild_common::diagnostic::Diagnostic>,
+        diagnostic: Box<stackbuild_common::Diagnostic>,
     },
     /// A given lock cannot be read.
     #[error(transparent)]
-    Lock(#[from] stackbuild_python::given_lock::GivenLockError),
+    Lock(#[from] stackbuild_python::GivenLockError),
     /// `--from` names a file of a kind init does not read.
     #[error(
         "{}: not an input init reads (requirements*.txt, pyproject.toml, uv.lock, pylock.toml, \
@@ -96,7 +96,7 @@ pub enum InitError {
 
 /// The kinds of input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum InputKind {
+pub(crate) enum InputKind {
     /// `uv.lock`.
     UvLock,
     /// `pylock.toml`.
@@ -112,12 +112,12 @@ pub enum InputKind {
 }
 
 /// What kind of input a file name says.
-pub fn input_kind(path: &Path) -> Option<InputKind> {
+pub(crate) fn input_kind(path: &Path) -> Option<InputKind> {
     let name = path.file_name()?.to_str()?;
     let lower = name.to_ascii_lowercase();
-    Some(match stackbuild_recipe::recipe::lock_format_of_name(path) {
-        Some(stackbuild_recipe::recipe::LockFormat::UvLock) => InputKind::UvLock,
-        Some(stackbuild_recipe::recipe::LockFormat::Pylock) => InputKind::Pylock,
+    Some(match stackbuild_recipe::lock_format_of_name(path) {
+        Some(stackbuild_recipe::LockFormat::UvLock) => InputKind::UvLock,
+        Some(stackbuild_recipe::LockFormat::Pylock) => InputKind::Pylock,
         None if name == "pyproject.toml" => InputKind::Pyproject,
         None if name == ".python-version" => InputKind::PythonVersion,
         None if lower.starts_with("dockerfile")
@@ -153,7 +153,7 @@ impl Untranslated {
 
 /// Everything the inputs say, before deciding.
 #[derive(Debug, Default)]
-pub struct Found {
+pub(crate) struct Found {
     /// The files read, in order.
     pub inputs: Vec<PathBuf>,
     name: Option<(String, String)>,
@@ -161,7 +161,7 @@ pub struct Found {
     requires_python: Vec<(String, String)>,
     lock: Option<PathBuf>,
     /// That lock, read once.
-    given: Option<stackbuild_python::given_lock::GivenLock>,
+    given: Option<stackbuild_python::GivenLock>,
     /// `(requirement, name, where)`.
     packages: Vec<(String, String, String)>,
     constraints: Vec<(String, String, String)>,
@@ -264,9 +264,8 @@ impl Found {
             self.index_cuda(local, &format!("{at}: {requirement}"));
         }
         let list = if constraint { &mut self.constraints } else { &mut self.packages };
-        let norm = stackbuild_python::wheel::normalize_name(&name);
-        if let Some(first) = list.iter().find(|(_, n, _)| stackbuild_python::wheel::normalize_name(n) == norm)
-        {
+        let norm = stackbuild_python::normalize_name(&name);
+        if let Some(first) = list.iter().find(|(_, n, _)| stackbuild_python::normalize_name(n) == norm) {
             let text = format!("{at}: `{requirement}` repeats `{}` ({}); the first stays", first.0, first.2);
             self.decide(text);
             return;
@@ -349,9 +348,9 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
         let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(|e| InitError::Read {
                 path: dir.clone(),
-                source: stackbuild_common::input::InputError::Io {
+                source: stackbuild_common::InputError::Io {
                     what: "project directory",
-                    source: stackbuild_common::io_error::io_err("reading", dir)(e),
+                    source: stackbuild_common::io_err("reading", dir)(e),
                 },
             })?
             .filter_map(Result::ok)
@@ -402,7 +401,7 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
     let of = |k: InputKind| inputs.iter().filter(move |(kind, _)| *kind == k).map(|(_, p)| p);
     // 1. The interpreter a `.python-version` names.
     for path in of(InputKind::PythonVersion) {
-        let text = stackbuild_common::input::read_text(path, 4096, ".python-version")
+        let text = stackbuild_common::read_text(path, 4096, ".python-version")
             .map_err(|source| InitError::Read { path: path.clone(), source })?;
         found.inputs.push(path.clone());
         if let Some(v) = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')) {
@@ -414,7 +413,7 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
     // 2. A lock: the whole list of what is installed.
     for (kind, path) in inputs.iter().filter(|(k, _)| matches!(k, InputKind::UvLock | InputKind::Pylock)) {
         if Some(*kind) == lock_kind && found.lock.is_none() {
-            found.given = Some(stackbuild_python::given_lock::GivenLock::load(path)?);
+            found.given = Some(stackbuild_python::GivenLock::load(path)?);
             found.inputs.push(path.clone());
             found.decide(format!(
                 "{}: the project's lock: the image installs exactly its wheels ([python] lock), nothing is resolved",
@@ -525,11 +524,8 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
         specs.iter().all(|(s, _)| s.contains(&version))
             && lock.as_ref().is_none_or(|l| {
                 v.parse().is_ok_and(|py| {
-                    l.select(&stackbuild_python::solve::Target::new(
-                        py,
-                        stackbuild_common::platform::Platform::LinuxAmd64,
-                    ))
-                    .is_ok()
+                    l.select(&stackbuild_python::Target::new(py, stackbuild_common::Platform::LinuxAmd64))
+                        .is_ok()
                 })
             })
     };
@@ -697,10 +693,9 @@ impl Plan {
     pub fn pin(&mut self, resolved: Option<&BTreeMap<String, String>>, why_not: &str) {
         let unpinned = std::mem::take(&mut self.unpinned);
         for name in unpinned {
-            let norm = stackbuild_python::wheel::normalize_name(&name);
+            let norm = stackbuild_python::normalize_name(&name);
             let Some(i) = self.packages.iter().position(|(r, _)| {
-                stackbuild_python::wheel::normalize_name(r.split([';', ' ']).next().unwrap_or_default())
-                    == norm
+                stackbuild_python::normalize_name(r.split([';', ' ']).next().unwrap_or_default()) == norm
             }) else {
                 continue;
             };

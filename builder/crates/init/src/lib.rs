@@ -2,4 +2,6 @@
 //!
 //! - [`init`]: a recipe from a project's requirements, pyproject, lock or Dockerfile.
 
-pub mod init;
+mod init;
+
+pub use init::{plan, write_new, InitError, InitOptions, Plan};

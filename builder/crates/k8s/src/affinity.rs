@@ -45,11 +45,11 @@ use stackcontract::image::{ContainerRequest, ContractError, REQUIRE_ANNOTATION_P
 use stackcontract::labels as l;
 use stackcontract::require::{Expr, Factor, Key, Op, RequirementSet, Term, Value};
 
-use stackbuild_common::image_arg::ImageArg;
-use stackbuild_image::oci::{self, ImageConfig, OciError};
+use stackbuild_common::ImageArg;
+use stackbuild_image::{ImageConfig, OciError};
 
 /// Most node selector terms a translation may produce.
-pub const MAX_TERMS: usize = 64;
+pub(crate) const MAX_TERMS: usize = 64;
 /// Largest JSON member of an archive that is read (index, manifests, config).
 const ARCHIVE_JSON_CAP: u64 = 16 * 1024 * 1024;
 /// Most bytes of JSON members read from one archive in all.
@@ -312,14 +312,14 @@ pub(crate) fn shorten(s: &str, max: usize) -> String {
 
 /// The config of `image`: an OCI layout directory, `DIR:TAG`, an archive (an OCI layout in a
 /// tar, or `docker save`'s format, optionally gzipped), or `ARCHIVE:TAG`.
-pub fn image_config(image: &str) -> Result<ImageConfig, AffinityError> {
+pub(crate) fn image_config(image: &str) -> Result<ImageConfig, AffinityError> {
     let ImageArg { path, tag } = ImageArg::parse(image);
     if !path.exists() {
         return Err(AffinityError::NotFound { image: image.to_owned() });
     }
     let tag = tag.as_deref();
     if path.is_dir() {
-        oci::read_layout(&path, tag)
+        stackbuild_image::read_layout(&path, tag)
             .map(|i| i.config)
             .map_err(|source| AffinityError::Oci { image: image.to_owned(), source })
     } else {
@@ -346,7 +346,10 @@ pub fn for_image(image: &str, extra: &[String], options: &Options) -> Result<Nod
 
 /// The node affinity of a container request; with `NVIDIA_DISABLE_REQUIRE` set, only the
 /// labels' presence (and readiness) is required, as the hook then checks no requirement.
-pub fn for_request(request: &ContainerRequest, options: &Options) -> Result<NodeAffinity, AffinityError> {
+pub(crate) fn for_request(
+    request: &ContainerRequest,
+    options: &Options,
+) -> Result<NodeAffinity, AffinityError> {
     if request.disabled {
         let mut a = node_affinity(&RequirementSet::default(), options)?;
         a.notes.push(
@@ -419,14 +422,14 @@ fn archive_config(path: &Path, tag: Option<&str>) -> Result<ImageConfig, Affinit
         Ok(bytes)
     };
     let blob = |digest: &str| -> Result<&[u8], AffinityError> {
-        let hex = stackbuild_cache::cache::sha256_hex(digest).map_err(|e| format_err(e.to_string()))?;
+        let hex = stackbuild_cache::sha256_hex(digest).map_err(|e| format_err(e.to_string()))?;
         checked(&format!("blobs/sha256/{hex}"), hex)
     };
     let config_bytes: &[u8] = if let Some(index) = files.get("index.json") {
-        let index: oci::Index =
+        let index: stackbuild_image::Index =
             serde_json::from_slice(index).map_err(|e| format_err(format!("index.json: {e}")))?;
-        let names = |d: &oci::Descriptor| {
-            [oci::ANNOTATION_REF_NAME, oci::ANNOTATION_CONTAINERD_NAME]
+        let names = |d: &stackbuild_image::Descriptor| {
+            [stackbuild_image::ANNOTATION_REF_NAME, stackbuild_image::ANNOTATION_CONTAINERD_NAME]
                 .iter()
                 .filter_map(|a| d.annotations.get(*a).cloned())
                 .collect::<Vec<_>>()
@@ -444,11 +447,11 @@ fn archive_config(path: &Path, tag: Option<&str>) -> Result<ImageConfig, Affinit
                 if tags.is_empty() { "none".to_owned() } else { tags.join(", ") }
             )));
         };
-        let manifest: oci::Manifest = serde_json::from_slice(blob(&desc.digest)?)
+        let manifest: stackbuild_image::Manifest = serde_json::from_slice(blob(&desc.digest)?)
             .map_err(|e| format_err(format!("manifest {}: {e}", desc.digest)))?;
         blob(&manifest.config.digest)?
     } else if let Some(legacy) = files.get("manifest.json") {
-        let entries: Vec<oci::DockerSaveEntry> =
+        let entries: Vec<stackbuild_image::DockerSaveEntry> =
             serde_json::from_slice(legacy).map_err(|e| format_err(format!("manifest.json: {e}")))?;
         let entry = match tag {
             Some(t) => entries.iter().find(|e| e.repo_tags.iter().any(|r| r == t)),
@@ -1015,16 +1018,13 @@ mod tests {
     fn affinity_expresses_the_exact_requirements() {
         for version in ["2.1.0", "2.7.0+cu128", "2.11.0", "2.0.0+cu118"] {
             let t: stackcontract::version::PackageVersion = version.parse().unwrap();
-            let packages = [stackbuild_check::derive::Package {
+            let packages = [stackbuild_check::Package {
                 name: "torch",
                 version: &t,
-                platform: stackbuild_common::platform::Platform::LinuxAmd64,
+                platform: stackbuild_common::Platform::LinuxAmd64,
             }];
             let mut set = RequirementSet::default();
-            for r in stackbuild_check::derive::requirements(
-                &packages,
-                &stackbuild_recipe::recipe::HostRules::default(),
-            ) {
+            for r in stackbuild_check::requirements(&packages, &stackbuild_recipe::HostRules::default()) {
                 set.push(r.variable, &r.expr).unwrap();
             }
             let affinity = node_affinity(&set, &Options::default());
@@ -1216,16 +1216,16 @@ mod tests {
         let config = ImageConfig {
             architecture: "amd64".into(),
             os: "linux".into(),
-            config: oci::RuntimeConfig {
+            config: stackbuild_image::RuntimeConfig {
                 env: env.iter().map(|e| (*e).to_owned()).collect(),
-                ..oci::RuntimeConfig::default()
+                ..stackbuild_image::RuntimeConfig::default()
             },
             ..ImageConfig::default()
         };
-        let image = oci::Image::new(config, Vec::new(), BTreeMap::new()).unwrap();
+        let image = stackbuild_image::Image::new(config, Vec::new(), BTreeMap::new()).unwrap();
         let (layout, archive) = (dir.join("layout"), dir.join("image.tar"));
-        oci::write_layout(&layout, &image, "t").unwrap();
-        oci::write_archive(&archive, &image, "x:latest").unwrap();
+        stackbuild_image::write_layout(&layout, &image, "t").unwrap();
+        stackbuild_image::write_archive(&archive, &image, "x:latest").unwrap();
         (layout, archive)
     }
 

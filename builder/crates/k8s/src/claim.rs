@@ -49,13 +49,13 @@ use crate::affinity::{self, AffinityError};
 /// The DRA driver's name and attribute domain.
 pub const DOMAIN: &str = "gpu.nvidia.com";
 /// The `DeviceClass` of whole GPUs (the driver's Helm chart).
-pub const GPU_CLASS: &str = "gpu.nvidia.com";
+pub(crate) const GPU_CLASS: &str = "gpu.nvidia.com";
 /// The `DeviceClass` of MIG devices.
-pub const MIG_CLASS: &str = "mig.nvidia.com";
+pub(crate) const MIG_CLASS: &str = "mig.nvidia.com";
 /// Kubernetes' limit on one selector's expression (`CELSelectorExpressionMaxLength`).
-pub const MAX_EXPRESSION: usize = 10 * 1024;
+pub(crate) const MAX_EXPRESSION: usize = 10 * 1024;
 /// Most devices one request may be allocated (`AllocationResultsMaxSize`).
-pub const MAX_COUNT: u32 = 32;
+pub(crate) const MAX_COUNT: u32 = 32;
 /// How the selectors read the attributes.
 const ATTRS: &str = "device.attributes['gpu.nvidia.com']";
 
@@ -193,7 +193,7 @@ pub fn for_request(request: &ContainerRequest, options: &Options) -> Result<Clai
 /// The template name for an image path: its last component, lowercased, anything but letters and
 /// digits made `-`, plus `-gpu`.
 pub fn default_name(image: &str) -> String {
-    let path = stackbuild_common::image_arg::ImageArg::parse(image).path;
+    let path = stackbuild_common::ImageArg::parse(image).path;
     let base = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let base = base.split('.').next().unwrap_or_default().to_ascii_lowercase();
     let mut name: String = base.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();

@@ -3,5 +3,13 @@
 //! - [`affinity`]: Kubernetes node affinity from an image's requirements, over `stackhook labels`.
 //! - [`claim`]: a Kubernetes DRA `ResourceClaimTemplate` whose CEL selectors are an image's requirements.
 
-pub mod affinity;
-pub mod claim;
+mod affinity;
+mod claim;
+
+pub use affinity::{
+    for_image as affinity_for_image, image_request, node_affinity, Options as AffinityOptions,
+};
+pub use claim::{
+    default_name, for_image as claim_for_image, for_request, forward_compat_products, ClaimError,
+    Options as ClaimOptions, DOMAIN,
+};

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use pep508_rs::PackageName;
 use stackcontract::version::PackageVersion;
 
-use stackbuild_common::io_error::IoError;
+use stackbuild_common::IoError;
 
 /// A verified wheel in the artifact directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,7 +80,7 @@ pub enum FetchError {
     },
     /// A recipe's own wheel is not a readable regular file.
     #[error(transparent)]
-    Input(#[from] stackbuild_common::input::InputError),
+    Input(#[from] stackbuild_common::InputError),
     /// The downloader could not get a pin's file from an index (no such file, HTTP error,
     /// broken transfers, wrong bytes).
     #[error("downloading {pin} from {index} failed: {reason}")]
@@ -110,13 +110,13 @@ pub(crate) fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error)
 /// The sha256 of the cached file at `path`, which should be `expected`: read and hashed, unless
 /// the file carries a record that it was and has not changed since (`cache::stamp`).
 pub(crate) fn verified_hash(path: &Path, expected: &str) -> std::io::Result<String> {
-    use stackbuild_cache::cache::stamp;
+    use stackbuild_cache::stamp;
     let file = std::fs::File::open(path)?;
     if stamp::holds(&file, expected) {
         return Ok(expected.to_owned());
     }
     let before = stamp::Identity::of(&file);
-    let (digest, _) = stackbuild_common::blob::sha256_reader(std::io::BufReader::new(&file))?;
+    let (digest, _) = stackbuild_common::sha256_reader(std::io::BufReader::new(&file))?;
     let actual = digest.trim_start_matches("sha256:").to_owned();
     if let Some(before) = before.filter(|_| actual == expected) {
         stamp::record_verified(&file, before, expected);
@@ -141,7 +141,7 @@ pub(crate) fn place(
     let final_path = target_dir.join(filename);
     if let Err(e) = std::fs::rename(&stage, &target_dir) {
         // `rename` over a non-empty directory fails: someone else placed it.
-        let same = stackbuild_common::blob::sha256_file(&final_path).is_ok_and(|h| h == sha256);
+        let same = stackbuild_common::sha256_file(&final_path).is_ok_and(|h| h == sha256);
         if !same {
             return Err(FetchError::Io(IoError { op: "moving into place", path: target_dir, source: e }));
         }

@@ -52,13 +52,13 @@ use std::process::{Command, Stdio};
 
 use sha2::Digest as _;
 
-use stackbuild_cache::cache::Cache;
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_common::compression::Compression;
-use stackbuild_common::io_error::IoError;
+use stackbuild_cache::Cache;
+use stackbuild_common::Compression;
+use stackbuild_common::IoError;
+use stackbuild_common::LayerBlob;
 
 /// Where the stage is mounted inside the chroot.
-pub const STAGE_MOUNT: &str = "/.stackbuild-stage";
+pub(crate) const STAGE_MOUNT: &str = "/.stackbuild-stage";
 
 /// Why bytecode could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -90,13 +90,11 @@ fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> By
 
 /// The image's interpreter, unpacked from its base layer.
 #[derive(Debug, Clone)]
-pub struct Interpreter {
+pub(crate) struct Interpreter {
     /// The unpacked base rootfs.
     pub rootfs: PathBuf,
     /// `3.11`.
     pub version: String,
-    /// What identifies the compiler for cache keys: the base layer's `diff_id` and the version.
-    pub identity: String,
     /// What identifies the compiling process, whatever else the base holds: the version and a
     /// digest of the interpreter and its standard library, all it runs with `-S`.
     pub compiler: String,
@@ -119,7 +117,7 @@ pub struct Added {
 
 impl Interpreter {
     /// Unpacks `base` (a layer with `/usr/bin/python{version}`) into the cache, once per base.
-    pub fn prepare(cache: &Cache, base: &LayerBlob, version: &str) -> Result<Self, BytecodeError> {
+    pub(crate) fn prepare(cache: &Cache, base: &LayerBlob, version: &str) -> Result<Self, BytecodeError> {
         if !valid_version(version) {
             return Err(BytecodeError::Version(version.to_owned()));
         }
@@ -129,11 +127,10 @@ impl Interpreter {
         }
         let parent = cache.root().join("bytecode-rootfs");
         let rootfs = parent.join(hex);
-        let identity = format!("{}:python{version}", base.diff_id);
         let digest_file = parent.join(format!("{hex}.compiler-python{version}"));
         if rootfs.join(STAGE_MOUNT.trim_start_matches('/')).is_dir() {
             let compiler = recorded_digest(&rootfs, &digest_file, version)?;
-            return Ok(Self { rootfs, version: version.to_owned(), identity, compiler });
+            return Ok(Self { rootfs, version: version.to_owned(), compiler });
         }
         std::fs::create_dir_all(&parent).map_err(io("creating", &parent))?;
         let tmp = tempfile::Builder::new()
@@ -154,13 +151,13 @@ impl Interpreter {
             }
         }
         let compiler = recorded_digest(&rootfs, &digest_file, version)?;
-        Ok(Self { rootfs, version: version.to_owned(), identity, compiler })
+        Ok(Self { rootfs, version: version.to_owned(), compiler })
     }
 
     /// Compiles every `.py` below `stage/rel` (the in-image directory `/rel`) and returns what it
     /// added. Files that do not compile (Python 2 leftovers, templates) get no `.pyc`, as with pip.
     /// With a `cache`, a unit compiled before is restored from it, and one compiled is recorded.
-    pub fn compile(
+    pub(crate) fn compile(
         &self,
         stage: &Path,
         rel: &str,
@@ -301,8 +298,8 @@ impl<'a> Plan<'a> {
     /// caller passes `None` otherwise), whose only layer holds `/usr/bin/python3.X`.
     /// Otherwise the build goes on without and says why.
     pub fn new(
-        python: Option<&stackbuild_recipe::recipe::PythonSection>,
-        facts: &stackbuild_common::base_facts::BaseFacts,
+        python: Option<&stackbuild_recipe::PythonSection>,
+        facts: &stackbuild_common::BaseFacts,
         base: Option<&LayerBlob>,
         cache: &'a Cache,
     ) -> Self {
@@ -362,7 +359,7 @@ impl<'a> Plan<'a> {
         stage: &Path,
         scheme: &crate::wheel::Scheme,
         epoch: u64,
-        key: &stackbuild_cache::cache::LayerKey,
+        key: &stackbuild_cache::LayerKey,
     ) -> Result<Option<Added>, BytecodeError> {
         if self.on.is_none() {
             return Ok(None);
@@ -389,20 +386,20 @@ impl<'a> Plan<'a> {
             std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
         }
         let json = serde_json::to_vec(&added).unwrap_or_default();
-        stackbuild_cache::cache::write_atomic(&path, &json).map_err(io("writing", &path))?;
+        stackbuild_cache::write_atomic(&path, &json).map_err(io("writing", &path))?;
         Ok(Some(added))
     }
 
     /// What compiling added to the cached layer `key`, when it was recorded.
     /// The layer is reused whole, so this build compiled and restored none of it.
-    pub fn recorded(&self, key: &stackbuild_cache::cache::LayerKey) -> Option<Added> {
+    pub fn recorded(&self, key: &stackbuild_cache::LayerKey) -> Option<Added> {
         self.on.as_ref()?;
         let added: Added =
             std::fs::read(self.record_path(key)).ok().and_then(|b| serde_json::from_slice(&b).ok())?;
         Some(Added { compiled: 0, reused: 0, ..added })
     }
 
-    fn record_path(&self, key: &stackbuild_cache::cache::LayerKey) -> PathBuf {
+    fn record_path(&self, key: &stackbuild_cache::LayerKey) -> PathBuf {
         self.cache.root().join("bytecode").join(format!("{}.json", key.as_hex()))
     }
 }
@@ -520,7 +517,7 @@ fn compiler_digest(rootfs: &Path, version: &str) -> Result<String, BytecodeError
                     let t = t.to_string_lossy().trim_start_matches('/').to_owned();
                     let resolved = rootfs.join(&t);
                     if resolved.starts_with(rootfs) && !t.contains("..") && resolved.is_file() {
-                        let (digest, _) = stackbuild_common::blob::sha256_reader(
+                        let (digest, _) = stackbuild_common::sha256_reader(
                             std::fs::File::open(&resolved).map_err(io("opening", &resolved))?,
                         )
                         .map_err(io("reading", &resolved))?;
@@ -539,7 +536,7 @@ fn compiler_digest(rootfs: &Path, version: &str) -> Result<String, BytecodeError
             } else if meta.is_file() {
                 feed(1, b"file");
                 let file = std::fs::File::open(&path).map_err(io("opening", &path))?;
-                let (digest, _) = stackbuild_common::blob::sha256_reader(std::io::BufReader::new(file))
+                let (digest, _) = stackbuild_common::sha256_reader(std::io::BufReader::new(file))
                     .map_err(io("reading", &path))?;
                 feed(3, digest.as_bytes());
             } else {
@@ -557,7 +554,7 @@ fn valid_version(v: &str) -> bool {
 }
 
 /// `.pyc` files in `__pycache__` directories below `dir` (symlinks not followed).
-pub fn count_pyc(dir: &Path) -> Result<Added, BytecodeError> {
+pub(crate) fn count_pyc(dir: &Path) -> Result<Added, BytecodeError> {
     let mut added = Added::default();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -588,7 +585,7 @@ pub fn count_pyc(dir: &Path) -> Result<Added, BytecodeError> {
 /// A missing or unreadable record is computed again and rewritten (atomically).
 fn recorded_digest(rootfs: &Path, record: &Path, version: &str) -> Result<String, BytecodeError> {
     let prefix = format!("python{version}:");
-    if let Ok(text) = stackbuild_common::input::read_text(record, 256, "compiler digest record") {
+    if let Ok(text) = stackbuild_common::read_text(record, 256, "compiler digest record") {
         let text = text.trim();
         if text
             .strip_prefix(&prefix)

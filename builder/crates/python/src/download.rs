@@ -55,14 +55,15 @@ use sha2::{Digest as _, Sha256};
 use crate::artifact::{Artifact, FetchError};
 use crate::index::IndexFile;
 use crate::solve::{Pinned, Target};
-use stackbuild_common::io_error::IoError;
-use stackbuild_common::wheel_name::parse_wheel_name;
+use stackbuild_common::parse_wheel_name;
+use stackbuild_common::IoError;
 
 mod pip;
-pub use pip::parse_pip_config_list;
+#[cfg(test)]
+use pip::parse_pip_config_list;
 
 /// Connections at once (pages, then files).
-pub const JOBS: usize = 8;
+pub(crate) const JOBS: usize = 8;
 /// The media type of PEP 691's JSON pages.
 const JSON_PAGE: &str = "application/vnd.pypi.simple.v1+json";
 /// Largest project page read.
@@ -118,13 +119,13 @@ pub struct Config {
 pub struct Fallback(pub String);
 
 /// The environment, as a lookup (the process's, or a test's).
-pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+pub(crate) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 impl Config {
     /// The configuration for `sources` from this process's environment and pip's configuration
     /// (learned from pip once and kept in `memo`, a directory of the cache: [`pip::Settings`]).
     pub fn from_environment(
-        sources: stackbuild_recipe::recipe::IndexSources<'_>,
+        sources: stackbuild_recipe::IndexSources<'_>,
         memo: Option<&Path>,
     ) -> Result<Self, Fallback> {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -140,7 +141,7 @@ impl Config {
     /// list` as `section.key -> value` (`:env:.key` for `PIP_*` variables), and a way to learn
     /// pip's default index.
     pub fn resolve(
-        sources: stackbuild_recipe::recipe::IndexSources<'_>,
+        sources: stackbuild_recipe::IndexSources<'_>,
         env: Env<'_>,
         pip: &BTreeMap<String, String>,
         default_index: &dyn Fn() -> Option<String>,
@@ -241,7 +242,7 @@ impl Config {
     /// timeout and retries apply. Where pip would be the fallback, only the netrc, the proxy
     /// variables and the defaults: there is no pip to hand a lock's URLs to, and every file is
     /// checked against the lock's digest either way.
-    pub fn for_lock_urls(sources: stackbuild_recipe::recipe::IndexSources<'_>, memo: Option<&Path>) -> Self {
+    pub fn for_lock_urls(sources: stackbuild_recipe::IndexSources<'_>, memo: Option<&Path>) -> Self {
         Self::from_environment(sources, memo).unwrap_or_else(|Fallback(why)| {
             tracing::debug!("the lock's URLs with netrc and proxy variables only: {why}");
             Self::netrc_only()
@@ -466,7 +467,7 @@ use serde::Deserialize;
 
 /// Downloads `pins` for `target` into `dest` (`DEST/<sha256>/<filename>`), verified, returning
 /// one artifact per pin in order.
-pub fn fetch(
+pub(crate) fn fetch(
     pins: &[&Pinned],
     target: &Target,
     config: &Config,
@@ -487,7 +488,7 @@ pub fn fetch(
     let mut order: Vec<usize> = (0..pins.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(chosen[i].first().and_then(|c| c.size).unwrap_or(u64::MAX)));
     let total: u64 = chosen.iter().filter_map(|c| c.first().and_then(|c| c.size)).sum();
-    let spinner = stackbuild_common::progress::Progress::spinner(format!(
+    let spinner = stackbuild_common::Progress::spinner(format!(
         "downloading {} wheel(s){}",
         pins.len(),
         if total > 0 {
@@ -890,7 +891,7 @@ impl<'a> Http<'a> {
             file.sync_all().map_err(fatal)?;
             let hex = hex::encode(hasher.finalize());
             // Before the rename that publishes it (`cache::stamp`).
-            stackbuild_cache::cache::stamp::record_new(&file, &hex);
+            stackbuild_cache::stamp::record_new(&file, &hex);
             return Ok((hex, written));
         }
         Err(Failure::Retry(format!("{last} (after {} attempts)", self.config.attempts)))
@@ -924,8 +925,8 @@ fn strip_fragment(mut url: url::Url) -> url::Url {
 
 /// Copies a local wheel (a find-links directory) to `to`, hashing it.
 fn copy_local(from: &Path, to: &Path) -> std::io::Result<(String, u64)> {
-    let mut src = stackbuild_common::input::open_regular(from, "wheel")
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut src =
+        stackbuild_common::open_regular(from, "wheel").map_err(|e| std::io::Error::other(e.to_string()))?;
     let mut out = std::fs::File::create(to)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 256 << 10];
@@ -941,14 +942,14 @@ fn copy_local(from: &Path, to: &Path) -> std::io::Result<(String, u64)> {
     }
     out.sync_all()?;
     let hex = hex::encode(hasher.finalize());
-    stackbuild_cache::cache::stamp::record_new(&out, &hex);
+    stackbuild_cache::stamp::record_new(&out, &hex);
     Ok((hex, total))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stackbuild_recipe::recipe::IndexSources;
+    use stackbuild_recipe::IndexSources;
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: BTreeMap<String, String> =

@@ -19,8 +19,8 @@ use std::process::{Command, Stdio};
 
 use crate::artifact::{io, place, verified_hash, Artifact, FetchError};
 use crate::solve::{Pinned, Target};
-use stackbuild_common::blob::sha256_file;
-use stackbuild_common::wheel_name::parse_wheel_name;
+use stackbuild_common::parse_wheel_name;
+use stackbuild_common::sha256_file;
 
 /// Look in `dest` for an already fetched file of `pin` that fits `target`, re-hashing it; a
 /// corrupted entry is removed so that it is downloaded again.
@@ -71,7 +71,7 @@ fn find_present(pin: &Pinned, target: &Target, dest: &Path) -> Result<Option<Art
 pub fn fetch_wheels(
     pins: &[Pinned],
     target: &Target,
-    sources: stackbuild_recipe::recipe::IndexSources<'_>,
+    sources: stackbuild_recipe::IndexSources<'_>,
     dest_dir: &Path,
     memo: Option<&Path>,
 ) -> Result<Vec<Artifact>, FetchError> {
@@ -99,7 +99,7 @@ pub fn fetch_wheels(
 /// against the pins' hashes, so that [`fetch_wheels`] finds them there and asks the index for
 /// none of them. A wheel already in place is left alone (`fetch_wheels` re-hashes it).
 pub fn import_local_wheels(
-    wheels: &[stackbuild_recipe::recipe::LocalWheel],
+    wheels: &[stackbuild_recipe::LocalWheel],
     pins: &[Pinned],
     target: &Target,
     dest_dir: &Path,
@@ -118,7 +118,7 @@ pub fn import_local_wheels(
             .map_err(io("creating a temporary directory in", dest_dir))?;
         let copy = tmp.path().join(&wheel.filename);
         // A regular file only: a FIFO or a device would block the copy or never end it.
-        let mut from = stackbuild_common::input::open_regular(&wheel.path, "wheel")?;
+        let mut from = stackbuild_common::open_regular(&wheel.path, "wheel")?;
         let mut to = std::fs::File::create_new(&copy).map_err(io("creating", &copy))?;
         std::io::copy(&mut from, &mut to).map_err(io("copying", &wheel.path))?;
         let sha256 = sha256_file(&copy).map_err(io("hashing", &copy))?;
@@ -140,7 +140,7 @@ pub fn import_local_wheels(
 fn download(
     pins: &[&Pinned],
     target: &Target,
-    sources: stackbuild_recipe::recipe::IndexSources<'_>,
+    sources: stackbuild_recipe::IndexSources<'_>,
     dest: &Path,
     memo: Option<&Path>,
 ) -> Result<Vec<Artifact>, FetchError> {
@@ -158,7 +158,7 @@ fn download(
 fn pip_download(
     pins: &[&Pinned],
     target: &Target,
-    sources: stackbuild_recipe::recipe::IndexSources<'_>,
+    sources: stackbuild_recipe::IndexSources<'_>,
     dest: &Path,
 ) -> Result<Vec<Artifact>, FetchError> {
     let tmp = tempfile::Builder::new()
@@ -200,8 +200,7 @@ fn pip_download(
         cmd.arg(format!("--find-links={links}"));
     }
     cmd.arg("-d").arg(&download_dir).arg("-r").arg(&requirements);
-    let spinner =
-        stackbuild_common::progress::Progress::spinner(format!("downloading {} wheel(s)", pins.len()));
+    let spinner = stackbuild_common::Progress::spinner(format!("downloading {} wheel(s)", pins.len()));
     let output = cmd
         .stdin(Stdio::null())
         .output()
@@ -280,8 +279,8 @@ fn download_error(pins: &[&Pinned], target: &Target, stderr: &str) -> FetchError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stackbuild_common::platform::Platform;
-    use stackbuild_recipe::recipe::IndexSources;
+    use stackbuild_common::Platform;
+    use stackbuild_recipe::IndexSources;
 
     fn target() -> Target {
         Target::new("3.11".parse().unwrap(), Platform::LinuxAmd64)
@@ -338,7 +337,7 @@ mod tests {
     fn reuses_present_artifacts() {
         let dest = tempfile::tempdir().unwrap();
         let content = b"not really a wheel";
-        let hash = stackbuild_common::blob::sha256_bytes(content).trim_start_matches("sha256:").to_owned();
+        let hash = stackbuild_common::sha256_bytes(content).trim_start_matches("sha256:").to_owned();
         let dir = dest.path().join(&hash);
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join("six-1.16.0-py2.py3-none-any.whl"), content).unwrap();
@@ -384,7 +383,7 @@ mod tests {
     fn resolves_and_fetches_from_the_index() {
         let text = "[image]\nname = \"t\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\n\
                     packages = [\"six==1.16.0\", \"packaging==23.2\"]\n";
-        let recipe = stackbuild_recipe::recipe::Recipe::parse("t.toml", text).unwrap();
+        let recipe = stackbuild_recipe::Recipe::parse("t.toml", text).unwrap();
         let python = recipe.python.as_ref().unwrap();
         let pins = crate::solve::resolve(python, &target(), &[]).unwrap();
         let dest = tempfile::tempdir().unwrap();

@@ -34,9 +34,9 @@ use stackcontract::version::PackageVersion;
 
 use crate::artifact::Artifact;
 use crate::solve::{Pinned, Target};
-use stackbuild_common::diagnostic::Diagnostic;
-use stackbuild_common::io_error::{io_err, IoError};
-use stackbuild_recipe::recipe::{lock_format_of_name, LockFormat};
+use stackbuild_common::Diagnostic;
+use stackbuild_common::{io_err, IoError};
+use stackbuild_recipe::{lock_format_of_name, LockFormat};
 
 /// The largest lock file read (`uv.lock` of a large workspace is a few MB).
 const MAX_LOCK: u64 = 64 << 20;
@@ -49,7 +49,7 @@ pub enum GivenLockError {
         /// The lock file.
         path: PathBuf,
         /// Why: a system error, not a regular file, or too large.
-        source: stackbuild_common::input::InputError,
+        source: stackbuild_common::InputError,
     },
     /// The file is not TOML, or a field has the wrong type.
     #[error("{diagnostic}")]
@@ -241,7 +241,7 @@ impl Chosen {
 impl GivenLock {
     /// Reads the lock at `path` (a regular file, at most 64 MiB).
     pub fn load(path: &Path) -> Result<Self, GivenLockError> {
-        let text = stackbuild_common::input::read_text(path, MAX_LOCK, "[python] lock file")
+        let text = stackbuild_common::read_text(path, MAX_LOCK, "[python] lock file")
             .map_err(|source| GivenLockError::Read { path: path.to_owned(), source })?;
         Self::parse(path, &text)
     }
@@ -320,7 +320,7 @@ impl GivenLock {
                 .wheels
                 .iter()
                 .filter_map(|w| {
-                    let name = stackbuild_common::wheel_name::parse_wheel_name(&w.filename)?;
+                    let name = stackbuild_common::parse_wheel_name(&w.filename)?;
                     name.rank(&target.python, &target.platform_tags()).map(|rank| (rank, name, w))
                 })
                 .min_by_key(|(rank, _, _)| *rank);
@@ -742,7 +742,7 @@ fn fetch_one(
         .map_err(io("creating a temporary directory in", dest))?;
     let file = tmp.path().join(&c.wheel.filename);
     let (from, actual) = if let Some(path) = &c.wheel.path {
-        let mut src = stackbuild_common::input::open_regular(path, "wheel").map_err(|e| {
+        let mut src = stackbuild_common::open_regular(path, "wheel").map_err(|e| {
             GivenLockError::Package { path: lock.to_owned(), package: c.label(), why: e.to_string() }
         })?;
         let actual = copy_hashing(&mut src, &file)?;
@@ -780,7 +780,7 @@ fn fetch_one(
     if let Err(e) = std::fs::rename(&stage, &target_dir) {
         // Another build placed the same file meanwhile (or a corrupt one is there: replace it).
         let final_path = target_dir.join(&c.wheel.filename);
-        if !stackbuild_common::blob::sha256_file(&final_path).is_ok_and(|h| h == c.wheel.sha256) {
+        if !stackbuild_common::sha256_file(&final_path).is_ok_and(|h| h == c.wheel.sha256) {
             if target_dir.is_dir()
                 && std::fs::remove_dir_all(&target_dir).is_ok()
                 && std::fs::rename(&stage, &target_dir).is_ok()
@@ -812,7 +812,7 @@ fn copy_hashing(reader: &mut dyn std::io::Read, file: &Path) -> Result<String, G
     let hex = hex::encode(hasher.finalize());
     // What it hashes to, on the file before it is renamed into place: the next build that finds
     // it there need not read it again. A file that is not the lock's is removed, record and all.
-    stackbuild_cache::cache::stamp::record_new(&out, &hex);
+    stackbuild_cache::stamp::record_new(&out, &hex);
     Ok(hex)
 }
 

@@ -24,9 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-
-use stackbuild_common::atomic;
-use stackbuild_common::input::{self, InputError};
+use stackbuild_common::InputError;
 
 /// Largest project page read (torch's holds about a thousand files: 0.4 MiB).
 const PAGE_CAP: u64 = 32 << 20;
@@ -35,7 +33,7 @@ const METADATA_CAP: u64 = 4 << 20;
 /// Bytes fetched per range request.
 const RANGE_BLOCK: u64 = 256 << 10;
 /// Most bytes of one wheel fetched by range requests (torch's central directory is ~2 MiB).
-pub const RANGE_BUDGET: u64 = 48 << 20;
+pub(crate) const RANGE_BUDGET: u64 = 48 << 20;
 /// Largest wheel downloaded whole (torch's are about 1 GiB).
 const WHEEL_CAP: u64 = 4 << 30;
 /// The media type of PEP 691's JSON pages.
@@ -223,7 +221,7 @@ impl Index {
             }
             Source::Dir(dir) => {
                 let path = dir.join(format!("{project}.json"));
-                let bytes = input::read_capped(&path, PAGE_CAP, "recorded project page")?;
+                let bytes = stackbuild_common::read_capped(&path, PAGE_CAP, "recorded project page")?;
                 serde_json::from_slice(&bytes).map_err(|e| IndexError::Invalid {
                     what: path.display().to_string(),
                     reason: e.to_string(),
@@ -263,7 +261,7 @@ impl Index {
             Source::Http { agent, .. } => http_metadata(agent, file)?,
             Source::Dir(dir) => {
                 let path = dir.join("metadata").join(format!("{}.metadata", file.filename));
-                input::read_text(&path, METADATA_CAP, "recorded METADATA")?
+                stackbuild_common::read_text(&path, METADATA_CAP, "recorded METADATA")?
             }
         };
         let headers = headers_of(&text).to_owned();
@@ -374,7 +372,7 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), IndexError> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(err)?;
     }
-    atomic::write_atomic(path, bytes).map_err(err)
+    stackbuild_common::write_atomic(path, bytes).map_err(err)
 }
 
 /// The headers of a `METADATA` text: everything before the first blank line (the body is the

@@ -11,13 +11,27 @@
 //! - [`index`]: a package index read through PEP 691 pages and wheel `METADATA` only (PEP 658 files, else range requests into the wheel's zip), live or recorded.
 //! - [`artifact`]: a verified file in the artifact directory, fetch errors, and placing a file there.
 
-pub mod artifact;
-pub mod bytecode;
-pub mod download;
-pub mod fetch;
-pub mod given_lock;
-pub mod index;
-pub mod lock;
-pub mod pylock;
-pub mod solve;
-pub mod wheel;
+mod artifact;
+mod bytecode;
+mod download;
+mod fetch;
+mod given_lock;
+mod index;
+mod lock;
+mod pylock;
+mod solve;
+mod wheel;
+
+pub use artifact::{Artifact, FetchError};
+pub use bytecode::{Added, BytecodeError, Plan};
+pub use download::Config;
+pub use fetch::{fetch_wheels, import_local_wheels};
+pub use given_lock::{fetch, Chosen, GivenLock, GivenLockError};
+pub use index::{configured_index, Index, IndexError, IndexFile};
+pub use lock::{Lock, LockError};
+pub use pylock::{may_write, write_from_index};
+pub use solve::{resolve, targets, Pinned, SolveError, Target};
+pub use wheel::{
+    dist_info_metadata, install_wheel_as, install_wheel_deferring, normalize_name, wheel_identity, Deferred,
+    Scheme, WheelError, DEFER_MIN,
+};

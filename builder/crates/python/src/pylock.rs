@@ -18,8 +18,8 @@ use serde::Serialize;
 
 use crate::index::{Index, IndexError};
 use crate::lock::{Lock, LockedPackage};
-use stackbuild_common::platform::Platform;
-use stackbuild_recipe::recipe::Recipe;
+use stackbuild_common::Platform;
+use stackbuild_recipe::Recipe;
 
 /// Why the PEP 751 lock could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -191,7 +191,7 @@ fn pathdiff(path: &Path, dir: &Path) -> String {
 
 /// The text of the recipe's PEP 751 lock, from its lock, for a file in `pylock_dir`; wheels
 /// are looked up on `index` (at `index_url`).
-pub fn render(
+pub(crate) fn render(
     recipe: &Recipe,
     lock: &Lock,
     pylock_dir: &Path,
@@ -278,7 +278,7 @@ pub fn write_from_index(recipe: &Recipe, lock: &Lock, out: &Path) -> Result<(), 
 pub fn may_write(out: &Path) -> Result<(), PylockError> {
     if let Ok(meta) = std::fs::symlink_metadata(out) {
         let ours = meta.is_file()
-            && stackbuild_common::input::read_text(out, stackbuild_common::input::MAX_TEXT, "pylock.toml")
+            && stackbuild_common::read_text(out, stackbuild_common::MAX_TEXT, "pylock.toml")
                 .is_ok_and(|t| t.starts_with(HEADER));
         if !ours {
             return Err(PylockError::NotOurs { path: out.to_owned() });
@@ -288,7 +288,7 @@ pub fn may_write(out: &Path) -> Result<(), PylockError> {
 }
 
 /// Writes [`render`]'s text to `out` atomically; a file already there must be one of ours.
-pub fn write(
+pub(crate) fn write(
     recipe: &Recipe,
     lock: &Lock,
     out: &Path,
@@ -298,6 +298,6 @@ pub fn write(
     may_write(out)?;
     let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let text = render(recipe, lock, dir, index, index_url)?;
-    stackbuild_common::atomic::write_atomic(out, text.as_bytes())
+    stackbuild_common::write_atomic(out, text.as_bytes())
         .map_err(|source| PylockError::Write { path: out.to_owned(), source })
 }

@@ -17,13 +17,13 @@ use pep508_rs::PackageName;
 use percent_encoding::{percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use stackcontract::version::{PackageVersion, PythonVersion};
 
-use stackbuild_common::io_error::{io_err, IoError};
-use stackbuild_common::platform::Platform;
-use stackbuild_recipe::recipe::{PythonSection, Recipe};
+use stackbuild_common::Platform;
+use stackbuild_common::{io_err, IoError};
+use stackbuild_recipe::{PythonSection, Recipe};
 
 /// The glibc baseline of the wheels we select: `manylinux_2_28` (PEP 600) covers Debian 11+,
 /// Ubuntu 20.04+ and RHEL 8+, and every older manylinux tag is compatible with it.
-pub const MANYLINUX_GLIBC_MINOR: u32 = 28;
+pub(crate) const MANYLINUX_GLIBC_MINOR: u32 = 28;
 
 /// The targets `recipe` resolves Python packages for: one per platform, when the recipe has a
 /// `[python]` section.
@@ -370,7 +370,7 @@ fn uv_io<'a>(
 /// types, duplicates, `METADATA`), so that a wheel we would refuse at install is refused by us,
 /// naming the member and the rule, not by uv's unzip with an `os error`.
 fn check_local_wheel(path: &Path) -> Result<(), SolveError> {
-    stackbuild_common::input::open_regular(path, "[[python.wheel]] file").map(drop).map_err(|e| {
+    stackbuild_common::open_regular(path, "[[python.wheel]] file").map(drop).map_err(|e| {
         SolveError::LocalWheel { path: path.to_owned(), source: std::io::Error::other(e.to_string()) }
     })?;
     crate::wheel::wheel_identity(path)
@@ -495,7 +495,7 @@ pub(crate) fn parse_compile_output(text: &str) -> Result<Vec<Pinned>, (String, S
         let (name, version) = if let Some(url) = rest.trim_start().strip_prefix("@ ") {
             let url = url.split_whitespace().next().unwrap_or_default();
             let file = percent_decode(url.rsplit('/').next().unwrap_or_default());
-            let wheel = stackbuild_common::wheel_name::parse_wheel_name(&file)
+            let wheel = stackbuild_common::parse_wheel_name(&file)
                 .ok_or_else(|| fail("expected a wheel file URL"))?;
             direct = wheel.version.to_string();
             (spec, direct.as_str())
@@ -551,7 +551,7 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stackbuild_recipe::recipe::Recipe;
+    use stackbuild_recipe::Recipe;
 
     fn target() -> Target {
         Target::new("3.11".parse().unwrap(), Platform::LinuxAmd64)

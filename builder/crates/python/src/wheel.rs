@@ -44,24 +44,24 @@ use sha2::{Digest, Sha256};
 use stackcontract::version::PythonVersion;
 use zip::ZipArchive;
 
-use stackbuild_common::io_error::{io_err, IoError};
-use stackbuild_common::zip_member::ZipMember;
+use stackbuild_common::ZipMember;
+use stackbuild_common::{io_err, IoError};
 
 /// Largest metadata member (`WHEEL`, `METADATA`, `RECORD`, `entry_points.txt`) read into memory.
 const METADATA_CAP: u64 = 64 << 20;
 /// Most bytes a wheel may inflate to, all members together. The largest wheels of a GPU stack
 /// (torch, the `nvidia-*` CUDA libraries) inflate to a few GiB each; a "zip bomb" is far larger.
-pub const MAX_INFLATED_TOTAL: u64 = 32 << 30;
+pub(crate) const MAX_INFLATED_TOTAL: u64 = 32 << 30;
 /// Most a wheel may inflate relative to its compressed members, all together, once it inflates
 /// past [`RATIO_FLOOR`]. Deflate cannot exceed about 1032:1. One member can come near that
 /// legitimately: a shared library whose segments are aligned with zero padding (pillow 13's
 /// `libXau` is 2.1 MB from 9.4 kB, 223:1), so the ratio is taken over the whole wheel, where real
 /// wheels stay far below it (torch about 3:1) and a wheel that is mostly one bomb member does not.
-pub const MAX_RATIO: u64 = 200;
+pub(crate) const MAX_RATIO: u64 = 200;
 /// Wheels that inflate to at most this many bytes are exempt from [`MAX_RATIO`].
-pub const RATIO_FLOOR: u64 = 64 << 20;
+pub(crate) const RATIO_FLOOR: u64 = 64 << 20;
 /// Most members a wheel may have (torch has about 15 000).
-pub const MAX_MEMBERS: usize = 1_000_000;
+pub(crate) const MAX_MEMBERS: usize = 1_000_000;
 /// Longest first line inspected for a `#!python` shebang.
 const SHEBANG_CAP: u64 = 4096;
 /// What `INSTALLER` says (<https://packaging.python.org/en/latest/specifications/recording-installed-packages/#the-installer-file>).
@@ -260,7 +260,7 @@ pub enum WheelError {
     },
     /// The wheel is not a readable regular file.
     #[error(transparent)]
-    Input(#[from] stackbuild_common::input::InputError),
+    Input(#[from] stackbuild_common::InputError),
     /// A member is declared (or found) to inflate beyond the caps: a decompression bomb.
     #[error("wheel {}: entry {entry:?}: {problem}", wheel.display())]
     Bomb {
@@ -330,10 +330,15 @@ impl Deferred {
     }
 }
 
+#[cfg(test)]
 /// Installs `wheel` into `stage` (the root of the future layer) at the places `scheme` names.
 ///
 /// See the module documentation for what is checked and written.
-pub fn install_wheel(wheel: &Path, scheme: &Scheme, stage: &Path) -> Result<InstalledWheel, WheelError> {
+pub(crate) fn install_wheel(
+    wheel: &Path,
+    scheme: &Scheme,
+    stage: &Path,
+) -> Result<InstalledWheel, WheelError> {
     Installer::open(wheel, scheme, stage)?.run(None, None)
 }
 
@@ -586,7 +591,7 @@ impl<'a> Installer<'a> {
     fn open(wheel: &'a Path, scheme: &Scheme, stage: &'a Path) -> Result<Self, WheelError> {
         let dirs = Dirs::new(scheme)?;
         // A regular file only: a FIFO or a device would block or never end.
-        let file = stackbuild_common::input::open_regular(wheel, "wheel")?;
+        let file = stackbuild_common::open_regular(wheel, "wheel")?;
         let probe = file.try_clone().map_err(wheel_io(wheel, "opening", wheel))?;
         let archive = ZipArchive::new(file).map_err(|source| WheelError::Zip {
             wheel: wheel.to_owned(),

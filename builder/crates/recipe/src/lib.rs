@@ -2,4 +2,9 @@
 //!
 //! - [`recipe`]: the recipe file, with errors that point at file, line and column.
 
-pub mod recipe;
+mod recipe;
+
+pub use recipe::{
+    lock_format_of_name, Base, Bootstrap, Comparison, HostRules, IndexSources, LocalWheel, LockFormat, Patch,
+    PatchChange, PatchTarget, PythonSection, Recipe, Source, SourceOrigin, VersionRange,
+};

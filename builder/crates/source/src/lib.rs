@@ -3,5 +3,8 @@
 //! - [`source`]: git commits and local directories staged into a tree, with a content digest.
 //! - [`patch`]: strict find/replace and unified-diff patches applied to a staged tree.
 
-pub mod patch;
-pub mod source;
+mod patch;
+mod source;
+
+pub use patch::{apply, PatchError, PatchSpec};
+pub use source::{digest_path_excluding, stage_git, stage_path_excluding, SourceError};

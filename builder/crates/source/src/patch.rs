@@ -22,7 +22,7 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use stackbuild_common::io_error::{io_err, IoError};
+use stackbuild_common::{io_err, IoError};
 
 /// How much of a searched text or mismatching line error messages quote.
 const EXCERPT_CHARS: usize = 60;
@@ -426,7 +426,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        stackbuild_common::atomic::write_atomic_mode(&change.path, content, change.mode)
+        stackbuild_common::write_atomic_mode(&change.path, content, change.mode)
             .map_err(self.io("writing", &change.path))
     }
 }

@@ -30,8 +30,8 @@ use std::thread;
 
 use sha2::{Digest, Sha256};
 
-use stackbuild_common::input::InputError;
-use stackbuild_common::io_error::{io_err, IoError};
+use stackbuild_common::InputError;
+use stackbuild_common::{io_err, IoError};
 
 /// Environment variables passed through to git: the search path, proxies and CA bundles, which
 /// fetching over HTTPS may need. Everything else is cleared.
@@ -175,11 +175,12 @@ pub fn stage_git(
     tree_digest(&dest)
 }
 
+#[cfg(test)]
 /// Stages the local directory `src` into `stage` at `dest_in_image`, skipping `.git`.
 ///
 /// Symlinks are copied as symlinks (never followed) when their target, resolved link by link
 /// inside `src`, stays inside `src`; sockets, devices and FIFOs are refused.
-pub fn stage_path(src: &Path, dest_in_image: &str, stage: &Path) -> Result<StagedSource, SourceError> {
+pub(crate) fn stage_path(src: &Path, dest_in_image: &str, stage: &Path) -> Result<StagedSource, SourceError> {
     stage_path_excluding(src, dest_in_image, stage, &[])
 }
 
@@ -235,7 +236,7 @@ impl Skip {
 /// - a symlink: `l <path>\0<target>\n`
 ///
 /// `<mode>` is the permission bits in octal. Also counts files and bytes.
-pub fn tree_digest(root: &Path) -> Result<StagedSource, SourceError> {
+pub(crate) fn tree_digest(root: &Path) -> Result<StagedSource, SourceError> {
     let mut listed = Vec::new();
     collect(root, Path::new(""), &mut listed)?;
     let mut entries = Vec::with_capacity(listed.len());
@@ -629,7 +630,7 @@ fn walk_source(
         } else if ft.is_file() {
             // O_NOFOLLOW | O_NONBLOCK and a check of what was opened: the entry could have been
             // swapped for a link or a FIFO since it was listed.
-            let input = stackbuild_common::input::open_regular(&from, "source file")?;
+            let input = stackbuild_common::open_regular(&from, "source file")?;
             visit.file(rel, &from, input, file_mode(meta.permissions().mode()))?;
         } else {
             return Err(unsafe_entry("not a regular file, directory or symlink"));

@@ -17,7 +17,7 @@ use goblin::elf::header::{ELFCLASS64, ET_DYN, ET_EXEC};
 use goblin::elf::program_header::{ProgramHeader, PT_DYNAMIC, PT_INTERP, PT_LOAD};
 use goblin::elf::Elf;
 
-pub(super) use stackbuild_common::input::ReadAt;
+pub(super) use stackbuild_common::ReadAt;
 
 /// The four bytes every ELF file starts with.
 pub(super) const MAGIC: [u8; 4] = *b"\x7fELF";
@@ -55,7 +55,7 @@ pub(super) struct ElfInfo {
 impl ElfInfo {
     /// Whether the loader maps this kind of file (executables and shared objects; not
     /// relocatable objects or core dumps).
-    pub fn is_loadable(&self) -> bool {
+    pub(super) fn is_loadable(&self) -> bool {
         self.e_type == ET_EXEC || self.e_type == ET_DYN
     }
 }

@@ -7,14 +7,17 @@
 //! resolved inside this view only, never on the host.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+#[cfg(test)]
+use std::fs;
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
 use super::elf::{self, ElfInfo, MAGIC};
-use stackbuild_common::compression::Compression;
-use stackbuild_common::io_error::{io_err, IoError};
+use stackbuild_common::Compression;
+#[cfg(test)]
+use stackbuild_common::{io_err, IoError};
 
 /// ELF files larger than this are not held in memory whole before parsing: read from a blob,
 /// they are spooled to an anonymous temporary file; read as the build writes them
@@ -201,7 +204,7 @@ impl RootFs {
     }
 
     /// Applies one layer's changes (`layer` counts from 1, base first).
-    pub fn apply(&mut self, ops: Vec<Op>, layer: usize) {
+    pub(super) fn apply(&mut self, ops: Vec<Op>, layer: usize) {
         for op in ops {
             match op {
                 Op::Put(path, kind) => self.put(&path, kind, layer),
@@ -221,7 +224,7 @@ impl RootFs {
     }
 
     /// Every regular file, in path order.
-    pub fn files(&self) -> impl Iterator<Item = (&str, &FileInfo)> {
+    pub(super) fn files(&self) -> impl Iterator<Item = (&str, &FileInfo)> {
         self.nodes.iter().filter_map(|(k, n)| match &n.kind {
             Kind::File(info) => Some((k.as_str(), info.as_ref())),
             _ => None,
@@ -229,7 +232,7 @@ impl RootFs {
     }
 
     /// The names directly below the resolved directory `dir`, in order.
-    pub fn children(&self, dir: &str) -> Vec<&str> {
+    pub(super) fn children(&self, dir: &str) -> Vec<&str> {
         let prefix = descendants_prefix(dir);
         self.nodes
             .range(prefix.clone()..)
@@ -242,7 +245,7 @@ impl RootFs {
     /// inside this root: every symlink followed, `..` taken after symlinks, absolute targets
     /// relative to this root. Returns the canonical path and its kind; `None` when some
     /// component is missing, not a directory, or the symlinks loop.
-    pub fn resolve(&self, path: &str) -> Option<(String, &Kind)> {
+    pub(super) fn resolve(&self, path: &str) -> Option<(String, &Kind)> {
         let mut pending: Vec<String> = path.split('/').rev().map(str::to_string).collect();
         let mut cur = String::new();
         let mut kind: Option<&Kind> = None;
@@ -297,7 +300,7 @@ impl RootFs {
 
     /// Resolves `name` (one component) in the resolved directory `dir`: [`Self::resolve`] with
     /// a fast path for the common cases of a missing name or a non-symlink.
-    pub fn resolve_in(&self, dir: &str, name: &str) -> Option<(String, &Kind)> {
+    pub(super) fn resolve_in(&self, dir: &str, name: &str) -> Option<(String, &Kind)> {
         let path = join(dir, name);
         match &self.nodes.get(&path)?.kind {
             Kind::Symlink(_) => self.resolve(&path),
@@ -305,8 +308,9 @@ impl RootFs {
         }
     }
 
+    #[cfg(test)]
     /// Builds the view of the directory `root`, never following its symlinks.
-    pub fn from_dir(root: &Path) -> Result<Self, IoError> {
+    pub(super) fn from_dir(root: &Path) -> Result<Self, IoError> {
         let mut fs = Self::default();
         let mut stack = vec![(root.to_path_buf(), String::new())];
         while let Some((dir, image_dir)) = stack.pop() {
@@ -347,6 +351,7 @@ fn wants_text(path: &str, size: u64) -> bool {
                 && Path::new(path).extension().is_some_and(|e| e.eq_ignore_ascii_case("conf"))))
 }
 
+#[cfg(test)]
 /// Reads what the audit needs from a file on disk.
 fn file_info_from_file(file: &File, size: u64, path: &str) -> io::Result<FileInfo> {
     let mut magic = [0; 4];

@@ -43,7 +43,7 @@ impl LayerTap {
     /// layer; once the reader is gone it stops sending.
     pub fn writer(&mut self) -> impl Write + Send + 'static {
         let mut tx = self.tx.take();
-        stackbuild_common::chunks::ChunkWriter::new(CHUNK, move |chunk| {
+        stackbuild_common::ChunkWriter::new(CHUNK, move |chunk| {
             if tx.as_ref().is_some_and(|tx| tx.send(chunk).is_err()) {
                 tx = None;
             }
@@ -97,9 +97,9 @@ impl Read for &mut Chunks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stackbuild_cache::cache::Cache;
-    use stackbuild_common::compression::Compression;
-    use stackbuild_image::layer::LayerWriter;
+    use stackbuild_cache::Cache;
+    use stackbuild_common::Compression;
+    use stackbuild_image::LayerWriter;
 
     #[test]
     fn the_tap_records_what_reading_the_blob_gives() {

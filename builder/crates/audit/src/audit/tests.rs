@@ -3,10 +3,10 @@ use std::process::Command;
 use std::sync::Arc;
 
 use super::*;
-use stackbuild_cache::cache::Cache;
-use stackbuild_common::compression::Compression;
-use stackbuild_image::layer::LayerWriter;
-use stackbuild_image::oci::{Image, ImageConfig, RuntimeConfig};
+use stackbuild_cache::Cache;
+use stackbuild_common::Compression;
+use stackbuild_image::LayerWriter;
+use stackbuild_image::{Image, ImageConfig, RuntimeConfig};
 
 const LDSO: &str = "/lib64/ld-linux-x86-64.so.2";
 
@@ -845,7 +845,7 @@ fn unknown_platform_is_an_error() {
 
 fn go_config(env: &[&str]) -> ImageConfig {
     ImageConfig {
-        created: Some(oci::rfc3339(0)),
+        created: Some(stackbuild_image::rfc3339(0)),
         architecture: "amd64".into(),
         os: "linux".into(),
         config: RuntimeConfig {
@@ -884,7 +884,7 @@ fn layout(work: &Path, cache: &Cache) -> PathBuf {
     let env = ["PATH=/usr/bin", "LD_LIBRARY_PATH=/usr/local/cuda/lib64/stubs"];
     let image = Image::new(go_config(&env), vec![base, app], BTreeMap::new()).unwrap();
     let dir = work.join("layout");
-    oci::write_layout(&dir, &image, "test").unwrap();
+    stackbuild_image::write_layout(&dir, &image, "test").unwrap();
     dir
 }
 
@@ -927,7 +927,7 @@ fn audits_a_layout_without_extracting_it() {
     let entries: Vec<_> = std::fs::read_dir(&layers).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(entries.len(), 2, "one entry per layer: {entries:?}");
     let blobs = dir.join("blobs/sha256");
-    let image = oci::read_layout(&dir, Some("test")).unwrap();
+    let image = stackbuild_image::read_layout(&dir, Some("test")).unwrap();
     let saved: Vec<Vec<u8>> = image.layers.iter().map(|l| std::fs::read(&l.path).unwrap()).collect();
     for l in &image.layers {
         std::fs::write(

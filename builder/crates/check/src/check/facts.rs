@@ -14,10 +14,10 @@ use stackcontract::version::{PackageSpecifiers, PackageVersion};
 use super::TorchBuild;
 use crate::derive;
 pub(crate) use crate::derive::{component_version, library_component};
-use stackbuild_common::platform::Platform;
-use stackbuild_python::lock::Lock;
-use stackbuild_python::solve::{Pinned, Target};
-use stackbuild_recipe::recipe::Recipe;
+use stackbuild_common::Platform;
+use stackbuild_python::Lock;
+use stackbuild_python::{Pinned, Target};
+use stackbuild_recipe::Recipe;
 
 /// Largest `METADATA` read from a wheel (torch's is about 30 KiB).
 const METADATA_CAP: u64 = 4 << 20;
@@ -71,7 +71,7 @@ pub(crate) struct RecipeReq {
 
 impl RecipeReq {
     /// The exact version, when pinned with `==` (no wildcard) or `===`.
-    pub fn exact(&self) -> Option<PackageVersion> {
+    pub(super) fn exact(&self) -> Option<PackageVersion> {
         self.specs
             .iter()
             .find(|s| matches!(s.operator(), Operator::Equal | Operator::ExactEqual))
@@ -79,7 +79,7 @@ impl RecipeReq {
     }
 
     /// `` `numpy>=2` in [python] packages ``: the requirement as the recipe states it.
-    pub fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         format!("`{}{}` in [python] {}", self.name, self.specs, self.section)
     }
 }
@@ -114,7 +114,7 @@ pub(crate) enum Requires {
 
 impl Requires {
     /// In a message: "the Requires-Dist of torch-2.1.0-....whl" or "per the knowledge base".
-    pub fn short(&self) -> String {
+    pub(super) fn short(&self) -> String {
         match self {
             Self::Wheel(file) => format!("Requires-Dist of {file}"),
             Self::Kb(_) => "its wheel's Requires-Dist, per the knowledge base".into(),
@@ -162,7 +162,7 @@ impl TorchFacts {
     }
 
     /// `torch 2.1.0+cu121`: the version with the build's tag, as messages name it.
-    pub fn display(&self) -> String {
+    pub(super) fn display(&self) -> String {
         match self.variant {
             Some(v) if local_tag(&self.version).is_empty() => format!("torch {}+{}", self.version, v.tag),
             _ => format!("torch {}", self.version),
@@ -170,13 +170,13 @@ impl TorchFacts {
     }
 
     /// The release without local tag (`2.1.0`).
-    pub fn base_version(&self) -> PackageVersion {
+    pub(super) fn base_version(&self) -> PackageVersion {
         self.version.clone().without_local()
     }
 
     /// The cuDNN wheel the build requires and its version: the exact requirement, else the
     /// knowledge base's build row.
-    pub fn cudnn(&self) -> Option<(String, PackageVersion, String)> {
+    pub(super) fn cudnn(&self) -> Option<(String, PackageVersion, String)> {
         if let Some((name, version)) = self.requires.iter().find(|(n, _)| n.starts_with("nvidia-cudnn-cu")) {
             let from = self.requires_from.as_ref().map_or_else(String::new, Requires::short);
             return Some((name.clone(), version.clone(), from));
@@ -187,11 +187,11 @@ impl TorchFacts {
     }
 
     /// The build's GPU code per the knowledge base, for `platform`.
-    pub fn code(&self, platform: Platform) -> Option<crate::gpu_code::GpuCode> {
+    pub(super) fn code(&self, platform: Platform) -> Option<crate::gpu_code::GpuCode> {
         crate::gpu_code::GpuCode::from_variant(self.release?, self.variant?, platform)
     }
 
-    pub fn describe(&self, platform: Platform) -> TorchBuild {
+    pub(super) fn describe(&self, platform: Platform) -> TorchBuild {
         let code = self.code(platform);
         TorchBuild {
             version: self.version.to_string(),
@@ -234,13 +234,18 @@ pub(crate) struct Facts<'r> {
 
 impl<'r> Facts<'r> {
     /// A recipe without `[python]`.
-    pub fn without_python(recipe: &'r Recipe, platform: Platform) -> Self {
+    pub(super) fn without_python(recipe: &'r Recipe, platform: Platform) -> Self {
         Self { recipe, platform, reqs: Vec::new(), packages: Vec::new(), torch: None }
     }
 
     /// The packages the lock pins for the target's platform; torch's requirements from its
     /// wheel when the cache has it.
-    pub fn from_lock(recipe: &'r Recipe, target: &Target, lock: &Lock, artifacts: Option<&Path>) -> Self {
+    pub(super) fn from_lock(
+        recipe: &'r Recipe,
+        target: &Target,
+        lock: &Lock,
+        artifacts: Option<&Path>,
+    ) -> Self {
         let packages: Vec<StackPackage> = lock
             .packages_for(target.platform)
             .map(|p| StackPackage::new(p.name.as_ref(), p.version.clone(), Origin::Lock))
@@ -255,7 +260,12 @@ impl<'r> Facts<'r> {
 
     /// The packages of a fresh resolution; torch's requirements from its wheel when the cache
     /// has one of its files for the target.
-    pub fn from_pins(recipe: &'r Recipe, target: &Target, pins: &[Pinned], artifacts: Option<&Path>) -> Self {
+    pub(super) fn from_pins(
+        recipe: &'r Recipe,
+        target: &Target,
+        pins: &[Pinned],
+        artifacts: Option<&Path>,
+    ) -> Self {
         let packages: Vec<StackPackage> = pins
             .iter()
             .map(|p| StackPackage::new(p.name.as_ref(), p.version.clone(), Origin::Resolved))
@@ -287,7 +297,7 @@ impl<'r> Facts<'r> {
 
     /// Without a resolution: torch from the recipe's exact pin, its exact requirements from
     /// the knowledge base, and every exact pin of the recipe over them.
-    pub fn predicted(recipe: &'r Recipe, target: &Target) -> Self {
+    pub(super) fn predicted(recipe: &'r Recipe, target: &Target) -> Self {
         let reqs = recipe_reqs(recipe, target);
         let exact = |name: &str| reqs.iter().filter(|r| r.name == name).find_map(RecipeReq::exact);
         let mut torch = exact("torch").map(|v| TorchFacts::new(v, target));
@@ -313,22 +323,22 @@ impl<'r> Facts<'r> {
     }
 
     /// A package of the stack.
-    pub fn package(&self, name: &str) -> Option<&StackPackage> {
+    pub(super) fn package(&self, name: &str) -> Option<&StackPackage> {
         self.packages.iter().find(|p| p.name == name)
     }
 
     /// The recipe's requirements on `name`.
-    pub fn reqs_for<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a RecipeReq> + 'a {
+    pub(super) fn reqs_for<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a RecipeReq> + 'a {
         self.reqs.iter().filter(move |r| r.name == name)
     }
 
     /// The recipe's exact pin of `name`.
-    pub fn exact_pin(&self, name: &str) -> Option<&RecipeReq> {
+    pub(super) fn exact_pin(&self, name: &str) -> Option<&RecipeReq> {
         self.reqs.iter().find(|r| r.name == name && r.exact().is_some())
     }
 
     /// The stack in [`derive`]'s terms.
-    pub fn derive_packages(&self) -> Vec<derive::Package<'_>> {
+    pub(super) fn derive_packages(&self) -> Vec<derive::Package<'_>> {
         self.packages
             .iter()
             .map(|p| derive::Package { name: &p.name, version: &p.version, platform: self.platform })
@@ -337,7 +347,7 @@ impl<'r> Facts<'r> {
 
     /// How a message names a package of the stack: name, version and where it comes from
     /// (`nvidia-cudnn-cu12 8.9.7.29 (pinned: `nvidia-cudnn-cu12==8.9.7.29` in [python] packages)`).
-    pub fn named(&self, p: &StackPackage) -> String {
+    pub(super) fn named(&self, p: &StackPackage) -> String {
         let pinned = self.exact_pin(&p.name).filter(|r| r.exact().as_ref() == Some(&p.version));
         let how = match (pinned, p.origin) {
             (Some(pin), _) => format!("pinned: {}", pin.describe()),
@@ -358,7 +368,7 @@ fn user_wheel<'r>(
     recipe: &'r Recipe,
     target: &Target,
     name: &str,
-) -> Option<&'r stackbuild_recipe::recipe::LocalWheel> {
+) -> Option<&'r stackbuild_recipe::LocalWheel> {
     let python = recipe.python.as_ref()?;
     python.wheels.iter().find(|w| w.fits(target.platform) && w.name.as_ref() == name)
 }
@@ -399,7 +409,7 @@ fn find_cached_wheel(dir: &Path, pin: &Pinned, target: &Target) -> Option<PathBu
         let Ok(entries) = std::fs::read_dir(dir.join(hash)) else { continue };
         for entry in entries.filter_map(Result::ok) {
             let filename = entry.file_name().to_string_lossy().into_owned();
-            let Some(wheel) = stackbuild_common::wheel_name::parse_wheel_name(&filename) else { continue };
+            let Some(wheel) = stackbuild_common::parse_wheel_name(&filename) else { continue };
             let fits_python = wheel.python.iter().any(|p| *p == python_tag || p == "py3");
             let fits_platform =
                 wheel.platform.iter().any(|p| p == "any" || p.ends_with(target.platform.machine()));
@@ -419,7 +429,7 @@ pub(crate) fn wheel_requires(
 ) -> Result<BTreeMap<String, PackageVersion>, String> {
     let file = std::fs::File::open(wheel).map_err(|e| e.to_string())?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| e.to_string())?;
-    let (name, text) = stackbuild_python::wheel::dist_info_metadata(&mut archive, METADATA_CAP)?;
+    let (name, text) = stackbuild_python::dist_info_metadata(&mut archive, METADATA_CAP)?;
     exact_requires(&text, target).map_err(|e| format!("{name}: {e}"))
 }
 

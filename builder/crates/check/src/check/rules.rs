@@ -18,7 +18,7 @@ use stackcontract::version::{
 use super::facts::{component_version, library_component, library_cuda, local_tag, Facts, Requires};
 use super::{Finding, FindingKind, Severity};
 use crate::derive;
-use stackbuild_recipe::recipe::{Comparison, VersionRange};
+use stackbuild_recipe::{Comparison, VersionRange};
 
 /// The findings of one platform, and the packages already blamed (so one package is not
 /// reported twice, say as a cuDNN mismatch and again as a mixed CUDA minor).

@@ -12,8 +12,8 @@ use zip::write::SimpleFileOptions;
 
 use super::facts::{library_cuda, wheel_requires};
 use super::*;
-use stackbuild_python::artifact::Artifact;
-use stackbuild_python::solve::Pinned;
+use stackbuild_python::Artifact;
+use stackbuild_python::Pinned;
 
 /// Loads `tests/fixtures/check/<name>.toml` under a relative name, so reports do not depend on
 /// where the checkout is (tests run in the crate directory, where no lock sits next to it).
@@ -157,7 +157,7 @@ fn recipe_text(python: &str, packages: &str, extra: &str) -> Recipe {
 }
 
 fn resolved_findings(recipe: &Recipe, pins: &[Pinned]) -> Vec<Finding> {
-    let target = stackbuild_python::solve::targets(recipe).remove(0);
+    let target = stackbuild_python::targets(recipe).remove(0);
     let facts = facts::Facts::from_pins(recipe, &target, pins, None);
     rules::run(&facts, rules::Evidence::Found)
 }
@@ -339,15 +339,12 @@ fn locked_stack_prefers_the_wheel_at_hand() {
     });
     let mut lock = Lock::new(&recipe);
     lock.set_packages(Platform::LinuxAmd64, &artifacts);
-    lock.save(stackbuild_python::lock::Lock::path_for(&recipe.path)).unwrap();
+    lock.save(stackbuild_python::Lock::path_for(&recipe.path)).unwrap();
 
     // Not offline, yet no resolver runs: the lock is current.
     let report = check(&recipe, &CheckOptions { offline: false, cache_dir: Some(cache) }).unwrap();
     let [stack] = report.stacks.as_slice() else { panic!() };
-    assert_eq!(
-        stack.resolution,
-        Resolution::Lock { path: stackbuild_python::lock::Lock::path_for(&recipe.path) }
-    );
+    assert_eq!(stack.resolution, Resolution::Lock { path: stackbuild_python::Lock::path_for(&recipe.path) });
     let torch = stack.torch.as_ref().unwrap();
     assert_eq!(torch.requires_from.as_deref(), Some(format!("Requires-Dist of {filename}").as_str()));
     assert_eq!(torch.cudnn.as_deref(), Some("8.9.9.9"));
@@ -478,7 +475,7 @@ fn unknown_torch_is_checked_from_its_wheels() {
         findings_text(&findings)
     );
     assert!(findings[0].message.contains("build time"), "{}", findings[0].message);
-    let target = stackbuild_python::solve::targets(&recipe).remove(0);
+    let target = stackbuild_python::targets(&recipe).remove(0);
     let facts = facts::Facts::from_pins(&recipe, &target, &pins, None);
     let reqs = crate::derive::requirements(&facts.derive_packages(), &recipe.host);
     assert_eq!(reqs[0].expr, "cuda>=13.0 driver>=580");

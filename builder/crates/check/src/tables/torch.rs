@@ -21,9 +21,9 @@ use stackcontract::version::{PackageVersion, PythonVersion};
 use toml_edit::{value, Array, ArrayOfTables, DocumentMut, Item, Table};
 
 use crate::check::exact_requires;
-use stackbuild_common::platform::Platform;
-use stackbuild_python::index::{Index, IndexError, IndexFile};
-use stackbuild_python::solve::Target;
+use stackbuild_common::Platform;
+use stackbuild_python::Target;
+use stackbuild_python::{Index, IndexError, IndexFile};
 
 /// Why the table could not be generated or updated.
 #[derive(Debug, thiserror::Error)]
@@ -352,7 +352,7 @@ fn check_identity(
             l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v.trim())
         })
     };
-    let name_ok = field("Name").is_some_and(|n| stackbuild_python::wheel::normalize_name(n) == project);
+    let name_ok = field("Name").is_some_and(|n| stackbuild_python::normalize_name(n) == project);
     let version_ok =
         field("Version").and_then(|v| PackageVersion::from_str(v).ok()).is_some_and(|v| v == *version);
     if name_ok && version_ok {
@@ -640,7 +640,7 @@ fn set(table: &mut Table, key: &str, new: Item, row: &str, changes: &mut Changes
 /// Replaces the table file atomically (only a file [`apply`] parsed as a torch table is given
 /// here).
 pub fn write_table(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    stackbuild_common::atomic::write_atomic(path, text.as_bytes())
+    stackbuild_common::write_atomic(path, text.as_bytes())
 }
 
 /// A value as TOML without its decoration (spaces, comments), arrays element by element.

@@ -344,7 +344,7 @@ impl LayerWriter {
         builder: &mut tar::Builder<BufWriter<Hashing<Encoder<W>>>>,
         path: &[u8],
         node: &Node,
-        bar: &stackbuild_common::progress::Progress,
+        bar: &stackbuild_common::Progress,
         tmp_path: &Path,
     ) -> Result<(), LayerError> {
         let meta = meta_of(path, node)?;
@@ -558,7 +558,7 @@ impl ChunkHasher {
 /// footer, the TOC (its digest the descriptor's annotation), then every chunk inflated from its
 /// own offset alone and checked against its digest. Returns each regular file's content by name.
 #[cfg(any(test, feature = "verify"))]
-pub fn verify(blob: &stackbuild_common::blob::LayerBlob) -> BTreeMap<String, Vec<u8>> {
+pub fn verify(blob: &stackbuild_common::LayerBlob) -> BTreeMap<String, Vec<u8>> {
     use std::io::Read as _;
     let bytes = std::fs::read(&blob.path).unwrap();
     let zstd = blob.media_type.ends_with("+zstd");
@@ -618,7 +618,7 @@ fn estargz_toc(bytes: &[u8]) -> Vec<u8> {
 /// The TOC JSON of a zstd:chunked blob, as `zstdchunked.go`'s `ParseFooter` and
 /// `ParseTOC` find it, checked against the containers/storage annotations.
 #[cfg(any(test, feature = "verify"))]
-fn zstd_chunked_toc(blob: &stackbuild_common::blob::LayerBlob, bytes: &[u8]) -> Vec<u8> {
+fn zstd_chunked_toc(blob: &stackbuild_common::LayerBlob, bytes: &[u8]) -> Vec<u8> {
     let u64_at = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
     let foot = &bytes[bytes.len() - 40..];
     assert_eq!(&foot[32..], ZSTD_CHUNKED_MAGIC);

@@ -17,11 +17,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// Bytes of input per member.
-pub const CHUNK: usize = 4 << 20;
+pub(super) const CHUNK: usize = 4 << 20;
 
 /// What each member is.
 #[derive(Clone, Copy, Debug)]
-pub enum Codec {
+pub(super) enum Codec {
     /// A gzip member at this level.
     Gzip(u32),
     /// A zstd frame at this level.
@@ -57,7 +57,7 @@ type Job = (u64, Vec<u8>);
 type Done = (u64, io::Result<Vec<u8>>);
 
 /// A `Write` that compresses what it is given on `threads` workers.
-pub struct ParallelMembers<W: Write> {
+pub(super) struct ParallelMembers<W: Write> {
     out: W,
     buf: Vec<u8>,
     next_seq: u64,
@@ -78,7 +78,7 @@ pub struct ParallelMembers<W: Write> {
 }
 
 /// The output during [`ParallelMembers::raw`]: counted, so that member offsets stay right.
-pub struct RawOut<'a, W> {
+pub(super) struct RawOut<'a, W> {
     out: &'a mut W,
     written: &'a mut u64,
 }
@@ -107,7 +107,7 @@ fn gzip_member(level: u32, data: &[u8]) -> io::Result<Vec<u8>> {
 
 impl<W: Write> ParallelMembers<W> {
     /// A compressor writing `codec` members to `out` with `threads` workers (at least 1).
-    pub fn new(out: W, codec: Codec, threads: usize) -> io::Result<Self> {
+    pub(super) fn new(out: W, codec: Codec, threads: usize) -> io::Result<Self> {
         let threads = threads.max(1);
         // Made here, so that a codec that cannot start fails now rather than in a worker.
         let mut compressors = (0..threads).map(|_| Worker::new(codec)).collect::<io::Result<Vec<_>>>()?;
@@ -173,7 +173,7 @@ impl<W: Write> ParallelMembers<W> {
     /// Ends the current member and writes every pending one, then gives the output, for a member
     /// compressed elsewhere to go straight into it. Chunking starts afresh after it, so the
     /// output still depends only on the input and where such members are.
-    pub fn raw(&mut self) -> io::Result<RawOut<'_, W>> {
+    pub(super) fn raw(&mut self) -> io::Result<RawOut<'_, W>> {
         if !self.buf.is_empty() {
             self.submit()?;
         }
@@ -186,7 +186,7 @@ impl<W: Write> ParallelMembers<W> {
 
     /// Ends the current member, so that the next byte written begins a member of its own, and
     /// returns that member's sequence number (for [`Self::start_of`]).
-    pub fn cut(&mut self) -> io::Result<u64> {
+    pub(super) fn cut(&mut self) -> io::Result<u64> {
         if !self.buf.is_empty() {
             self.submit()?;
         }
@@ -194,22 +194,22 @@ impl<W: Write> ParallelMembers<W> {
     }
 
     /// Where the member `seq` begins in the output, once it is written (after [`Self::raw`]).
-    pub fn start_of(&self, seq: u64) -> Option<u64> {
+    pub(super) fn start_of(&self, seq: u64) -> Option<u64> {
         self.starts.get(usize::try_from(seq).ok()?).copied()
     }
 
     /// Bytes written to the output so far.
-    pub fn written(&self) -> u64 {
+    pub(super) fn written(&self) -> u64 {
         self.written
     }
 
     /// From now on, one member until [`Self::finish`] (eStargz's TOC must be one member).
-    pub fn whole(&mut self) {
+    pub(super) fn whole(&mut self) {
         self.whole = true;
     }
 
     /// Compresses what is left, writes every member and returns the writer.
-    pub fn finish(mut self) -> io::Result<W> {
+    pub(super) fn finish(mut self) -> io::Result<W> {
         if !self.buf.is_empty() || !self.wrote_any {
             // An empty input still needs one (empty) member to be a gzip or zstd file.
             self.submit()?;

@@ -122,7 +122,7 @@ fn same_tree_gives_same_digests_whatever_the_mtimes() {
         assert_eq!(b1.media_type, compression.media_type());
         assert_eq!(b1.path, cache1.blob_path(&b1.digest).unwrap());
         cache1.verify_blob(&b1.digest).unwrap();
-        let (diff_id, _) = stackbuild_common::blob::sha256_reader(&tar_bytes(&b1)[..]).unwrap();
+        let (diff_id, _) = stackbuild_common::sha256_reader(&tar_bytes(&b1)[..]).unwrap();
         assert_eq!(diff_id, b1.diff_id);
         if compression == Compression::None {
             assert_eq!(b1.digest, b1.diff_id);

@@ -15,12 +15,12 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::sync::{Arc, OnceLock};
 
-use stackbuild_cache::cache::{Cache, TempFile};
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_common::compression::Compression;
+use stackbuild_cache::{Cache, TempFile};
+use stackbuild_common::Compression;
+use stackbuild_common::LayerBlob;
 
 /// Free space a spool leaves besides itself and the layer's blob.
-pub const SPOOL_MARGIN: u64 = 1 << 30;
+pub(super) const SPOOL_MARGIN: u64 = 1 << 30;
 
 /// A spool being written: [`TarSpool::writer`] is the layer writer's tap.
 pub struct TarSpool {
@@ -73,7 +73,7 @@ impl TarSpool {
             return None;
         }
         let spool = Self::create(cache, blob.size.saturating_mul(4))?;
-        let file = stackbuild_common::input::open_regular(&blob.path, "layer blob").ok()?;
+        let file = stackbuild_common::open_regular(&blob.path, "layer blob").ok()?;
         let mut tar = Compression::Zstd.decoder(io::Read::take(file, blob.size)).ok()?;
         let mut writer = spool.writer().ok()?;
         // A short or corrupt blob gives no tar (the spool is removed on return), not a short one.

@@ -25,13 +25,13 @@ use std::thread::JoinHandle;
 
 use super::{describe, image_layers, Daemon, LoadError, SpooledTar, TarSpool};
 use crate::oci::{Archive, Image, LayerFile};
-use stackbuild_cache::cache::Cache;
-use stackbuild_common::blob::{sha256_bytes, LayerBlob};
-use stackbuild_common::platform::Platform;
+use stackbuild_cache::Cache;
+use stackbuild_common::Platform;
+use stackbuild_common::{sha256_bytes, LayerBlob};
 
 /// The label of the untagged images holding the layers loaded so far; its value is the image's
 /// `name:tag`.
-pub const PARTIAL_LABEL: &str = "io.stackbuild.partial";
+pub(super) const PARTIAL_LABEL: &str = "io.stackbuild.partial";
 
 /// Loads an image into the local Docker daemon layer by layer as the build writes them.
 pub struct Loader {
@@ -93,7 +93,7 @@ impl Loader {
                 }
                 worker
             })
-            .map_err(|source| stackbuild_common::io_error::IoError {
+            .map_err(|source| stackbuild_common::IoError {
                 op: "starting the loader for",
                 path: reference.into(),
                 source,
@@ -114,7 +114,7 @@ impl Loader {
     /// and manifest) and removes the partial images; returns what the daemon reported.
     pub fn finish(mut self, image: &Image) -> Result<Vec<String>, LoadError> {
         let Some(worker) = self.stop() else {
-            return Err(LoadError::Io(stackbuild_common::io_error::IoError {
+            return Err(LoadError::Io(stackbuild_common::IoError {
                 op: "loading",
                 path: self.reference.clone().into(),
                 source: std::io::Error::other("the loader thread panicked"),
@@ -216,7 +216,7 @@ impl Worker {
                 "diff_ids": self.chain.iter().map(|l| l.diff_id.as_str()).collect::<Vec<_>>(),
             },
         });
-        Ok(stackbuild_common::canonical::to_vec(&config)
+        Ok(stackbuild_common::to_vec(&config)
             .map_err(|source| crate::oci::OciError::Json { path: "partial image config".into(), source })?)
     }
 

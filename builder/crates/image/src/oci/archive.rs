@@ -18,9 +18,9 @@ use super::{
     null_default, split_repo_tag, to_json, Image, Index, OciError, ANNOTATION_CONTAINERD_NAME,
     ANNOTATION_REF_NAME, MEDIA_TYPE_INDEX, OCI_LAYOUT,
 };
-use stackbuild_cache::cache::{self, sha256_hex, unique_temp_name};
-use stackbuild_common::blob::LayerBlob;
-use stackbuild_common::io_error::io_err;
+use stackbuild_cache::{sha256_hex, unique_temp_name};
+use stackbuild_common::io_err;
+use stackbuild_common::LayerBlob;
 
 /// One entry of `docker save`'s `manifest.json` (Docker's image spec v1.2, "Combined Image JSON +
 /// Filesystem Changeset Format", <https://github.com/moby/docker-image-spec/blob/main/spec.md>):
@@ -49,7 +49,7 @@ enum Member {
 /// its name, inflates it if it is compressed and checks what it read against the config's
 /// `diff_ids` (`image/tarexport/load.go` in moby); an uncompressed tar spares it the inflating.
 #[derive(Clone, Copy, Debug)]
-pub struct LayerFile<'a> {
+pub(crate) struct LayerFile<'a> {
     /// The layer's blob digest (what [`Archive::without_layers`] names it by).
     pub blob: &'a str,
     /// The digest of the file's bytes, which names it in the archive: the blob digest, or the
@@ -63,14 +63,14 @@ pub struct LayerFile<'a> {
 
 impl<'a> LayerFile<'a> {
     /// The layer's blob.
-    pub fn blob(layer: &'a LayerBlob) -> Self {
+    pub(crate) fn blob(layer: &'a LayerBlob) -> Self {
         Self { blob: &layer.digest, digest: &layer.digest, path: &layer.path, size: layer.size }
     }
 }
 
 /// The members of an image archive, by name (the order they are written in).
 #[derive(Clone, Debug)]
-pub struct Archive {
+pub(crate) struct Archive {
     members: BTreeMap<String, Member>,
     /// The layer members, by blob digest.
     layers: BTreeMap<String, String>,
@@ -85,7 +85,7 @@ fn blob_name(digest: &str) -> Result<String, OciError> {
 impl Archive {
     /// The archive of `image`, named `repo_tag` (`name:tag`; tag `latest` if missing): its OCI
     /// layout and Docker's `manifest.json`.
-    pub fn of(image: &Image, repo_tag: &str) -> Result<Self, OciError> {
+    pub(crate) fn of(image: &Image, repo_tag: &str) -> Result<Self, OciError> {
         let (name, tag) = split_repo_tag(repo_tag)?;
         let full = format!("{name}:{tag}");
         let docs = image.documents()?;
@@ -113,12 +113,12 @@ impl Archive {
     /// What Docker's classic image store reads and nothing more: the config, `manifest.json`
     /// and each layer's file (its blob or its uncompressed tar). The manifest digest of such an
     /// archive is empty.
-    pub fn docker(
+    pub(crate) fn docker(
         config: Vec<u8>,
         layers: &[LayerFile<'_>],
         repo_tags: Vec<String>,
     ) -> Result<Self, OciError> {
-        let config_name = blob_name(&stackbuild_common::blob::sha256_bytes(&config))?;
+        let config_name = blob_name(&stackbuild_common::sha256_bytes(&config))?;
         let mut members = BTreeMap::new();
         let mut names = BTreeMap::new();
         // A layer used twice is stored once.
@@ -139,7 +139,7 @@ impl Archive {
 
     /// Leaves out the files of these layers (blob digests): the daemon it is for has them.
     #[must_use]
-    pub fn without_layers(mut self, digests: &BTreeSet<String>) -> Self {
+    pub(crate) fn without_layers(mut self, digests: &BTreeSet<String>) -> Self {
         for digest in digests {
             if let Some(name) = self.layers.remove(digest) {
                 self.members.remove(&name);
@@ -149,7 +149,7 @@ impl Archive {
     }
 
     /// Writes the archive as a tar to `out`; errors name `what` (the file, or the daemon).
-    pub fn write_to(&self, out: impl Write, what: &Path) -> Result<(), OciError> {
+    pub(crate) fn write_to(&self, out: impl Write, what: &Path) -> Result<(), OciError> {
         let mut builder = tar::Builder::new(out);
         let header = |ty: tar::EntryType, mode: u32, size: u64| {
             let mut h = tar::Header::new_gnu();
@@ -207,10 +207,7 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
         if !meta.is_file() {
             return Err(OciError::Unsupported {
                 path: file.to_owned(),
-                what: format!(
-                    "archive path: {} is there",
-                    stackbuild_common::input::kind_of(meta.file_type())
-                ),
+                what: format!("archive path: {} is there", stackbuild_common::kind_of(meta.file_type())),
             });
         }
     }
@@ -227,7 +224,7 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
         archive.write_to(io::BufWriter::with_capacity(1 << 20, &out), file)?;
         out.sync_all().map_err(user("syncing"))?;
         fs::rename(&tmp, file).map_err(user("writing"))?;
-        cache::sync_dir(dir).map_err(|e| io_err("syncing", dir)(e).into())
+        stackbuild_cache::sync_dir(dir).map_err(|e| io_err("syncing", dir)(e).into())
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -248,12 +245,12 @@ fn archive_temp_prefix(file: &Path) -> String {
 fn clean_archive_temps(dir: &Path, prefix: &str) {
     let Ok(entries) = fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
-        let ours = cache::is_temp_name(&entry.file_name().to_string_lossy(), prefix);
+        let ours = stackbuild_cache::is_temp_name(&entry.file_name().to_string_lossy(), prefix);
         if !ours || !entry.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
         let unlocked = File::open(entry.path()).is_ok_and(|f| f.try_lock().is_ok());
-        if unlocked && cache::modified_before(&entry, std::time::Duration::from_mins(1)) {
+        if unlocked && stackbuild_cache::modified_before(&entry, std::time::Duration::from_mins(1)) {
             let _ = fs::remove_file(entry.path());
         }
     }

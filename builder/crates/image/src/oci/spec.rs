@@ -5,7 +5,7 @@
 //! The builder's own types in [`super`] stay the model it reads layouts and registries with: they
 //! take Docker's `null`s, unknown media types and malformed digests as data and let the reader
 //! report them with the path they came from, where oci-spec's would fail inside serde. Every
-//! document written goes through the types here and then [`stackbuild_common::canonical::to_vec`], since
+//! document written goes through the types here and then [`stackbuild_common::to_vec`], since
 //! oci-spec keeps annotations and labels in `HashMap`s.
 //!
 //! oci-spec's `Config` has no field for Docker's `ArgsEscaped`, `Shell`, `Healthcheck` or

@@ -3,8 +3,8 @@ use std::os::unix::fs::symlink;
 
 use super::*;
 use crate::layer::LayerWriter;
-use stackbuild_cache::cache::Cache;
-use stackbuild_common::compression::Compression;
+use stackbuild_cache::Cache;
+use stackbuild_common::Compression;
 
 fn cache() -> (tempfile::TempDir, Cache) {
     let dir = tempfile::tempdir().unwrap();

@@ -21,9 +21,9 @@ use docker_credential::{CredentialRetrievalError, DockerCredential};
 use super::RegistryError;
 
 /// The environment variable holding the registry user name.
-pub const ENV_USER: &str = "STACKBUILD_REGISTRY_USER";
+pub(super) const ENV_USER: &str = "STACKBUILD_REGISTRY_USER";
 /// The environment variable holding the registry password (or token).
-pub const ENV_PASSWORD: &str = "STACKBUILD_REGISTRY_PASSWORD";
+pub(super) const ENV_PASSWORD: &str = "STACKBUILD_REGISTRY_PASSWORD";
 
 /// Largest `config.json` read.
 const MAX_CONFIG: u64 = 4 * 1024 * 1024;
@@ -162,7 +162,7 @@ pub(super) fn docker_config_lookup(
 
 /// One challenge of a `WWW-Authenticate` header.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Challenge {
+pub(super) struct Challenge {
     /// The scheme, lowercase (`bearer`, `basic`).
     pub scheme: String,
     /// The parameters, keys lowercase (`realm`, `service`, `scope`).
@@ -171,7 +171,7 @@ pub struct Challenge {
 
 impl Challenge {
     /// A parameter.
-    pub fn param(&self, key: &str) -> Option<&str> {
+    pub(super) fn param(&self, key: &str) -> Option<&str> {
         self.params.get(key).map(String::as_str)
     }
 }
@@ -179,7 +179,7 @@ impl Challenge {
 /// Parses a `WWW-Authenticate` header (RFC 7235 section 4.1: challenges of a scheme followed by
 /// comma-separated `key=token` or `key="quoted string"` parameters; several challenges may share
 /// one header). Unparseable parts are skipped; this never fails.
-pub fn parse_www_authenticate(header: &str) -> Vec<Challenge> {
+pub(super) fn parse_www_authenticate(header: &str) -> Vec<Challenge> {
     let chars: Vec<char> = header.chars().collect();
     let mut i = 0;
     let mut out: Vec<Challenge> = Vec::new();

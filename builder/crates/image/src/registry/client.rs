@@ -18,7 +18,7 @@ use super::reference::host_of;
 use super::{io_err, RegistryError};
 
 /// Default size of one `PATCH` of a chunked upload; blobs up to this size go in one `PUT`.
-pub const DEFAULT_CHUNK_SIZE: u64 = 16 * 1024 * 1024;
+pub(super) const DEFAULT_CHUNK_SIZE: u64 = 16 * 1024 * 1024;
 /// Default number of attempts of a request (or of one chunk) before giving up.
 /// Largest manifest pushed or pulled (distribution's default limit is 4 MiB).
 pub(super) const MAX_MANIFEST: u64 = 4 * 1024 * 1024;
@@ -258,7 +258,7 @@ struct TokenResponse {
 impl Session<'_> {
     /// Sends `req`, answering one authentication challenge; every HTTP status is `Ok` except
     /// a `401` that persists, which is [`RegistryError::Unauthorized`].
-    pub fn send(&mut self, req: &Req<'_>) -> Result<ureq::Response, RegistryError> {
+    pub(super) fn send(&mut self, req: &Req<'_>) -> Result<ureq::Response, RegistryError> {
         let mut answered = false;
         loop {
             let auth = self.authorization(req)?;
@@ -289,7 +289,7 @@ impl Session<'_> {
 
     /// Sends `req` again after transport failures and retryable statuses (see
     /// [`is_retryable_status`]), with exponential backoff; for requests that may be repeated.
-    pub fn send_retrying(&mut self, req: &Req<'_>) -> Result<ureq::Response, RegistryError> {
+    pub(super) fn send_retrying(&mut self, req: &Req<'_>) -> Result<ureq::Response, RegistryError> {
         let mut attempt = 1;
         loop {
             let result = self.send(req);

@@ -21,11 +21,11 @@ pub(super) struct Request {
 }
 
 impl Request {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).map(String::as_str)
     }
 
-    pub fn param(&self, key: &str) -> Option<&str> {
+    pub(super) fn param(&self, key: &str) -> Option<&str> {
         self.query.get(key).and_then(|v| v.first()).map(String::as_str)
     }
 }
@@ -39,12 +39,12 @@ pub(super) enum Reply {
 }
 
 impl Reply {
-    pub fn status(status: u16) -> Self {
+    pub(super) fn status(status: u16) -> Self {
         Self::Response { status, headers: Vec::new(), body: Vec::new() }
     }
 
     #[must_use]
-    pub fn header(mut self, name: &str, value: &str) -> Self {
+    pub(super) fn header(mut self, name: &str, value: &str) -> Self {
         if let Self::Response { headers, .. } = &mut self {
             headers.push((name.to_string(), value.to_string()));
         }
@@ -52,7 +52,7 @@ impl Reply {
     }
 
     #[must_use]
-    pub fn body(mut self, bytes: impl Into<Vec<u8>>) -> Self {
+    pub(super) fn body(mut self, bytes: impl Into<Vec<u8>>) -> Self {
         if let Self::Response { body, .. } = &mut self {
             *body = bytes.into();
         }
@@ -71,7 +71,7 @@ pub(super) struct Server {
 }
 
 impl Server {
-    pub fn start(handler: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
+    pub(super) fn start(handler: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("binding a test port");
         let addr = listener.local_addr().expect("local address").to_string();
         let stop = Arc::new(AtomicBool::new(false));

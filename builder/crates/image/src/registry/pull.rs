@@ -15,8 +15,8 @@ use crate::oci::{
     self, Descriptor, Index, LayoutImage, Platform, ANNOTATION_REF_NAME, MEDIA_TYPE_DOCKER_LIST,
     MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_INDEX, MEDIA_TYPE_MANIFEST,
 };
-use stackbuild_cache::cache::{self, sha256_hex, unique_temp_name, write_atomic};
-use stackbuild_common::blob::sha256_bytes;
+use stackbuild_cache::{sha256_hex, unique_temp_name, write_atomic};
+use stackbuild_common::sha256_bytes;
 
 /// Docker's schema 1 manifests (refused: they have no content-addressed config).
 const MEDIA_TYPE_DOCKER_V1: &str = "application/vnd.docker.distribution.manifest.v1+json";
@@ -395,7 +395,7 @@ impl Puller<'_, '_> {
         let final_path = blobs_dir.join(sha256_hex(&desc.digest)?);
         if fs::symlink_metadata(&final_path).is_ok_and(|m| m.is_file() && m.len() == desc.size) {
             let file = File::open(&final_path).map_err(io_err("opening", &final_path))?;
-            let (actual, _) = stackbuild_common::blob::sha256_reader(BufReader::new(file))
+            let (actual, _) = stackbuild_common::sha256_reader(BufReader::new(file))
                 .map_err(io_err("reading", &final_path))?;
             if actual == desc.digest {
                 return Ok(false);
@@ -405,7 +405,7 @@ impl Puller<'_, '_> {
         let tmp = blobs_dir.join(unique_temp_name(".stackbuild-tmp-"));
         let result = self.download(desc, &tmp).and_then(|()| {
             fs::rename(&tmp, &final_path).map_err(io_err("renaming to", &final_path))?;
-            cache::sync_dir(blobs_dir).map_err(|e| io_err("syncing", blobs_dir)(e).into())
+            stackbuild_cache::sync_dir(blobs_dir).map_err(|e| io_err("syncing", blobs_dir)(e).into())
         });
         if result.is_err() {
             let _ = fs::remove_file(&tmp);

@@ -10,10 +10,13 @@ use super::client::{http_error, is_retryable_status, resolve_location, with_quer
 use super::reference::check_repository;
 use super::{io_err, Client, Reference, RegistryError};
 use crate::oci::{self, MEDIA_TYPE_INDEX, MEDIA_TYPE_MANIFEST};
-use stackbuild_cache::cache::sha256_hex;
+use stackbuild_cache::sha256_hex;
 
 mod referrers;
-pub use referrers::{push_referrer, referrers_tag, ReferrerReport, Subject, MEDIA_TYPE_EMPTY};
+pub use referrers::push_referrer;
+pub use referrers::ReferrerReport;
+pub use referrers::Subject;
+pub(crate) use referrers::MEDIA_TYPE_EMPTY;
 
 /// Options of [`push_layout_with`].
 #[derive(Clone, Debug, Default)]
@@ -176,7 +179,7 @@ fn read_manifest_blob(path: &Path, digest: &str) -> Result<Vec<u8>, RegistryErro
             reason: format!("larger than {MAX_MANIFEST} bytes"),
         });
     }
-    let actual = stackbuild_common::blob::sha256_bytes(&bytes);
+    let actual = stackbuild_common::sha256_bytes(&bytes);
     if actual != digest {
         return Err(RegistryError::DigestMismatch {
             what: format!("manifest {}", path.display()),

@@ -10,7 +10,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::RegistryError;
-use stackbuild_cache::cache::sha256_hex;
+use stackbuild_cache::sha256_hex;
 
 /// Longest repository name distribution accepts.
 const MAX_REPOSITORY: usize = 255;

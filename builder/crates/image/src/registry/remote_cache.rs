@@ -36,22 +36,22 @@ use super::pull::Puller;
 use super::push::{Blob, Pusher};
 use super::{Client, Reference, RegistryError, MEDIA_TYPE_EMPTY};
 use crate::oci::{Descriptor, MEDIA_TYPE_MANIFEST};
-use stackbuild_cache::cache::{self, Cache, LayerKey};
-use stackbuild_common::blob::{sha256_bytes, LayerBlob};
-use stackbuild_common::compression::Compression;
+use stackbuild_cache::{Cache, LayerKey};
+use stackbuild_common::Compression;
+use stackbuild_common::{sha256_bytes, LayerBlob};
 
 /// The `artifactType` of a cached layer.
-pub const ARTIFACT_TYPE: &str = "application/vnd.stackbuild.layer-cache.v1";
+pub(super) const ARTIFACT_TYPE: &str = "application/vnd.stackbuild.layer-cache.v1";
 /// The annotation of the layer descriptor that holds its `diff_id` (the uncompressed tar's digest).
-pub const ANNOTATION_DIFF_ID: &str = "io.stackbuild.cache.diff-id";
+pub(super) const ANNOTATION_DIFF_ID: &str = "io.stackbuild.cache.diff-id";
 /// The annotation that names a record descriptor (one of [`RECORDS`]).
-pub const ANNOTATION_RECORD: &str = "io.stackbuild.cache.record";
+pub(super) const ANNOTATION_RECORD: &str = "io.stackbuild.cache.record";
 /// The media type of a record blob.
-pub const MEDIA_TYPE_RECORD: &str = "application/vnd.stackbuild.cache-record.v1+json";
+pub(super) const MEDIA_TYPE_RECORD: &str = "application/vnd.stackbuild.cache-record.v1+json";
 /// The records kept beside a layer, as `<cache>/<name>/<key hex>.json`: the facts of a Debian
 /// base (its packages and interpreter, which the build needs when it reuses the layer) and what
 /// bytecode a Python layer holds (for the report).
-pub const RECORDS: [&str; 2] = ["facts", "bytecode"];
+pub(super) const RECORDS: [&str; 2] = ["facts", "bytecode"];
 /// Largest record shared (a base's package list is some tens of KiB).
 const MAX_RECORD: u64 = 4 * 1024 * 1024;
 /// The prefix of what [`cache_tag`] hashes; a new scheme gets a new version.
@@ -60,7 +60,7 @@ const TAG_DOMAIN: &[u8] = b"stackbuild-cache/v1\0";
 /// The tag of the artifact that caches the layer `key`: `cache-v1-` and the sha256 of
 /// `stackbuild-cache/v1\0` and the key's hex (73 characters; a tag may have 128 and must match
 /// `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`, distribution-spec "Pulling manifests").
-pub fn cache_tag(key: &LayerKey) -> String {
+pub(super) fn cache_tag(key: &LayerKey) -> String {
     let mut h = Sha256::new();
     h.update(TAG_DOMAIN);
     h.update(key.as_hex().as_bytes());
@@ -228,12 +228,12 @@ impl RemoteCache {
         let tmp = scratch_dir(cache)?;
         for (name, desc) in &records {
             puller.fetch_blob(desc, tmp.path())?;
-            let from = tmp.path().join(cache::sha256_hex(&desc.digest)?);
+            let from = tmp.path().join(stackbuild_cache::sha256_hex(&desc.digest)?);
             let bytes = fs::read(&from).map_err(super::io_err("reading", &from))?;
             let dir = cache.root().join(name);
             fs::create_dir_all(&dir).map_err(super::io_err("creating", &dir))?;
             let to = dir.join(format!("{}.json", key.as_hex()));
-            cache::write_atomic(&to, &bytes).map_err(super::io_err("writing", &to))?;
+            stackbuild_cache::write_atomic(&to, &bytes).map_err(super::io_err("writing", &to))?;
         }
         let blob = LayerBlob {
             digest: layer.digest,
@@ -350,11 +350,11 @@ fn parse_manifest(
     if Compression::from_media_type(&descriptor.media_type).is_none() {
         return Err(bad(format!("unsupported layer media type {}", descriptor.media_type)));
     }
-    cache::sha256_hex(&descriptor.digest)?;
+    stackbuild_cache::sha256_hex(&descriptor.digest)?;
     let diff_id = descriptor
         .annotations
         .get(ANNOTATION_DIFF_ID)
-        .filter(|d| d.starts_with("sha256:") && cache::sha256_hex(d).is_ok())
+        .filter(|d| d.starts_with("sha256:") && stackbuild_cache::sha256_hex(d).is_ok())
         .cloned()
         .ok_or_else(|| bad(format!("the layer has no valid {ANNOTATION_DIFF_ID} annotation")))?;
     let mut records = BTreeMap::new();
@@ -367,7 +367,7 @@ fn parse_manifest(
         if desc.media_type != MEDIA_TYPE_RECORD || desc.size > MAX_RECORD {
             return Err(bad(format!("record {name}: {} of {} bytes", desc.media_type, desc.size)));
         }
-        cache::sha256_hex(&desc.digest)?;
+        stackbuild_cache::sha256_hex(&desc.digest)?;
         records.insert(name, desc);
     }
     Ok((CachedLayer { digest: descriptor.digest.clone(), descriptor, diff_id }, records))
@@ -387,7 +387,7 @@ fn check_diff_id(path: &Path, layer: &CachedLayer) -> Result<(), RegistryError> 
         .decoder(BufReader::with_capacity(1 << 20, file))
         .map_err(super::io_err("reading", path))?;
     let (actual, _) =
-        stackbuild_common::blob::sha256_reader(decoder).map_err(super::io_err("decompressing", path))?;
+        stackbuild_common::sha256_reader(decoder).map_err(super::io_err("decompressing", path))?;
     if actual == layer.diff_id {
         Ok(())
     } else {
@@ -395,7 +395,7 @@ fn check_diff_id(path: &Path, layer: &CachedLayer) -> Result<(), RegistryError> 
     }
 }
 
-impl stackbuild_cache::cache::RemoteLayers for RemoteCache {
+impl stackbuild_cache::RemoteLayers for RemoteCache {
     fn fetch(&self, cache: &Cache, key: &LayerKey) -> Option<LayerBlob> {
         self.fetch_layer(cache, key)
     }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::fake::{Reply, Request, Server};
 use super::*;
 use crate::oci::{self, Image, ImageConfig, Platform};
-use stackbuild_common::blob::sha256_bytes;
-use stackbuild_common::blob::LayerBlob;
+use stackbuild_common::sha256_bytes;
+use stackbuild_common::LayerBlob;
 use test_support::rng::noise;
 
 #[derive(Default)]

@@ -14,7 +14,7 @@ const MAX_FILE: u64 = 4 << 20;
 
 /// Reads `path` into `found`.
 pub(super) fn read_file(path: &Path, found: &mut Found, project: &Path) -> Result<(), super::InitError> {
-    let text = stackbuild_common::input::read_text(path, MAX_FILE, "Dockerfile")
+    let text = stackbuild_common::read_text(path, MAX_FILE, "Dockerfile")
         .map_err(|source| super::InitError::Read { path: path.to_owned(), source })?;
     found.inputs.push(path.to_owned());
     let lines = logical_lines(&text);

@@ -17,11 +17,11 @@ pub(super) fn read_file(
     groups: &[String],
     with_dependencies: bool,
 ) -> Result<(), super::InitError> {
-    let text = stackbuild_common::input::read_text(path, MAX_FILE, "pyproject.toml")
+    let text = stackbuild_common::read_text(path, MAX_FILE, "pyproject.toml")
         .map_err(|source| super::InitError::Read { path: path.to_owned(), source })?;
     let doc: toml::Table = toml::from_str(&text).map_err(|e| super::InitError::Parse {
         path: path.to_owned(),
-        diagnostic: Box::new(stackbuild_common::diagnostic::Diagnostic::from_toml(path, &text, &e)),
+        diagnostic: Box::new(stackbuild_common::Diagnostic::from_toml(path, &text, &e)),
     })?;
     found.inputs.push(path.to_owned());
     let project = doc.get("project").and_then(toml::Value::as_table);

@@ -31,7 +31,7 @@ fn read_nested(
         found.untranslated.push(Untranslated::new(path, 0, "-r", "an include cycle; read once"));
         return Ok(());
     }
-    let text = stackbuild_common::input::read_text(path, MAX_FILE, "requirements file")
+    let text = stackbuild_common::read_text(path, MAX_FILE, "requirements file")
         .map_err(|source| super::InitError::Read { path: path.to_owned(), source })?;
     found.inputs.push(path.to_owned());
     stack.push(canonical);

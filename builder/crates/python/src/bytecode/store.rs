@@ -31,7 +31,7 @@ use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use stackbuild_cache::cache::Cache;
+use stackbuild_cache::Cache;
 
 /// Largest record read back; a record is some 150 bytes per `.pyc`.
 const MAX_RECORD: u64 = 64 << 20;
@@ -234,7 +234,7 @@ pub(super) fn restore(site: &Path, pycs: &[Pyc]) -> std::io::Result<()> {
             Err(e) => return Err(e),
         }
         // As the driver's atomic replace does: a link or file there is replaced, not followed.
-        let tmp = dir.join(stackbuild_cache::cache::unique_temp_name(".stackbuild-pyc-"));
+        let tmp = dir.join(stackbuild_cache::unique_temp_name(".stackbuild-pyc-"));
         let result = (|| {
             let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
             f.write_all(&pyc.bytes)?;
@@ -327,8 +327,7 @@ pub(super) fn save(cache: &Cache, unit: &Unit, pycs: &[Pyc]) -> Result<(), Strin
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
-    stackbuild_cache::cache::write_atomic(&path, &json)
-        .map_err(|e| format!("writing {}: {e}", path.display()))
+    stackbuild_cache::write_atomic(&path, &json).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 #[cfg(test)]

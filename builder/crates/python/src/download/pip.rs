@@ -28,7 +28,7 @@ use sha2::Digest as _;
 /// pip's configuration as `pip config list` prints it (`section.key` -> value, `:env:.key` for
 /// `PIP_*` variables) and pip's default index.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Settings {
+pub(super) struct Settings {
     /// `section.key` -> value.
     pub config: BTreeMap<String, String>,
     /// pip's default index (`PyPI.simple_url`), when pip says it.
@@ -79,7 +79,7 @@ struct Answer {
 impl Settings {
     /// This machine's pip settings: from the record in `memo` when nothing it was read from
     /// changed, else from pip (and recorded there).
-    pub fn of_this_machine(memo: Option<&Path>) -> Self {
+    pub(super) fn of_this_machine(memo: Option<&Path>) -> Self {
         let record = memo.map(|dir| dir.join(format!("pip-settings-{}.json", environment_key())));
         if let Some(path) = &record {
             if let Some(settings) = reuse(path) {
@@ -98,7 +98,7 @@ impl Settings {
                     if let Ok(json) = serde_json::to_vec(&record) {
                         // Not recorded is only slower next time.
                         let _ = path.parent().map(std::fs::create_dir_all);
-                        let _ = stackbuild_cache::cache::write_atomic(path, &json);
+                        let _ = stackbuild_cache::write_atomic(path, &json);
                     }
                 }
                 settings
@@ -117,7 +117,7 @@ impl Settings {
 
 /// The record at `path` when every file it lists is as it was.
 fn reuse(path: &Path) -> Option<Settings> {
-    let bytes = stackbuild_common::input::read_capped(path, 1 << 20, "pip settings record").ok()?;
+    let bytes = stackbuild_common::read_capped(path, 1 << 20, "pip settings record").ok()?;
     let record: Record = serde_json::from_slice(&bytes).ok()?;
     record.files.iter().all(|(f, id)| identity(f) == *id).then_some(record.settings)
 }
@@ -205,7 +205,7 @@ fn pip_config() -> BTreeMap<String, String> {
 }
 
 /// Parses `pip config list` output: `key=REPR` per line, REPR a Python string literal.
-pub fn parse_pip_config_list(text: &str) -> BTreeMap<String, String> {
+pub(super) fn parse_pip_config_list(text: &str) -> BTreeMap<String, String> {
     let mut map = BTreeMap::new();
     for line in text.lines() {
         let Some((key, value)) = line.split_once('=') else { continue };

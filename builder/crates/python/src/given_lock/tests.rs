@@ -1,5 +1,5 @@
 use super::*;
-use stackbuild_common::platform::Platform;
+use stackbuild_common::Platform;
 
 fn target(python: &str, platform: Platform) -> Target {
     Target::new(python.parse().unwrap(), platform)
@@ -109,7 +109,7 @@ fn names(chosen: &[Chosen]) -> Vec<String> {
 #[test]
 fn uv_lock_installs_what_uv_sync_no_dev_would() {
     let lock = GivenLock::parse(Path::new("/p/uv.lock"), &uv_lock()).unwrap();
-    assert_eq!(lock.format, stackbuild_recipe::recipe::LockFormat::UvLock);
+    assert_eq!(lock.format, stackbuild_recipe::LockFormat::UvLock);
     let amd = lock.select(&target("3.11", Platform::LinuxAmd64)).unwrap();
     assert_eq!(
         names(&amd),
@@ -189,7 +189,7 @@ wheels = [{{ url = "https://files.example/pywin32-306-cp311-cp311-win_amd64.whl"
 #[test]
 fn pylock_installs_the_entries_whose_markers_hold() {
     let lock = GivenLock::parse(Path::new("/p/pylock.toml"), &pylock()).unwrap();
-    assert_eq!(lock.format, stackbuild_recipe::recipe::LockFormat::Pylock);
+    assert_eq!(lock.format, stackbuild_recipe::LockFormat::Pylock);
     let amd = lock.select(&target("3.11", Platform::LinuxAmd64)).unwrap();
     assert_eq!(
         names(&amd),

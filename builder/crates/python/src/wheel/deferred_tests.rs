@@ -9,9 +9,9 @@ use zip::write::SimpleFileOptions;
 use zip::ZipWriter;
 
 use super::*;
-use stackbuild_cache::cache::Cache;
-use stackbuild_common::compression::Compression;
-use stackbuild_image::layer::{LayerError, LayerWriter};
+use stackbuild_cache::Cache;
+use stackbuild_common::Compression;
+use stackbuild_image::{LayerError, LayerWriter};
 
 /// Compressible but not trivial content of `len` bytes.
 fn content(len: usize, seed: u8) -> Vec<u8> {
@@ -72,7 +72,7 @@ fn layer(
     whl: &Path,
     defer: bool,
     compression: Compression,
-) -> Result<stackbuild_common::blob::LayerBlob, LayerError> {
+) -> Result<stackbuild_common::LayerBlob, LayerError> {
     let stage = tempfile::tempdir().unwrap();
     let mut deferred = Deferred::default();
     if defer {
@@ -88,7 +88,7 @@ fn layer(
     writer.finish(compression)
 }
 
-fn inflate(blob: &stackbuild_common::blob::LayerBlob) -> Vec<u8> {
+fn inflate(blob: &stackbuild_common::LayerBlob) -> Vec<u8> {
     let mut out = Vec::new();
     let compression = Compression::from_media_type(&blob.media_type).unwrap();
     compression.decoder(File::open(&blob.path).unwrap()).unwrap().read_to_end(&mut out).unwrap();
@@ -166,10 +166,8 @@ fn a_layer_with_a_toc_carries_members_as_chunks_that_inflate_alone() {
     for compression in [Compression::Estargz, Compression::ZstdChunked] {
         let carried = layer(&cache, &whl, true, compression).unwrap();
         let staged = layer(&cache, &whl, false, compression).unwrap();
-        let (a, b) = (
-            stackbuild_image::layer::estargz::verify(&carried),
-            stackbuild_image::layer::estargz::verify(&staged),
-        );
+        let (a, b) =
+            (stackbuild_image::estargz::verify(&carried), stackbuild_image::estargz::verify(&staged));
         assert_eq!(a, b, "{compression:?}: the same files, whether carried or staged");
         assert!(
             a.values().any(|content| *content == lib),

@@ -85,9 +85,9 @@ impl Recipe {
                 wheels: py.wheels.iter().map(|w| (w.written.as_str(), w.sha256.as_deref())).collect(),
                 lock: py.lock.as_ref().map(|l| {
                     // Unreadable now: the lock is stale, and locking again reports why.
-                    let digest = stackbuild_common::input::open_regular(l, "[python] lock file")
+                    let digest = stackbuild_common::open_regular(l, "[python] lock file")
                         .map_err(|e| e.to_string())
-                        .and_then(|f| stackbuild_common::blob::sha256_reader(f).map_err(|e| e.to_string()))
+                        .and_then(|f| stackbuild_common::sha256_reader(f).map_err(|e| e.to_string()))
                         .map_or_else(|e| format!("unreadable: {e}"), |(digest, _)| digest);
                     (rel(l), digest)
                 }),

@@ -20,8 +20,8 @@ use stackcontract::version::{
     ComputeCapability, CudaVersion, DriverVersion, KernelRelease, PackageVersion, PythonVersion,
 };
 
-use stackbuild_common::diagnostic::Diagnostic;
-use stackbuild_common::platform::Platform;
+use stackbuild_common::Diagnostic;
+use stackbuild_common::Platform;
 
 pub use self::lock_format::{lock_format_of_name, LockFormat};
 use self::raw::RawRecipe;
@@ -207,11 +207,12 @@ impl fmt::Display for AptPackage {
     }
 }
 
+#[cfg(test)]
 /// The recipe format as a JSON Schema (draft 2020-12), generated from the types serde reads a
 /// recipe into: what `recipes/recipe.schema.json` holds, for editors (taplo, Even Better TOML)
 /// and validators. It says the shape; [`Recipe::parse`] says the rest (versions, exclusive
 /// fields) with the file, line and column.
-pub fn json_schema() -> String {
+pub(crate) fn json_schema() -> String {
     let mut schema = schemars::schema_for!(raw::RawRecipe);
     schema.insert("title".into(), "stackbuild recipe".into());
     let mut text = serde_json::to_string_pretty(&schema).expect("a schema serializes");
@@ -577,7 +578,7 @@ pub enum RecipeError {
         /// The recipe file.
         path: PathBuf,
         /// Why: a system error, or not a regular file, or too large.
-        source: stackbuild_common::input::InputError,
+        source: stackbuild_common::InputError,
     },
     /// The file has errors; each diagnostic points at one.
     #[error("{}", render_all(diagnostics))]
@@ -636,7 +637,7 @@ impl Recipe {
         let path = path.as_ref();
         // A regular file only: a FIFO would block, /dev/zero never end, and a symlink could make
         // a parse error quote someone else's file.
-        let text = stackbuild_common::input::read_text(path, stackbuild_common::input::MAX_TEXT, "recipe")
+        let text = stackbuild_common::read_text(path, stackbuild_common::MAX_TEXT, "recipe")
             .map_err(|source| RecipeError::Read { path: path.to_owned(), source })?;
         Self::parse(path, &text)
     }

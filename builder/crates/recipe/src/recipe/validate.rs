@@ -12,8 +12,8 @@ use stackcontract::require::PLATFORMS;
 use stackcontract::version::{CudaVersion, PackageVersion, PythonVersion};
 use toml::Spanned;
 
-use stackbuild_common::diagnostic::Diagnostic;
-use stackbuild_common::platform::Platform;
+use stackbuild_common::Diagnostic;
+use stackbuild_common::Platform;
 
 use super::raw::{RawBase, RawCuda, RawHost, RawImage, RawPatch, RawPython, RawSource, RawWheel, S};
 use super::{
@@ -274,8 +274,7 @@ pub(super) fn validate_base(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawBase>) ->
             nonempty(ctx, &v, "OCI layout path");
             // `PATH:TAG`, split as `stackbuild audit` splits its argument (`image_arg`).
             let text = v.get_ref();
-            let stackbuild_common::image_arg::ImageArg { path, tag } =
-                stackbuild_common::image_arg::ImageArg::parse_in(dir, text);
+            let stackbuild_common::ImageArg { path, tag } = stackbuild_common::ImageArg::parse_in(dir, text);
             if let Some(t) = tag.as_deref().filter(|t| !is_tag(t)) {
                 ctx.error(v.span(), format!("invalid tag {t:?} in {text:?}"));
             }
@@ -605,7 +604,7 @@ pub(super) fn validate_wheel(ctx: &mut Ctx, dir: &Path, raw: &RawWheel) -> Optio
         return None;
     }
     let filename = Path::new(written).file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    let Some(parsed) = stackbuild_common::wheel_name::parse_wheel_name(filename) else {
+    let Some(parsed) = stackbuild_common::parse_wheel_name(filename) else {
         ctx.error_help(
             raw.path.span(),
             format!("{written:?} is not a wheel file name"),

@@ -19,7 +19,7 @@ use crate::registry::client::MAX_MANIFEST;
 use crate::registry::{io_err, Client, Reference, RegistryError};
 
 /// The empty descriptor's media type (image-spec 1.1).
-pub const MEDIA_TYPE_EMPTY: &str = "application/vnd.oci.empty.v1+json";
+pub(crate) const MEDIA_TYPE_EMPTY: &str = "application/vnd.oci.empty.v1+json";
 /// `sha256` of `{}`.
 const EMPTY_DIGEST: &str = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a";
 
@@ -51,20 +51,20 @@ pub struct ReferrerReport {
 }
 
 /// The artifact manifest for `bytes` of `artifact_type` about `subject`.
-pub fn artifact_manifest(subject: &Subject, artifact_type: &str, bytes: &[u8]) -> Vec<u8> {
+pub(super) fn artifact_manifest(subject: &Subject, artifact_type: &str, bytes: &[u8]) -> Vec<u8> {
     let manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": MEDIA_TYPE_MANIFEST,
         "artifactType": artifact_type,
         "config": { "mediaType": MEDIA_TYPE_EMPTY, "digest": EMPTY_DIGEST, "size": 2, "data": "e30=" },
-        "layers": [{ "mediaType": artifact_type, "digest": stackbuild_common::blob::sha256_bytes(bytes), "size": bytes.len() }],
+        "layers": [{ "mediaType": artifact_type, "digest": stackbuild_common::sha256_bytes(bytes), "size": bytes.len() }],
         "subject": { "mediaType": subject.media_type, "digest": subject.digest, "size": subject.size },
     });
     serde_json::to_vec(&manifest).unwrap_or_default()
 }
 
 /// The referrers tag of a subject digest: `sha256-<hex>`.
-pub fn referrers_tag(digest: &str) -> String {
+pub(super) fn referrers_tag(digest: &str) -> String {
     digest.replacen(':', "-", 1)
 }
 
@@ -80,13 +80,13 @@ pub fn push_referrer(
     let mut pusher = Pusher::new(client, dest, &scope);
     let dir = tempfile::tempdir().map_err(io_err("creating", &std::env::temp_dir()))?;
     for content in [&b"{}"[..], bytes] {
-        let digest = stackbuild_common::blob::sha256_bytes(content);
+        let digest = stackbuild_common::sha256_bytes(content);
         let path = dir.path().join(digest.trim_start_matches("sha256:"));
         std::fs::write(&path, content).map_err(io_err("writing", &path))?;
         pusher.push_blob(&Blob { digest, size: content.len() as u64, path }, None)?;
     }
     let manifest = artifact_manifest(subject, artifact_type, bytes);
-    let digest = stackbuild_common::blob::sha256_bytes(&manifest);
+    let digest = stackbuild_common::sha256_bytes(&manifest);
     let indexed = pusher.put_with_subject(&digest, &manifest, &digest)?;
     let mut report = ReferrerReport {
         digest: digest.clone(),
@@ -113,7 +113,7 @@ pub fn push_referrer(
             list.push(descriptor);
             let bytes = serde_json::to_vec(&index)
                 .map_err(|e| RegistryError::Manifest { what: tag.clone(), reason: e.to_string() })?;
-            let index_digest = stackbuild_common::blob::sha256_bytes(&bytes);
+            let index_digest = stackbuild_common::sha256_bytes(&bytes);
             pusher.put_manifest(&tag, &bytes, MEDIA_TYPE_INDEX, &index_digest)?;
         }
         report.fallback_tag = Some(tag);
@@ -179,7 +179,7 @@ mod tests {
         let m: serde_json::Value =
             serde_json::from_slice(&artifact_manifest(&subject, "application/spdx+json", b"{}")).unwrap();
         assert_eq!(m["artifactType"], "application/spdx+json");
-        assert_eq!(m["config"]["digest"], stackbuild_common::blob::sha256_bytes(b"{}"));
+        assert_eq!(m["config"]["digest"], stackbuild_common::sha256_bytes(b"{}"));
         assert_eq!(m["subject"]["digest"], subject.digest);
         assert_eq!(m["layers"][0]["size"], 2);
         assert_eq!(referrers_tag(&subject.digest), format!("sha256-{}", "a".repeat(64)));
