@@ -147,7 +147,7 @@ if [[ ! -x $pack_layer ]]; then
 fi
 if [[ ! -x $fixture_host ]]; then
   log "building target/release/examples/fixture_host"
-  (cd "$repo" && cargo build --release -p stackhook --example fixture_host) >&2
+  (cd "$repo" && cargo build --release -p stackhook --features fixture --example fixture_host) >&2
 fi
 if has_section build && ! "$DOCKER" version >/dev/null 2>&1; then
   log "dockerd is not running: starting it with .ci/services"

@@ -3,9 +3,10 @@
 //! a container asking through `NVIDIA_VISIBLE_DEVICES=all`, and one given two GPUs through CDI
 //! (`void`, the spec's device nodes and library mounts in `config.json`).
 //!
-//! `cargo bench -p stackhook --bench hook` (uses target/release/stackhook, static as every build
-//! of it; `STACKHOOK_BIN` overrides). Prints medians, p90 and the ratio; target: median
-//! under 2 ms and at most 3x `/bin/true`.
+//! `cargo bench -p stackhook --features fixture --bench hook` (the fixture host is behind the
+//! `fixture` feature; uses target/release/stackhook, static as every build of it; `STACKHOOK_BIN`
+//! overrides). Prints medians, p90 and the ratio; target: median under 2 ms and at most 3x
+//! `/bin/true`.
 
 use std::io::Write;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! image carries, one per line, for the container's `STACKBUILD_REQUIRE_*` variables.
 //!
 //! ```sh
-//! cargo build --release -p stackhook --example fixture_host
+//! cargo build --release -p stackhook --features fixture --example fixture_host
 //! target/release/examples/fixture_host DIR
 //! ```
 

@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::contract::image::DeviceSelection;
 use crate::contract::version::DriverVersion;
 use crate::oci::Config;
-use crate::probe::{HostProbe, NodeState};
+use crate::probe::{HostProbe, NodeState, INTEGRATED_NODES};
 
 /// `NV_CTL_DEVICE_MINOR`.
 const CTL_MINOR: u32 = 255;
@@ -42,10 +42,6 @@ const DRM_MAJOR: u32 = 226;
 pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
 /// Most devices and mounts looked at: a privileged container lists every host device.
 const MAX_ENTRIES: usize = 4096;
-/// The host nodes through which an integrated GPU is given: WSL2's paravirtual GPU (`dxg`), a
-/// Jetson's nvgpu channel and control nodes and its memory manager. Compared by number with the
-/// host's own nodes of these names.
-pub const INTEGRATED_NODES: [&str; 4] = ["dxg", "nvhost-gpu", "nvhost-ctrl-gpu", "nvmap"];
 
 /// What an NVIDIA device node is, by its numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -12,22 +12,37 @@
 //! Every engine file lives under a prefix (`/`, or a temp dir in tests); the wrapper symlink
 //! lives next to the binary, since that is the path the engine will run. `uninstall` removes
 //! what `install` adds and nothing else.
+//!
+//! [`Installer`] here does the writing (backups, atomic replacement, files the Debian package
+//! owns left to dpkg); the engines' file contents are built in `files`, the chaining with
+//! NVIDIA's runtime is [`nvidia`], and the refusal of a dynamically linked binary
+//! ([`check_static`]) is in `elf`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+mod elf;
+mod files;
 pub mod nvidia;
 
-use crate::runtime::{self, join_under, HookEntry, RuntimeError, WrapperConfig, HOOK_ARGS, WRAPPER_NAME};
+pub use elf::check_static;
+pub use files::{containerd_snippet, docker_add_runtime, docker_remove_runtime, hooks_d_file};
+
+use crate::runtime::{self, join_under, RuntimeError, WrapperConfig, WRAPPER_NAME};
+use files::is_our_hook_file;
 
 /// Docker's daemon configuration, under the prefix.
 pub const DOCKER_DAEMON_JSON: &str = "/etc/docker/daemon.json";
+
 /// The runtime name under which Docker and containerd know the wrapper.
 pub const RUNTIME_NAME: &str = "stackhook";
+
 /// Podman's hook file (the distribution-wide hooks directory; both podman and CRI-O read it).
 pub const PODMAN_HOOK_FILE: &str = "/usr/share/containers/oci/hooks.d/stackhook.json";
+
 /// CRI-O's hook file (the administrator's hooks directory, which overrides the one above).
 pub const CRIO_HOOK_FILE: &str = "/etc/containers/oci/hooks.d/stackhook.json";
+
 /// containerd's configuration, read only to see whether it still names the wrapper.
 pub const CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
 
@@ -576,107 +591,6 @@ impl Installer {
     }
 }
 
-/// daemon.json with `runtimes.stackhook.path` set to `wrapper`, every other key kept; `None`
-/// when it is already so. `existing` is the current file, `None` when there is none.
-pub fn docker_add_runtime(
-    existing: Option<&[u8]>,
-    wrapper: &Path,
-    path: &Path,
-) -> Result<Option<serde_json::Value>, InstallError> {
-    let shape = |what| InstallError::Shape { path: path.to_owned(), what };
-    let mut doc = parse_daemon_json(existing, path)?;
-    let wrapper =
-        wrapper.to_str().ok_or(RuntimeError::NotUtf8 { what: "the wrapper", path: wrapper.to_owned() })?;
-    let runtimes = doc
-        .as_object_mut()
-        .ok_or_else(|| shape("the document is not a JSON object"))?
-        .entry("runtimes")
-        .or_insert_with(|| serde_json::json!({}))
-        .as_object_mut()
-        .ok_or_else(|| shape("\"runtimes\" is not an object"))?;
-    let ours = runtimes.entry(RUNTIME_NAME).or_insert_with(|| serde_json::json!({}));
-    let ours = ours.as_object_mut().ok_or_else(|| shape("\"runtimes.stackhook\" is not an object"))?;
-    if ours.get("path").and_then(serde_json::Value::as_str) == Some(wrapper) {
-        return Ok(None);
-    }
-    // Any other key of our entry (say `runtimeArgs` added by hand) stays.
-    ours.insert("path".into(), wrapper.into());
-    Ok(Some(doc))
-}
-
-/// daemon.json without `runtimes.stackhook` (and without `runtimes` when that leaves it
-/// empty); `None` when there was nothing to remove.
-pub fn docker_remove_runtime(
-    existing: &[u8],
-    path: &Path,
-) -> Result<Option<serde_json::Value>, InstallError> {
-    let mut doc = parse_daemon_json(Some(existing), path)?;
-    let root = doc
-        .as_object_mut()
-        .ok_or(InstallError::Shape { path: path.to_owned(), what: "the document is not a JSON object" })?;
-    if root.get("default-runtime").and_then(serde_json::Value::as_str) == Some(RUNTIME_NAME) {
-        return Err(InstallError::DefaultRuntime { path: path.to_owned() });
-    }
-    let Some(runtimes) = root.get_mut("runtimes").and_then(serde_json::Value::as_object_mut) else {
-        return Ok(None);
-    };
-    if runtimes.remove(RUNTIME_NAME).is_none() {
-        return Ok(None);
-    }
-    if runtimes.is_empty() {
-        root.remove("runtimes");
-    }
-    Ok(Some(doc))
-}
-
-fn parse_daemon_json(existing: Option<&[u8]>, path: &Path) -> Result<serde_json::Value, InstallError> {
-    match existing {
-        // dockerd accepts an empty file as `{}`.
-        Some(bytes) if !bytes.iter().all(u8::is_ascii_whitespace) => serde_json::from_slice(bytes)
-            .map_err(|source| InstallError::Json { path: path.to_owned(), source }),
-        _ => Ok(serde_json::json!({})),
-    }
-}
-
-/// A hooks.d file (schema 1.0.0) that runs `entry` at `createRuntime` for every container.
-///
-/// `when` is `always: true`: the conditions podman and CRI-O offer (`annotations`, `commands`,
-/// `hasBindMounts`) see the OCI config's annotations and command, not the image's environment,
-/// and an image says it wants a GPU through `NVIDIA_VISIBLE_DEVICES` in its env. The hook's
-/// fast path makes a container that asks for no GPU cost one read of `config.json`.
-pub fn hooks_d_file(entry: &HookEntry) -> serde_json::Value {
-    serde_json::json!({
-        "version": "1.0.0",
-        "hook": entry.to_value(),
-        "when": { "always": true },
-        "stages": [runtime::HOOK_STAGE],
-    })
-}
-
-/// Whether a hooks.d file is one of ours (its hook runs `stackhook hook`).
-fn is_our_hook_file(bytes: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(bytes).is_ok_and(|doc| {
-        doc.pointer("/hook/args").and_then(serde_json::Value::as_array).is_some_and(|args| {
-            args.len() >= 2 && args.iter().zip(HOOK_ARGS).all(|(a, b)| a.as_str() == Some(b))
-        })
-    })
-}
-
-/// The containerd runtime handler (config version 2) and the Kubernetes `RuntimeClass`.
-pub fn containerd_snippet(wrapper: &Path) -> String {
-    let table = format!("plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.{RUNTIME_NAME}");
-    format!(
-        "# add to /etc/containerd/config.toml (version = 2), then restart containerd:\n\
-         # (containerd 1.x replaces its built-in runtimes with the ones a config declares: keep the\n\
-         # `runc` runtime table there, as `containerd config default` writes it, or CRI will not load)\n\
-         [{table}]\n  runtime_type = \"io.containerd.runc.v2\"\n\
-         [{table}.options]\n  BinaryName = \"{}\"\n\
-         \n# and for Kubernetes (kubectl apply -f -); pods opt in with `runtimeClassName: {RUNTIME_NAME}`:\n\
-         apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: {RUNTIME_NAME}\nhandler: {RUNTIME_NAME}\n",
-        wrapper.display()
-    )
-}
-
 /// `daemon.json.bak.<unix seconds>`, with `.N` added while that exists.
 fn backup_path(path: &Path) -> PathBuf {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -688,71 +602,6 @@ fn backup_path(path: &Path) -> PathBuf {
         n += 1;
     }
     candidate
-}
-
-/// Refuses a `binary` that runs a dynamic loader: an ELF file with a `PT_INTERP` program header
-/// (the System V ABI's request for an interpreter, `ld-linux`, which the kernel runs before the
-/// program and which honours `LD_PRELOAD`). A static PIE has none. Reads only the ELF header and
-/// the program headers (at most 64 KiB).
-pub fn check_static(binary: &Path) -> Result<(), InstallError> {
-    use std::io::{Read as _, Seek as _, SeekFrom};
-    const PT_INTERP: u32 = 3;
-    let not_elf = |why: &str| InstallError::NotElf { binary: binary.to_owned(), why: why.to_owned() };
-    let io = |source| InstallError::Io { path: binary.to_owned(), source };
-    let mut file = std::fs::File::open(binary).map_err(io)?;
-    let mut header = [0u8; 64];
-    file.read_exact(&mut header).map_err(|_| not_elf("shorter than an ELF header"))?;
-    if header[..4] != *b"\x7fELF" {
-        return Err(not_elf("not an ELF file"));
-    }
-    let (wide, big) = match (header[4], header[5]) {
-        (c @ (1 | 2), d @ (1 | 2)) => (c == 2, d == 2),
-        _ => return Err(not_elf("unknown ELF class or byte order")),
-    };
-    let num = |bytes: &[u8]| -> u64 {
-        let mut buf = [0u8; 8];
-        if big {
-            buf[8 - bytes.len()..].copy_from_slice(bytes);
-            u64::from_be_bytes(buf)
-        } else {
-            buf[..bytes.len()].copy_from_slice(bytes);
-            u64::from_le_bytes(buf)
-        }
-    };
-    // e_phoff, e_phentsize, e_phnum (ELF32 and ELF64 layouts).
-    let (phoff, phentsize, phnum) = if wide {
-        (num(&header[0x20..0x28]), num(&header[0x36..0x38]), num(&header[0x38..0x3a]))
-    } else {
-        (num(&header[0x1c..0x20]), num(&header[0x2a..0x2c]), num(&header[0x2c..0x2e]))
-    };
-    let min_entry = if wide { 56 } else { 32 };
-    let total = phentsize.saturating_mul(phnum);
-    if phnum > 0 && (phentsize < min_entry || total > 64 * 1024) {
-        return Err(not_elf("implausible program headers"));
-    }
-    let mut table = vec![0u8; usize::try_from(total).map_err(|_| not_elf("implausible program headers"))?];
-    file.seek(SeekFrom::Start(phoff)).map_err(io)?;
-    file.read_exact(&mut table).map_err(|_| not_elf("program headers past the end of the file"))?;
-    for entry in table.chunks_exact(usize::try_from(phentsize).unwrap_or(usize::MAX).max(1)) {
-        if num(&entry[..4]) != u64::from(PT_INTERP) {
-            continue;
-        }
-        // p_offset and p_filesz: where the interpreter's path is.
-        let (offset, size) = if wide {
-            (num(&entry[8..16]), num(&entry[32..40]))
-        } else {
-            (num(&entry[4..8]), num(&entry[16..20]))
-        };
-        let mut name = vec![0u8; usize::try_from(size.min(4096)).unwrap_or(0)];
-        let read = file.seek(SeekFrom::Start(offset)).and_then(|_| file.read_exact(&mut name));
-        let interpreter = if read.is_ok() {
-            String::from_utf8_lossy(name.split(|&b| b == 0).next().unwrap_or_default()).into_owned()
-        } else {
-            "(unreadable)".to_owned()
-        };
-        return Err(InstallError::Dynamic { binary: binary.to_owned(), interpreter });
-    }
-    Ok(())
 }
 
 fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, InstallError> {

@@ -9,7 +9,9 @@
 //! - [`diagnose`]: findings, ordered by layer, each with a code, evidence and remedy.
 //! - [`given`]: what a container was given in its final `config.json` (GPU device nodes, CDI
 //!   annotations, driver library mounts), the GPU set under CDI and DRA.
-//! - [`fixture`]: fixture host trees for tests (this crate's and the end-to-end tests).
+//! - `fixture`: fixture host trees for tests (this crate's and the end-to-end tests), benchmarks
+//!   and examples; compiled only for this crate's unit tests and with the `fixture` feature, so the
+//!   shipped hook does not carry it.
 //! - [`invoke`]: one hook invocation: state -> config -> request -> probe -> verdict.
 //! - [`rootfs`]: reads inside an untrusted container root without leaving it.
 //! - [`oci`]: the runtime's state on stdin and the bundle's `config.json`.
@@ -23,6 +25,7 @@ pub mod atomic;
 pub mod cdi;
 pub use stackcontract as contract;
 pub mod diagnose;
+#[cfg(any(test, feature = "fixture"))]
 pub mod fixture;
 pub mod given;
 pub mod install;

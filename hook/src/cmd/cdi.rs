@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     command: Command,
 }
@@ -33,7 +33,7 @@ struct CheckArgs {
 impl Args {
     /// Relative paths the user typed, against the directory they typed them in (`main`
     /// leaves it for `/` before running anything).
-    pub fn anchor(&mut self, cwd: &std::path::Path) {
+    pub(crate) fn anchor(&mut self, cwd: &std::path::Path) {
         let Command::Check(a) = &mut self.command;
         for spec in &mut a.specs {
             *spec = cwd.join(&*spec);
@@ -41,7 +41,7 @@ impl Args {
         a.host_root = cwd.join(&a.host_root);
     }
 
-    pub fn run(self) -> i32 {
+    pub(crate) fn run(self) -> i32 {
         let Command::Check(a) = self.command;
         let specs = match stackhook::cdi::load(&a.host_root, &a.specs) {
             Ok(s) => s,

@@ -4,7 +4,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Host root to probe.
     #[arg(long, env = "STACKHOOK_HOST_ROOT", default_value = "/")]
     host_root: PathBuf,
@@ -31,11 +31,11 @@ pub struct Args {
 impl Args {
     /// Relative paths the user typed, against the directory they typed them in (`main`
     /// leaves it for `/` before running anything).
-    pub fn anchor(&mut self, cwd: &std::path::Path) {
+    pub(crate) fn anchor(&mut self, cwd: &std::path::Path) {
         self.host_root = cwd.join(&self.host_root);
     }
 
-    pub fn run(self) -> i32 {
+    pub(crate) fn run(self) -> i32 {
         if self.record {
             if let Err(e) = stackhook::record::record(&self.host_root, &self.nvidia_smi) {
                 eprintln!("stackhook doctor: --record: {e}");

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use stackhook::invoke::{self, HookConfig, Policy};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Host root to probe; a fixture tree in tests.
     #[arg(long, env = "STACKHOOK_HOST_ROOT", default_value = "/")]
     host_root: PathBuf,
@@ -20,7 +20,7 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn run(self) -> i32 {
+    pub(crate) fn run(self) -> i32 {
         let config =
             HookConfig { host_root: self.host_root, policy: self.policy, report_dir: self.report_dir };
         let outcome = invoke::run(std::io::stdin().lock(), &config);

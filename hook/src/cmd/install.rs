@@ -7,7 +7,7 @@ use stackhook::install::{Engine, Installer};
 use stackhook::runtime::WrapperConfig;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The engine: docker (a runtime in daemon.json), podman or crio (a hooks.d file),
     /// containerd (prints the runtime handler and a `RuntimeClass`).
     #[arg(value_enum)]
@@ -28,7 +28,7 @@ pub struct Args {
 impl Args {
     /// Relative paths the user typed, against the directory they typed them in (`main`
     /// leaves it for `/` before running anything).
-    pub fn anchor(&mut self, cwd: &std::path::Path) {
+    pub(crate) fn anchor(&mut self, cwd: &std::path::Path) {
         self.prefix = cwd.join(&self.prefix);
         if let Some(c) = &mut self.config {
             *c = cwd.join(&*c);
@@ -36,7 +36,7 @@ impl Args {
     }
 
     /// Installs (`install`) or removes (`!install`).
-    pub fn run(self, install: bool) -> i32 {
+    pub(crate) fn run(self, install: bool) -> i32 {
         let verb = if install { "install" } else { "uninstall" };
         let result = self.installer().and_then(|i| {
             if install {

@@ -18,7 +18,7 @@ enum OutputFormat {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Host root to probe.
     #[arg(long, env = "STACKHOOK_HOST_ROOT", default_value = "/")]
     host_root: PathBuf,
@@ -48,14 +48,14 @@ pub struct Args {
 impl Args {
     /// Relative paths the user typed, against the directory they typed them in (`main`
     /// leaves it for `/` before running anything).
-    pub fn anchor(&mut self, cwd: &std::path::Path) {
+    pub(crate) fn anchor(&mut self, cwd: &std::path::Path) {
         self.host_root = cwd.join(&self.host_root);
         if let Some(o) = &mut self.output {
             *o = cwd.join(&*o);
         }
     }
 
-    pub fn run(self) -> i32 {
+    pub(crate) fn run(self) -> i32 {
         loop {
             let code = self.once();
             match self.interval {

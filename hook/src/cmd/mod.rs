@@ -12,7 +12,7 @@ pub(crate) mod runtime;
 /// Checks, at container start, that a GPU host satisfies what the image needs.
 #[derive(Debug, Parser)]
 #[command(name = "stackhook", version, about, after_help = EXAMPLES)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -64,7 +64,7 @@ impl Cli {
     /// Anchors the relative paths of a command a person typed at `cwd`. The hook itself
     /// (`stackhook hook`, run by the runtime in the container's bundle) is left as it is: its
     /// paths are the runtime's, and its working directory is never trusted (CVE-2025-23266).
-    pub fn anchor(&mut self, cwd: &std::path::Path) {
+    pub(crate) fn anchor(&mut self, cwd: &std::path::Path) {
         match &mut self.command {
             Command::Doctor(args) => args.anchor(cwd),
             Command::Install(args) | Command::Uninstall(args) => args.anchor(cwd),
@@ -75,7 +75,7 @@ impl Cli {
         }
     }
 
-    pub fn run(self) -> i32 {
+    pub(crate) fn run(self) -> i32 {
         match self.command {
             Command::Hook(args) => args.run(),
             Command::Doctor(args) => args.run(),

@@ -13,21 +13,21 @@ use stackhook::runtime::{self, WrapperEnv, WRAPPER_NAME};
 /// For `stackhook --help`; the arguments never reach clap (see [`dispatch`]).
 #[derive(Debug, clap::Args)]
 #[command(disable_help_flag = true)]
-pub struct Args {
+pub(crate) struct Args {
     /// runc's (or crun's) arguments, global options first, passed on untouched.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     args: Vec<OsString>,
 }
 
 impl Args {
-    pub fn run(self) -> i32 {
+    pub(crate) fn run(self) -> i32 {
         run(&self.args)
     }
 }
 
 /// Runs the wrapper when this process is one: named `stackhook-runtime`, or `stackhook runtime
 /// ...`. Returns `None` otherwise; on success it does not return (the runtime replaces us).
-pub fn dispatch() -> Option<i32> {
+pub(crate) fn dispatch() -> Option<i32> {
     let mut argv = std::env::args_os();
     let argv0 = argv.next()?;
     if Path::new(&argv0).file_name().is_some_and(|n| n == WRAPPER_NAME) {

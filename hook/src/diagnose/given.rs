@@ -9,14 +9,10 @@
 //! `nvidia-caps` minors name instances that are gone (1828). A library whose version is not the
 //! loaded module's cannot talk to it: CUDA fails with "driver/library version mismatch".
 
-use super::{Checks, Finding, Layer, Severity};
+use super::report::{Finding, Layer, Severity};
+use super::Checks;
+use crate::cdi::REGENERATE_CDI;
 use crate::given::{Node, Role};
-
-/// What to do about a stale spec.
-pub const REGENERATE_CDI: &str = "regenerate the CDI spec for the running driver: \
-     sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (or sudo systemctl restart \
-     nvidia-cdi-refresh.service where the toolkit installed it); on Kubernetes, restart the device \
-     plugin or DRA driver pods so that they write theirs again";
 
 impl Checks<'_> {
     /// The given libraries, node numbers and devices against the running driver.

@@ -2,7 +2,20 @@
 
 use std::fmt::Write as _;
 
-use super::{Diagnosis, Finding, Layer, Severity, Verdict};
+use super::report::{Diagnosis, Finding, Layer, Severity, Verdict};
+
+impl Diagnosis {
+    /// The report for people (ANSI colours when `color`).
+    pub fn render_human(&self, color: bool) -> String {
+        human(self, color)
+    }
+
+    /// The errors only, one line each with their remedy: what a hook prints when it blocks a
+    /// container (runc shows the hook's stderr).
+    pub fn render_errors(&self) -> String {
+        errors(self)
+    }
+}
 
 struct Style {
     on: bool,
@@ -27,7 +40,7 @@ impl Style {
 }
 
 /// The report for people.
-pub fn human(d: &Diagnosis, color: bool) -> String {
+fn human(d: &Diagnosis, color: bool) -> String {
     let st = Style { on: color };
     let mut out = String::new();
     let h = &d.host;
@@ -97,7 +110,7 @@ pub fn human(d: &Diagnosis, color: bool) -> String {
 }
 
 /// The errors, one line each with the remedy, for a hook's stderr.
-pub fn errors(d: &Diagnosis) -> String {
+fn errors(d: &Diagnosis) -> String {
     let mut out = String::new();
     for f in d.of(Severity::Error) {
         let _ = write!(out, "stackhook: [{}] {}", f.code, f.message);

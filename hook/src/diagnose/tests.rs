@@ -1,4 +1,5 @@
 use super::*;
+use crate::contract::kb;
 use crate::contract::require::Expr;
 use crate::fixture::{FixtureSpec, Preset};
 
@@ -297,6 +298,30 @@ fn doctor_exit_codes_json_and_colour() {
     if Preset::Healthy.build(healthy.path()).unwrap().real_device_nodes() {
         assert_eq!(doctor(healthy.path(), &["cuda>=12.1".to_owned()], "all", false, false).1, 0);
     }
+}
+
+#[test]
+fn doctor_includes_the_check_of_the_hosts_specs() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("host");
+    let host = Preset::Healthy.build(&root).unwrap();
+    if !host.real_device_nodes() {
+        eprintln!("skipped: mknod is not permitted here");
+        return;
+    }
+    std::fs::create_dir_all(root.join("etc/cdi")).unwrap();
+    let write = |spec: &serde_json::Value| {
+        std::fs::write(root.join("etc/cdi/nvidia.yaml"), serde_norway::to_string(spec).unwrap()).unwrap();
+    };
+    write(&Preset::Healthy.spec().cdi_spec(&root, "nvidia.com/gpu"));
+    let (text, code) = crate::diagnose::doctor(&root, &[], "all", false, false);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("L2-CDI-SPEC-OK"), "{text}");
+    assert!(text.contains("from    command-line: --gpus all"), "{text}");
+    write(&Preset::Healthy.spec().driver("550.54.14").cdi_spec(&root, "nvidia.com/gpu"));
+    let (text, code) = crate::diagnose::doctor(&root, &[], "all", false, false);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("L2-CDI-SPEC-STALE") && text.contains("nvidia-ctk cdi generate"), "{text}");
 }
 
 #[test]

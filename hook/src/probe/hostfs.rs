@@ -93,7 +93,7 @@ fn lossy(bytes: Vec<u8>) -> String {
 }
 
 /// A short name for a file type, for messages.
-pub fn type_name(t: FileType) -> &'static str {
+pub(super) fn type_name(t: FileType) -> &'static str {
     match t {
         FileType::RegularFile => "regular file",
         FileType::Directory => "directory",
@@ -318,7 +318,7 @@ impl HostFs {
 }
 
 /// Writes `value` into `out` quoted for evidence: the first line, at most 200 characters.
-pub fn evidence_text(out: &mut String, value: &str) {
+pub(super) fn evidence_text(out: &mut String, value: &str) {
     let line = value.lines().next().unwrap_or("").trim_end();
     for (n, ch) in line.chars().enumerate() {
         if n == 200 {

@@ -3,6 +3,8 @@
 //! Each takes the file's text and returns what it found, or nothing; none of them fail loudly,
 //! since a host file that does not parse is a finding, not a crash.
 
+use serde::Serialize;
+
 /// The `NVRM version:` line of `proc/driver/nvidia/version`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NvrmLine {
@@ -142,6 +144,17 @@ pub fn mig_index(text: &str) -> Option<(usize, usize)> {
     Some((number(gpu)?, number(mig)?))
 }
 
+/// One MIG device of the recorded `nvidia-smi -L`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MigRecord {
+    /// `MIG-…`.
+    pub uuid: String,
+    /// The parent GPU's UUID (`GPU-…`).
+    pub parent_uuid: String,
+    /// `Device N` under its parent: the `N` of a `<gpu>:<N>` MIG index.
+    pub index: usize,
+}
+
 /// The MIG devices of an `nvidia-smi -L` listing, each under the GPU line before it:
 ///
 /// ```text
@@ -150,7 +163,7 @@ pub fn mig_index(text: &str) -> Option<(usize, usize)> {
 /// ```
 ///
 /// Lines that are neither are ignored; at most [`crate::probe::MAX_GPUS`] × 8 devices are kept.
-pub fn nvidia_smi_list(text: &str) -> Vec<crate::probe::MigRecord> {
+pub fn nvidia_smi_list(text: &str) -> Vec<MigRecord> {
     let uuid_of = |line: &str| {
         let start = line.find("(UUID: ")? + "(UUID: ".len();
         let end = line[start..].find(')')? + start;
@@ -169,7 +182,7 @@ pub fn nvidia_smi_list(text: &str) -> Vec<crate::probe::MigRecord> {
                 .and_then(|n| n.trim().parse().ok());
             if let (Some(parent), Some(uuid), Some(index)) = (&parent, uuid_of(t), index) {
                 if out.len() < crate::probe::MAX_GPUS * 8 {
-                    out.push(crate::probe::MigRecord { uuid, parent_uuid: parent.clone(), index });
+                    out.push(MigRecord { uuid, parent_uuid: parent.clone(), index });
                 }
             }
         }

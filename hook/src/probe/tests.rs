@@ -1,6 +1,8 @@
 use std::os::unix::fs::symlink;
 use std::time::{Duration, Instant};
 
+use rustix::fs::FileType;
+
 use super::*;
 use crate::fixture::{fixture_uuid, FixtureSpec, Preset};
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::diagnose::REGENERATE_CDI;
+use crate::cdi::REGENERATE_CDI;
 use crate::given::{Given, Library};
 use crate::oci::Config;
 use crate::probe;
