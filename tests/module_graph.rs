@@ -272,6 +272,17 @@ fn architecture_page_shows_the_crate_graph() {
         })
         .collect();
     rows.sort();
+    // The hook and the builder share the contract and nothing else (what the hook links stays
+    // small and static; the builder never compiles the hook's probe).
+    for (_, name, deps) in &rows {
+        let builder = |n: &str| n == "stackbuild" || n.starts_with("stackbuild-");
+        if name == "stackhook" {
+            assert!(!deps.iter().any(|d| builder(d)), "the hook depends on a builder crate: {deps:?}");
+        }
+        if builder(name) {
+            assert!(!deps.iter().any(|d| d == "stackhook"), "{name} depends on the hook");
+        }
+    }
     for (dir, name, deps) in rows {
         let deps = if deps.is_empty() { "(none)".to_owned() } else { deps.join(", ") };
         lines.push(format!("{dir:<26} {name:<19} -> {deps}"));

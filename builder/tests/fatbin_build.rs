@@ -11,7 +11,7 @@ use common::have;
 
 const STACKBUILD: &str = env!("CARGO_BIN_EXE_stackbuild");
 
-/// One fat binary entry (layout in `builder/src/fatbin.rs`): kind 1 PTX, 2 cubin; arch `80`.
+/// One fat binary entry (layout in `builder/crates/check/src/fatbin.rs`): kind 1 PTX, 2 cubin; arch `80`.
 fn entry(kind: u16, arch: u32) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend(kind.to_le_bytes());

@@ -1,7 +1,21 @@
+//! The audit's tests, one file past 1,000 lines on purpose: every scenario builds its root
+//! filesystem with the same few helpers (`Tree`, the ELF writers) and reads as a list of cases
+//! against them; split, each part would import the same helpers and nothing else.
+
 use std::os::unix::fs::symlink;
 use std::process::Command;
 use std::sync::Arc;
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use goblin::elf::header::{EM_386, EM_AARCH64, EM_ARM, EM_CUDA, EM_X86_64};
+
+use super::fs::{ElfState, FileInfo, Kind};
+use super::report::{Finding, FindingKind};
+use super::search::{
+    expand_tokens, family_name, file_version, glob_match, is_driver_library, is_python_module,
+};
 use super::*;
 use stackbuild_cache::Cache;
 use stackbuild_common::Compression;
