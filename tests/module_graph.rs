@@ -129,7 +129,7 @@ fn read_crate(name: &str, src: &Path) -> Crate {
         let text = std::fs::read_to_string(file).unwrap();
         for (n, line) in code_lines(&text) {
             for path in paths_in(&line, &module) {
-                let at = format!("{}:{n}", file.strip_prefix(workspace()).unwrap().display());
+                let at = format!("{}:{n}", file.strip_prefix(workspace()).unwrap_or(file).display());
                 refs.push((module.clone(), path, at));
             }
         }

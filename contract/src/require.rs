@@ -13,80 +13,28 @@
 //! (`x86_64`, `aarch64`) and `platform` (the kind of host: `linux`, `wsl2` or `jetson`, as the
 //! probe classifies it; `=`/`!=` only).
 //!
-//! The language's types are here: [`Expr`], [`Term`], [`Factor`], their keys, operators and
-//! values, the requirements an image carries ([`Requirement`], [`RequirementSet`]) and what a
-//! host makes of them ([`Unsatisfied`], [`Unverifiable`], [`Invalid`]). The rest is in three parts:
+//! The language's types are here: [`Expr`], [`Term`], [`Factor`], their operators and values,
+//! the requirements an image carries ([`Requirement`], [`RequirementSet`]) and what a host makes
+//! of them ([`Unsatisfied`], [`Unverifiable`], [`Invalid`]). The rest is in four parts:
 //!
+//! - `keys`: the keys ([`Key`]) and their facts, one row each ([`KEYS`], [`KeySpec`]): name,
+//!   value type, NVIDIA's or ours, per GPU or not, the hook's evidence, the node labels, the DRA
+//!   device attribute and how the builder writes it;
 //! - `parse`: reading a value in either [`Dialect`], with the column of any error;
 //! - `evaluate`: the truth of a requirement on a host ([`HostFacts`]), three-valued where the
 //!   host cannot tell, and libnvidia-container's order of evaluation for `NVIDIA_REQUIRE_*`;
 //! - `render`: how expressions and outcomes read as text (which [`Expr::parse`] reads back).
 
 mod evaluate;
+mod keys;
 mod parse;
 mod render;
 
 pub use evaluate::{Assessment, CudaBound, GpuFacts, HostFacts, Outcome, Truth};
+pub use keys::{DeviceAttribute, Evidence, Key, KeySpec, NodeLabels, RecipeRule, ValueType, KEYS, PLATFORMS};
 pub use parse::{Dialect, RequireError, MAX_EXPRESSION_LEN};
 
 use super::version::{ComputeCapability, CudaVersion, DriverVersion, KernelRelease};
-
-/// What a factor constrains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Key {
-    /// Highest CUDA version the host driver supports.
-    Cuda,
-    /// Driver version.
-    Driver,
-    /// Compute capability of each selected GPU.
-    Arch,
-    /// Brand of each selected GPU (`tesla`, `geforce`, ...).
-    Brand,
-    /// Kernel release.
-    Kernel,
-    /// A kernel module, loaded (`=`) or not (`!=`).
-    Module,
-    /// Number of GPUs the container gets.
-    Gpus,
-    /// Host machine architecture.
-    Machine,
-    /// Kind of host: `linux`, `wsl2` or `jetson`.
-    Platform,
-}
-
-/// The values `platform` takes, as the probe names the kinds of host.
-pub const PLATFORMS: [&str; 3] = ["linux", "wsl2", "jetson"];
-
-impl Key {
-    const ALL: [(Key, &'static str); 9] = [
-        (Key::Cuda, "cuda"),
-        (Key::Driver, "driver"),
-        (Key::Arch, "arch"),
-        (Key::Brand, "brand"),
-        (Key::Kernel, "kernel"),
-        (Key::Module, "module"),
-        (Key::Gpus, "gpus"),
-        (Key::Machine, "machine"),
-        (Key::Platform, "platform"),
-    ];
-
-    /// The key as written in expressions.
-    pub fn as_str(self) -> &'static str {
-        Self::ALL.iter().find(|(k, _)| *k == self).map_or("", |(_, s)| s)
-    }
-
-    /// Whether libnvidia-container's evaluator has a rule for the key (`cuda`, `driver`, `arch`,
-    /// `brand`: the `rules` table of `src/cli/configure.c`); the others are ours.
-    pub fn nvidia(self) -> bool {
-        matches!(self, Key::Cuda | Key::Driver | Key::Arch | Key::Brand)
-    }
-
-    /// Whether the key is evaluated once per selected GPU.
-    pub fn per_gpu(self) -> bool {
-        matches!(self, Key::Arch | Key::Brand)
-    }
-}
 
 /// Comparison operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]

@@ -147,56 +147,68 @@ impl Factor {
     /// libnvidia-container's per-device loop never runs); a CUDA version known only as a range
     /// makes `cuda` unknown where the range does not decide it.
     pub fn truth(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> Truth {
-        match (&self.value, self.key, &host.cuda_bound) {
-            (Value::Arch(_) | Value::Name(_), Key::Arch | Key::Brand, _)
-                if gpu.is_none() && host.no_devices =>
-            {
-                Truth::Holds
-            }
-            (Value::Cuda(want), _, CudaBound::Range { below }) => {
-                range_truth(self.op, host.cuda.as_ref(), below.as_ref(), want)
-            }
-            (Value::Arch(want), _, _) => match gpu {
-                None => Truth::Fails,
-                Some(GpuFacts { arch: None, .. }) => Truth::Unknown,
-                Some(GpuFacts { arch: Some(h), .. }) => Truth::of(self.op.holds(h.cmp(want))),
+        if self.key.per_gpu() && gpu.is_none() && host.no_devices {
+            return Truth::Holds;
+        }
+        // Where the host's value may be unknown rather than absent; a new key decides here.
+        let unknown = match self.key {
+            Key::Cuda => match (&self.value, &host.cuda_bound) {
+                (Value::Cuda(want), CudaBound::Range { below }) => {
+                    return range_truth(self.op, host.cuda.as_ref(), below.as_ref(), want)
+                }
+                _ => false,
             },
-            (Value::Name(want), Key::Brand, _) => match gpu {
-                None => Truth::Fails,
-                Some(GpuFacts { brand: None, .. }) => Truth::Unknown,
-                Some(GpuFacts { brand: Some(b), .. }) => Truth::of(self.name_holds(Some(b), want)),
-            },
-            _ => Truth::of(self.known_holds(host, gpu)),
+            Key::Arch => gpu.is_some_and(|g| g.arch.is_none()),
+            Key::Brand => gpu.is_some_and(|g| g.brand.is_none()),
+            Key::Driver | Key::Kernel | Key::Module | Key::Gpus | Key::Machine | Key::Platform => false,
+        };
+        if unknown {
+            Truth::Unknown
+        } else {
+            Truth::of(self.known_holds(host, gpu))
         }
     }
 
     /// [`Factor::holds`] for the keys whose host value is either known or absent (absent fails).
     fn known_holds(&self, host: &HostFacts, gpu: Option<&GpuFacts>) -> bool {
-        match (&self.value, self.key) {
-            (Value::Cuda(want), _) => host.cuda.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
-            (Value::Driver(want), _) => host.driver.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
-            (Value::Kernel(want), _) => host.kernel.as_ref().is_some_and(|h| self.op.holds(h.cmp(want))),
-            (Value::Arch(want), _) => {
-                gpu.and_then(|g| g.arch.as_ref()).is_some_and(|h| self.op.holds(h.cmp(want)))
-            }
-            (Value::Count(want), _) => {
-                let n = u32::try_from(host.gpus.len()).unwrap_or(u32::MAX);
-                self.op.holds(n.cmp(want))
-            }
-            (Value::Name(want), Key::Module) => self.op.holds(if host.modules.contains(want) {
-                std::cmp::Ordering::Equal
-            } else {
-                std::cmp::Ordering::Less
-            }),
-            (Value::Name(want), Key::Brand) => self.name_holds(gpu.and_then(|g| g.brand.as_deref()), want),
-            (Value::Name(want), Key::Platform) => self.name_holds(host.platform.as_deref(), want),
-            (Value::Name(want), _) => self.name_holds(host.machine.as_deref(), want),
+        use std::cmp::Ordering::{Equal, Less};
+        /// The host's value against the wanted one, where the host has one.
+        fn cmp<T: Ord>(host: Option<&T>, want: &T) -> Option<std::cmp::Ordering> {
+            host.map(|h| h.cmp(want))
         }
-    }
-
-    /// `=`/`!=` of a name, case-insensitively; an unknown host value never holds.
-    fn name_holds(&self, host: Option<&str>, want: &str) -> bool {
-        host.is_some_and(|h| self.op.holds(h.to_ascii_lowercase().as_str().cmp(want).min_eq()))
+        /// A name against the wanted one, case-insensitively: equal or not.
+        fn name(host: Option<&str>, want: &str) -> Option<std::cmp::Ordering> {
+            host.map(|h| h.to_ascii_lowercase().as_str().cmp(want).min_eq())
+        }
+        let gpu_arch = gpu.and_then(|g| g.arch.as_ref());
+        let gpu_brand = gpu.and_then(|g| g.brand.as_deref());
+        let count = u32::try_from(host.gpus.len()).unwrap_or(u32::MAX);
+        // What each key compares on the host (a value of another type never holds): a new key
+        // decides here.
+        let ordering = match (self.key, &self.value) {
+            (Key::Cuda, Value::Cuda(want)) => cmp(host.cuda.as_ref(), want),
+            (Key::Driver, Value::Driver(want)) => cmp(host.driver.as_ref(), want),
+            (Key::Kernel, Value::Kernel(want)) => cmp(host.kernel.as_ref(), want),
+            (Key::Arch, Value::Arch(want)) => cmp(gpu_arch, want),
+            (Key::Gpus, Value::Count(want)) => cmp(Some(&count), want),
+            (Key::Module, Value::Name(want)) => Some(if host.modules.contains(want) { Equal } else { Less }),
+            (Key::Brand, Value::Name(want)) => name(gpu_brand, want),
+            (Key::Platform, Value::Name(want)) => name(host.platform.as_deref(), want),
+            (Key::Machine, Value::Name(want)) => name(host.machine.as_deref(), want),
+            (
+                Key::Cuda
+                | Key::Driver
+                | Key::Kernel
+                | Key::Arch
+                | Key::Gpus
+                | Key::Module
+                | Key::Brand
+                | Key::Platform
+                | Key::Machine,
+                _,
+            ) => None,
+        };
+        ordering.is_some_and(|o| self.op.holds(o))
     }
 
     /// The host's value for this factor's key, as a message shows it.

@@ -2,7 +2,10 @@
 //! `key op value` with the value typed by its key, in the [`Dialect`] of the variable it comes
 //! from. An error names the column where the problem starts.
 
-use super::{Expr, Factor, Key, Op, Requirement, RequirementSet, Slot, Term, Unsupported, Value, PLATFORMS};
+use super::keys::or_list;
+use super::{
+    Expr, Factor, Key, Op, Requirement, RequirementSet, Slot, Term, Unsupported, Value, ValueType, KEYS,
+};
 use crate::version::{ComputeCapability, CudaVersion, VersionError};
 
 /// Longest expression we parse: every official CUDA image's value is under 2 KiB.
@@ -95,7 +98,10 @@ struct Parser<'a> {
     input: &'a str,
 }
 
-const KEYS_HINT: &str = "cuda, driver, arch, brand, kernel, module, gpus, machine or platform";
+/// `cuda, driver, ... or platform`: every key's name.
+fn keys_hint() -> String {
+    or_list(KEYS.iter().map(|s| s.name))
+}
 
 impl Parser<'_> {
     fn error(&self, at: usize, message: impl Into<String>) -> RequireError {
@@ -145,10 +151,9 @@ impl Parser<'_> {
         };
         let key_text = &text[..key_len];
         if key_text.is_empty() {
-            return Err(self.error(start, format!("expected a key ({KEYS_HINT})")));
+            return Err(self.error(start, format!("expected a key ({})", keys_hint())));
         }
-        let key = Key::ALL.iter().find(|(_, s)| s.eq_ignore_ascii_case(key_text)).map(|(k, _)| *k);
-        let key = match (key, dialect) {
+        let key = match (Key::from_name(key_text), dialect) {
             (Some(k), Dialect::Nvidia) if k.nvidia() => k,
             (_, Dialect::Nvidia) => {
                 return Ok(Slot::Unsupported(Unsupported {
@@ -158,7 +163,7 @@ impl Parser<'_> {
             }
             (Some(k), Dialect::Stackbuild) => k,
             (None, Dialect::Stackbuild) => {
-                return Err(self.error(start, format!("unknown key {key_text:?}; expected {KEYS_HINT}")))
+                return Err(self.error(start, format!("unknown key {key_text:?}; expected {}", keys_hint())))
             }
         };
         let op_at = start + key_len;
@@ -196,16 +201,17 @@ impl Parser<'_> {
         value_at: usize,
     ) -> Result<Value, RequireError> {
         let bad_value = |e: VersionError| self.error(value_at, e.to_string());
-        Ok(match key {
-            Key::Cuda => Value::Cuda(raw.parse().map_err(bad_value)?),
-            Key::Driver => Value::Driver(raw.parse().map_err(bad_value)?),
-            Key::Arch => Value::Arch(parse_arch(raw).map_err(bad_value)?),
-            Key::Kernel => Value::Kernel(raw.parse().map_err(bad_value)?),
-            Key::Gpus => Value::Count(
+        // By the key's type (its row of `KEYS`), so a new key of a known type needs nothing here.
+        Ok(match key.spec().value {
+            ValueType::CudaVersion => Value::Cuda(raw.parse().map_err(bad_value)?),
+            ValueType::DriverVersion => Value::Driver(raw.parse().map_err(bad_value)?),
+            ValueType::ComputeCapability => Value::Arch(parse_arch(raw).map_err(bad_value)?),
+            ValueType::KernelRelease => Value::Kernel(raw.parse().map_err(bad_value)?),
+            ValueType::Count => Value::Count(
                 raw.parse()
                     .map_err(|_| self.error(value_at, format!("expected a GPU count, found {raw:?}")))?,
             ),
-            Key::Brand | Key::Module | Key::Machine | Key::Platform => {
+            ValueType::Word { one_of } => {
                 if !matches!(op, Op::Eq | Op::Ne) {
                     return Err(self.error(op_at, format!("{} takes only = or !=", key.as_str())));
                 }
@@ -215,10 +221,14 @@ impl Parser<'_> {
                 let name = raw.to_ascii_lowercase();
                 // A misspelt platform would never hold (or always, with `!=`): refuse it here,
                 // where the image is built, rather than on every host.
-                if key == Key::Platform && !PLATFORMS.contains(&name.as_str()) {
+                if !one_of.is_empty() && !one_of.contains(&name.as_str()) {
                     return Err(self.error(
                         value_at,
-                        format!("unknown platform {raw:?}; expected linux, wsl2 or jetson"),
+                        format!(
+                            "unknown {} {raw:?}; expected {}",
+                            key.as_str(),
+                            or_list(one_of.iter().copied())
+                        ),
                     ));
                 }
                 Value::Name(name)

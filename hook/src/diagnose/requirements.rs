@@ -7,7 +7,7 @@ use super::report::{Finding, Layer, Severity};
 use super::Checks;
 use crate::contract::image::DeviceSelection;
 use crate::contract::kb;
-use crate::contract::require::{Key, Unsatisfied};
+use crate::contract::require::{Evidence, Key, Unsatisfied};
 use crate::contract::version::CudaVersion;
 use crate::probe::{GpuProbe, UnresolvedDevice};
 
@@ -69,18 +69,19 @@ impl Checks<'_> {
         for u in assessment.failures {
             let Some(primary) = u.primary() else { continue };
             let key = primary.key;
-            let needs_driver = matches!(key, Key::Cuda | Key::Driver | Key::Arch | Key::Brand | Key::Gpus);
-            if needs_driver && !driver_up {
+            let evidence = key.spec().evidence;
+            if needs_driver(evidence) && !driver_up {
                 continue; // covered by L2-CHECKS-SKIPPED
             }
-            let per_gpu = matches!(key, Key::Arch | Key::Brand | Key::Gpus);
+            let per_gpu = needs_gpus(evidence);
             if per_gpu && !gpus_known && !unlisted {
                 continue; // the selection itself failed (L3)
             }
             let device = u.gpu.and_then(|i| i.checked_sub(resolved_count)).and_then(|i| unresolved.get(i));
             // The version a WSL2 or Jetson host cannot read from files; a Jetson's CUDA known from
             // its L4T release is checked.
-            let unknown_version = key == Key::Driver || (key == Key::Cuda && facts.cuda.is_none());
+            let unknown_version =
+                evidence == Evidence::Driver || (evidence == Evidence::HostCuda && facts.cuda.is_none());
             let unverifiable = (unknown_version && facts.driver.is_none() && (p.is_wsl2() || p.is_jetson()))
                 || (per_gpu && unlisted)
                 || device.is_some_and(|d| d.common_model().is_none());
@@ -125,8 +126,8 @@ impl Checks<'_> {
             ),
         )
         .with(&u.source, shorten(&u.expr, 120));
-        let remedy = match key {
-            Key::Arch | Key::Brand => {
+        let remedy = match key.spec().evidence {
+            Evidence::GpuModel => {
                 if let Some(g) = gpu {
                     f = f.with_evidence(&g.evidence).with(
                         &format!("{}/device", g.pci.path),
@@ -139,7 +140,14 @@ impl Checks<'_> {
                 "confirm with nvidia-smi --query-gpu=name,compute_cap --format=csv; sudo stackhook doctor --record \
                  saves the answer for the hook, or add a [[gpu]] row with its source in /etc/stackhook/kb.d/"
             }
-            _ => {
+            // Only a GPU's model and the CUDA a driver supports may be unknown.
+            Evidence::HostCuda
+            | Evidence::Driver
+            | Evidence::KernelRelease
+            | Evidence::Modules
+            | Evidence::Selection
+            | Evidence::Machine
+            | Evidence::Platform => {
                 if let Some(d) = &self.p.driver {
                     f = f.with_evidence(&d.evidence);
                 }
@@ -214,24 +222,25 @@ impl Checks<'_> {
         selected: Option<&[&GpuProbe]>,
     ) -> Finding {
         let p = self.p;
-        match key {
-            Key::Cuda | Key::Driver => {
+        let evidence = key.spec().evidence;
+        match evidence {
+            Evidence::HostCuda | Evidence::Driver => {
                 if let Some(d) = &p.driver {
                     f = f.with_evidence(&d.evidence);
-                } else if let Some(e) = p.platform.evidence().filter(|_| key == Key::Cuda) {
+                } else if let Some(e) = p.platform.evidence().filter(|_| evidence == Evidence::HostCuda) {
                     f = f.with_evidence(e);
                 }
-                if key == Key::Cuda {
+                if evidence == Evidence::HostCuda {
                     f = f.with_evidence(&p.host_cuda().how.into());
                 }
             }
-            Key::Kernel => {
+            Evidence::KernelRelease => {
                 if let Some(k) = &p.kernel {
                     f = f.with_evidence(&k.evidence);
                 }
             }
-            Key::Machine => f = f.with_evidence(&p.machine.evidence),
-            Key::Platform => {
+            Evidence::Machine => f = f.with_evidence(&p.machine.evidence),
+            Evidence::Platform => {
                 f = match p.platform.evidence() {
                     Some(e) => f.with_evidence(e),
                     None => f.with(
@@ -241,7 +250,7 @@ impl Checks<'_> {
                     ),
                 };
             }
-            Key::Module => {
+            Evidence::Modules => {
                 let name = wanted.to_ascii_lowercase();
                 f = match p.modules.get(&name) {
                     Some(m) => f.with_evidence(&m.evidence),
@@ -249,7 +258,7 @@ impl Checks<'_> {
                     None => f.with("/proc/modules", format!("no line for {name}")),
                 };
             }
-            Key::Arch | Key::Brand => {
+            Evidence::GpuModel => {
                 if let Some(g) = gpu {
                     if key == Key::Arch {
                         if let Some(a) = p.gpu_arch(g).filter(|a| !a.how.path.starts_with("(knowledge base)"))
@@ -291,7 +300,7 @@ impl Checks<'_> {
                     );
                 }
             }
-            Key::Gpus => {
+            Evidence::Selection => {
                 f = f.with(
                     "NVIDIA_VISIBLE_DEVICES",
                     format!("{} GPU(s) selected", selected.map_or(0, <[_]>::len)),
@@ -363,6 +372,27 @@ impl Checks<'_> {
                 .to_owned(),
             ),
         }
+    }
+}
+
+/// Whether the probe reads a value from this source only with the driver loaded.
+fn needs_driver(evidence: Evidence) -> bool {
+    match evidence {
+        Evidence::HostCuda | Evidence::Driver | Evidence::GpuModel | Evidence::Selection => true,
+        Evidence::KernelRelease | Evidence::Modules | Evidence::Machine | Evidence::Platform => false,
+    }
+}
+
+/// Whether a value from this source depends on the GPUs the container gets.
+fn needs_gpus(evidence: Evidence) -> bool {
+    match evidence {
+        Evidence::GpuModel | Evidence::Selection => true,
+        Evidence::HostCuda
+        | Evidence::Driver
+        | Evidence::KernelRelease
+        | Evidence::Modules
+        | Evidence::Machine
+        | Evidence::Platform => false,
     }
 }
 

@@ -21,7 +21,7 @@
 
 use stackcontract::image::DerivedRequirement;
 use stackcontract::kb;
-use stackcontract::require::{Expr, Factor, Key, Op, Term};
+use stackcontract::require::{Expr, Factor, Key, KeySpec, Op, Term, KEYS};
 use stackcontract::version::{CudaVersion, DriverVersion, PackageVersion};
 
 use crate::gpu_code::{ArchSet, GpuCode};
@@ -259,16 +259,18 @@ pub fn requirements_with(
     if let Some(req) = cuda_requirement(packages, code) {
         out.push(req);
     }
-    let host_arch = host.expressions().into_iter().find(|(rule, _)| *rule == "arch").map(|(_, e)| e);
+    // The key a `[host]` rule states, whose row names the variable it goes in.
+    let stated = |rule: &str| -> &'static KeySpec {
+        KEYS.iter().find(|s| s.recipe.rules().contains(&rule)).expect("every [host] rule has its key's row")
+    };
+    let host_arch =
+        host.expressions().into_iter().find(|(rule, _)| stated(rule).key == Key::Arch).map(|(_, e)| e);
     for (rule, expr) in host.expressions() {
-        let variable = match rule {
-            "arch" => continue,
-            "kernel_deny" => "STACKBUILD_REQUIRE_KERNEL",
-            "modules" | "modules_deny" => "STACKBUILD_REQUIRE_MODULES",
-            "gpus" => "STACKBUILD_REQUIRE_GPUS",
-            "platform" => "STACKBUILD_REQUIRE_PLATFORM",
-            _ => "STACKBUILD_REQUIRE_DRIVER",
-        };
+        let spec = stated(rule);
+        if spec.key == Key::Arch {
+            continue; // with the GPU code's terms, below
+        }
+        let variable = spec.variable.expect("a key that a [host] rule states has a variable");
         let reason = format!("[host] {rule} rule of the recipe");
         if let Some((_, existing, reasons)) = out.iter_mut().find(|(v, _, _)| v == variable) {
             *existing = existing.and(&expr);
@@ -294,7 +296,7 @@ pub fn requirements_with(
         (None, None) => None,
     };
     if let Some(expr) = expr {
-        out.push(("STACKBUILD_REQUIRE_ARCH".into(), expr, reasons));
+        out.push((variable_of(Key::Arch).into(), expr, reasons));
     }
     out.into_iter()
         .map(|(variable, expr, reasons)| DerivedRequirement { variable, expr: expr.to_string(), reasons })
@@ -318,7 +320,7 @@ fn cuda_requirement(packages: &[Package<'_>], code: Option<&GpuCode>) -> Option<
                 "the torch build carries only PTX, which needs a driver of the full CUDA version".into(),
             );
         }
-        return Some(("NVIDIA_REQUIRE_CUDA".into(), Expr(vec![full]), reasons));
+        return Some((variable_of(Key::Cuda).into(), Expr(vec![full]), reasons));
     };
     let compat_driver = Term(vec![Factor::new(Key::Driver, Op::Ge, floor.driver.clone())]);
     let compat = format!(
@@ -340,7 +342,12 @@ fn cuda_requirement(packages: &[Package<'_>], code: Option<&GpuCode>) -> Option<
         reasons.push(compat);
         Expr(vec![full, compat_driver])
     };
-    Some(("NVIDIA_REQUIRE_CUDA".into(), expr, reasons))
+    Some((variable_of(Key::Cuda).into(), expr, reasons))
+}
+
+/// The variable the builder writes requirements on `key` in (`NVIDIA_REQUIRE_CUDA`).
+fn variable_of(key: Key) -> &'static str {
+    key.spec().variable.expect("a key the builder derives has a variable")
 }
 
 /// Why the arch set is what it is.

@@ -43,7 +43,7 @@ use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 use stackcontract::image::{ContainerRequest, ContractError, REQUIRE_ANNOTATION_PREFIX};
 use stackcontract::labels as l;
-use stackcontract::require::{Expr, Factor, Key, Op, RequirementSet, Term, Value};
+use stackcontract::require::{Expr, Factor, Key, NodeLabels, Op, RequirementSet, Term, Value};
 
 use stackbuild_common::ImageArg;
 use stackbuild_image::{ImageConfig, OciError};
@@ -341,24 +341,24 @@ pub fn image_request(image: &str, extra: &[String]) -> Result<ContainerRequest, 
 
 /// The node affinity of `image` (see [`image_request`]).
 pub fn for_image(image: &str, extra: &[String], options: &Options) -> Result<NodeAffinity, AffinityError> {
-    for_request(&image_request(image, extra)?, options)
+    for_request(&image_request(image, extra)?, *options)
 }
 
 /// The node affinity of a container request; with `NVIDIA_DISABLE_REQUIRE` set, only the
 /// labels' presence (and readiness) is required, as the hook then checks no requirement.
 pub(crate) fn for_request(
     request: &ContainerRequest,
-    options: &Options,
+    options: Options,
 ) -> Result<NodeAffinity, AffinityError> {
     if request.disabled {
-        let mut a = node_affinity(&RequirementSet::default(), options)?;
+        let mut a = node_affinity(&RequirementSet::default(), &options)?;
         a.notes.push(
             "NVIDIA_DISABLE_REQUIRE is set: the hook checks no requirement, so neither does this affinity"
                 .to_owned(),
         );
         return Ok(a);
     }
-    node_affinity(&request.requirements, options)
+    node_affinity(&request.requirements, &options)
 }
 
 /// The JSON members of an archive (gzipped or not) that may be an index, a manifest or a config:
@@ -540,12 +540,20 @@ fn factor_dnf(f: &Factor, source: &str, notes: &mut Vec<String>) -> Result<Dnf, 
         Value::Name(_) => Err(err("the name is not a valid label value")),
         _ => Err(err("expected a name")),
     };
-    Ok(match (f.key, &f.value) {
-        (Key::Cuda, Value::Cuda(v)) => ordered(l::CUDA_MAX_CODE, f.op, code_of(v.parts())?),
-        (Key::Driver, Value::Driver(v)) => ordered(l::DRIVER_CODE, f.op, code_of(v.parts())?),
-        (Key::Arch, Value::Arch(cc)) => {
+    let mismatch = || err("the value does not fit the key");
+    // By how `stackhook labels` publishes the key (its row of `KEYS`).
+    Ok(match f.key.spec().labels {
+        NodeLabels::VersionCode(label) => {
+            let parts = match &f.value {
+                Value::Cuda(v) => v.parts(),
+                Value::Driver(v) => v.parts(),
+                _ => return Err(mismatch()),
+            };
+            ordered(label, f.op, code_of(parts)?)
+        }
+        NodeLabels::ComputeCodes { min, max } => {
+            let Value::Arch(cc) = &f.value else { return Err(mismatch()) };
             let c = l::compute_code(*cc).ok_or_else(|| err("the minor number is out of range"))?;
-            let (min, max) = (l::GPU_COMPUTE_MIN_CODE, l::GPU_COMPUTE_MAX_CODE);
             match f.op {
                 Op::Ge | Op::Gt => ordered(min, f.op, c),
                 Op::Lt | Op::Le => ordered(max, f.op, c),
@@ -561,48 +569,42 @@ fn factor_dnf(f: &Factor, source: &str, notes: &mut Vec<String>) -> Result<Dnf, 
                 }
             }
         }
-        // One label each, published on every node that has the fact: `=` is membership, `!=`
-        // needs the label present and different.
-        (key @ (Key::Brand | Key::Platform), v) => {
-            let value = name(v)?;
-            let label = if key == Key::Brand { l::GPU_BRAND } else { l::PLATFORM };
+        // One label, published on every node that has the fact: `=` is membership (and the
+        // kubelet's label of the same fact, where there is one), `!=` needs the label present and
+        // different.
+        NodeLabels::Word { label, kubelet } => {
+            let value = name(&f.value)?;
             match f.op {
-                Op::Eq => one(MatchExpression::new(label, Operator::In, &[&value])),
+                Op::Eq => {
+                    let mut conj = vec![MatchExpression::new(label, Operator::In, &[&value])];
+                    if let Some((kubelet, arch)) = kubelet.zip(l::kubernetes_arch(&value)) {
+                        conj.push(MatchExpression::new(kubelet, Operator::In, &[arch]));
+                    }
+                    vec![conj]
+                }
                 _ => vec![vec![
                     MatchExpression::new(label, Operator::Exists, &[]),
                     MatchExpression::new(label, Operator::NotIn, &[&value]),
                 ]],
             }
         }
-        (Key::Module, v) => {
-            let module = name(v)?;
-            if !l::LABELED_MODULES.contains(&module.as_str()) {
+        NodeLabels::ModuleFlags { prefix, names } => {
+            let module = name(&f.value)?;
+            if !names.contains(&module.as_str()) {
                 return Err(Unexpressible(format!(
                     "`stackhook labels` flags only the modules {}",
-                    l::LABELED_MODULES.join(", ")
+                    names.join(", ")
                 )));
             }
             let op = if f.op == Op::Eq { Operator::In } else { Operator::NotIn };
-            one(MatchExpression::new(&l::module_label(&module), op, &["true"]))
+            one(MatchExpression::new(&format!("{prefix}{module}"), op, &["true"]))
         }
-        (Key::Machine, v) => {
-            let machine = name(v)?;
-            match f.op {
-                Op::Eq => {
-                    let mut conj = vec![MatchExpression::new(l::MACHINE, Operator::In, &[&machine])];
-                    if let Some(arch) = l::kubernetes_arch(&machine) {
-                        conj.push(MatchExpression::new(l::KUBERNETES_ARCH, Operator::In, &[arch]));
-                    }
-                    vec![conj]
-                }
-                _ => vec![vec![
-                    MatchExpression::new(l::MACHINE, Operator::Exists, &[]),
-                    MatchExpression::new(l::MACHINE, Operator::NotIn, &[&machine]),
-                ]],
-            }
+        NodeLabels::KernelRelease { release, sanitized, code } => {
+            let Value::Kernel(k) = &f.value else { return Err(mismatch()) };
+            kernel_dnf(f.op, k.as_str(), KernelLabels { release, sanitized, code })?
         }
-        (Key::Kernel, Value::Kernel(k)) => kernel_dnf(f.op, k.as_str())?,
-        (Key::Gpus, Value::Count(n)) => {
+        NodeLabels::Count(label) => {
+            let Value::Count(n) = &f.value else { return Err(mismatch()) };
             let n = u64::from(*n);
             notes.push(format!(
                 "{source}: `{f}` counts the GPUs the container gets: give the pod a matching `nvidia.com/gpu` \
@@ -613,15 +615,22 @@ fn factor_dnf(f: &Factor, source: &str, notes: &mut Vec<String>) -> Result<Dnf, 
                 }
             ));
             match f.op {
-                Op::Ge | Op::Eq => at_least(l::GPU_COUNT, n),
-                Op::Gt => at_least(l::GPU_COUNT, n + 1),
+                Op::Ge | Op::Eq => at_least(label, n),
+                Op::Gt => at_least(label, n + 1),
                 // A `gpus<0` never holds; other upper bounds are the pod's business.
                 Op::Lt if n == 0 => Vec::new(),
                 Op::Lt | Op::Le | Op::Ne => always(),
             }
         }
-        _ => return Err(err("the value does not fit the key")),
     })
+}
+
+/// The labels of the kernel release ([`NodeLabels::KernelRelease`]).
+#[derive(Clone, Copy)]
+struct KernelLabels {
+    release: &'static str,
+    sanitized: &'static str,
+    code: &'static str,
 }
 
 /// A kernel release factor. The hook orders releases by runs (numbers numerically, text
@@ -634,7 +643,7 @@ fn factor_dnf(f: &Factor, source: &str, notes: &mut Vec<String>) -> Result<Dnf, 
 /// - `<`/`<=` hold for sure when the node's first `k` numbers are below the requirement's.
 /// - `=` (and the equal case of `>=`/`<=`) needs the unsanitized release label.
 /// - `!=` holds unless the node's (sanitized) label equals the requirement's sanitized form.
-fn kernel_dnf(op: Op, release: &str) -> Result<Dnf, Unexpressible> {
+fn kernel_dnf(op: Op, release: &str, labels: KernelLabels) -> Result<Dnf, Unexpressible> {
     let (numbers, suffix) = l::kernel_prefix(release);
     let parts: Vec<u64> = numbers
         .iter()
@@ -651,11 +660,11 @@ fn kernel_dnf(op: Op, release: &str) -> Result<Dnf, Unexpressible> {
     let pure = suffix.is_empty() && canonical;
     let exact = l::is_label_value(release).then(|| {
         vec![
-            MatchExpression::new(l::KERNEL_RELEASE, Operator::In, &[release]),
-            MatchExpression::new(l::KERNEL_RELEASE_SANITIZED, Operator::DoesNotExist, &[]),
+            MatchExpression::new(labels.release, Operator::In, &[release]),
+            MatchExpression::new(labels.sanitized, Operator::DoesNotExist, &[]),
         ]
     });
-    let code = l::KERNEL_CODE;
+    let code = labels.code;
     Ok(match op {
         Op::Ge if pure => at_least(code, pad),
         Op::Gt if pure && k < 3 => at_least(code, pad),
@@ -672,8 +681,8 @@ fn kernel_dnf(op: Op, release: &str) -> Result<Dnf, Unexpressible> {
             }
         },
         Op::Ne => vec![vec![
-            MatchExpression::new(l::KERNEL_RELEASE, Operator::Exists, &[]),
-            MatchExpression::new(l::KERNEL_RELEASE, Operator::NotIn, &[&l::sanitize_value(release)]),
+            MatchExpression::new(labels.release, Operator::Exists, &[]),
+            MatchExpression::new(labels.release, Operator::NotIn, &[&l::sanitize_value(release)]),
         ]],
     })
 }

@@ -42,7 +42,7 @@ use std::fmt::Write as _;
 use serde_json::{json, Value as Json};
 use stackcontract::image::ContainerRequest;
 use stackcontract::kb;
-use stackcontract::require::{Expr, Factor, Key, Op, RequirementSet, Term, Value};
+use stackcontract::require::{DeviceAttribute, Expr, Factor, Key, Op, RequirementSet, Term, Value};
 
 use crate::affinity::{self, AffinityError};
 
@@ -110,7 +110,9 @@ pub struct Options {
     pub mig: bool,
 }
 
-/// A device attribute the selectors read.
+/// A device attribute the selectors read, in the order of their guards: those of keys (their
+/// names are in the keys' rows of `KEYS`, [`DeviceAttribute`]), and the product name that
+/// forward compatibility is decided by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Attr {
     CudaDriverVersion,
@@ -121,13 +123,34 @@ enum Attr {
 }
 
 impl Attr {
-    fn name(self) -> &'static str {
+    const ALL: [Attr; 5] = [
+        Attr::CudaDriverVersion,
+        Attr::DriverVersion,
+        Attr::CudaComputeCapability,
+        Attr::Brand,
+        Attr::ProductName,
+    ];
+
+    /// The key whose device attribute this is.
+    fn key(self) -> Option<Key> {
         match self {
-            Attr::CudaDriverVersion => "cudaDriverVersion",
-            Attr::DriverVersion => "driverVersion",
-            Attr::CudaComputeCapability => "cudaComputeCapability",
-            Attr::Brand => "brand",
-            Attr::ProductName => "productName",
+            Attr::CudaDriverVersion => Some(Key::Cuda),
+            Attr::DriverVersion => Some(Key::Driver),
+            Attr::CudaComputeCapability => Some(Key::Arch),
+            Attr::Brand => Some(Key::Brand),
+            Attr::ProductName => None,
+        }
+    }
+
+    /// The attribute of `key`'s device attribute.
+    fn of(key: Key) -> Option<Attr> {
+        Attr::ALL.into_iter().find(|a| a.key() == Some(key))
+    }
+
+    fn name(self) -> &'static str {
+        match self.key() {
+            Some(key) => key.spec().device.name().unwrap_or_default(),
+            None => "productName",
         }
     }
 }
@@ -224,10 +247,11 @@ fn counts_hold(set: &RequirementSet, count: u32) -> bool {
         .all(|r| r.nvidia_expr().0.iter().any(|t| t.0.iter().all(|f| gpus_holds(f, count) != Some(false))))
 }
 
-/// A `gpus` factor decided for `count`; `None` for other keys.
+/// A factor on the device count ([`DeviceAttribute::Count`], `gpus`) decided for `count`; `None`
+/// for other keys.
 fn gpus_holds(f: &Factor, count: u32) -> Option<bool> {
-    match (&f.key, &f.value) {
-        (Key::Gpus, Value::Count(n)) => Some(f.op.holds(count.cmp(n))),
+    match (f.key.spec().device, &f.value) {
+        (DeviceAttribute::Count, Value::Count(n)) => Some(f.op.holds(count.cmp(n))),
         _ => None,
     }
 }
@@ -236,8 +260,9 @@ fn gpus_holds(f: &Factor, count: u32) -> Option<bool> {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Piece {
     cel: String,
-    /// `brand=<word>`: pieces that differ only by it are merged into one `in` list.
-    brand_eq: Option<String>,
+    /// `brand=<word>` (an `=` on a word attribute, with the attribute): pieces that differ only
+    /// by it are merged into one `in` list.
+    word_eq: Option<(Attr, String)>,
 }
 
 /// A factor in device terms: `Ok(None)` holds on every device (a fact of the node, or a count
@@ -249,38 +274,48 @@ fn piece(
     attrs: &mut BTreeSet<Attr>,
     host_keys: &mut BTreeSet<Key>,
 ) -> Result<Option<Piece>, ()> {
-    let version = |attr: Attr, parts: &[u64], attrs: &mut BTreeSet<Attr>| -> Result<Option<Piece>, ()> {
-        match version_cmp(attr, f.op, parts) {
-            Fit::Const(true) => Ok(None),
-            Fit::Const(false) => Err(()),
-            Fit::Cel(cel) => {
-                attrs.insert(attr);
-                Ok(Some(Piece { cel, brand_eq: None }))
+    // By the key's device attribute (its row of `KEYS`).
+    match (f.key.spec().device, Attr::of(f.key)) {
+        (DeviceAttribute::Version(_), Some(attr)) => {
+            let parts = match &f.value {
+                Value::Cuda(v) => v.parts().to_vec(),
+                Value::Driver(v) => v.parts().to_vec(),
+                Value::Arch(cc) => vec![u64::from(cc.major), u64::from(cc.minor)],
+                Value::Kernel(_) | Value::Count(_) | Value::Name(_) => {
+                    host_keys.insert(f.key);
+                    return Ok(None);
+                }
+            };
+            match version_cmp(attr, f.op, &parts) {
+                Fit::Const(true) => Ok(None),
+                Fit::Const(false) => Err(()),
+                Fit::Cel(cel) => {
+                    attrs.insert(attr);
+                    Ok(Some(Piece { cel, word_eq: None }))
+                }
             }
         }
-    };
-    match (&f.key, &f.value) {
-        (Key::Cuda, Value::Cuda(v)) => version(Attr::CudaDriverVersion, v.parts(), attrs),
-        (Key::Driver, Value::Driver(v)) => version(Attr::DriverVersion, v.parts(), attrs),
-        (Key::Arch, Value::Arch(cc)) => {
-            version(Attr::CudaComputeCapability, &[u64::from(cc.major), u64::from(cc.minor)], attrs)
-        }
-        (Key::Brand, Value::Name(word)) => {
-            attrs.insert(Attr::Brand);
+        (DeviceAttribute::Word(_), Some(attr)) => {
+            let Value::Name(word) = &f.value else {
+                host_keys.insert(f.key);
+                return Ok(None);
+            };
+            attrs.insert(attr);
             let word = word.to_ascii_lowercase();
             let op = if f.op == Op::Eq { "==" } else { "!=" };
-            let cel = format!("{ATTRS}.brand.lowerAscii() {op} {}", cel_string(&word));
-            Ok(Some(Piece { cel, brand_eq: (f.op == Op::Eq).then_some(word) }))
+            let cel = format!("{ATTRS}.{}.lowerAscii() {op} {}", attr.name(), cel_string(&word));
+            Ok(Some(Piece { cel, word_eq: (f.op == Op::Eq).then_some((attr, word)) }))
         }
-        (Key::Gpus, _) => {
+        (DeviceAttribute::Count, _) => {
             if gpus_holds(f, count) == Some(true) {
                 Ok(None)
             } else {
                 Err(())
             }
         }
-        (key, _) => {
-            host_keys.insert(*key);
+        // A fact of the node, not of a device: the hook's to check.
+        (DeviceAttribute::Node | DeviceAttribute::Version(_) | DeviceAttribute::Word(_), _) => {
+            host_keys.insert(f.key);
             Ok(None)
         }
     }
@@ -349,28 +384,37 @@ fn term_pieces(
     Some(out)
 }
 
+/// The words of a group of terms that differ only by one `brand=`, with their attribute; `None`:
+/// any word (a member has no such piece).
+type Words = Option<(Attr, Vec<String>)>;
+
 /// The OR of terms, those that differ only by one `brand=` merged into `brand in [...]`.
 fn any_of(terms: &[Vec<Piece>]) -> String {
     if terms.iter().any(Vec::is_empty) {
         return "true".into();
     }
-    // Group by everything but a `brand=` piece, in order of first appearance.
-    let mut groups: Vec<(Vec<Piece>, Option<Vec<String>>)> = Vec::new();
+    // Group by everything but a `brand=` piece, in order of first appearance; the words of one
+    // group are of one attribute.
+    let mut groups: Vec<(Vec<Piece>, Words)> = Vec::new();
     for t in terms {
-        let brands: Vec<&Piece> = t.iter().filter(|p| p.brand_eq.is_some()).collect();
-        let (rest, brand) = if brands.len() == 1 {
-            (t.iter().filter(|p| p.brand_eq.is_none()).cloned().collect(), brands[0].brand_eq.clone())
+        let eqs: Vec<&Piece> = t.iter().filter(|p| p.word_eq.is_some()).collect();
+        let (rest, eq) = if eqs.len() == 1 {
+            (t.iter().filter(|p| p.word_eq.is_none()).cloned().collect(), eqs[0].word_eq.clone())
         } else {
             (t.clone(), None)
         };
-        match groups.iter_mut().find(|(r, _)| *r == rest) {
-            Some((_, words)) => match (words.as_mut(), brand) {
-                (Some(w), Some(b)) if !w.contains(&b) => w.push(b),
+        let joins = |words: &Words| match (words, &eq) {
+            (Some((a, _)), Some((b, _))) => a == b,
+            _ => true,
+        };
+        match groups.iter_mut().find(|(r, words)| *r == rest && joins(words)) {
+            Some((_, words)) => match (words.as_mut(), eq) {
+                (Some((_, w)), Some((_, b))) if !w.contains(&b) => w.push(b),
                 (Some(_), Some(_)) => {}
                 // A member without the brand piece holds for every brand.
                 _ => *words = None,
             },
-            None => groups.push((rest, brand.map(|b| vec![b]))),
+            None => groups.push((rest, eq.map(|(attr, b)| (attr, vec![b])))),
         }
     }
     let parts: Vec<String> = groups
@@ -378,12 +422,12 @@ fn any_of(terms: &[Vec<Piece>]) -> String {
         .map(|(rest, words)| {
             let mut cels: Vec<String> = rest.into_iter().map(|p| p.cel).collect();
             match words {
-                Some(w) if w.len() == 1 => {
-                    cels.push(format!("{ATTRS}.brand.lowerAscii() == {}", cel_string(&w[0])));
+                Some((attr, w)) if w.len() == 1 => {
+                    cels.push(format!("{ATTRS}.{}.lowerAscii() == {}", attr.name(), cel_string(&w[0])));
                 }
-                Some(w) => {
+                Some((attr, w)) => {
                     let list: Vec<String> = w.iter().map(|b| cel_string(b)).collect();
-                    cels.push(format!("{ATTRS}.brand.lowerAscii() in [{}]", list.join(", ")));
+                    cels.push(format!("{ATTRS}.{}.lowerAscii() in [{}]", attr.name(), list.join(", ")));
                 }
                 None => {}
             }
@@ -512,10 +556,12 @@ fn selectors(set: &RequirementSet, count: u32, notes: &mut Vec<String>) -> Resul
         }
         let body = match needed_cuda(&expr).filter(|_| has_cuda) {
             Some(major) if terms.iter().any(|(_, c)| !c) => {
-                attrs.insert(Attr::CudaDriverVersion);
+                let cuda = Attr::CudaDriverVersion;
+                attrs.insert(cuda);
                 attrs.insert(Attr::ProductName);
                 let fc = format!(
-                    "({ATTRS}.cudaDriverVersion.compareTo(semver('{major}.0.0')) >= 0 || {})",
+                    "({ATTRS}.{}.compareTo(semver('{major}.0.0')) >= 0 || {})",
+                    cuda.name(),
                     forward_compat_products()
                 );
                 first_holding(&terms, &fc)

@@ -1,7 +1,7 @@
 //! Kubernetes objects from an image requirements: node affinity and DRA resource claims.
 //!
-//! - [`affinity`]: Kubernetes node affinity from an image's requirements, over `stackhook labels`.
-//! - [`claim`]: a Kubernetes DRA `ResourceClaimTemplate` whose CEL selectors are an image's requirements.
+//! - `affinity`: Kubernetes node affinity from an image's requirements, over `stackhook labels`.
+//! - `claim`: a Kubernetes DRA `ResourceClaimTemplate` whose CEL selectors are an image's requirements.
 
 mod affinity;
 mod claim;
