@@ -618,7 +618,7 @@ fn audit_cached(cache: &Cache, image: &Image) -> Result<stackbuild_audit::AuditR
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
         }
-        stackbuild_cache::write_atomic(&path, &json).map_err(io("writing", &path))?;
+        stackbuild_common::write_atomic(&path, &json).map_err(io("writing", &path))?;
     }
     Ok(report)
 }

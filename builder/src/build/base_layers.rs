@@ -17,9 +17,25 @@ use stackbuild_common::BaseFacts;
 use stackbuild_common::Compression;
 use stackbuild_common::LayerBlob;
 use stackbuild_common::Platform;
-use stackbuild_image::DebianBase;
+use stackbuild_image::{DebianBase, Encoding};
 use stackbuild_image::{History, ImageConfig, RuntimeConfig};
 use stackbuild_recipe::{Base, Bootstrap};
+
+/// The inputs of the layers imported from an image archive or the Docker daemon: their key
+/// (`PlatformBuilder::imported_base`).
+#[derive(Debug, serde::Serialize)]
+struct BaseImportKey<'a> {
+    /// The image's identity: the archive's digest, or the daemon's image ID.
+    identity: &'a str,
+    /// Every mtime of the transcoded layers.
+    epoch: u64,
+    /// How each transcoded layer becomes its blob.
+    encoding: Encoding,
+}
+
+impl BaseImportKey<'_> {
+    const KIND: &'static str = "base-import";
+}
 
 /// What the base gives the build besides its layers.
 #[derive(Default)]
@@ -150,11 +166,8 @@ impl PlatformBuilder<'_> {
             Base::Docker { reference } => (stackbuild_image::image_id(reference)?, reference.clone()),
             _ => unreachable!("matched by the caller"),
         };
-        let key = LayerKey::builder("base-import/v1")
-            .str(&identity)
-            .number(epoch)
-            .str(&stackbuild_image::cache_id(compression))
-            .finish();
+        let inputs = BaseImportKey { identity: &identity, epoch, encoding: Encoding::of(compression) };
+        let key = LayerKey::of(BaseImportKey::KIND, &inputs);
         let imported = if let Some(imported) = stackbuild_image::cached_import(&key, cache) {
             imported
         } else {
@@ -212,4 +225,21 @@ fn pull_base(
         pulled.blobs_downloaded
     );
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_input_of_an_imported_base_is_part_of_its_key() {
+        let identity = format!("sha256:{}", "3c".repeat(32));
+        let inputs =
+            BaseImportKey { identity: &identity, epoch: 0, encoding: Encoding::of(Compression::Gzip) };
+        stackbuild_cache::assert_every_input_changes_key(
+            BaseImportKey::KIND,
+            &inputs,
+            &["identity", "epoch", "encoding"],
+        );
+    }
 }

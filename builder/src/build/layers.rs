@@ -13,17 +13,142 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 use stackcontract::image::{Component, StackManifest, STACK_JSON_PATH};
 
-use super::plan::{fetch_batch, python_layers, Group, PythonLayer, PythonPlan, Wheel};
+use super::plan::{fetch_batch, python_layers, Group, PythonLayer, PythonPlan, Wheel, WheelKey};
 use super::platform::{LayerFinisher, PlatformBuilder};
 use super::{debian_arch, io, reuse, tempdir, BuildError, LayerReport};
 use stackbuild_cache::LayerKey;
+use stackbuild_common::Compression;
 use stackbuild_common::LayerBlob;
 use stackbuild_common::Platform;
-use stackbuild_image::LayerWriter;
+use stackbuild_image::{Encoding, LayerWriter};
 use stackbuild_python::Artifact;
-use stackbuild_python::Scheme;
+use stackbuild_python::{BytecodeKey, InstallKey, Scheme};
 use stackbuild_recipe::{Patch, PatchChange, PatchTarget, SourceOrigin};
 use stackbuild_source::PatchSpec;
+
+/// The inputs of a Python layer: its key ([`PlatformBuilder::python_layer_key`]). The layer's
+/// name is not one: it names the layer in the report, and the same wheels make the same bytes
+/// whatever the layer is called.
+#[derive(Debug, serde::Serialize)]
+struct PythonLayerKey<'a> {
+    /// The wheels, in install order (a later wheel's file replaces an earlier one's).
+    members: Vec<WheelKey<'a>>,
+    /// Where each part of a wheel goes, and the interpreter its launchers name.
+    scheme: &'a Scheme,
+    /// How the installer lays a wheel out (`INSTALLER`, which members stay deflated).
+    install: InstallKey,
+    /// What compiles the bytecode into the layer; `None`: no bytecode.
+    bytecode: Option<BytecodeKey>,
+    /// Every mtime, and the compiler's `SOURCE_DATE_EPOCH`.
+    epoch: u64,
+    /// How the entries become the blob.
+    encoding: Encoding,
+}
+
+impl<'a> PythonLayerKey<'a> {
+    const KIND: &'static str = "python-layer";
+
+    fn new(
+        layer: &'a PythonLayer<'a>,
+        scheme: &'a Scheme,
+        bytecode: Option<BytecodeKey>,
+        epoch: u64,
+        compression: Compression,
+    ) -> Self {
+        Self {
+            members: layer.members.iter().map(|w| WheelKey::of(w)).collect(),
+            scheme,
+            install: InstallKey::current(),
+            bytecode,
+            epoch,
+            encoding: Encoding::of(compression),
+        }
+    }
+}
+
+/// The inputs of the sources layer: its key ([`PlatformBuilder::sources_key`]).
+#[derive(Debug, serde::Serialize)]
+struct SourcesKey<'a> {
+    /// Each source, in the recipe's order.
+    sources: Vec<SourceKey<'a>>,
+    /// The patches on the sources, in the recipe's order (each applies to what the ones before
+    /// left).
+    patches: Vec<PatchKey>,
+    /// Every mtime.
+    epoch: u64,
+    /// How the entries become the blob.
+    encoding: Encoding,
+}
+
+impl SourcesKey<'_> {
+    const KIND: &'static str = "sources";
+}
+
+/// A source as the sources layer's key has it.
+#[derive(Debug, serde::Serialize)]
+struct SourceKey<'a> {
+    /// Its name, by which patches name it (with `dest`: where each patch applies).
+    name: &'a str,
+    /// Where it goes in the image.
+    dest: &'a str,
+    /// What it holds: `tree:<sha256>` of a local directory's copy, or `git:<url>@<commit>`.
+    identity: &'a str,
+}
+
+/// A patch as a key has it. Not its name: that names it in messages and the stack description
+/// (whose digest the configuration layer's key has), and changes no file it patches.
+#[derive(Debug, serde::Serialize)]
+struct PatchKey {
+    /// What it patches: `source NAME` or `package NAME`.
+    target: String,
+    /// What it changes ([`patch_identity`]).
+    change: String,
+}
+
+/// The keys of `patches`, in order.
+fn patch_keys<'a>(patches: impl Iterator<Item = &'a Patch>) -> Result<Vec<PatchKey>, BuildError> {
+    patches
+        .map(|p| {
+            let target = match &p.target {
+                PatchTarget::Package(n) => format!("package {n}"),
+                PatchTarget::Source(s) => format!("source {s}"),
+            };
+            Ok(PatchKey { target, change: patch_identity(&p.change)? })
+        })
+        .collect()
+}
+
+/// The inputs of the configuration layer: its key ([`PlatformBuilder::config_layer`]).
+#[derive(Debug, serde::Serialize)]
+struct ConfigKey<'a> {
+    /// The hex sha256 of the stack description as the layer holds it.
+    stack_json: String,
+    /// The hex sha256 of the SPDX SBOM as the layer holds it.
+    spdx: String,
+    /// The hex sha256 of the `CycloneDX` SBOM as the layer holds it.
+    cyclonedx: String,
+    /// The package patches, in order: the patched files are the layer's.
+    patches: Vec<PatchKey>,
+    /// Where the patched packages' files go (`None`: no `[python]`).
+    scheme: Option<&'a Scheme>,
+    /// How a patched package is installed before it is patched.
+    install: InstallKey,
+    /// What compiles the patched modules; `None`: no bytecode.
+    bytecode: Option<BytecodeKey>,
+    /// Every mtime, and the compiler's `SOURCE_DATE_EPOCH`.
+    epoch: u64,
+    /// How the entries become the blob.
+    encoding: Encoding,
+}
+
+impl ConfigKey<'_> {
+    const KIND: &'static str = "config";
+}
+
+/// `bytes`' sha256, hex.
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
 
 /// The history entry of a Python layer: what it holds.
 fn python_created_by(layer: &PythonLayer<'_>) -> String {
@@ -64,20 +189,10 @@ impl PlatformBuilder<'_> {
         Ok(())
     }
 
-    /// The cache key of a Python layer, from its inputs alone.
+    /// The cache key of a Python layer, from its inputs alone ([`PythonLayerKey`]).
     fn python_layer_key(&self, py: &PythonPlan<'_>, scheme: &Scheme, layer: &PythonLayer<'_>) -> LayerKey {
-        let mut key = LayerKey::builder("python-layer/v1")
-            .str(&layer.name)
-            .str(&scheme.purelib)
-            .str(&scheme.interpreter)
-            .str(&py.bytecode.key())
-            .str(&format!("deferred/v1;min={}", stackbuild_python::DEFER_MIN))
-            .number(self.epoch)
-            .str(&stackbuild_image::cache_id(self.compression));
-        for w in &layer.members {
-            key = key.str(&w.filename).str(&w.sha256);
-        }
-        key.finish()
+        let inputs = PythonLayerKey::new(layer, scheme, py.bytecode.key(), self.epoch, self.compression);
+        LayerKey::of(PythonLayerKey::KIND, &inputs)
     }
 
     /// Writes the Python layers, pushed in order: reused ones from the cache; the others are
@@ -305,18 +420,24 @@ impl PlatformBuilder<'_> {
         }
     }
 
-    /// The sources layer's key: each source's name, place and identity, the patches on them.
+    /// The sources layer's key ([`SourcesKey`]): each source's name, place and identity, the
+    /// patches on them.
     fn sources_key(&self, identities: &[String]) -> Result<LayerKey, BuildError> {
-        let mut key = LayerKey::builder("sources/v1")
-            .number(self.epoch)
-            .str(&stackbuild_image::cache_id(self.compression));
-        for (src, identity) in self.recipe.sources.iter().zip(identities) {
-            key = key.str(&src.name).str(&src.dest).str(identity);
-        }
-        for p in self.recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Source(_))) {
-            key = key.str(&p.name).str(&patch_identity(&p.change)?);
-        }
-        Ok(key.finish())
+        let inputs = SourcesKey {
+            sources: self
+                .recipe
+                .sources
+                .iter()
+                .zip(identities)
+                .map(|(src, identity)| SourceKey { name: &src.name, dest: &src.dest, identity })
+                .collect(),
+            patches: patch_keys(
+                self.recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Source(_))),
+            )?,
+            epoch: self.epoch,
+            encoding: Encoding::of(self.compression),
+        };
+        Ok(LayerKey::of(SourcesKey::KIND, &inputs))
     }
 
     /// The stack description: every component so far and the patches, and the host
@@ -379,17 +500,18 @@ impl PlatformBuilder<'_> {
         let package_patches: Vec<&Patch> =
             recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Package(_))).collect();
         let sbom = platform_sbom(stack, &self.layers, platform, epoch);
-        let mut key = LayerKey::builder("config/v1")
-            .str(&bytecode.key())
-            .number(epoch)
-            .str(&stackbuild_image::cache_id(compression))
-            .bytes(&stack_json)
-            .bytes(&sbom.spdx)
-            .bytes(&sbom.cyclonedx);
-        for p in &package_patches {
-            key = key.str(&p.name).str(&patch_identity(&p.change)?);
-        }
-        let key = key.finish();
+        let inputs = ConfigKey {
+            stack_json: sha256_hex(&stack_json),
+            spdx: sha256_hex(&sbom.spdx),
+            cyclonedx: sha256_hex(&sbom.cyclonedx),
+            patches: patch_keys(package_patches.iter().copied())?,
+            scheme: py.scheme.as_ref(),
+            install: InstallKey::current(),
+            bytecode: bytecode.key(),
+            epoch,
+            encoding: Encoding::of(compression),
+        };
+        let key = LayerKey::of(ConfigKey::KIND, &inputs);
         if let Some(blob) = reuse(cache, &key, out, opts) {
             self.push("config", "stackbuild: patches and configuration".into(), blob, false);
             self.note_bytecode(bytecode, &key, None);
@@ -624,4 +746,171 @@ fn stage_python_layer(
     }
     let added = bytecode.compile(stage.path(), scheme, epoch, key)?;
     Ok(Staged { stage, deferred, added })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr as _;
+
+    use super::*;
+
+    fn wheel(name: &str, sha: &str) -> Wheel {
+        Wheel {
+            pin: stackbuild_python::Pinned {
+                name: pep508_rs::PackageName::from_str(name).unwrap(),
+                version: "1.0".parse().unwrap(),
+                hashes: Vec::new(),
+            },
+            filename: format!("{name}-1.0-py3-none-any.whl"),
+            sha256: sha.repeat(32),
+            size: 1 << 20,
+        }
+    }
+
+    fn patch(name: &str, target: PatchTarget) -> Patch {
+        Patch {
+            name: name.into(),
+            target,
+            change: PatchChange::Replace {
+                file: "six.py".into(),
+                find: "__version__ = \"1.16.0\"".into(),
+                replace: "__version__ = \"1.16.0+patched\"".into(),
+                count: 1,
+            },
+        }
+    }
+
+    /// A bytecode plan that compiles, with the `diff_id` of a stand-in base.
+    fn bytecode_key() -> BytecodeKey {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = stackbuild_cache::Cache::open(dir.path()).unwrap();
+        let base = LayerBlob {
+            digest: format!("sha256:{}", "1".repeat(64)),
+            diff_id: format!("sha256:{}", "2".repeat(64)),
+            size: 1,
+            media_type: Compression::Gzip.media_type().into(),
+            annotations: BTreeMap::new(),
+            path: dir.path().join("base"),
+        };
+        let facts = stackbuild_common::BaseFacts { python: Some("3.11".into()), packages: Vec::new() };
+        let section = stackbuild_recipe::PythonSection {
+            version: "3.11".parse().unwrap(),
+            packages: Vec::new(),
+            constraints: Vec::new(),
+            index: None,
+            extra_index: Vec::new(),
+            find_links: Vec::new(),
+            wheels: Vec::new(),
+            bytecode: true,
+            lock: None,
+        };
+        stackbuild_python::Plan::new(Some(&section), &facts, Some(&base), &cache).key().unwrap()
+    }
+
+    fn scheme() -> Scheme {
+        Scheme::debian_local(&"3.11".parse().unwrap())
+    }
+
+    #[test]
+    fn every_input_of_a_python_layer_is_part_of_its_key() {
+        let wheels = [wheel("six", "aa"), wheel("tomli", "bb")];
+        let layer =
+            PythonLayer { name: "python".into(), describe: String::new(), members: wheels.iter().collect() };
+        let scheme = scheme();
+        let inputs = PythonLayerKey::new(&layer, &scheme, Some(bytecode_key()), 0, Compression::Gzip);
+        let changed = stackbuild_cache::assert_every_input_changes_key(
+            PythonLayerKey::KIND,
+            &inputs,
+            &["members", "scheme", "install", "bytecode", "epoch", "encoding"],
+        );
+        for path in [
+            "members[1].sha256",
+            "members[0].filename",
+            "scheme.platlib",
+            "scheme.interpreter",
+            "install.defer_min",
+            "install.revision",
+            "bytecode",
+            "bytecode.base",
+            "bytecode.run.driver",
+            "encoding.codec.members.member.gzip.level",
+            "encoding.codec.members.chunk",
+            "encoding.writer_revision",
+        ] {
+            assert!(changed.iter().any(|p| p == path), "{path} not checked: {changed:?}");
+        }
+        // Without bytecode, with another compression: other keys.
+        let key = LayerKey::of(PythonLayerKey::KIND, &inputs);
+        let none = PythonLayerKey::new(&layer, &scheme, None, 0, Compression::Gzip);
+        assert_ne!(LayerKey::of(PythonLayerKey::KIND, &none), key);
+        let zstd = PythonLayerKey::new(&layer, &scheme, Some(bytecode_key()), 0, Compression::Zstd);
+        assert_ne!(LayerKey::of(PythonLayerKey::KIND, &zstd), key);
+    }
+
+    #[test]
+    fn every_input_of_the_sources_layer_is_part_of_its_key() {
+        let patches = [patch("model-fix", PatchTarget::Source("model".into()))];
+        let tree = format!("tree:{}", "cd".repeat(32));
+        let inputs = SourcesKey {
+            sources: vec![
+                SourceKey { name: "model", dest: "/workspace/model", identity: "git:file:///repo@0123abc" },
+                SourceKey { name: "data", dest: "/data", identity: &tree },
+            ],
+            patches: patch_keys(patches.iter()).unwrap(),
+            epoch: 1_700_000_000,
+            encoding: Encoding::of(Compression::Estargz),
+        };
+        let changed = stackbuild_cache::assert_every_input_changes_key(
+            SourcesKey::KIND,
+            &inputs,
+            &["sources", "patches", "epoch", "encoding"],
+        );
+        for path in [
+            "sources[0].identity",
+            "sources[1].dest",
+            "patches[0].target",
+            "patches[0].change",
+            "encoding.toc",
+        ] {
+            assert!(changed.iter().any(|p| p == path), "{path} not checked: {changed:?}");
+        }
+    }
+
+    #[test]
+    fn every_input_of_the_config_layer_is_part_of_its_key() {
+        let patches =
+            [patch("six-version", PatchTarget::Package(pep508_rs::PackageName::from_str("six").unwrap()))];
+        let scheme = scheme();
+        let inputs = ConfigKey {
+            stack_json: sha256_hex(b"{\"schema\":1}\n"),
+            spdx: sha256_hex(b"{\"spdxVersion\":\"SPDX-2.3\"}"),
+            cyclonedx: sha256_hex(b"{\"bomFormat\":\"CycloneDX\"}"),
+            patches: patch_keys(patches.iter()).unwrap(),
+            scheme: Some(&scheme),
+            install: InstallKey::current(),
+            bytecode: Some(bytecode_key()),
+            epoch: 0,
+            encoding: Encoding::of(Compression::ZstdChunked),
+        };
+        let changed = stackbuild_cache::assert_every_input_changes_key(
+            ConfigKey::KIND,
+            &inputs,
+            &[
+                "stack_json",
+                "spdx",
+                "cyclonedx",
+                "patches",
+                "scheme",
+                "install",
+                "bytecode",
+                "epoch",
+                "encoding",
+            ],
+        );
+        for path in
+            ["stack_json", "cyclonedx", "patches[0].change", "scheme", "scheme.purelib", "bytecode.python"]
+        {
+            assert!(changed.iter().any(|p| p == path), "{path} not checked: {changed:?}");
+        }
+    }
 }

@@ -73,6 +73,21 @@ pub(super) struct Wheel {
     pub(super) size: u64,
 }
 
+/// A wheel as a key has it.
+#[derive(Debug, serde::Serialize)]
+pub(super) struct WheelKey<'a> {
+    /// Its file name: the distribution and version the lock pins.
+    filename: &'a str,
+    /// Its sha256: its bytes.
+    sha256: &'a str,
+}
+
+impl<'a> WheelKey<'a> {
+    pub(super) fn of(w: &'a Wheel) -> Self {
+        Self { filename: &w.filename, sha256: &w.sha256 }
+    }
+}
+
 /// Smallest wheel that gets a layer of its own (outside the CUDA, cuDNN and torch groups): a
 /// changed pin then rebuilds that package's layer alone, and the many small packages share one.
 const OWN_LAYER_MIN: u64 = 1 << 20;
@@ -319,6 +334,26 @@ fn fetch_wheels(
 /// Fetches the wheels of some locked packages, by normalized name.
 type FetchWheels<'a> = dyn Fn(&Cache, &[&Wheel]) -> Result<BTreeMap<String, Artifact>, BuildError> + 'a;
 
+/// What the answer of [`check_lock_graph`] depends on: its key, which names the marker of a lock
+/// found clean.
+#[derive(Debug, serde::Serialize)]
+struct LockGraphKey<'a> {
+    /// The platform whose markers select the dependencies.
+    platform: &'a str,
+    /// The names the recipe asks for (requirements and recipe wheels), sorted.
+    roots: &'a [String],
+    /// The locked wheels, whose `Requires-Dist` make the graph.
+    wheels: Vec<WheelKey<'a>>,
+}
+
+impl<'a> LockGraphKey<'a> {
+    const KIND: &'static str = "lock-graph";
+
+    fn new(platform: Platform, roots: &'a [String], wheels: &'a [Wheel]) -> Self {
+        Self { platform: platform.as_str(), roots, wheels: wheels.iter().map(WheelKey::of).collect() }
+    }
+}
+
 /// Refuses a lock that installs packages the recipe never asks for: every locked wheel must be
 /// a requirement or a `[[python.wheel]]` of the recipe, or be reachable from one through the
 /// wheels' `Requires-Dist`. The answer depends only on the recipe's requirements and the locked
@@ -339,14 +374,8 @@ fn check_lock_graph(
     let mut roots: Vec<String> = py.packages.iter().map(|r| r.name.to_string()).collect();
     roots.extend(py.wheels.iter().filter(|w| w.fits(platform)).map(|w| w.name.to_string()));
     roots.sort();
-    let mut key = LayerKey::builder("lock-graph/v1").str(platform.as_str());
-    for r in &roots {
-        key = key.str(r);
-    }
-    for w in wheels {
-        key = key.str(&w.filename).str(&w.sha256);
-    }
-    let marker = cache.root().join("facts").join(format!("lock-graph-{}", key.finish().as_hex()));
+    let key = LayerKey::of(LockGraphKey::KIND, &LockGraphKey::new(platform, &roots, wheels));
+    let marker = cache.root().join("facts").join(format!("lock-graph-{}", key.as_hex()));
     if marker.is_file() {
         return Ok(());
     }
@@ -375,7 +404,7 @@ fn check_lock_graph(
             })?;
             if let Ok(json) = serde_json::to_vec(&id.requires) {
                 // A lost record is read again next time: nothing depends on it being written.
-                let _ = stackbuild_cache::write_atomic(&record(w), &json);
+                let _ = stackbuild_common::write_atomic(&record(w), &json);
             }
             requires.insert(stackbuild_python::normalize_name(w.pin.name.as_ref()), id.requires);
         }
@@ -399,7 +428,7 @@ fn check_lock_graph(
     if let Some(dir) = marker.parent() {
         std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
     }
-    stackbuild_cache::write_atomic(&marker, b"checked\n").map_err(io("writing", &marker))
+    stackbuild_common::write_atomic(&marker, b"checked\n").map_err(io("writing", &marker))
 }
 
 #[cfg(test)]
@@ -418,6 +447,21 @@ mod tests {
             filename: format!("{name}-1.0-py3-none-any.whl"),
             sha256: "00".repeat(32),
             size,
+        }
+    }
+
+    #[test]
+    fn every_input_of_the_lock_graph_check_is_part_of_its_key() {
+        let wheels = [wheel("six", 11_053), wheel("tomli", 12_757)];
+        let roots = vec!["six".to_owned(), "tomli".to_owned()];
+        let inputs = LockGraphKey::new(Platform::LinuxAmd64, &roots, &wheels);
+        let changed = stackbuild_cache::assert_every_input_changes_key(
+            LockGraphKey::KIND,
+            &inputs,
+            &["platform", "roots", "wheels"],
+        );
+        for path in ["roots[1]", "wheels[0].filename", "wheels[1].sha256"] {
+            assert!(changed.iter().any(|p| p == path), "{path}: {changed:?}");
         }
     }
 

@@ -1,6 +1,9 @@
 //! A static ldd over an image root filesystem: unresolved, shadowed and stub libraries.
 //!
-//! - `audit`: a static `ldd` over an image's root filesystem (unresolved, shadowed and stub libraries).
+//! It reads images through `stackbuild-image` and must not depend on `python`, `recipe` or `check`.
+//!
+//! - `audit`: a static `ldd` over an image's root filesystem (unresolved, shadowed and stub
+//!   libraries).
 
 mod audit;
 

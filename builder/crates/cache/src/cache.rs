@@ -34,6 +34,7 @@ use sha2::{Digest as _, Sha256};
 
 use stackbuild_common::LayerBlob;
 use stackbuild_common::{io_err, IoError};
+use stackbuild_common::{sync_dir, unique_temp_name, write_atomic};
 
 pub mod stamp;
 
@@ -133,23 +134,42 @@ pub fn sha256_hex(digest: &str) -> Result<&str, CacheError> {
     }
 }
 
-/// The key of a layer: a sha256 over a kind string and an ordered list of inputs.
+/// The key of a cached thing (a layer, a base, a bytecode unit): a sha256 of one serialized
+/// struct of every input that can change its bytes ([`LayerKey::of`]).
 ///
-/// Two layers get the same key exactly when they were described by the same kind and the same
-/// inputs in the same order; every input is length-prefixed and tagged so that no two different
-/// input lists hash alike. The key must cover everything that changes the output, compression
-/// included.
+/// The struct is the key's definition: each cached thing declares its own, next to the code that
+/// makes it, one field per input; adding a field changes every key, and no version string is
+/// bumped by hand. The key must cover everything that changes the output, compression included
+/// (the image crate's `Encoding`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LayerKey(String);
 
+/// What every key's hash starts with, so that no other sha256 of the cache's (a blob's digest, a
+/// tree's) can be mistaken for a key.
+const KEY_DOMAIN: &[u8] = b"stackbuild-key\0";
+
 impl LayerKey {
-    /// Starts a key for a layer of the given kind (for example `"apt"` or `"wheels"`).
-    pub fn builder(kind: &str) -> LayerKeyBuilder {
+    /// The key of a cached thing of `kind` (`python-layer`, `bytecode-unit`) made from `inputs`:
+    /// the sha256 of `stackbuild-key\0`, `kind`, a NUL and the canonical JSON of `inputs`
+    /// ([`stackbuild_common::to_vec`]: object keys sorted at every depth, compact), so the key
+    /// depends on the inputs' values alone, not on the order their struct declares them in.
+    /// `kind` keeps apart keys of different things whose inputs happen to serialize alike.
+    ///
+    /// Any `Serialize` value works, a `serde_json::Value` of the same inputs included (which
+    /// gives the same key: the tests mutate one and compare).
+    ///
+    /// # Panics
+    ///
+    /// When `inputs` cannot be written as JSON (a map with non-string keys): key structs are
+    /// plain data, so that is a bug of the struct, found by its test.
+    pub fn of<T: serde::Serialize + ?Sized>(kind: &str, inputs: &T) -> Self {
+        let json = stackbuild_common::to_vec(inputs).expect("a key's inputs serialize as JSON");
         let mut hasher = Sha256::new();
-        hasher.update(b"stackbuild-layer-key-v1\0");
-        let mut builder = LayerKeyBuilder { hasher };
-        builder.feed(b'k', kind.as_bytes());
-        builder
+        hasher.update(KEY_DOMAIN);
+        hasher.update(kind.as_bytes());
+        hasher.update([0]);
+        hasher.update(&json);
+        Self(hex::encode(hasher.finalize()))
     }
 
     /// Parses a key previously obtained from [`LayerKey::as_hex`].
@@ -166,53 +186,6 @@ impl LayerKey {
 impl std::fmt::Display for LayerKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
-    }
-}
-
-/// Builds a [`LayerKey`] from ordered inputs.
-#[derive(Clone)]
-pub struct LayerKeyBuilder {
-    hasher: Sha256,
-}
-
-impl LayerKeyBuilder {
-    fn feed(&mut self, tag: u8, bytes: &[u8]) {
-        self.hasher.update([tag]);
-        self.hasher.update((bytes.len() as u64).to_le_bytes());
-        self.hasher.update(bytes);
-    }
-
-    /// Adds a string input.
-    #[must_use]
-    pub fn str(mut self, value: &str) -> Self {
-        self.feed(b's', value.as_bytes());
-        self
-    }
-
-    /// Adds a digest input (for example the sha256 of an artifact or of a lower layer).
-    #[must_use]
-    pub fn digest(mut self, digest: &str) -> Self {
-        self.feed(b'd', digest.as_bytes());
-        self
-    }
-
-    /// Adds raw bytes.
-    #[must_use]
-    pub fn bytes(mut self, value: &[u8]) -> Self {
-        self.feed(b'b', value);
-        self
-    }
-
-    /// Adds a number.
-    #[must_use]
-    pub fn number(mut self, value: u64) -> Self {
-        self.feed(b'n', &value.to_le_bytes());
-        self
-    }
-
-    /// Finishes the key.
-    pub fn finish(self) -> LayerKey {
-        LayerKey(hex::encode(self.hasher.finalize()))
     }
 }
 
@@ -266,9 +239,6 @@ impl Drop for TempFile {
         }
     }
 }
-
-// The temporary names and atomic writes of the cache are the crate's one implementation.
-pub use stackbuild_common::{sync_dir, unique_temp_name, write_atomic, write_atomic_in};
 
 /// Whether `entry` was last modified more than `age` ago (false when its time is unreadable).
 pub fn modified_before(entry: &fs::DirEntry, age: std::time::Duration) -> bool {
@@ -799,7 +769,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path()).unwrap();
         let layer = blob(&cache, b"layer bytes");
-        let key = LayerKey::builder("test").str("a").finish();
+        let key = LayerKey::of("test", "a");
         cache.put_layer(&key, &layer).unwrap();
         assert!(cache.get_layer_verified(&key).is_some());
 
@@ -819,8 +789,8 @@ mod tests {
     fn layer_hit_and_miss() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path()).unwrap();
-        let key = LayerKey::builder("apt").str("curl=8.0").digest("sha256:aa").finish();
-        let other = LayerKey::builder("apt").str("curl=8.1").digest("sha256:aa").finish();
+        let key = LayerKey::of("apt", &["curl=8.0", "sha256:aa"]);
+        let other = LayerKey::of("apt", &["curl=8.1", "sha256:aa"]);
         assert!(cache.get_layer(&key).is_none());
         let layer = blob(&cache, b"some layer");
         cache.put_layer(&key, &layer).unwrap();
@@ -839,14 +809,83 @@ mod tests {
 
     #[test]
     fn keys_are_unambiguous() {
-        let k = |parts: &[&str]| parts.iter().fold(LayerKey::builder("k"), |b, p| b.str(p)).finish();
+        #[derive(serde::Serialize)]
+        struct Inputs<'a> {
+            name: &'a str,
+            parts: Vec<&'a str>,
+            epoch: u64,
+        }
+        let k = |parts: &[&str]| LayerKey::of("k", &Inputs { name: "n", parts: parts.to_vec(), epoch: 0 });
         assert_eq!(k(&["a", "b"]), k(&["a", "b"]));
         assert_ne!(k(&["ab"]), k(&["a", "b"]));
         assert_ne!(k(&["a", "b"]), k(&["b", "a"]));
-        assert_ne!(LayerKey::builder("x").str("a").finish(), LayerKey::builder("x").digest("a").finish());
-        assert_ne!(LayerKey::builder("x").finish(), LayerKey::builder("y").finish());
+        assert_ne!(LayerKey::of("x", "a"), LayerKey::of("x", &["a"]));
+        assert_ne!(LayerKey::of("x", &()), LayerKey::of("y", &()));
+        // The kind ends before the inputs begin.
+        assert_ne!(LayerKey::of("ab", "c"), LayerKey::of("a", "bc"));
+        // A struct and its `Value` are one key, whatever order the struct declares its fields in.
+        let inputs = Inputs { name: "n", parts: vec!["a"], epoch: 7 };
+        let value = serde_json::to_value(&inputs).unwrap();
+        assert_eq!(LayerKey::of("k", &inputs), LayerKey::of("k", &value));
+        let reordered = serde_json::json!({ "epoch": 7, "parts": ["a"], "name": "n" });
+        assert_eq!(LayerKey::of("k", &inputs), LayerKey::of("k", &reordered));
         let key = k(&["a"]);
         assert_eq!(LayerKey::from_hex(key.as_hex()).unwrap(), key);
+    }
+
+    /// The key's definition, pinned: the same inputs give this key in every build and on every
+    /// machine (a change here invalidates every cache, so it must be deliberate).
+    #[test]
+    fn a_key_is_the_sha256_of_domain_kind_and_canonical_json() {
+        let key = LayerKey::of("test", &serde_json::json!({ "b": [1, "x"], "a": null }));
+        let mut h = Sha256::new();
+        h.update(b"stackbuild-key\0test\0{\"a\":null,\"b\":[1,\"x\"]}");
+        assert_eq!(key.as_hex(), hex::encode(h.finalize()));
+    }
+
+    #[test]
+    fn the_field_check_finds_every_input() {
+        #[derive(serde::Serialize)]
+        struct Nested {
+            level: i32,
+            on: bool,
+        }
+        #[derive(serde::Serialize)]
+        struct Inputs {
+            name: String,
+            tags: Vec<String>,
+            empty: Vec<u8>,
+            nested: Nested,
+            maybe: Option<u64>,
+            some: Option<Nested>,
+        }
+        let inputs = Inputs {
+            name: "n".into(),
+            tags: vec!["a".into(), "b".into()],
+            empty: Vec::new(),
+            nested: Nested { level: -3, on: false },
+            maybe: None,
+            some: Some(Nested { level: 1, on: true }),
+        };
+        let checked = crate::assert_every_input_changes_key(
+            "test",
+            &inputs,
+            &["name", "tags", "empty", "nested", "maybe", "some"],
+        );
+        for path in
+            ["name", "tags", "tags[0]", "tags[1]", "empty", "nested.level", "nested.on", "maybe", "some"]
+        {
+            assert!(checked.iter().any(|p| p == path), "{path} not mutated: {checked:?}");
+        }
+        // A wrong field list is caught.
+        let missing = std::panic::catch_unwind(|| {
+            crate::assert_every_input_changes_key(
+                "test",
+                &inputs,
+                &["name", "tags", "empty", "nested", "maybe"],
+            );
+        });
+        assert!(missing.is_err(), "a field missing from the list must fail the check");
     }
 
     #[test]

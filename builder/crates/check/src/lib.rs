@@ -1,5 +1,8 @@
 //! What a stack asks of its host: requirements derived from the stack, GPU code, conflicts.
 //!
+//! It must not depend on `stackbuild-image`: what the host must provide comes from the stack, not
+//! from layers.
+//!
 //! - `derive`: what the host must provide, derived from the stack and the `[host]` rules.
 //! - `fatbin`: the GPU code a CUDA library carries, read from its fat binary (cubins and PTX).
 //! - `gpu_code`: the GPU code of a build (cubins, PTX) and the compute capabilities it admits.

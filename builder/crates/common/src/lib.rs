@@ -1,4 +1,7 @@
-//! The pieces every stage of stackbuild shares: platforms, atomic writes, blobs and digests, capped input, I/O errors, progress, diagnostics.
+//! The pieces every stage of stackbuild shares: platforms, atomic writes, blobs and digests, capped
+//! input, I/O errors, progress, diagnostics.
+//!
+//! It depends on no other stackbuild crate: every stage may use it.
 //!
 //! - `platform`: the target platforms (`linux/amd64`, `linux/arm64`) and their names.
 //! - `atomic`: replacing a file atomically (temporary name, `fsync`, rename).

@@ -14,7 +14,7 @@ use stackcontract::version::PythonVersion;
 
 use stackbuild_common::BaseFacts;
 
-use crate::layer::{LayerWriter, TarImport};
+use crate::layer::{Encoding, LayerWriter, TarImport};
 use stackbuild_cache::{Cache, LayerKey};
 use stackbuild_common::Compression;
 use stackbuild_common::LayerBlob;
@@ -122,21 +122,58 @@ pub struct PreparedBase {
     pub cached: bool,
 }
 
+/// The inputs of a Debian base layer, its key ([`DebianBase::key`]): every input that changes
+/// the rootfs mmdebstrap makes or the blob it is written into.
+#[derive(Debug, serde::Serialize)]
+struct DebianKey<'a> {
+    /// `debian` or `ubuntu`: which archive the suite is of.
+    distribution: &'a str,
+    /// The suite (`bookworm`): which packages exist, at which versions.
+    suite: &'a str,
+    /// mmdebstrap's variant: which packages go in besides the ones asked for.
+    variant: &'a str,
+    /// The Debian architecture: which binaries.
+    architecture: &'a str,
+    /// The apt sources (the mirror, or the host's sources text): where the packages come from.
+    sources: &'a str,
+    /// The packages asked for, `name` or `name=version`, in the recipe's order.
+    packages: &'a [String],
+    /// mmdebstrap's arguments that are not the recipe's ([`MMDEBSTRAP_ARGS`]): the mode, the
+    /// format, the hook that removes caches and logs.
+    mmdebstrap: &'a [&'a str],
+    /// Every mtime, and `SOURCE_DATE_EPOCH` for mmdebstrap.
+    epoch: u64,
+    /// How the rootfs tar is written into the blob.
+    encoding: Encoding,
+}
+
+/// The arguments every mmdebstrap run gets; part of the base's key.
+const MMDEBSTRAP_ARGS: [&str; 4] = [
+    "--quiet",
+    "--mode=unshare",
+    "--format=tar",
+    // Caches and logs are of no use in an image and only grow it.
+    "--customize-hook=rm -rf \"$1\"/var/cache/apt/*.bin \"$1\"/var/cache/ldconfig/aux-cache \"$1\"/var/log/* \"$1\"/var/lib/apt/lists/*",
+];
+
 impl DebianBase {
-    /// The cache key: every input that changes the rootfs.
+    /// The cache key: every input that changes the rootfs (the struct `DebianKey`).
     pub fn key(&self, sources: &str, epoch: u64, compression: Compression) -> LayerKey {
-        let mut k = LayerKey::builder("base-debian/v1")
-            .str(&self.distribution)
-            .str(&self.suite)
-            .str(&self.variant)
-            .str(&self.architecture)
-            .str(sources)
-            .number(epoch)
-            .str(&crate::layer::cache_id(compression));
-        for p in &self.packages {
-            k = k.str(p);
+        LayerKey::of("base-debian", &self.key_inputs(sources, epoch, compression))
+    }
+
+    fn key_inputs<'a>(&'a self, sources: &'a str, epoch: u64, compression: Compression) -> DebianKey<'a> {
+        DebianKey {
+            distribution: &self.distribution,
+            suite: &self.suite,
+            variant: &self.variant,
+            architecture: &self.architecture,
+            sources,
+            packages: &self.packages,
+            mmdebstrap: &MMDEBSTRAP_ARGS,
+            epoch,
+            encoding: Encoding::of(compression),
         }
-        k.finish()
     }
 
     /// Builds (or reuses) the base layer.
@@ -181,7 +218,7 @@ impl DebianBase {
                 std::fs::create_dir_all(dir)
                     .map_err(|source| BaseError::Tar { path: dir.to_owned(), source })?;
             }
-            stackbuild_cache::write_atomic(&facts_path, &json)
+            stackbuild_common::write_atomic(&facts_path, &json)
                 .map_err(|source| BaseError::Tar { path: facts_path.clone(), source })?;
         }
         cache.put_layer(&key, &layer)?;
@@ -195,13 +232,10 @@ impl DebianBase {
             message,
         };
         let mut cmd = Command::new("mmdebstrap");
-        cmd.arg("--quiet")
+        cmd.arg(MMDEBSTRAP_ARGS[0])
             .arg(format!("--variant={}", self.variant))
             .arg(format!("--architectures={}", self.architecture))
-            .arg("--mode=unshare")
-            .arg("--format=tar")
-            // Caches and logs are of no use in an image and only grow it.
-            .arg("--customize-hook=rm -rf \"$1\"/var/cache/apt/*.bin \"$1\"/var/cache/ldconfig/aux-cache \"$1\"/var/log/* \"$1\"/var/lib/apt/lists/*")
+            .args(&MMDEBSTRAP_ARGS[1..])
             .env("SOURCE_DATE_EPOCH", epoch.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -299,6 +333,40 @@ pub(crate) fn dpkg_status(text: &str) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_input_of_a_debian_base_is_part_of_its_key() {
+        let base = DebianBase {
+            distribution: "debian".into(),
+            suite: "bookworm".into(),
+            packages: vec!["python3".into(), "curl=7.88.1-10+deb12u8".into()],
+            mirror: None,
+            variant: "apt".into(),
+            architecture: "amd64".into(),
+        };
+        let sources = "deb http://deb.debian.org/debian bookworm main\n";
+        let inputs = base.key_inputs(sources, 1_700_000_000, Compression::Gzip);
+        stackbuild_cache::assert_every_input_changes_key(
+            "base-debian",
+            &inputs,
+            &[
+                "distribution",
+                "suite",
+                "variant",
+                "architecture",
+                "sources",
+                "packages",
+                "mmdebstrap",
+                "epoch",
+                "encoding",
+            ],
+        );
+        assert_eq!(base.key(sources, 1_700_000_000, Compression::Gzip), LayerKey::of("base-debian", &inputs));
+        assert_ne!(
+            base.key(sources, 1_700_000_000, Compression::Gzip),
+            base.key(sources, 1_700_000_000, Compression::Zstd)
+        );
+    }
 
     #[test]
     fn dpkg_status_lists_installed_packages() {
@@ -661,7 +729,7 @@ pub fn import_archive(
         if let Some(dir) = facts_path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| BaseError::Tar { path: dir.to_owned(), source })?;
         }
-        stackbuild_cache::write_atomic(&facts_path, &json)
+        stackbuild_common::write_atomic(&facts_path, &json)
             .map_err(|source| BaseError::Tar { path: facts_path.clone(), source })?;
     }
     Ok(base)

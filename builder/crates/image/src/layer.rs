@@ -52,25 +52,149 @@ const MAX_COMPONENT: usize = 255;
 /// Most entries in one layer (a CUDA + torch rootfs has a few hundred thousand).
 const MAX_ENTRIES: usize = 8 << 20;
 
-/// What identifies this compression's output in cache keys: the media type plus the encoder
-/// and its settings, so that a change of encoder never reuses blobs made by another.
-pub fn cache_id(compression: Compression) -> String {
-    match compression {
-        // The deflate implementation is part of the bytes: zlib-rs (flate2's `zlib-rs` backend).
-        Compression::Gzip => {
-            format!("{};pgzip;chunk={};level={GZIP_LEVEL};zlib-rs", compression.media_type(), members::CHUNK)
-        }
-        Compression::Zstd => format!("{};zstd;level={ZSTD_LEVEL}", compression.media_type()),
-        Compression::None => compression.media_type().to_owned(),
-        Compression::Estargz => format!("{};{}", cache_id(Compression::Gzip), estargz::VERSION),
-        Compression::ZstdChunked => format!(
-            "{};frames;chunk={};level={ZSTD_LEVEL};{}",
-            compression.media_type(),
-            members::CHUNK,
-            estargz::ZSTD_CHUNKED_VERSION
-        ),
+/// How a layer's entries become its blob: everything besides the entries and the epoch that the
+/// blob's bytes depend on, which is each layer key's part from the compression
+/// ([`Encoding::of`]). The writer takes its settings from this struct ([`LayerWriter::finish`]
+/// makes one and encodes by it), so a setting cannot change the bytes without changing the keys
+/// of the layers written with it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Encoding {
+    /// The blob's media type: recorded with the blob, and what tells a runtime how to read it.
+    pub media_type: &'static str,
+    /// How the tar stream is compressed.
+    pub codec: Codec,
+    /// The table of contents of a layout a snapshotter mounts lazily, if any: its format and
+    /// footer are bytes of the blob.
+    pub toc: Option<TocLayout>,
+    /// The revision of the writer's own code, which no setting captures: the tar layout (GNU
+    /// headers, entry order, implied directories, hardlink canonicalization), the fixed gzip
+    /// headers, where members are cut. Raised by hand (`WRITER_REVISION`) when the writer
+    /// writes other bytes for the same entries and settings; nothing else is.
+    pub writer_revision: u32,
+}
+
+/// [`Encoding::writer_revision`].
+const WRITER_REVISION: u32 = 1;
+
+/// How a layer's tar stream is compressed ([`Encoding::codec`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Codec {
+    /// The tar as it is.
+    Plain,
+    /// Independent members, each of `chunk` bytes of input compressed on its own on a worker
+    /// thread (`members`, pigz's independent mode): the bytes depend on the chunk size and the
+    /// member codec, never on the number of threads.
+    Members {
+        /// Bytes of input per member; also a TOC's chunk size.
+        chunk: usize,
+        /// What each member is.
+        member: MemberCodec,
+    },
+    /// One zstd stream by libzstd's multithreaded encoder, whose jobs share their window.
+    Zstd {
+        /// The compression level.
+        level: i32,
+        /// Multithreaded mode, with at least one worker: its output does not depend on the
+        /// number of workers, but differs from the single-threaded mode's.
+        multithreaded: bool,
+        /// The libzstd version compressing (`1.5.7`): another version may choose other matches.
+        library: &'static str,
+    },
+}
+
+/// What each member of [`Codec::Members`] is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemberCodec {
+    /// A gzip member.
+    Gzip {
+        /// The deflate level.
+        level: u32,
+        /// The deflate implementation (flate2's `zlib-rs` backend, the workspace's `flate2`
+        /// features): another one writes other bytes at the same level.
+        deflate: &'static str,
+        /// A wheel's deflated member goes in as its own gzip member, its deflate stream as the
+        /// wheel has it ([`stackbuild_common::ZipMember`]), instead of being compressed again.
+        carries_wheel_deflate: bool,
+    },
+    /// A zstd frame: the content size in its header, no checksum.
+    Zstd {
+        /// The compression level.
+        level: i32,
+        /// The libzstd version compressing.
+        library: &'static str,
+    },
+}
+
+/// The table of contents a lazily mounted layout adds to the blob ([`estargz`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TocLayout {
+    /// eStargz: the TOC a tar entry in a gzip member of its own, a gzip footer naming it.
+    Estargz {
+        /// The TOC document's `version`.
+        version: u32,
+        /// Bytes of the footer member.
+        footer: usize,
+    },
+    /// zstd:chunked: the TOC, zstd-compressed, and a footer in skippable frames after the tar.
+    ZstdChunked {
+        /// The TOC document's `version`.
+        version: u32,
+        /// The level the TOC is compressed at.
+        level: i32,
+        /// The manifest type the footer and the position annotation give.
+        manifest_type: u64,
+        /// Bytes of the footer.
+        footer: usize,
+        /// The footer's last eight bytes.
+        magic: &'static str,
+    },
+}
+
+impl Encoding {
+    /// The encoding of a layer written with `compression`.
+    pub fn of(compression: Compression) -> Self {
+        let zstd = zstd::zstd_safe::version_string();
+        let gzip = Codec::Members {
+            chunk: members::CHUNK,
+            member: MemberCodec::Gzip {
+                level: GZIP_LEVEL,
+                deflate: DEFLATE_BACKEND,
+                carries_wheel_deflate: true,
+            },
+        };
+        let (codec, toc) = match compression {
+            Compression::None => (Codec::Plain, None),
+            Compression::Gzip => (gzip, None),
+            Compression::Estargz => (gzip, Some(estargz::layout(estargz::Flavor::Estargz))),
+            Compression::Zstd => {
+                (Codec::Zstd { level: ZSTD_LEVEL, multithreaded: true, library: zstd }, None)
+            }
+            Compression::ZstdChunked => (
+                Codec::Members {
+                    chunk: members::CHUNK,
+                    member: MemberCodec::Zstd { level: ZSTD_LEVEL, library: zstd },
+                },
+                Some(estargz::layout(estargz::Flavor::ZstdChunked)),
+            ),
+        };
+        Self { media_type: compression.media_type(), codec, toc, writer_revision: WRITER_REVISION }
+    }
+
+    /// Whether a wheel's deflated member goes into the layer as its own gzip member.
+    const fn carries_wheel_deflate(&self) -> bool {
+        matches!(
+            self.codec,
+            Codec::Members { member: MemberCodec::Gzip { carries_wheel_deflate: true, .. }, .. }
+        )
     }
 }
+
+/// The `deflate` of [`MemberCodec::Gzip`]: what flate2 compresses with (its `zlib-rs` feature,
+/// set in the workspace's `Cargo.toml`).
+const DEFLATE_BACKEND: &str = "zlib-rs";
 
 /// Errors of layer building.
 #[derive(Debug, thiserror::Error)]
@@ -788,8 +912,12 @@ impl LayerWriter {
     ///
     /// The tar streams through a sha256 (the `diff_id`), the compressor and a second sha256 (the
     /// blob digest) into a temporary file, which is renamed to `blobs/sha256/<hex>` once complete.
+    ///
+    /// The compression's settings all come from its [`Encoding`], the part of the layer's key
+    /// that the compression gives.
     pub fn finish(mut self, compression: Compression) -> Result<LayerBlob, LayerError> {
         self.resolve_hardlinks()?;
+        let encoding = Encoding::of(compression);
         let tmp = self.cache.temp_file()?;
         let tmp_path = tmp.path().to_path_buf();
         let write_err = io_err("writing", &tmp_path);
@@ -798,12 +926,20 @@ impl LayerWriter {
 
         let blob_out = Hashing::new(BufWriter::with_capacity(1 << 20, &tmp.file));
         let encoder =
-            Encoder::new(compression, blob_out).map_err(io_err("starting compression for", &tmp_path))?;
+            Encoder::new(&encoding.codec, blob_out).map_err(io_err("starting compression for", &tmp_path))?;
         let mut tar_hash = Hashing::new(encoder);
         tar_hash.tap = self.tap.take();
         let tar_out = BufWriter::with_capacity(1 << 16, tar_hash);
         let mut builder = tar::Builder::new(tar_out);
-        let mut toc = estargz::Flavor::of(compression).map(|flavor| estargz::Toc::new(flavor, self.epoch));
+        // A TOC's chunks are the members: of the size its chunk hashes count in.
+        debug_assert!(
+            encoding.toc.is_none() || matches!(encoding.codec, Codec::Members { chunk: members::CHUNK, .. })
+        );
+        let carry = encoding.carries_wheel_deflate();
+        let mut toc = encoding
+            .toc
+            .as_ref()
+            .map(|layout| estargz::Toc::new(layout.flavor(), self.epoch).carrying(carry));
         if toc.is_some() && self.entries.contains_key(estargz::TOC_NAME.as_bytes()) {
             return Err(LayerError::Unsupported {
                 entry: estargz::TOC_NAME.into(),
@@ -815,7 +951,7 @@ impl LayerWriter {
                 self.estargz_entry(toc, &mut builder, path, node, &bar, &tmp_path)?;
                 continue;
             }
-            self.tar_entry(&mut builder, path, node, compression, &bar, &tmp_path)?;
+            self.tar_entry(&mut builder, path, node, carry, &bar, &tmp_path)?;
         }
         drop(bar);
         // eStargz: every member written, the TOC as the last tar entry in a member of its own
@@ -845,7 +981,7 @@ impl LayerWriter {
             digest,
             diff_id,
             size,
-            media_type: compression.media_type().to_string(),
+            media_type: encoding.media_type.to_string(),
             annotations,
             path,
         })
@@ -862,13 +998,14 @@ impl LayerWriter {
         header
     }
 
-    /// Writes one entry of a layer (of an eStargz one, every entry without content).
+    /// Writes one entry of a layer (of an eStargz one, every entry without content); a wheel's
+    /// member as its own gzip member when `carry` ([`Encoding::carries_wheel_deflate`]).
     fn tar_entry<W: Write>(
         &self,
         builder: &mut tar::Builder<BufWriter<Hashing<Encoder<W>>>>,
         path: &[u8],
         node: &Node,
-        compression: Compression,
+        carry: bool,
         bar: &stackbuild_common::Progress,
         tmp_path: &Path,
     ) -> Result<(), LayerError> {
@@ -879,7 +1016,7 @@ impl LayerWriter {
                 header.set_entry_type(EntryType::Directory);
                 builder.append_data(&mut header, name, io::empty())
             }
-            Kind::File(Data::Zip(member)) if compression == Compression::Gzip => {
+            Kind::File(Data::Zip(member)) if carry => {
                 header.set_entry_type(EntryType::Regular);
                 header.set_size(member.size);
                 // The header alone (the tar crate writes no padding after no data), then
@@ -1117,26 +1254,26 @@ enum Encoder<W: Write> {
 }
 
 impl<W: Write> Encoder<W> {
-    fn new(compression: Compression, out: W) -> io::Result<Self> {
-        Ok(match compression {
+    /// The compressor of `codec`, every setting from it.
+    fn new(codec: &Codec, out: W) -> io::Result<Self> {
+        let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        Ok(match *codec {
             // Multi-member gzip with fixed headers: the blob depends on the bytes alone, not on
             // when, where or on how many cores it was built.
-            Compression::Gzip | Compression::Estargz => Self::Members(members::ParallelMembers::new(
-                out,
-                members::Codec::Gzip(GZIP_LEVEL),
-                std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
-            )?),
-            Compression::ZstdChunked => Self::Members(members::ParallelMembers::new(
-                out,
-                members::Codec::Zstd(ZSTD_LEVEL),
-                std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
-            )?),
-            Compression::Zstd => {
-                let mut encoder = zstd::stream::write::Encoder::new(out, ZSTD_LEVEL)?;
-                encoder.multithread(zstd_workers())?;
+            Codec::Members { chunk, member: MemberCodec::Gzip { level, .. } } => Self::Members(
+                members::ParallelMembers::new(out, members::Codec::Gzip(level), chunk, threads)?,
+            ),
+            Codec::Members { chunk, member: MemberCodec::Zstd { level, .. } } => Self::Members(
+                members::ParallelMembers::new(out, members::Codec::Zstd(level), chunk, threads)?,
+            ),
+            Codec::Zstd { level, multithreaded, .. } => {
+                let mut encoder = zstd::stream::write::Encoder::new(out, level)?;
+                if multithreaded {
+                    encoder.multithread(zstd_workers())?;
+                }
                 Self::Zstd(encoder)
             }
-            Compression::None => Self::Plain(out),
+            Codec::Plain => Self::Plain(out),
         })
     }
 

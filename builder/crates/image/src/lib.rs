@@ -1,12 +1,13 @@
 //! The image stage of stackbuild: layers and their compressions, OCI layouts, registries, loading.
 //!
-//! - [`layer`]: deterministic layer tars and their compression.
-//! - [`oci`]: OCI image layouts and `docker load` archives.
-//! - [`load`]: `--load`, streaming an image archive into the local Docker daemon.
-//! - [`registry`]: an OCI distribution client: push a layout to a registry, pull an image from one.
-//! - [`output`]: the paths a build writes (`--out`, `--archive`, `--report`): only where it may.
-//! - [`base`]: the image's base: scratch, an OCI layout, or a Debian rootfs by mmdebstrap.
-//! - [`sbom`]: the image's SBOM (SPDX 2.3 and `CycloneDX` 1.6 JSON), a pure function of the build's inputs.
+//! - `layer`: deterministic layer tars and their compression.
+//! - `oci`: OCI image layouts and `docker load` archives.
+//! - `load`: `--load`, streaming an image archive into the local Docker daemon.
+//! - `registry`: an OCI distribution client: push a layout to a registry, pull an image from one.
+//! - `output`: the paths a build writes (`--out`, `--archive`, `--report`): only where it may.
+//! - `base`: the image's base: scratch, an OCI layout, or a Debian rootfs by mmdebstrap.
+//! - `sbom`: the image's SBOM (SPDX 2.3 and `CycloneDX` 1.6 JSON), a pure function of the build's
+//!   inputs.
 
 mod base;
 mod layer;
@@ -20,7 +21,9 @@ pub use base::{
     archive_identity, cached_import, check_layout_layers, extract_image_archive, host_apt_sources,
     import_archive, BaseError, DebianBase,
 };
-pub use layer::{cache_id, estargz, source_date_epoch, LayerError, LayerWriter};
+pub use layer::{
+    estargz, source_date_epoch, Codec, Encoding, LayerError, LayerWriter, MemberCodec, TocLayout,
+};
 pub use load::{export_image, image_id, LoadError, Loader, SpooledTar, TarSpool};
 pub use oci::{
     read_layout, read_layout_for, rfc3339, verify_layout_blob, write_archive, write_layout, Descriptor,

@@ -17,9 +17,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use stackbuild_cache::{sha256_hex, unique_temp_name, write_atomic_in};
+use stackbuild_cache::sha256_hex;
 use stackbuild_common::{io_err, IoError};
 use stackbuild_common::{sha256_bytes, LayerBlob};
+use stackbuild_common::{unique_temp_name, write_atomic_in};
 
 /// Media type of an OCI image manifest.
 pub const MEDIA_TYPE_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -635,7 +636,7 @@ pub(crate) fn write_layout_images(dir: &Path, images: &[Image], tag: &str) -> Re
         write_small(&bytes, &digest)?;
         Descriptor::new(MEDIA_TYPE_INDEX, digest, bytes.len() as u64)
     };
-    stackbuild_cache::sync_dir(&blobs).map_err(io_err("syncing", &blobs))?;
+    stackbuild_common::sync_dir(&blobs).map_err(io_err("syncing", &blobs))?;
 
     let old: RawIndex<serde_json::Value> = read_json(&index_path)?;
     // Other tags' entries are kept with every field; this tag's is written by oci-spec's type.

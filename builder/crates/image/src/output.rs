@@ -15,7 +15,7 @@
 //!   name; a directory, a symlink, a FIFO or a device there is refused.
 //!
 //! Temporary names carry the output's name, a `stackbuild-tmp-` stamp, the process id, the time
-//! and a counter ([`stackbuild_cache::unique_temp_name`]); only such names are ever cleaned up, never a
+//! and a counter ([`stackbuild_common::unique_temp_name`]); only such names are ever cleaned up, never a
 //! user's sibling file.
 
 use std::fs::{self, File};
@@ -24,7 +24,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::oci::{self, Image, OciError};
-use stackbuild_cache::{is_temp_name, unique_temp_name};
+use stackbuild_cache::is_temp_name;
+use stackbuild_common::unique_temp_name;
 use stackbuild_common::{io_err, IoError};
 
 /// A leftover of a killed build next to the output is removed once this old (a live build
@@ -178,7 +179,7 @@ fn write_new_layout(out: &Path, images: &[Image], tag: &str) -> Result<String, O
     let written = oci::write_layout_images(&tmp, images, tag).map_err(|e| name_user_path(e, &tmp, out));
     let result: Result<String, OutputError> = match written {
         Ok(digest) => match fs::rename(&tmp, out) {
-            Ok(()) => stackbuild_cache::sync_dir(parent)
+            Ok(()) => stackbuild_common::sync_dir(parent)
                 .map(|()| digest)
                 .map_err(|e| io_err("syncing", parent)(e).into()),
             // Another build made `out` meanwhile (rename replaces only an empty directory): add
@@ -282,7 +283,7 @@ pub fn check_distinct(archive: &Path, out: &Path) -> Result<(), OutputError> {
 /// unique temporary name in its directory and a rename.
 pub fn write_file(option: &'static str, path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
     check_output_file(option, path)?;
-    stackbuild_cache::write_atomic(path, bytes).map_err(|e| io_err("writing", path)(e).into())
+    stackbuild_common::write_atomic(path, bytes).map_err(|e| io_err("writing", path)(e).into())
 }
 
 #[cfg(test)]

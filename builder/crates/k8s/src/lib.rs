@@ -1,7 +1,11 @@
-//! Kubernetes objects from an image requirements: node affinity and DRA resource claims.
+//! Kubernetes objects from an image's requirements: node affinity and DRA resource claims.
+//!
+//! It reads images through `stackbuild-image` and must not depend on `python`, `recipe` or `check`
+//! (its tests use `check` and `recipe` to make requirements).
 //!
 //! - `affinity`: Kubernetes node affinity from an image's requirements, over `stackhook labels`.
-//! - `claim`: a Kubernetes DRA `ResourceClaimTemplate` whose CEL selectors are an image's requirements.
+//! - `claim`: a Kubernetes DRA `ResourceClaimTemplate` whose CEL selectors are an image's
+//!   requirements.
 
 mod affinity;
 mod claim;

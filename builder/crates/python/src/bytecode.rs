@@ -180,7 +180,7 @@ impl Interpreter {
         }
         entries.sort();
         let tag = self.cache_tag();
-        let context = store::context(&self.compiler_identity(epoch), &format!("/{rel}"));
+        let context = store::Context { compiler: self.compiler_identity(epoch), site: format!("/{rel}") };
         // Every unit's key before anything is written: units share the top `__pycache__`.
         let units = parallel(&entries, |name| {
             store::unit(&context, &dir, name, &tag).map_err(io("reading", &dir.join(name)))
@@ -224,26 +224,17 @@ impl Interpreter {
         format!("cpython-{}", self.version.replace('.', ""))
     }
 
-    /// Everything besides the sources that the bytes a unit compiles to depend on: the
-    /// interpreter and its standard library ([`compiler_digest`]: all the compiling process
-    /// imports), the driver and sandbox (optimization level, invalidation mode, `-S`), the
-    /// environment (`PYTHONHASHSEED`) and the epoch.
-    fn compiler_identity(&self, epoch: u64) -> String {
-        let mut h = sha2::Sha256::new();
-        for part in [self.compiler.as_str(), SANDBOX, DRIVER, STAGE_MOUNT, "PYTHONHASHSEED=0;LC_ALL=C.UTF-8"]
-        {
-            h.update((part.len() as u64).to_le_bytes());
-            h.update(part.as_bytes());
-        }
-        h.update(epoch.to_le_bytes());
-        format!("{}:{}", self.compiler, hex::encode(h.finalize()))
+    /// Everything besides the sources that the bytes a unit compiles to depend on ([`Compiler`]).
+    fn compiler_identity(&self, epoch: u64) -> Compiler<'_> {
+        Compiler { interpreter: &self.compiler, run: Invocation::current(), epoch }
     }
 
     /// Compiles the top-level entry `name` of `stage/rel` in one sandboxed interpreter process.
     fn compile_one(&self, stage: &Path, rel: &str, name: &str, epoch: u64) -> Result<(), BytecodeError> {
         let in_image = format!("/{rel}");
         let output = Command::new("unshare")
-            .args(["--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child", "--"])
+            .args(UNSHARE)
+            .arg("--")
             .args(["/bin/sh", "-c", SANDBOX, "sh"])
             .arg(&self.rootfs)
             .arg(stage)
@@ -253,9 +244,7 @@ impl Interpreter {
             .arg(&in_image)
             .arg(name)
             .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .env("LC_ALL", "C.UTF-8")
-            .env("PYTHONHASHSEED", "0")
+            .envs(ENV.iter().copied())
             .env("SOURCE_DATE_EPOCH", epoch.to_string())
             .stdin(Stdio::null())
             .output()
@@ -330,13 +319,14 @@ impl<'a> Plan<'a> {
         plan
     }
 
-    /// What goes into the cache key of a layer that may hold bytecode: the switch, the
-    /// invalidation mode and the compiling interpreter.
-    pub fn key(&self) -> String {
-        match &self.on {
-            Some((base, version)) => format!("bytecode/v2:checked-hash:{}:python{version}", base.diff_id),
-            None => "bytecode/v2:none".to_owned(),
-        }
+    /// What goes into the cache key of a layer that may hold bytecode: `None` when the plan
+    /// compiles none, else what compiles it ([`BytecodeKey`]).
+    pub fn key(&self) -> Option<BytecodeKey> {
+        self.on.as_ref().map(|(base, version)| BytecodeKey {
+            base: base.diff_id.clone(),
+            python: version.clone(),
+            run: Invocation::current(),
+        })
     }
 
     /// Unpacks the compiling interpreter now, when the plan is on and it is not there yet: the
@@ -386,7 +376,7 @@ impl<'a> Plan<'a> {
             std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
         }
         let json = serde_json::to_vec(&added).unwrap_or_default();
-        stackbuild_cache::write_atomic(&path, &json).map_err(io("writing", &path))?;
+        stackbuild_common::write_atomic(&path, &json).map_err(io("writing", &path))?;
         Ok(Some(added))
     }
 
@@ -403,6 +393,74 @@ impl<'a> Plan<'a> {
         self.cache.root().join("bytecode").join(format!("{}.json", key.as_hex()))
     }
 }
+
+/// What compiles a layer's bytecode: the part of a Python layer's key (and of the configuration
+/// layer's, whose patched modules are compiled) that the bytecode plan gives ([`Plan::key`]).
+/// A layer's key is computed before the base is unpacked, so the interpreter is named by its
+/// base layer; each unit's own key (`Compiler`) has the digest of the interpreter alone.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BytecodeKey {
+    /// The `diff_id` of the base layer whose interpreter and standard library compile.
+    base: String,
+    /// The interpreter version (`3.11`): the bytecode format (its magic number) and the `.pyc`
+    /// names' tag.
+    python: String,
+    /// How the compiler runs.
+    run: Invocation,
+}
+
+/// What a compile unit's bytecode depends on besides its sources and its site directory: the
+/// compiler's part of every unit's key (`store::Context`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct Compiler<'a> {
+    /// `python3.11:<sha256>` of the interpreter binary and its standard library
+    /// ([`compiler_digest`]): all the compiling process is made of, since it runs with `-S`.
+    pub(crate) interpreter: &'a str,
+    /// How it runs.
+    pub(crate) run: Invocation,
+    /// `SOURCE_DATE_EPOCH` in its environment.
+    pub(crate) epoch: u64,
+}
+
+/// How the compiling interpreter runs: the code and the environment it is given, each as the
+/// compiler is given it ([`Interpreter::compile_one`] reads the same constants).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct Invocation {
+    /// The sha256 of [`DRIVER`]: the invalidation mode (checked hash-based), the optimization
+    /// level, the order of the walk (which fixes the marshalled bytes), each `.pyc`'s `dfile`.
+    driver: String,
+    /// The sha256 of [`SANDBOX`]: the interpreter's flags (`-S -s -B`), the read-only rootfs.
+    sandbox: String,
+    /// Where the stage is mounted ([`STAGE_MOUNT`]).
+    stage_mount: &'static str,
+    /// `unshare`'s arguments ([`UNSHARE`]): the namespaces the compiler runs in.
+    unshare: &'static [&'static str],
+    /// The environment besides `SOURCE_DATE_EPOCH` ([`ENV`]): `PYTHONHASHSEED` fixes the order of
+    /// set constants, `LC_ALL` the encoding of names.
+    env: &'static [(&'static str, &'static str)],
+}
+
+impl Invocation {
+    pub(crate) fn current() -> Self {
+        Self {
+            driver: hex::encode(sha2::Sha256::digest(DRIVER)),
+            sandbox: hex::encode(sha2::Sha256::digest(SANDBOX)),
+            stage_mount: STAGE_MOUNT,
+            unshare: &UNSHARE,
+            env: &ENV,
+        }
+    }
+}
+
+/// `unshare`'s options for the compiler: new user (root mapped to the caller), mount, network and
+/// PID namespaces, nothing outliving the interpreter.
+const UNSHARE: [&str; 7] =
+    ["--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child"];
+
+/// The compiler's whole environment besides `SOURCE_DATE_EPOCH` (set and frozenset constants are
+/// marshalled in iteration order: `PYTHONHASHSEED=0` fixes it).
+const ENV: [(&str, &str); 3] =
+    [("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), ("LC_ALL", "C.UTF-8"), ("PYTHONHASHSEED", "0")];
 
 /// Runs in the new namespaces, before the chroot: `$1` rootfs, `$2` stage, `$3` interpreter,
 /// then the driver's code and arguments. The rootfs copy is made read-only so nothing the
@@ -716,6 +774,43 @@ fn unpack(blob: &Path, compression: Compression, dir: &Path, version: &str) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_input_of_the_bytecode_plan_is_part_of_the_layer_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path()).unwrap();
+        let base = LayerBlob {
+            digest: format!("sha256:{}", "1".repeat(64)),
+            diff_id: format!("sha256:{}", "2".repeat(64)),
+            size: 1,
+            media_type: Compression::Gzip.media_type().into(),
+            annotations: std::collections::BTreeMap::new(),
+            path: dir.path().join("base"),
+        };
+        let facts = stackbuild_common::BaseFacts { python: Some("3.11".into()), packages: Vec::new() };
+        let section = stackbuild_recipe::PythonSection {
+            version: "3.11".parse().unwrap(),
+            packages: Vec::new(),
+            constraints: Vec::new(),
+            index: None,
+            extra_index: Vec::new(),
+            find_links: Vec::new(),
+            wheels: Vec::new(),
+            bytecode: true,
+            lock: None,
+        };
+        let plan = Plan::new(Some(&section), &facts, Some(&base), &cache);
+        let key = plan.key().expect("the plan compiles");
+        let changed =
+            stackbuild_cache::assert_every_input_changes_key("bytecode", &key, &["base", "python", "run"]);
+        for path in ["run.driver", "run.sandbox", "run.stage_mount", "run.unshare", "run.env"] {
+            assert!(changed.iter().any(|p| p == path), "{path}: {changed:?}");
+        }
+        // Off, or without an interpreter: no bytecode, no compiler in the key.
+        assert!(Plan::new(Some(&section), &facts, None, &cache).key().is_none());
+        let off = stackbuild_recipe::PythonSection { bytecode: false, ..section.clone() };
+        assert!(Plan::new(Some(&off), &facts, Some(&base), &cache).key().is_none());
+    }
 
     #[test]
     fn the_compiler_copy_keeps_the_interpreter_its_libraries_and_nothing_else() {

@@ -1,15 +1,18 @@
 //! The Python stage of stackbuild: resolve, lock, fetch and install wheels, compile bytecode.
 //!
-//! - [`solve`]: resolution of Python packages for the target interpreter and platform.
-//! - [`lock`]: the lock file that pins every artifact by sha256.
-//! - [`given_lock`]: a lock the user brings (`uv.lock`, `pylock.toml`), installed as it is.
-//! - [`pylock`]: the image's Python stack as a PEP 751 `pylock.toml`, for uv and pip.
-//! - [`fetch`]: verified downloads into the cache.
-//! - [`download`]: the downloader: parallel, resumed, hashed as it streams, the machine's index configuration.
-//! - [`wheel`]: PEP 427 wheel installation into a staging tree, without running Python.
-//! - [`bytecode`]: TODO
-//! - [`index`]: a package index read through PEP 691 pages and wheel `METADATA` only (PEP 658 files, else range requests into the wheel's zip), live or recorded.
-//! - [`artifact`]: a verified file in the artifact directory, fetch errors, and placing a file there.
+//! - `solve`: resolution of Python packages for the target interpreter and platform.
+//! - `lock`: the lock file that pins every artifact by sha256.
+//! - `given_lock`: a lock the user brings (`uv.lock`, `pylock.toml`), installed as it is.
+//! - `pylock`: the image's Python stack as a PEP 751 `pylock.toml`, for uv and pip.
+//! - `fetch`: verified downloads into the cache.
+//! - `download`: the downloader: parallel, resumed, hashed as it streams, the machine's index
+//!   configuration.
+//! - `wheel`: PEP 427 wheel installation into a staging tree, without running Python.
+//! - `bytecode`: the `.pyc` of every module a layer installs, compiled at build time in a sandboxed
+//!   interpreter of the base, cached per unit.
+//! - `index`: a package index read through PEP 691 pages and wheel `METADATA` only (PEP 658 files,
+//!   else range requests into the wheel's zip), live or recorded.
+//! - `artifact`: a verified file in the artifact directory, fetch errors, and placing a file there.
 
 mod artifact;
 mod bytecode;
@@ -23,7 +26,7 @@ mod solve;
 mod wheel;
 
 pub use artifact::{Artifact, FetchError};
-pub use bytecode::{Added, BytecodeError, Plan};
+pub use bytecode::{Added, BytecodeError, BytecodeKey, Plan};
 pub use download::Config;
 pub use fetch::{fetch_wheels, import_local_wheels};
 pub use given_lock::{fetch, Chosen, GivenLock, GivenLockError};
@@ -33,5 +36,5 @@ pub use pylock::{may_write, write_from_index};
 pub use solve::{resolve, targets, Pinned, SolveError, Target};
 pub use wheel::{
     dist_info_metadata, install_wheel_as, install_wheel_deferring, normalize_name, wheel_identity, Deferred,
-    Scheme, WheelError, DEFER_MIN,
+    InstallKey, Scheme, WheelError, DEFER_MIN,
 };

@@ -72,6 +72,33 @@ const INSTALLER: &str = "stackbuild";
 /// compressing it again saves.
 pub const DEFER_MIN: u64 = 64 << 10;
 
+/// How this installer lays a wheel out: the part of a Python layer's key that the installer
+/// gives ([`InstallKey::current`]), beside the scheme and the wheels themselves.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InstallKey {
+    /// What every `INSTALLER` file says (`stackbuild`).
+    pub installer: &'static str,
+    /// The smallest deflated member [`install_wheel_deferring`] leaves in its wheel
+    /// ([`DEFER_MIN`]): which members a gzip layer carries as the wheel's own deflate streams
+    /// instead of compressing them again.
+    pub defer_min: u64,
+    /// The revision of the installer's code, which no setting captures: where each part of a
+    /// wheel goes, the `RECORD` it writes, the launchers and shebangs, the modes. Raised by hand
+    /// (`INSTALL_REVISION`) when the same wheel and scheme install to other bytes; nothing else
+    /// is.
+    pub revision: u32,
+}
+
+/// [`InstallKey::revision`].
+const INSTALL_REVISION: u32 = 1;
+
+impl InstallKey {
+    /// This installer's.
+    pub const fn current() -> Self {
+        Self { installer: INSTALLER, defer_min: DEFER_MIN, revision: INSTALL_REVISION }
+    }
+}
+
 /// Unix file type bits of a zip member's external attributes.
 const S_IFMT: u32 = 0o170_000;
 const S_IFREG: u32 = 0o100_000;
@@ -81,8 +108,9 @@ const S_IFLNK: u32 = 0o120_000;
 pub(crate) const SYMLINK_RULE: &str = "a symbolic link; a wheel holds regular files only (the binary \
      distribution format, PEP 427, defines no links), so no installer can apply it";
 
-/// Where the parts of a wheel go in the image: absolute in-image paths.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the parts of a wheel go in the image: absolute in-image paths. Part of a Python layer's
+/// key: every field places files or is written into them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Scheme {
     /// Pure-Python modules (`Root-Is-Purelib: true` wheels and `.data/purelib`).
     pub purelib: String,
@@ -1552,6 +1580,21 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
     use zip::write::SimpleFileOptions;
     use zip::ZipWriter;
+
+    #[test]
+    fn every_setting_of_the_installer_is_part_of_the_layer_key() {
+        stackbuild_cache::assert_every_input_changes_key(
+            "install",
+            &InstallKey::current(),
+            &["installer", "defer_min", "revision"],
+        );
+        let scheme = Scheme::debian_local(&"3.11".parse().unwrap());
+        stackbuild_cache::assert_every_input_changes_key(
+            "scheme",
+            &scheme,
+            &["purelib", "platlib", "scripts", "data", "headers", "interpreter"],
+        );
+    }
 
     /// Builds a wheel from `(name, content, unix mode)`; RECORD is generated unless given.
     fn make_wheel(dir: &Path, file: &str, members: &[(&str, &[u8], u32)], record: Option<&str>) -> PathBuf {

@@ -1,5 +1,7 @@
 //! The stackbuild recipe: parsed, validated, with errors that point at file, line and column.
 //!
+//! It depends only on `stackbuild-common`: the stages read the recipe, never the other way round.
+//!
 //! - `recipe`: the recipe file, with errors that point at file, line and column.
 
 mod recipe;

@@ -1,4 +1,7 @@
-//! Sources staged into an image: git commits and local directories, and the patches applied to them.
+//! Sources staged into an image: git commits and local directories, and the patches applied to
+//! them.
+//!
+//! It depends only on `stackbuild-common`.
 //!
 //! - `source`: git commits and local directories staged into a tree, with a content digest.
 //! - `patch`: strict find/replace and unified-diff patches applied to a staged tree.

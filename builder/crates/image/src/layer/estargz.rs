@@ -51,20 +51,24 @@ use tar::{EntryType, Header};
 
 use super::members::CHUNK;
 use super::{
-    entry_error, lossy, write_gzip_member, ChangedError, Compression, Data, Encoder, Hashing, Kind,
-    LayerError, LayerWriter, Node,
+    entry_error, lossy, write_gzip_member, ChangedError, Data, Encoder, Hashing, Kind, LayerError,
+    LayerWriter, Node, TocLayout,
 };
 
-/// What identifies this writer's layout in cache keys.
-pub const VERSION: &str = "estargz;toc=v1;chunk=4194304";
+/// The TOC document's `version` (`JTOC.Version` in the snapshotter's `estargz/types.go`).
+const TOC_VERSION: u32 = 1;
+/// Bytes of the eStargz footer member.
+const FOOTER_LEN: usize = 51;
+/// Bytes of the zstd:chunked footer.
+const ZSTD_CHUNKED_FOOTER_LEN: usize = 40;
+/// The zstd:chunked manifest type of this TOC format, in the footer and the position annotation.
+const MANIFEST_TYPE: u64 = 1;
 /// The TOC's entry name.
 pub const TOC_NAME: &str = "stargz.index.json";
 /// The descriptor annotation with the TOC's digest.
 pub const TOC_DIGEST_ANNOTATION: &str = "containerd.io/snapshot/stargz/toc.digest";
 /// The descriptor annotation with the uncompressed size.
 pub const UNCOMPRESSED_SIZE_ANNOTATION: &str = "io.containers.estargz.uncompressed-size";
-/// What identifies the zstd:chunked layout in cache keys.
-pub const ZSTD_CHUNKED_VERSION: &str = "zstd:chunked;toc=v1;footer=40";
 /// zstd:chunked: the descriptor annotation with the compressed TOC's digest.
 pub const MANIFEST_CHECKSUM_ANNOTATION: &str = "io.containers.zstd-chunked.manifest-checksum";
 /// zstd:chunked: the descriptor annotation with the compressed TOC's place and sizes.
@@ -72,7 +76,7 @@ pub const MANIFEST_POSITION_ANNOTATION: &str = "io.containers.zstd-chunked.manif
 /// A zstd skippable frame's magic (RFC 8878 section 3.1.2), little-endian.
 const SKIPPABLE_MAGIC: [u8; 4] = [0x50, 0x2a, 0x4d, 0x18];
 /// The end of a zstd:chunked footer.
-const ZSTD_CHUNKED_MAGIC: &[u8; 8] = b"GnUlInUx";
+const ZSTD_CHUNKED_MAGIC: &str = "GnUlInUx";
 /// The zstd level of a zstd:chunked TOC.
 const TOC_ZSTD_LEVEL: i32 = 3;
 
@@ -85,20 +89,27 @@ pub enum Flavor {
     ZstdChunked,
 }
 
-impl Flavor {
-    /// The layout of a compression, if it has a TOC.
-    pub const fn of(compression: Compression) -> Option<Self> {
-        match compression {
-            Compression::Estargz => Some(Self::Estargz),
-            Compression::ZstdChunked => Some(Self::ZstdChunked),
-            Compression::Gzip | Compression::Zstd | Compression::None => None,
-        }
+/// The part of a layer's [`super::Encoding`] that its TOC gives: the constants this module
+/// writes into the blob.
+pub(super) const fn layout(flavor: Flavor) -> TocLayout {
+    match flavor {
+        Flavor::Estargz => TocLayout::Estargz { version: TOC_VERSION, footer: FOOTER_LEN },
+        Flavor::ZstdChunked => TocLayout::ZstdChunked {
+            version: TOC_VERSION,
+            level: TOC_ZSTD_LEVEL,
+            manifest_type: MANIFEST_TYPE,
+            footer: ZSTD_CHUNKED_FOOTER_LEN,
+            magic: ZSTD_CHUNKED_MAGIC,
+        },
     }
+}
 
-    const fn compression(self) -> Compression {
+impl TocLayout {
+    /// Which layout writes this TOC.
+    pub(super) const fn flavor(&self) -> Flavor {
         match self {
-            Self::Estargz => Compression::Estargz,
-            Self::ZstdChunked => Compression::ZstdChunked,
+            Self::Estargz { .. } => Flavor::Estargz,
+            Self::ZstdChunked { .. } => Flavor::ZstdChunked,
         }
     }
 }
@@ -135,7 +146,7 @@ impl Ending {
                     ),
                     (
                         MANIFEST_POSITION_ANNOTATION.to_owned(),
-                        format!("{toc_offset}:{}:{raw}:1", compressed.len()),
+                        format!("{toc_offset}:{}:{raw}:{MANIFEST_TYPE}", compressed.len()),
                     ),
                 ]))
             }
@@ -154,13 +165,13 @@ fn skippable(data: &[u8]) -> io::Result<Vec<u8>> {
 }
 
 /// The 40-byte zstd:chunked footer (`zstdFooterBytes` in the snapshotter's `zstdchunked.go`).
-fn zstd_chunked_footer(toc_offset: u64, compressed: u64, raw: u64) -> [u8; 40] {
-    let mut f = [0u8; 40];
+fn zstd_chunked_footer(toc_offset: u64, compressed: u64, raw: u64) -> [u8; ZSTD_CHUNKED_FOOTER_LEN] {
+    let mut f = [0u8; ZSTD_CHUNKED_FOOTER_LEN];
     f[..8].copy_from_slice(&toc_offset.to_le_bytes());
     f[8..16].copy_from_slice(&compressed.to_le_bytes());
     f[16..24].copy_from_slice(&raw.to_le_bytes());
-    f[24..32].copy_from_slice(&1u64.to_le_bytes());
-    f[32..].copy_from_slice(ZSTD_CHUNKED_MAGIC);
+    f[24..32].copy_from_slice(&MANIFEST_TYPE.to_le_bytes());
+    f[32..].copy_from_slice(ZSTD_CHUNKED_MAGIC.as_bytes());
     f
 }
 
@@ -244,6 +255,8 @@ pub struct Toc {
     flavor: Flavor,
     entries: Vec<Entry>,
     modtime: String,
+    /// A wheel's deflated member goes in as its own gzip member ([`Toc::carrying`]).
+    carry: bool,
 }
 
 impl Toc {
@@ -251,7 +264,15 @@ impl Toc {
     /// snapshotter's writer does).
     pub fn new(flavor: Flavor, epoch: u64) -> Self {
         let modtime = if epoch == 0 { String::new() } else { stackcontract::time::rfc3339(epoch) };
-        Self { flavor, entries: Vec::new(), modtime }
+        Self { flavor, entries: Vec::new(), modtime, carry: false }
+    }
+
+    /// The TOC of a layer that carries wheels' deflated members as their own gzip members when
+    /// `carry` (the layer's [`super::Encoding::carries_wheel_deflate`]: eStargz's), one chunk each.
+    #[must_use]
+    pub(super) fn carrying(mut self, carry: bool) -> Self {
+        self.carry = carry;
+        self
     }
 
     /// An entry without content (a directory, a link, a device, an empty file).
@@ -329,7 +350,7 @@ impl Toc {
             };
         }
         // No trailing newline: the reader digests the bytes its JSON decoder consumes.
-        let json = serde_json::to_vec(&Jtoc { version: 1, entries: &self.entries }).ok()?;
+        let json = serde_json::to_vec(&Jtoc { version: TOC_VERSION, entries: &self.entries }).ok()?;
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&json)));
         Some((json, digest))
     }
@@ -337,7 +358,9 @@ impl Toc {
 
 impl LayerWriter {
     /// Writes one entry of an eStargz or zstd:chunked layer and records it in `toc`: a regular
-    /// file's content begins a member of its own and is cut into chunks ([this module](self)).
+    /// file's content begins a member of its own and is cut into chunks ([this module](self)); a
+    /// wheel's member goes in as its own deflate stream when the TOC's layer carries them
+    /// ([`Toc::carrying`]).
     pub(super) fn estargz_entry<W: Write>(
         &self,
         toc: &mut Toc,
@@ -352,7 +375,7 @@ impl LayerWriter {
             Kind::File(data) if data.len() > 0 => data,
             // Nothing to chunk: the entry as in any layer, and its line in the TOC.
             _ => {
-                self.tar_entry(builder, path, node, toc.flavor.compression(), bar, tmp_path)?;
+                self.tar_entry(builder, path, node, toc.carry, bar, tmp_path)?;
                 toc.entry(&meta);
                 return Ok(());
             }
@@ -368,7 +391,7 @@ impl LayerWriter {
             .map_err(entry_err)?;
         let out = builder.get_mut();
         out.flush().map_err(entry_err)?;
-        if let (Flavor::Estargz, Data::Zip(member)) = (toc.flavor, data) {
+        if let (true, Data::Zip(member)) = (toc.carry, data) {
             let offset = {
                 let Encoder::Members(gzip) = &mut out.get_mut().inner else {
                     unreachable!("eStargz is gzip")
@@ -496,8 +519,8 @@ pub fn annotations(toc_digest: &str, uncompressed: u64) -> BTreeMap<String, Stri
 }
 
 /// The 51-byte footer: an empty gzip member whose extra field says where the TOC begins.
-pub fn footer(toc_offset: u64) -> [u8; 51] {
-    let mut f = [0u8; 51];
+pub fn footer(toc_offset: u64) -> [u8; FOOTER_LEN] {
+    let mut f = [0u8; FOOTER_LEN];
     // ID1 ID2, CM = deflate, FLG = FEXTRA, MTIME = 0, XFL = 0, OS = 255.
     f[..10].copy_from_slice(&[0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 255]);
     // XLEN = 26: subfield id `SG`, length 22, `%016x` offset + `STARGZ`.
@@ -621,7 +644,7 @@ fn estargz_toc(bytes: &[u8]) -> Vec<u8> {
 fn zstd_chunked_toc(blob: &stackbuild_common::LayerBlob, bytes: &[u8]) -> Vec<u8> {
     let u64_at = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
     let foot = &bytes[bytes.len() - 40..];
-    assert_eq!(&foot[32..], ZSTD_CHUNKED_MAGIC);
+    assert_eq!(&foot[32..], ZSTD_CHUNKED_MAGIC.as_bytes());
     assert_eq!(&bytes[bytes.len() - 48..bytes.len() - 40], b"\x50\x2a\x4d\x18\x28\x00\x00\x00");
     let (offset, compressed, raw) = (u64_at(foot, 0), u64_at(foot, 8), u64_at(foot, 16));
     assert_eq!(u64_at(foot, 24), 1);

@@ -16,7 +16,8 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-/// Bytes of input per member.
+/// Bytes of input per member of a layer (the layer's `Encoding` carries it to
+/// [`ParallelMembers::new`]), and so the chunk size of an eStargz or zstd:chunked TOC.
 pub(super) const CHUNK: usize = 4 << 20;
 
 /// What each member is.
@@ -73,8 +74,10 @@ pub(super) struct ParallelMembers<W: Write> {
     written: u64,
     /// Where each member begins in the output, by sequence number (eStargz's TOC offsets).
     starts: Vec<u64>,
-    /// Members end only at [`Self::cut`] and [`Self::finish`], not every [`CHUNK`] bytes.
+    /// Members end only at [`Self::cut`] and [`Self::finish`], not every `chunk` bytes.
     whole: bool,
+    /// Bytes of input per member.
+    chunk: usize,
 }
 
 /// The output during [`ParallelMembers::raw`]: counted, so that member offsets stay right.
@@ -106,9 +109,11 @@ fn gzip_member(level: u32, data: &[u8]) -> io::Result<Vec<u8>> {
 }
 
 impl<W: Write> ParallelMembers<W> {
-    /// A compressor writing `codec` members to `out` with `threads` workers (at least 1).
-    pub(super) fn new(out: W, codec: Codec, threads: usize) -> io::Result<Self> {
+    /// A compressor writing `codec` members of `chunk` bytes of input (at least 1) to `out` with
+    /// `threads` workers (at least 1).
+    pub(super) fn new(out: W, codec: Codec, chunk: usize, threads: usize) -> io::Result<Self> {
         let threads = threads.max(1);
+        let chunk = chunk.max(1);
         // Made here, so that a codec that cannot start fails now rather than in a worker.
         let mut compressors = (0..threads).map(|_| Worker::new(codec)).collect::<io::Result<Vec<_>>>()?;
         let (jobs, job_rx) = mpsc::channel::<Job>();
@@ -130,7 +135,7 @@ impl<W: Write> ParallelMembers<W> {
             .collect();
         Ok(Self {
             out,
-            buf: Vec::with_capacity(CHUNK),
+            buf: Vec::with_capacity(chunk),
             next_seq: 0,
             next_write: 0,
             wrote_any: false,
@@ -142,11 +147,12 @@ impl<W: Write> ParallelMembers<W> {
             written: 0,
             starts: Vec::new(),
             whole: false,
+            chunk,
         })
     }
 
     fn submit(&mut self) -> io::Result<()> {
-        let data = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
+        let data = std::mem::replace(&mut self.buf, Vec::with_capacity(self.chunk));
         let jobs = self.jobs.as_ref().ok_or_else(|| io::Error::other("compression workers stopped"))?;
         jobs.send((self.next_seq, data)).map_err(|_| io::Error::other("compression workers stopped"))?;
         self.next_seq += 1;
@@ -231,9 +237,9 @@ impl<W: Write> Write for ParallelMembers<W> {
             self.buf.extend_from_slice(data);
             return Ok(data.len());
         }
-        let n = data.len().min(CHUNK - self.buf.len());
+        let n = data.len().min(self.chunk - self.buf.len());
         self.buf.extend_from_slice(&data[..n]);
-        if self.buf.len() == CHUNK {
+        if self.buf.len() == self.chunk {
             self.submit()?;
         }
         Ok(n)
@@ -254,7 +260,7 @@ mod tests {
     }
 
     fn compress_with(codec: Codec, data: &[u8], threads: usize) -> Vec<u8> {
-        let mut z = ParallelMembers::new(Vec::new(), codec, threads).unwrap();
+        let mut z = ParallelMembers::new(Vec::new(), codec, CHUNK, threads).unwrap();
         for piece in data.chunks(100_003) {
             z.write_all(piece).unwrap();
         }
@@ -279,7 +285,7 @@ mod tests {
         assert_eq!(one, compress_with(Codec::Zstd(3), &data, 3));
         assert_eq!(zstd::stream::decode_all(&one[..]).unwrap(), data);
         // Three frames, each of which decodes alone from where it begins.
-        let mut z = ParallelMembers::new(Vec::new(), Codec::Zstd(3), 2).unwrap();
+        let mut z = ParallelMembers::new(Vec::new(), Codec::Zstd(3), CHUNK, 2).unwrap();
         z.write_all(&data).unwrap();
         z.raw().unwrap();
         let second = usize::try_from(z.start_of(1).unwrap()).unwrap();

@@ -574,7 +574,7 @@ fn an_estargz_layer_has_a_toc_whose_chunks_inflate_from_their_offsets_alone() {
     // Every runtime reads it as a gzip tar: the entries, then the TOC.
     assert!(list.lines().last().unwrap().contains(estargz::TOC_NAME), "{list}");
     // Keyed apart from gzip.
-    assert_ne!(crate::layer::cache_id(Compression::Estargz), crate::layer::cache_id(Compression::Gzip));
+    assert_ne!(Encoding::of(Compression::Estargz), Encoding::of(Compression::Gzip));
 }
 
 #[test]
@@ -582,7 +582,7 @@ fn a_zstd_chunked_layer_has_a_toc_whose_frames_decode_from_their_offsets_alone()
     let list = layer_with_a_toc(Compression::ZstdChunked, "application/vnd.oci.image.layer.v1.tar+zstd");
     // Every runtime reads it as a zstd tar of the entries alone: the TOC is outside the tar.
     assert!(!list.contains(estargz::TOC_NAME), "{list}");
-    assert_ne!(crate::layer::cache_id(Compression::ZstdChunked), crate::layer::cache_id(Compression::Zstd));
+    assert_ne!(Encoding::of(Compression::ZstdChunked), Encoding::of(Compression::Zstd));
     assert_eq!("zstd:chunked".parse::<Compression>().unwrap(), Compression::ZstdChunked);
     assert_eq!(Compression::ZstdChunked.name(), "zstd:chunked");
 }
@@ -632,4 +632,41 @@ fn an_estargz_layer_refuses_an_entry_named_like_its_toc() {
     let mut w = LayerWriter::new(&cache, 0);
     w.add_file(estargz::TOC_NAME, b"{}".to_vec(), 0o644).unwrap();
     assert!(w.finish(Compression::ZstdChunked).is_err());
+}
+
+/// The compression's part of every layer key: each of its fields changes the key, for every
+/// compression, and no two compressions share one.
+#[test]
+fn every_field_of_an_encoding_is_part_of_the_key() {
+    let all = [
+        Compression::Gzip,
+        Compression::Zstd,
+        Compression::None,
+        Compression::Estargz,
+        Compression::ZstdChunked,
+    ];
+    for c in all {
+        let encoding = Encoding::of(c);
+        let changed = stackbuild_cache::assert_every_input_changes_key(
+            "encoding",
+            &encoding,
+            &["media_type", "codec", "toc", "writer_revision"],
+        );
+        assert!(changed.iter().any(|p| p == "writer_revision"), "{c:?}: {changed:?}");
+        assert_eq!(encoding.media_type, c.media_type());
+    }
+    let keys: std::collections::BTreeSet<_> =
+        all.iter().map(|c| stackbuild_cache::LayerKey::of("encoding", &Encoding::of(*c))).collect();
+    assert_eq!(keys.len(), all.len(), "each compression is keyed apart");
+    // The settings the writer uses are the ones keyed.
+    let gzip = serde_json::to_value(Encoding::of(Compression::Gzip)).unwrap();
+    assert_eq!(gzip["codec"]["members"]["chunk"], members::CHUNK);
+    assert_eq!(gzip["codec"]["members"]["member"]["gzip"]["level"], GZIP_LEVEL);
+    assert_eq!(gzip["codec"]["members"]["member"]["gzip"]["carries_wheel_deflate"], true);
+    let chunked = serde_json::to_value(Encoding::of(Compression::ZstdChunked)).unwrap();
+    assert_eq!(chunked["codec"]["members"]["member"]["zstd"]["level"], ZSTD_LEVEL);
+    assert_eq!(chunked["toc"]["zstd-chunked"]["footer"], 40);
+    let estargz = serde_json::to_value(Encoding::of(Compression::Estargz)).unwrap();
+    assert_eq!(estargz["toc"]["estargz"]["footer"], 51);
+    assert_eq!(estargz["toc"]["estargz"]["version"], 1);
 }

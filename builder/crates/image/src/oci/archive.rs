@@ -18,8 +18,9 @@ use super::{
     null_default, split_repo_tag, to_json, Image, Index, OciError, ANNOTATION_CONTAINERD_NAME,
     ANNOTATION_REF_NAME, MEDIA_TYPE_INDEX, OCI_LAYOUT,
 };
-use stackbuild_cache::{sha256_hex, unique_temp_name};
+use stackbuild_cache::sha256_hex;
 use stackbuild_common::io_err;
+use stackbuild_common::unique_temp_name;
 use stackbuild_common::LayerBlob;
 
 /// One entry of `docker save`'s `manifest.json` (Docker's image spec v1.2, "Combined Image JSON +
@@ -224,7 +225,7 @@ pub fn write_archive(file: &Path, image: &Image, repo_tag: &str) -> Result<Strin
         archive.write_to(io::BufWriter::with_capacity(1 << 20, &out), file)?;
         out.sync_all().map_err(user("syncing"))?;
         fs::rename(&tmp, file).map_err(user("writing"))?;
-        stackbuild_cache::sync_dir(dir).map_err(|e| io_err("syncing", dir)(e).into())
+        stackbuild_common::sync_dir(dir).map_err(|e| io_err("syncing", dir)(e).into())
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);

@@ -15,8 +15,9 @@ use crate::oci::{
     self, Descriptor, Index, LayoutImage, Platform, ANNOTATION_REF_NAME, MEDIA_TYPE_DOCKER_LIST,
     MEDIA_TYPE_DOCKER_MANIFEST, MEDIA_TYPE_INDEX, MEDIA_TYPE_MANIFEST,
 };
-use stackbuild_cache::{sha256_hex, unique_temp_name, write_atomic};
+use stackbuild_cache::sha256_hex;
 use stackbuild_common::sha256_bytes;
+use stackbuild_common::{unique_temp_name, write_atomic};
 
 /// Docker's schema 1 manifests (refused: they have no content-addressed config).
 const MEDIA_TYPE_DOCKER_V1: &str = "application/vnd.docker.distribution.manifest.v1+json";
@@ -405,7 +406,7 @@ impl Puller<'_, '_> {
         let tmp = blobs_dir.join(unique_temp_name(".stackbuild-tmp-"));
         let result = self.download(desc, &tmp).and_then(|()| {
             fs::rename(&tmp, &final_path).map_err(io_err("renaming to", &final_path))?;
-            stackbuild_cache::sync_dir(blobs_dir).map_err(|e| io_err("syncing", blobs_dir)(e).into())
+            stackbuild_common::sync_dir(blobs_dir).map_err(|e| io_err("syncing", blobs_dir)(e).into())
         });
         if result.is_err() {
             let _ = fs::remove_file(&tmp);

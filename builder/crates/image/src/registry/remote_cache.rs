@@ -233,7 +233,7 @@ impl RemoteCache {
             let dir = cache.root().join(name);
             fs::create_dir_all(&dir).map_err(super::io_err("creating", &dir))?;
             let to = dir.join(format!("{}.json", key.as_hex()));
-            stackbuild_cache::write_atomic(&to, &bytes).map_err(super::io_err("writing", &to))?;
+            stackbuild_common::write_atomic(&to, &bytes).map_err(super::io_err("writing", &to))?;
         }
         let blob = LayerBlob {
             digest: layer.digest,

@@ -3,10 +3,11 @@
 //! those bytes depend on, so that a later build staging the same entry (the same wheel in another
 //! layer, another recipe, a lock with another pin elsewhere) restores it instead of compiling.
 //!
-//! The key ([`Unit::key`]) is a sha256 over the compiler's identity (a digest of the interpreter
-//! binary and its standard library, all the process that compiles is made of, since it runs
-//! with `-S`; the driver and sandbox text, which fix the optimization level, the invalidation
-//! mode and the environment such as `PYTHONHASHSEED`; the epoch), not the base's `diff_id`: a
+//! The key ([`Unit::key`]) is the [`stackbuild_cache::LayerKey`] of one struct (`UnitKey`): the
+//! compiler's identity (a digest of the interpreter binary and its standard library, all the
+//! process that compiles is made of, since it runs with `-S`; digests of the driver and sandbox
+//! text, which fix the optimization level and the invalidation mode; the environment such as
+//! `PYTHONHASHSEED`; the epoch: `super::Compiler`), not the base's `diff_id`: a
 //! base with other Debian packages reuses the units. Then the directory's name in the image (the
 //! `dfile` recorded in every `.pyc`), the
 //! entry's name and, in the order the driver compiles them, each source it will compile: its
@@ -46,7 +47,8 @@ pub(super) struct Unit {
     pub name: String,
     /// Paths relative to the site directory of the sources that will be compiled, in order.
     pub sources: Vec<String>,
-    /// Hex sha256 of everything the unit's bytecode depends on.
+    /// Hex of the [`stackbuild_cache::LayerKey`] of everything the unit's bytecode depends on
+    /// (`UnitKey`).
     pub key: String,
 }
 
@@ -82,20 +84,63 @@ struct RecordFile {
     sha256: String,
 }
 
-/// What a unit's key starts with: the compiler and how it is run, and the site directory.
-pub(super) fn context(compiler: &str, in_image: &str) -> String {
-    let mut h = Sha256::new();
-    for part in [compiler, in_image] {
-        h.update((part.len() as u64).to_le_bytes());
-        h.update(part.as_bytes());
-    }
-    format!("bytecode-unit/v1:{}", hex::encode(h.finalize()))
+/// What every unit of one site directory shares in its key: the compiler and how it runs, and
+/// the directory.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(super) struct Context<'a> {
+    /// The compiling interpreter, how it runs and the epoch.
+    pub compiler: super::Compiler<'a>,
+    /// The site directory's name in the image (`/usr/local/lib/python3.11/dist-packages`): the
+    /// `dfile` every `.pyc` records.
+    pub site: String,
 }
 
-fn feed(h: &mut Sha256, tag: u8, bytes: &[u8]) {
-    h.update([tag]);
-    h.update((bytes.len() as u64).to_le_bytes());
-    h.update(bytes);
+/// A unit's key ([`Unit::key`]): everything the bytecode it compiles to depends on.
+#[derive(Debug, serde::Serialize)]
+struct UnitKey<'a> {
+    /// The compiler and the site directory.
+    context: &'a Context<'a>,
+    /// The top-level entry (`six.py`, `idna`): what one interpreter process compiles.
+    entry: &'a str,
+    /// Each source the driver will compile, in its order (what one compilation marshals can
+    /// depend on what the same process compiled before).
+    sources: Vec<Source>,
+}
+
+/// A source of a unit, as its key has it.
+#[derive(Debug, serde::Serialize)]
+struct Source {
+    /// Relative to the site directory: the `.pyc`'s name and its recorded `dfile`.
+    path: String,
+    /// Permission bits: the `.pyc`'s mode follows the source's.
+    mode: u32,
+    /// The hex sha256 of the source text.
+    sha256: String,
+    /// What is at its `.pyc` path before: the driver writes over it, or leaves it when the
+    /// source does not compile.
+    before: Before,
+}
+
+/// What is at a source's `.pyc` path before the driver runs (a wheel may ship one).
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Before {
+    /// Nothing.
+    Nothing,
+    /// A regular file.
+    File {
+        /// Its permission bits.
+        mode: u32,
+        /// The hex sha256 of its content.
+        sha256: String,
+    },
+    /// A symlink.
+    Link {
+        /// Its target's bytes.
+        target: Vec<u8>,
+    },
+    /// Anything else (a directory, a FIFO).
+    Other,
 }
 
 fn file_sha256(path: &Path) -> std::io::Result<[u8; 32]> {
@@ -131,7 +176,25 @@ fn cache_dir_blocked(dir: &Path) -> bool {
 
 /// The unit of the top-level entry `name` of `site`, walked as the driver walks it; `None` when
 /// the driver would compile nothing there (a `.dist-info`, a data directory), so no process runs.
-pub(super) fn unit(context: &str, site: &Path, name: &str, tag: &str) -> std::io::Result<Option<Unit>> {
+pub(super) fn unit(
+    context: &Context<'_>,
+    site: &Path,
+    name: &str,
+    tag: &str,
+) -> std::io::Result<Option<Unit>> {
+    let Some(inputs) = unit_key(context, site, name, tag)? else { return Ok(None) };
+    let key = stackbuild_cache::LayerKey::of("bytecode-unit", &inputs);
+    let sources = inputs.sources.into_iter().map(|s| s.path).collect();
+    Ok(Some(Unit { name: name.to_owned(), sources, key: key.as_hex().to_owned() }))
+}
+
+/// The key of [`unit`]'s unit, before it is hashed.
+fn unit_key<'a>(
+    context: &'a Context<'a>,
+    site: &Path,
+    name: &'a str,
+    tag: &str,
+) -> std::io::Result<Option<UnitKey<'a>>> {
     let start = site.join(name);
     let Ok(meta) = std::fs::symlink_metadata(&start) else { return Ok(None) };
     let mut sources = Vec::new();
@@ -178,32 +241,29 @@ pub(super) fn unit(context: &str, site: &Path, name: &str, tag: &str) -> std::io
     if sources.is_empty() {
         return Ok(None);
     }
-    let mut h = Sha256::new();
-    feed(&mut h, 0, context.as_bytes());
-    feed(&mut h, 1, name.as_bytes());
-    for source in &sources {
-        let path = site.join(source);
+    let mut keyed = Vec::with_capacity(sources.len());
+    for source in sources {
+        let path = site.join(&source);
         let m = std::fs::symlink_metadata(&path)?;
-        feed(&mut h, 2, source.as_bytes());
-        feed(&mut h, 3, &(m.mode() & 0o7777).to_le_bytes());
-        feed(&mut h, 4, &file_sha256(&path)?);
-        // What is at the `.pyc` path before: the driver writes over it, or leaves it when the
-        // source does not compile.
-        let pyc = site.join(pyc_of(source, tag));
-        match std::fs::symlink_metadata(&pyc) {
-            Err(_) => feed(&mut h, 5, b"none"),
+        let pyc = site.join(pyc_of(&source, tag));
+        let before = match std::fs::symlink_metadata(&pyc) {
+            Err(_) => Before::Nothing,
             Ok(m) if m.is_file() => {
-                feed(&mut h, 5, &(m.mode() & 0o7777).to_le_bytes());
-                feed(&mut h, 6, &file_sha256(&pyc)?);
+                Before::File { mode: m.mode() & 0o7777, sha256: hex::encode(file_sha256(&pyc)?) }
             }
             Ok(m) if m.file_type().is_symlink() => {
-                feed(&mut h, 5, b"link");
-                feed(&mut h, 6, std::fs::read_link(&pyc)?.as_os_str().as_encoded_bytes());
+                Before::Link { target: std::fs::read_link(&pyc)?.into_os_string().into_encoded_bytes() }
             }
-            Ok(_) => feed(&mut h, 5, b"other"),
-        }
+            Ok(_) => Before::Other,
+        };
+        keyed.push(Source {
+            mode: m.mode() & 0o7777,
+            sha256: hex::encode(file_sha256(&path)?),
+            before,
+            path: source,
+        });
     }
-    Ok(Some(Unit { name: name.to_owned(), sources, key: hex::encode(h.finalize()) }))
+    Ok(Some(UnitKey { context, entry: name, sources: keyed }))
 }
 
 /// The `.pyc` the driver wrote for `unit` (regular files at its sources' `.pyc` paths).
@@ -234,7 +294,7 @@ pub(super) fn restore(site: &Path, pycs: &[Pyc]) -> std::io::Result<()> {
             Err(e) => return Err(e),
         }
         // As the driver's atomic replace does: a link or file there is replaced, not followed.
-        let tmp = dir.join(stackbuild_cache::unique_temp_name(".stackbuild-pyc-"));
+        let tmp = dir.join(stackbuild_common::unique_temp_name(".stackbuild-pyc-"));
         let result = (|| {
             let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
             f.write_all(&pyc.bytes)?;
@@ -327,7 +387,7 @@ pub(super) fn save(cache: &Cache, unit: &Unit, pycs: &[Pyc]) -> Result<(), Strin
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
-    stackbuild_cache::write_atomic(&path, &json).map_err(|e| format!("writing {}: {e}", path.display()))
+    stackbuild_common::write_atomic(&path, &json).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -335,6 +395,59 @@ mod tests {
     use super::*;
 
     const TAG: &str = "cpython-311";
+
+    /// A context whose interpreter digest is `interpreter`.
+    fn ctx(interpreter: &str) -> Context<'_> {
+        Context {
+            compiler: super::super::Compiler {
+                interpreter,
+                run: super::super::Invocation::current(),
+                epoch: 0,
+            },
+            site: "/usr/local/lib/python3.11/dist-packages".into(),
+        }
+    }
+
+    #[test]
+    fn every_input_of_a_unit_is_part_of_its_key() {
+        let tmp = site();
+        let s = tmp.path();
+        // A `.pyc` a wheel ships, a link where another goes, nothing at the third: every kind.
+        std::fs::create_dir_all(s.join("pkg/__pycache__")).unwrap();
+        std::fs::write(s.join("pkg/__pycache__/__init__.cpython-311.pyc"), b"shipped").unwrap();
+        std::fs::create_dir_all(s.join("pkg/sub/__pycache__")).unwrap();
+        std::os::unix::fs::symlink("elsewhere", s.join("pkg/sub/__pycache__/a.cpython-311.pyc")).unwrap();
+        let digest = format!("python3.11:{}", "ab".repeat(32));
+        let context = ctx(&digest);
+        let inputs = unit_key(&context, s, "pkg", TAG).unwrap().unwrap();
+        let changed = stackbuild_cache::assert_every_input_changes_key(
+            "bytecode-unit",
+            &inputs,
+            &["context", "entry", "sources"],
+        );
+        for path in [
+            "context.compiler.interpreter",
+            "context.compiler.run.driver",
+            "context.compiler.run.sandbox",
+            "context.compiler.run.stage_mount",
+            "context.compiler.run.unshare[0]",
+            "context.compiler.run.env[2][1]",
+            "context.compiler.epoch",
+            "context.site",
+            "entry",
+            "sources[0].path",
+            "sources[0].mode",
+            "sources[0].sha256",
+            "sources[0].before.file.mode",
+            "sources[0].before.file.sha256",
+            "sources[1].before.link.target",
+            "sources[2].before",
+        ] {
+            assert!(changed.iter().any(|p| p == path), "{path} not checked: {changed:?}");
+        }
+        let u = unit(&context, s, "pkg", TAG).unwrap().unwrap();
+        assert_eq!(u.key, stackbuild_cache::LayerKey::of("bytecode-unit", &inputs).as_hex());
+    }
 
     fn site() -> tempfile::TempDir {
         let tmp = tempfile::tempdir().unwrap();
@@ -354,32 +467,32 @@ mod tests {
     fn units_follow_the_driver_walk_and_key_by_content() {
         let tmp = site();
         let s = tmp.path();
-        let u = unit("ctx", s, "pkg", TAG).unwrap().unwrap();
+        let u = unit(&ctx("ctx"), s, "pkg", TAG).unwrap().unwrap();
         assert_eq!(u.sources, ["pkg/__init__.py", "pkg/sub/a.py", "pkg/sub/b.py"]);
-        assert!(unit("ctx", s, "pkg-1.0.dist-info", TAG).unwrap().is_none(), "nothing to compile");
-        assert!(unit("ctx", s, "__pycache__", TAG).unwrap().is_none());
-        let m = unit("ctx", s, "mod.py", TAG).unwrap().unwrap();
+        assert!(unit(&ctx("ctx"), s, "pkg-1.0.dist-info", TAG).unwrap().is_none(), "nothing to compile");
+        assert!(unit(&ctx("ctx"), s, "__pycache__", TAG).unwrap().is_none());
+        let m = unit(&ctx("ctx"), s, "mod.py", TAG).unwrap().unwrap();
         assert_eq!(m.sources, ["mod.py"]);
         assert_eq!(pyc_of("mod.py", TAG), "__pycache__/mod.cpython-311.pyc");
         assert_eq!(pyc_of("pkg/sub/a.py", TAG), "pkg/sub/__pycache__/a.cpython-311.pyc");
         // The same tree, the same key; another context, content or data file...
-        assert_eq!(unit("ctx", s, "pkg", TAG).unwrap().unwrap().key, u.key);
-        assert_ne!(unit("other", s, "pkg", TAG).unwrap().unwrap().key, u.key);
+        assert_eq!(unit(&ctx("ctx"), s, "pkg", TAG).unwrap().unwrap().key, u.key);
+        assert_ne!(unit(&ctx("other"), s, "pkg", TAG).unwrap().unwrap().key, u.key);
         std::fs::write(s.join("pkg/data.txt"), b"changed\n").unwrap();
-        assert_eq!(unit("ctx", s, "pkg", TAG).unwrap().unwrap().key, u.key, "data files do not count");
+        assert_eq!(unit(&ctx("ctx"), s, "pkg", TAG).unwrap().unwrap().key, u.key, "data files do not count");
         std::fs::write(s.join("pkg/sub/a.py"), b"z = 4\n").unwrap();
-        assert_ne!(unit("ctx", s, "pkg", TAG).unwrap().unwrap().key, u.key);
+        assert_ne!(unit(&ctx("ctx"), s, "pkg", TAG).unwrap().unwrap().key, u.key);
         std::fs::set_permissions(s.join("pkg/sub/a.py"), std::fs::Permissions::from_mode(0o600)).unwrap();
-        let before = unit("ctx", s, "pkg", TAG).unwrap().unwrap().key;
+        let before = unit(&ctx("ctx"), s, "pkg", TAG).unwrap().unwrap().key;
         std::fs::set_permissions(s.join("pkg/sub/a.py"), std::fs::Permissions::from_mode(0o644)).unwrap();
         assert_ne!(
-            unit("ctx", s, "pkg", TAG).unwrap().unwrap().key,
+            unit(&ctx("ctx"), s, "pkg", TAG).unwrap().unwrap().key,
             before,
             "the .pyc mode follows the source's"
         );
         // A blocked `__pycache__` leaves the directory's sources out, as the driver does.
         std::fs::write(s.join("pkg/sub/__pycache__"), b"").unwrap();
-        assert_eq!(unit("ctx", s, "pkg", TAG).unwrap().unwrap().sources, ["pkg/__init__.py"]);
+        assert_eq!(unit(&ctx("ctx"), s, "pkg", TAG).unwrap().unwrap().sources, ["pkg/__init__.py"]);
     }
 
     fn pycs() -> Vec<Pyc> {
@@ -403,7 +516,7 @@ mod tests {
     fn saved_units_come_back_verified_and_damage_is_a_miss() {
         let tmp = site();
         let cache = Cache::open(tmp.path().join("cache")).unwrap();
-        let u = unit("ctx", tmp.path(), "pkg", TAG).unwrap().unwrap();
+        let u = unit(&ctx("ctx"), tmp.path(), "pkg", TAG).unwrap().unwrap();
         assert_eq!(load(&cache, &u), Ok(None));
         save(&cache, &u, &pycs()).unwrap();
         assert_eq!(load(&cache, &u), Ok(Some(pycs())));

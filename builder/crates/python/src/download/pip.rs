@@ -98,7 +98,7 @@ impl Settings {
                     if let Ok(json) = serde_json::to_vec(&record) {
                         // Not recorded is only slower next time.
                         let _ = path.parent().map(std::fs::create_dir_all);
-                        let _ = stackbuild_cache::write_atomic(path, &json);
+                        let _ = stackbuild_common::write_atomic(path, &json);
                     }
                 }
                 settings

@@ -102,13 +102,13 @@ fn build_layer(cache: &Cache, key: &LayerKey, content: &[u8]) -> LayerBlob {
 }
 
 fn key(name: &str) -> LayerKey {
-    LayerKey::builder("test/v1").str(name).finish()
+    LayerKey::of("test", name)
 }
 
 #[test]
 fn tags_are_valid_and_hide_the_key() {
     let secret = "https://user:hunter2@git.example/repo";
-    let k = LayerKey::builder("sources/v1").str(secret).finish();
+    let k = LayerKey::of("sources", secret);
     let tag = cache_tag(&k);
     assert_eq!(tag, cache_tag(&k.clone()), "stable");
     assert_ne!(tag, cache_tag(&key("other")));
