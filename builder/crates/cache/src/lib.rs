@@ -1,5 +1,7 @@
 //! The content-addressed cache of stackbuild: artifacts, layer blobs and their keys.
 //!
+//! It depends only on `stackbuild-common`; the stages that fill it (python, image) are above it.
+//!
 //! - `cache`: the content-addressed cache of artifacts and layer blobs, and [`LayerKey`], the
 //!   key of a cached thing: the sha256 of one struct of its inputs.
 //! - `key_test` (tests and the `key-test` feature): the check that each input of a key struct

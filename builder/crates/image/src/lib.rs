@@ -1,5 +1,8 @@
 //! The image stage of stackbuild: layers and their compressions, OCI layouts, registries, loading.
 //!
+//! It must not depend on `stackbuild-python` or `stackbuild-recipe`: a layer is files and settings,
+//! not packages.
+//!
 //! - `layer`: deterministic layer tars and their compression.
 //! - `oci`: OCI image layouts and `docker load` archives.
 //! - `load`: `--load`, streaming an image archive into the local Docker daemon.

@@ -1,5 +1,8 @@
 //! The Python stage of stackbuild: resolve, lock, fetch and install wheels, compile bytecode.
 //!
+//! It must not depend on `stackbuild-image` (the build hands the staged tree to the layer writer)
+//! nor on `check`, `audit`, `k8s` or `init`.
+//!
 //! - `solve`: resolution of Python packages for the target interpreter and platform.
 //! - `lock`: the lock file that pins every artifact by sha256.
 //! - `given_lock`: a lock the user brings (`uv.lock`, `pylock.toml`), installed as it is.
