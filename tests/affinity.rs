@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use stackbuild_k8s::AffinityOptions as Options;
 use stackbuild_image::{Image, ImageConfig, RuntimeConfig};
+use stackbuild_k8s::AffinityOptions as Options;
 use stackhook::contract::image::DeviceSelection;
 use stackhook::contract::require::RequirementSet;
 use stackhook::diagnose::{self, Request, Severity, Verdict};
@@ -155,7 +155,8 @@ fn image_affinity_agrees_with_the_hook() {
 
         // With host readiness required (the default), the verdict is the hook's whole one.
         if node.real_device_nodes {
-            let full = stackbuild_k8s::affinity_for_image(&layout, &[], &Options::default()).unwrap().to_json();
+            let full =
+                stackbuild_k8s::affinity_for_image(&layout, &[], &Options::default()).unwrap().to_json();
             assert_eq!(selects(&full, &node.labels), selected, "{}", preset.name());
             assert_eq!(hook_allows(&node, &set), selected, "{}", preset.name());
         }

@@ -53,7 +53,11 @@ fn code_lines(text: &str) -> Vec<(usize, String)> {
     let lines: Vec<&str> = text.lines().collect();
     for (i, line) in lines.iter().enumerate() {
         let t = line.trim_start();
-        if t.starts_with("#[cfg(test)]") && lines.get(i + 1).is_some_and(|n| n.trim_start().starts_with("mod ") && n.trim_end().ends_with('{')) {
+        if t.starts_with("#[cfg(test)]")
+            && lines
+                .get(i + 1)
+                .is_some_and(|n| n.trim_start().starts_with("mod ") && n.trim_end().ends_with('{'))
+        {
             break;
         }
         if t.starts_with("//") {
@@ -74,7 +78,9 @@ fn paths_in(line: &str, here: &[String]) -> Vec<Vec<String>> {
     while i < bytes.len() {
         if ident(bytes[i]) && (i == 0 || !(ident(bytes[i - 1]) || bytes[i - 1] == b':')) {
             let start = i;
-            while i < bytes.len() && (ident(bytes[i]) || (bytes[i] == b':' && bytes.get(i + 1) == Some(&b':'))) {
+            while i < bytes.len()
+                && (ident(bytes[i]) || (bytes[i] == b':' && bytes.get(i + 1) == Some(&b':')))
+            {
                 i += if bytes[i] == b':' { 2 } else { 1 };
             }
             let path: Vec<&str> = line[start..i].split("::").filter(|s| !s.is_empty()).collect();
@@ -111,7 +117,7 @@ fn paths_in(line: &str, here: &[String]) -> Vec<Vec<String>> {
 struct Crate {
     name: String,
     modules: BTreeSet<Vec<String>>,
-    /// (from module, to module path as written, file:line)
+    /// (from module, to module path as written, `file:line`)
     refs: Vec<(Vec<String>, Vec<String>, String)>,
 }
 
@@ -144,15 +150,47 @@ fn sibling_edges(c: &Crate) -> Edges {
     let mut edges = Edges::new();
     for (from, path, at) in &c.refs {
         // The longest prefix of the path that is a module of the crate (a file of its own).
-        let to = (0..=path.len()).rev().map(|k| path[..k].to_vec()).find(|p| c.modules.contains(p)).unwrap_or_default();
+        let to = (0..=path.len())
+            .rev()
+            .map(|k| path[..k].to_vec())
+            .find(|p| c.modules.contains(p))
+            .unwrap_or_default();
         let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
         if common == from.len() || common == to.len() {
             continue; // one is the ancestor of the other
         }
         let parent = from[..common].to_vec();
-        edges.entry(parent).or_default().entry((from[common].clone(), to[common].clone())).or_insert_with(|| at.clone());
+        edges
+            .entry(parent)
+            .or_default()
+            .entry((from[common].clone(), to[common].clone()))
+            .or_insert_with(|| at.clone());
     }
     edges
+}
+
+/// Depth-first search from `v`, recording each back edge's cycle.
+fn visit<'a>(
+    v: &'a str,
+    next: &BTreeMap<&'a str, Vec<&'a str>>,
+    state: &mut BTreeMap<&'a str, u8>,
+    stack: &mut Vec<&'a str>,
+    found: &mut Vec<Vec<String>>,
+) {
+    state.insert(v, 1);
+    stack.push(v);
+    for w in next.get(v).into_iter().flatten() {
+        match state.get(w) {
+            Some(1) => {
+                let i = stack.iter().position(|s| s == w).unwrap();
+                found.push(stack[i..].iter().chain(std::iter::once(w)).map(|s| (*s).to_owned()).collect());
+            }
+            Some(_) => {}
+            None => visit(w, next, state, stack, found),
+        }
+    }
+    stack.pop();
+    state.insert(v, 2);
 }
 
 /// Every cycle among one parent's children, as the list of modules it goes through.
@@ -163,28 +201,6 @@ fn cycles(edges: &BTreeMap<(String, String), String>) -> Vec<Vec<String>> {
     }
     let mut found = Vec::new();
     let mut state: BTreeMap<&str, u8> = BTreeMap::new();
-    fn visit<'a>(
-        v: &'a str,
-        next: &BTreeMap<&'a str, Vec<&'a str>>,
-        state: &mut BTreeMap<&'a str, u8>,
-        stack: &mut Vec<&'a str>,
-        found: &mut Vec<Vec<String>>,
-    ) {
-        state.insert(v, 1);
-        stack.push(v);
-        for w in next.get(v).into_iter().flatten() {
-            match state.get(w) {
-                Some(1) => {
-                    let i = stack.iter().position(|s| s == w).unwrap();
-                    found.push(stack[i..].iter().chain(std::iter::once(w)).map(|s| (*s).to_owned()).collect());
-                }
-                Some(_) => {}
-                None => visit(w, next, state, stack, found),
-            }
-        }
-        stack.pop();
-        state.insert(v, 2);
-    }
     let starts: Vec<&str> = next.keys().copied().collect();
     for v in starts {
         if !state.contains_key(v) {
@@ -221,10 +237,17 @@ fn no_module_cycle_in_any_crate() {
         checked += 1;
         for (parent, edges) in sibling_edges(&c) {
             for cycle in cycles(&edges) {
-                let at: Vec<String> =
-                    cycle.windows(2).map(|w| format!("{} -> {} ({})", w[0], w[1], edges[&(w[0].clone(), w[1].clone())])).collect();
+                let at: Vec<String> = cycle
+                    .windows(2)
+                    .map(|w| format!("{} -> {} ({})", w[0], w[1], edges[&(w[0].clone(), w[1].clone())]))
+                    .collect();
                 let under = if parent.is_empty() { "the crate root".to_owned() } else { parent.join("::") };
-                report.push(format!("{} under {under}: {}\n    {}", c.name, cycle.join(" -> "), at.join("\n    ")));
+                report.push(format!(
+                    "{} under {under}: {}\n    {}",
+                    c.name,
+                    cycle.join(" -> "),
+                    at.join("\n    ")
+                ));
             }
         }
     }
@@ -242,7 +265,8 @@ fn the_cycle_reader_finds_cycles() {
     std::fs::write(src.join("a.rs"), "mod x;\nmod y;\nuse crate::b::B; // crate::c in a comment\n").unwrap();
     std::fs::write(src.join("b.rs"), "pub(crate) fn f() { crate::a::x::g(); }\n").unwrap();
     std::fs::write(src.join("a/x.rs"), "use super::y::Y;\nuse super::super::b;\n").unwrap();
-    std::fs::write(src.join("a/y.rs"), "use super::x::X;\n#[cfg(test)]\nmod tests {\n    use crate::b;\n}\n").unwrap();
+    std::fs::write(src.join("a/y.rs"), "use super::x::X;\n#[cfg(test)]\nmod tests {\n    use crate::b;\n}\n")
+        .unwrap();
     let c = read_crate("fixture", src);
     let edges = sibling_edges(&c);
     assert_eq!(cycles(&edges[&Vec::new()]), [vec!["a", "b", "a"]]);
@@ -260,7 +284,11 @@ fn architecture_page_shows_the_crate_graph() {
     let mut rows: Vec<(String, String, Vec<String>)> = packages
         .iter()
         .map(|p| {
-            let dir = Path::new(p["manifest_path"].as_str().unwrap()).parent().unwrap().strip_prefix(workspace()).unwrap();
+            let dir = Path::new(p["manifest_path"].as_str().unwrap())
+                .parent()
+                .unwrap()
+                .strip_prefix(workspace())
+                .unwrap();
             let deps: BTreeSet<String> = p["dependencies"]
                 .as_array()
                 .unwrap()
@@ -268,7 +296,11 @@ fn architecture_page_shows_the_crate_graph() {
                 .filter(|d| d["kind"].is_null() && names.contains(d["name"].as_str().unwrap()))
                 .map(|d| d["name"].as_str().unwrap().to_owned())
                 .collect();
-            (format!("{}/", dir.display()), p["name"].as_str().unwrap().to_owned(), deps.into_iter().collect())
+            (
+                format!("{}/", dir.display()),
+                p["name"].as_str().unwrap().to_owned(),
+                deps.into_iter().collect(),
+            )
         })
         .collect();
     rows.sort();

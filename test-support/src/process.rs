@@ -57,6 +57,18 @@ pub fn kill_group(child: &mut Child) -> bool {
     false
 }
 
+/// Run `f` on a thread of its own and return what it returns, failing the test when it has not
+/// returned within `secs` seconds: for code that must not block (a FIFO or a device opened as a
+/// file must be refused, not read forever).
+pub fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("still blocked after {secs} s (or panicked)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,15 +98,4 @@ mod tests {
             Command::new("sh").args(["-c", "sleep 60 & sleep 60; wait"]).process_group(0).spawn().unwrap();
         assert!(kill_group(&mut child));
     }
-}
-
-/// Run `f` on a thread of its own and return what it returns, failing the test when it has not
-/// returned within `secs` seconds: for code that must not block (a FIFO or a device opened as a
-/// file must be refused, not read forever).
-pub fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(Duration::from_secs(secs)).unwrap_or_else(|_| panic!("still blocked after {secs} s (or panicked)"))
 }

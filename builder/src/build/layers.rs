@@ -784,26 +784,7 @@ mod tests {
     fn bytecode_key() -> BytecodeKey {
         let dir = tempfile::tempdir().unwrap();
         let cache = stackbuild_cache::Cache::open(dir.path()).unwrap();
-        let base = LayerBlob {
-            digest: format!("sha256:{}", "1".repeat(64)),
-            diff_id: format!("sha256:{}", "2".repeat(64)),
-            size: 1,
-            media_type: Compression::Gzip.media_type().into(),
-            annotations: BTreeMap::new(),
-            path: dir.path().join("base"),
-        };
-        let facts = stackbuild_common::BaseFacts { python: Some("3.11".into()), packages: Vec::new() };
-        let section = stackbuild_recipe::PythonSection {
-            version: "3.11".parse().unwrap(),
-            packages: Vec::new(),
-            constraints: Vec::new(),
-            index: None,
-            extra_index: Vec::new(),
-            find_links: Vec::new(),
-            wheels: Vec::new(),
-            bytecode: true,
-            lock: None,
-        };
+        let (base, facts, section) = stackbuild_python::stand_in(dir.path());
         stackbuild_python::Plan::new(Some(&section), &facts, Some(&base), &cache).key().unwrap()
     }
 

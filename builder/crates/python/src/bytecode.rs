@@ -771,6 +771,34 @@ fn unpack(blob: &Path, compression: Compression, dir: &Path, version: &str) -> R
     Ok(())
 }
 
+/// A stand-in base (a layer record with made-up digests under `dir`, Python 3.11) and a
+/// `[python]` section that compiles bytecode: what a bytecode plan's key is made from, for the
+/// key tests of this crate and of the build.
+#[cfg(any(test, feature = "key-test"))]
+pub fn stand_in(dir: &Path) -> (LayerBlob, stackbuild_common::BaseFacts, stackbuild_recipe::PythonSection) {
+    let base = LayerBlob {
+        digest: format!("sha256:{}", "1".repeat(64)),
+        diff_id: format!("sha256:{}", "2".repeat(64)),
+        size: 1,
+        media_type: Compression::Gzip.media_type().into(),
+        annotations: std::collections::BTreeMap::new(),
+        path: dir.join("base"),
+    };
+    let facts = stackbuild_common::BaseFacts { python: Some("3.11".into()), packages: Vec::new() };
+    let section = stackbuild_recipe::PythonSection {
+        version: "3.11".parse().unwrap(),
+        packages: Vec::new(),
+        constraints: Vec::new(),
+        index: None,
+        extra_index: Vec::new(),
+        find_links: Vec::new(),
+        wheels: Vec::new(),
+        bytecode: true,
+        lock: None,
+    };
+    (base, facts, section)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -779,26 +807,7 @@ mod tests {
     fn every_input_of_the_bytecode_plan_is_part_of_the_layer_key() {
         let dir = tempfile::tempdir().unwrap();
         let cache = Cache::open(dir.path()).unwrap();
-        let base = LayerBlob {
-            digest: format!("sha256:{}", "1".repeat(64)),
-            diff_id: format!("sha256:{}", "2".repeat(64)),
-            size: 1,
-            media_type: Compression::Gzip.media_type().into(),
-            annotations: std::collections::BTreeMap::new(),
-            path: dir.path().join("base"),
-        };
-        let facts = stackbuild_common::BaseFacts { python: Some("3.11".into()), packages: Vec::new() };
-        let section = stackbuild_recipe::PythonSection {
-            version: "3.11".parse().unwrap(),
-            packages: Vec::new(),
-            constraints: Vec::new(),
-            index: None,
-            extra_index: Vec::new(),
-            find_links: Vec::new(),
-            wheels: Vec::new(),
-            bytecode: true,
-            lock: None,
-        };
+        let (base, facts, section) = stand_in(dir.path());
         let plan = Plan::new(Some(&section), &facts, Some(&base), &cache);
         let key = plan.key().expect("the plan compiles");
         let changed =

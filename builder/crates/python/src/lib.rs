@@ -29,6 +29,8 @@ mod solve;
 mod wheel;
 
 pub use artifact::{Artifact, FetchError};
+#[cfg(any(test, feature = "key-test"))]
+pub use bytecode::stand_in;
 pub use bytecode::{Added, BytecodeError, BytecodeKey, Plan};
 pub use download::Config;
 pub use fetch::{fetch_wheels, import_local_wheels};

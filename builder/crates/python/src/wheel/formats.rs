@@ -1,5 +1,5 @@
-//! The text formats inside a wheel: the RFC 822 headers of METADATA and WHEEL, RECORD's CSV
-//! (PEP 376, PEP 427) with its urlsafe-base64 digests, and entry_points.txt's console scripts.
+//! The text formats inside a wheel: the RFC 822 headers of `METADATA` and `WHEEL`, `RECORD`'s CSV
+//! (PEP 376, PEP 427) with its urlsafe-base64 digests, and `entry_points.txt`'s console scripts.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
