@@ -20,7 +20,7 @@ use stackhook::labels;
 /// Writes an OCI layout (tag `test`) and an archive of an image with no layers and `env`.
 fn write_image(dir: &Path, env: &[&str]) -> (String, String) {
     let config = ImageConfig {
-        created: Some(stackbuild_image::rfc3339(0)),
+        created: Some(stackhook::contract::time::rfc3339(0)),
         architecture: "amd64".into(),
         os: "linux".into(),
         config: RuntimeConfig {

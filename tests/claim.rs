@@ -561,7 +561,7 @@ fn validate_slices(dir: &Path, devices: &[serde_json::Value]) {
 /// Writes an OCI layout of an image whose config carries `env`.
 fn write_image(dir: &Path, env: &[String]) -> String {
     let config = ImageConfig {
-        created: Some(stackbuild_image::rfc3339(0)),
+        created: Some(stackhook::contract::time::rfc3339(0)),
         architecture: "amd64".into(),
         os: "linux".into(),
         config: RuntimeConfig { env: env.to_vec(), ..RuntimeConfig::default() },

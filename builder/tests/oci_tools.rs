@@ -33,7 +33,7 @@ fn build_image(cache: &Cache, compression: Compression) -> Image {
     writer.add_directory("/tmp", 0o1777).unwrap();
     let layer = writer.finish(compression).unwrap();
     let config = ImageConfig {
-        created: Some(stackbuild_image::rfc3339(0)),
+        created: Some(stackcontract::time::rfc3339(0)),
         architecture: go_arch().into(),
         os: "linux".into(),
         config: RuntimeConfig {

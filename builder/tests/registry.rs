@@ -41,7 +41,7 @@ fn busybox_layout(cache: &Cache, dir: &Path, tag: &str, extra: usize) -> String 
     writer.add_dir(stage.path(), "/").unwrap();
     let layer = writer.finish(Compression::Gzip).unwrap();
     let config = ImageConfig {
-        created: Some(stackbuild_image::rfc3339(0)),
+        created: Some(stackcontract::time::rfc3339(0)),
         architecture: go_arch().into(),
         os: "linux".into(),
         config: RuntimeConfig {

@@ -89,7 +89,7 @@ pub(super) fn image(
     config: RuntimeConfig,
     layers: Vec<(LayerReport, LayerBlob, String)>,
 ) -> Result<(Image, Vec<LayerReport>), BuildError> {
-    let created = stackbuild_image::rfc3339(epoch);
+    let created = stackcontract::time::rfc3339(epoch);
     let history = layers
         .iter()
         .map(|(_, _, by)| History {

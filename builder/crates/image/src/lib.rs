@@ -29,7 +29,7 @@ pub use layer::{
 };
 pub use load::{export_image, image_id, LoadError, Loader, SpooledTar, TarSpool};
 pub use oci::{
-    read_layout, read_layout_for, rfc3339, verify_layout_blob, write_archive, write_layout, Descriptor,
+    read_layout, read_layout_for, verify_layout_blob, write_archive, write_layout, Descriptor,
     DockerSaveEntry, History, Image, ImageConfig, Index, Manifest, OciError, Platform, RootFs, RuntimeConfig,
     ANNOTATION_CONTAINERD_NAME, ANNOTATION_REF_NAME, MEDIA_TYPE_MANIFEST,
 };

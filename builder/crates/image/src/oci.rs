@@ -119,7 +119,6 @@ pub enum OciError {
 pub use archive::write_archive;
 pub use archive::DockerSaveEntry;
 pub(crate) use archive::{Archive, LayerFile};
-pub use stackcontract::time::rfc3339;
 
 /// `null` (as Docker writes for empty fields) reads as the default value.
 fn null_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>

@@ -294,7 +294,7 @@ fn spdx(input: &SbomInput<'_>, items: &[Item<'_>], seed: &str) -> Value {
         // SPDX 2.3 section 6.5: a unique URI per document; the spec's own examples use this form.
         "documentNamespace": format!("https://spdx.org/spdxdocs/{name}-{}", uuid(seed)),
         "creationInfo": {
-            "created": crate::oci::rfc3339(input.epoch),
+            "created": stackcontract::time::rfc3339(input.epoch),
             "creators": [format!("Tool: stackbuild-{}", env!("CARGO_PKG_VERSION"))],
         },
         "documentDescribes": [image_id],
@@ -402,7 +402,7 @@ fn cyclonedx(input: &SbomInput<'_>, items: &[Item<'_>], seed: &str) -> Value {
         "serialNumber": format!("urn:uuid:{}", uuid(seed)),
         "version": 1,
         "metadata": {
-            "timestamp": crate::oci::rfc3339(input.epoch),
+            "timestamp": stackcontract::time::rfc3339(input.epoch),
             "tools": { "components": [{ "type": "application", "name": "stackbuild", "version": env!("CARGO_PKG_VERSION") }] },
             "component": {
                 "type": "container",

@@ -5,6 +5,7 @@ use super::*;
 use crate::layer::LayerWriter;
 use stackbuild_cache::Cache;
 use stackbuild_common::Compression;
+use stackcontract::time::rfc3339;
 
 fn cache() -> (tempfile::TempDir, Cache) {
     let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@ use super::*;
 
 fn go_config(env: &[&str]) -> ImageConfig {
     ImageConfig {
-        created: Some(stackbuild_image::rfc3339(0)),
+        created: Some(stackcontract::time::rfc3339(0)),
         architecture: "amd64".into(),
         os: "linux".into(),
         config: RuntimeConfig {
