@@ -487,7 +487,7 @@ impl Cache {
             let scratch: [(&Path, &[&str]); 3] = [
                 (&self.root, &["mmdebstrap-", "import-"]),
                 (&artifacts, &[".fetch-", ".import-"]),
-                (&self.tmp_dir(), &["stage-"]),
+                (&self.tmp_dir(), &["stage-", "wheelbuild-"]),
             ];
             for (parent, prefixes) in scratch {
                 if !is_real_dir(parent) {

@@ -45,5 +45,5 @@ pub use input::{kind_of, open_regular, read_capped, read_text, InputError, ReadA
 pub use io_error::{io_err, IoError};
 pub use platform::Platform;
 pub use progress::{Progress, Stage};
-pub use wheel_name::parse_wheel_name;
+pub use wheel_name::{is_sdist, parse_sdist_name, parse_wheel_name};
 pub use zip_member::{MemberError, ZipMember};

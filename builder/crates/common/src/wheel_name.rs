@@ -92,3 +92,47 @@ mod tests {
         assert!(parse_wheel_name("six-py3-none-any.whl").is_none());
     }
 }
+
+/// The name and version of a source distribution's file: `{name}-{version}.tar.gz` (PEP 625),
+/// or a legacy `.zip`, `.tar.bz2`, `.tar.xz`, `.tgz`, `.tar`, whose name may hold dashes
+/// (`antlr4-python3-runtime-4.9.3.tar.gz`): the version is what follows the last dash that
+/// leaves a valid version.
+pub fn parse_sdist_name(filename: &str) -> Option<(PackageName, PackageVersion)> {
+    let lower = filename.to_ascii_lowercase();
+    let stem_len = [".tar.gz", ".zip", ".tar.bz2", ".tar.xz", ".tgz", ".tar"]
+        .iter()
+        .find(|ext| lower.ends_with(*ext))
+        .map(|ext| filename.len() - ext.len())?;
+    let stem = &filename[..stem_len];
+    let mut at = stem.len();
+    while let Some(dash) = stem[..at].rfind('-') {
+        if let (Ok(name), Ok(version)) =
+            (PackageName::from_str(&stem[..dash]), PackageVersion::from_str(&stem[dash + 1..]))
+        {
+            return Some((name, version));
+        }
+        at = dash;
+    }
+    None
+}
+
+/// Whether `filename` is a source distribution ([`parse_sdist_name`]).
+pub fn is_sdist(filename: &str) -> bool {
+    parse_sdist_name(filename).is_some()
+}
+
+#[cfg(test)]
+mod sdist_tests {
+    use super::parse_sdist_name;
+
+    #[test]
+    fn sdist_names() {
+        let (n, v) = parse_sdist_name("antlr4-python3-runtime-4.9.3.tar.gz").unwrap();
+        assert_eq!((n.to_string().as_str(), v.to_string().as_str()), ("antlr4-python3-runtime", "4.9.3"));
+        let (n, v) = parse_sdist_name("docopt-0.6.2.tar.gz").unwrap();
+        assert_eq!((n.to_string().as_str(), v.to_string().as_str()), ("docopt", "0.6.2"));
+        assert!(parse_sdist_name("Flask_Foo-1.0.zip").is_some());
+        assert!(parse_sdist_name("six-1.16.0-py2.py3-none-any.whl").is_none());
+        assert!(parse_sdist_name("nothing.tar.gz").is_none());
+    }
+}

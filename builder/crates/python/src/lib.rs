@@ -41,5 +41,5 @@ pub use pylock::{may_write, write_from_index};
 pub use solve::{resolve, targets, Pinned, SolveError, Target};
 pub use wheel::{
     dist_info_metadata, install_wheel_as, install_wheel_deferring, normalize_name, wheel_identity, Deferred,
-    InstallKey, Scheme, WheelError, DEFER_MIN,
+    InstallKey, InstalledWheel, Scheme, WheelError, DEFER_MIN,
 };

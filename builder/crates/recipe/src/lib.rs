@@ -7,6 +7,6 @@
 mod recipe;
 
 pub use recipe::{
-    lock_format_of_name, Base, Bootstrap, Comparison, HostRules, IndexSources, LocalWheel, LockFormat, Patch,
-    PatchChange, PatchTarget, PythonSection, Recipe, Source, SourceOrigin, VersionRange,
+    lock_format_of_name, Base, Bootstrap, BuildSection, Comparison, HostRules, IndexSources, LocalWheel,
+    LockFormat, Patch, PatchChange, PatchTarget, PythonSection, Recipe, Source, SourceOrigin, VersionRange,
 };

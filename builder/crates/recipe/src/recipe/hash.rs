@@ -38,6 +38,9 @@ impl Recipe {
             /// The given lock's path and the sha256 of its bytes: an edited lock is a new input.
             #[serde(skip_serializing_if = "Option::is_none")]
             lock: Option<(String, String)>,
+            /// `[python.build] no_build`: which packages may resolve to their source.
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            no_build: Vec<String>,
         }
         let rel = |p: &Path| p.strip_prefix(&self.dir).unwrap_or(p).to_string_lossy().into_owned();
         let mut base = BTreeMap::new();
@@ -91,6 +94,11 @@ impl Recipe {
                         .map_or_else(|e| format!("unreadable: {e}"), |(digest, _)| digest);
                     (rel(l), digest)
                 }),
+                no_build: {
+                    let mut v: Vec<String> = py.build.no_build.iter().map(ToString::to_string).collect();
+                    v.sort();
+                    v
+                },
             }),
         };
         // Serializing plain structs, strings and a BTreeMap cannot fail.

@@ -244,6 +244,30 @@ pub struct PythonSection {
     /// installs as they are, without resolving (the given-lock reader of the Python stage); resolved against the
     /// recipe's directory.
     pub lock: Option<PathBuf>,
+    /// `[python.build]`: how packages without a wheel are built.
+    pub build: BuildSection,
+}
+
+/// `[python.build]`: how packages that have no wheel for the image are built from source, in a
+/// sandbox (`stackbuild-wheelbuild`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuildSection {
+    /// Debian packages of the build root besides the base's and the defaults.
+    pub packages: Vec<String>,
+    /// Never built from source.
+    pub no_build: Vec<PackageName>,
+    /// Built with the image's locked wheels importable, not in an isolated environment.
+    pub no_isolation: Vec<PackageName>,
+    /// Build requirements a package does not declare, by package.
+    pub extra_requires: BTreeMap<PackageName, Vec<Requirement>>,
+    /// `TORCH_CUDA_ARCH_LIST` for CUDA extensions.
+    pub cuda_arch_list: Option<String>,
+    /// Memory cap of one build, MiB.
+    pub memory_mib: Option<u64>,
+    /// Time cap of one build, seconds.
+    pub timeout_s: Option<u64>,
+    /// `MAX_JOBS`.
+    pub jobs: Option<u32>,
 }
 
 /// Where Python packages are looked up, as handed to uv and pip.

@@ -154,6 +154,44 @@ pub(super) struct RawPython {
     /// `pylock.toml`, relative to the recipe.
     #[schemars(with = "Option<String>")]
     pub(super) lock: Option<S>,
+    /// How packages without a wheel are built from source (docs/recipes.md, "Source builds").
+    #[schemars(with = "Option<RawBuild>")]
+    pub(super) build: Option<Spanned<RawBuild>>,
+}
+
+/// `[python.build]`: how packages that have no wheel for the image are built from source.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Build")]
+pub(super) struct RawBuild {
+    /// Debian packages of the build root, besides the base's own and the default
+    /// `build-essential` and `python3.X-dev` (headers of C libraries a package compiles against).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub(super) packages: Vec<S>,
+    /// Packages never built from source: a wheel, or resolution fails (uv's `--no-build-package`).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub(super) no_build: Vec<S>,
+    /// Packages built with the image's locked wheels importable (uv's
+    /// `--no-build-isolation-package`): CUDA extensions that import torch in `setup.py`.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub(super) no_isolation: Vec<S>,
+    /// Build requirements a package needs but does not declare, by package (uv's
+    /// `extra-build-dependencies`).
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, Vec<String>>")]
+    pub(super) extra_requires: BTreeMap<String, Vec<S>>,
+    /// `TORCH_CUDA_ARCH_LIST` of CUDA extensions (`"8.0;9.0+PTX"`).
+    #[schemars(with = "Option<String>")]
+    pub(super) cuda_arch_list: Option<S>,
+    /// Most memory one build may use, in MiB (default: three quarters of the machine's).
+    pub(super) memory_mib: Option<u64>,
+    /// Most seconds one build may run (default: 7200).
+    pub(super) timeout_s: Option<u64>,
+    /// Parallel compile jobs (`MAX_JOBS`; default: from cores and memory).
+    pub(super) jobs: Option<u32>,
 }
 
 /// `[[python.wheel]]`: a wheel file the recipe supplies itself.

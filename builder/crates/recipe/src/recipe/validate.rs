@@ -15,7 +15,10 @@ use toml::Spanned;
 use stackbuild_common::Diagnostic;
 use stackbuild_common::Platform;
 
-use super::raw::{RawBase, RawCuda, RawHost, RawImage, RawPatch, RawPython, RawSource, RawWheel, S};
+use super::raw::{
+    RawBase, RawBuild, RawCuda, RawHost, RawImage, RawPatch, RawPython, RawSource, RawWheel, S,
+};
+use super::BuildSection;
 use super::{
     AptPackage, Base, Bootstrap, CudaSection, Distro, HostRules, ImageSection, LocalWheel, Patch,
     PatchChange, PatchTarget, PythonSection, Source, SourceOrigin, VersionRange,
@@ -540,6 +543,7 @@ pub(super) fn validate_python(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawPython>
         wheels.push(wheel);
     }
     let lock = validate_given_lock(ctx, dir, &raw);
+    let build = raw.build.map(|b| validate_build(ctx, b.into_inner())).unwrap_or_default();
     (ctx.diags.len() == before).then_some(PythonSection {
         version: version?,
         packages,
@@ -550,7 +554,83 @@ pub(super) fn validate_python(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawPython>
         wheels,
         bytecode: raw.bytecode.unwrap_or(true),
         lock,
+        build,
     })
+}
+
+/// `[python.build]`.
+fn validate_build(ctx: &mut Ctx, raw: RawBuild) -> BuildSection {
+    let mut packages = Vec::new();
+    for p in &raw.packages {
+        // A Debian package name (Debian Policy 5.6.1), optionally `=version`: it becomes one
+        // item of mmdebstrap's `--include`, so nothing else may be in it.
+        let ok = p.get_ref().split_once('=').map_or(p.get_ref().as_str(), |(n, _)| n);
+        let valid = ok.len() >= 2
+            && ok.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b))
+            && ok.as_bytes()[0].is_ascii_alphanumeric()
+            && !p.get_ref().contains([',', ' ']);
+        if valid {
+            packages.push(p.get_ref().clone());
+        } else {
+            ctx.error(
+                p.span(),
+                format!("invalid Debian package {:?}: expected a name like `libevdev-dev`", p.get_ref()),
+            );
+        }
+    }
+    let mut names = |list: &[S]| -> Vec<PackageName> {
+        list.iter()
+            .filter_map(|n| match PackageName::from_str(n.get_ref()) {
+                Ok(name) => Some(name),
+                Err(e) => {
+                    ctx.error(n.span(), format!("invalid package name {:?}: {e}", n.get_ref()));
+                    None
+                }
+            })
+            .collect()
+    };
+    let no_build = names(&raw.no_build);
+    let no_isolation = names(&raw.no_isolation);
+    let mut extra_requires = BTreeMap::new();
+    for (name, reqs) in &raw.extra_requires {
+        let Ok(name) = PackageName::from_str(name) else {
+            let span = reqs.first().map_or(0..0, Spanned::span);
+            ctx.error(span, format!("invalid package name {name:?} in extra_requires"));
+            continue;
+        };
+        let parsed: Vec<Requirement> = reqs.iter().filter_map(|r| parse_requirement(ctx, r)).collect();
+        extra_requires.insert(name, parsed);
+    }
+    let cuda_arch_list = raw.cuda_arch_list.and_then(|a| {
+        // `8.0;9.0+PTX` or `8.0 9.0`: what torch.utils.cpp_extension reads.
+        let ok = !a.get_ref().is_empty()
+            && a.get_ref().split([';', ' ']).filter(|s| !s.is_empty()).all(|arch| {
+                let arch = arch.strip_suffix("+PTX").unwrap_or(arch);
+                let arch = arch.strip_suffix('a').unwrap_or(arch);
+                arch.split_once('.').is_some_and(|(a, b)| {
+                    !a.is_empty() && !b.is_empty() && (a.to_owned() + b).bytes().all(|c| c.is_ascii_digit())
+                })
+            });
+        if ok {
+            Some(a.into_inner())
+        } else {
+            ctx.error(
+                a.span(),
+                format!("invalid cuda_arch_list {:?}: expected e.g. \"8.0;9.0+PTX\"", a.get_ref()),
+            );
+            None
+        }
+    });
+    BuildSection {
+        packages,
+        no_build,
+        no_isolation,
+        extra_requires,
+        cuda_arch_list,
+        memory_mib: raw.memory_mib,
+        timeout_s: raw.timeout_s,
+        jobs: raw.jobs,
+    }
 }
 
 /// `[python] lock`: a `uv.lock` or `pylock.toml`, which then is the whole list of what is

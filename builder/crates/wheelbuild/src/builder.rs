@@ -1,0 +1,623 @@
+//! One package built from source into a wheel: unpack, prepare the build environment, call the
+//! backend in the sandbox, check and keep the wheel.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pep508_rs::PackageName;
+use sha2::Digest as _;
+use stackcontract::version::{PackageVersion, PythonVersion};
+
+use stackbuild_cache::{Cache, LayerKey};
+use stackbuild_python::{Artifact, Scheme, Target};
+
+use crate::frontend::{Hook, DRIVER};
+use crate::sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BWRAP_ARGS};
+use crate::sdist::{self, BuildSystem, SdistError};
+
+/// Default time cap of one build: two hours (flash-attn for several architectures on a small
+/// machine takes most of that).
+const DEFAULT_TIMEOUT_S: u64 = 7200;
+/// Most bytes of a hook's `result.json` and of a prepared `METADATA`.
+const MAX_RESULT: u64 = 1 << 20;
+
+/// Why a package could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum WheelBuildError {
+    /// The sdist could not be unpacked or read.
+    #[error("{package}: {source}")]
+    Sdist {
+        /// `name version`.
+        package: String,
+        /// What went wrong.
+        #[source]
+        source: SdistError,
+    },
+    /// The sandboxed backend failed.
+    #[error("{0}")]
+    Sandbox(#[from] SandboxError),
+    /// The build requirements could not be resolved or fetched.
+    #[error("building {package}: its build requirements {requires:?}: {message}")]
+    Requires {
+        /// `name version`.
+        package: String,
+        /// What was asked.
+        requires: Vec<String>,
+        /// Why it failed.
+        message: String,
+    },
+    /// A wheel of the build environment could not be installed.
+    #[error("building {package}: {source}")]
+    Install {
+        /// `name version`.
+        package: String,
+        /// The installer's error.
+        #[source]
+        source: Box<stackbuild_python::WheelError>,
+    },
+    /// The backend returned something that is not the package's wheel.
+    #[error("building {package}: {problem}")]
+    Output {
+        /// `name version`.
+        package: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A file operation failed.
+    #[error("{0}")]
+    Io(#[from] stackbuild_common::IoError),
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> WheelBuildError + 'a {
+    move |e| WheelBuildError::Io(stackbuild_common::io_err(op, path)(e))
+}
+
+/// The root file system builds run in: the image's base and Python with the build packages.
+#[derive(Debug, Clone)]
+pub struct BuildRoot {
+    /// What the sandbox mounts read-only.
+    pub mounts: Vec<Mount>,
+    /// What identifies its content (the build root's layer digest): part of every built wheel's
+    /// key.
+    pub identity: String,
+    /// Its interpreter version (`3.11`): `/usr/bin/python3.11` runs the backend.
+    pub python: PythonVersion,
+}
+
+/// How builds run: caps and the knobs that reach the backend.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Address-space cap of one build, bytes.
+    pub memory: u64,
+    /// Time cap of one build.
+    pub timeout: Duration,
+    /// `MAX_JOBS`: parallel compiles.
+    pub jobs: u32,
+    /// `TORCH_CUDA_ARCH_LIST`.
+    pub cuda_arch_list: Option<String>,
+    /// `SOURCE_DATE_EPOCH`.
+    pub epoch: u64,
+}
+
+impl Settings {
+    /// From `[python.build]`, the machine's cores and memory where the recipe says nothing: a
+    /// memory cap of three quarters of the machine's, and a job per core that leaves at least
+    /// 2 GiB to each (nvcc and cicc take one to two each on flash-attn's kernels).
+    pub fn new(build: &stackbuild_recipe::BuildSection, epoch: u64) -> Self {
+        let total = machine_memory().unwrap_or(8 << 30);
+        let memory = build.memory_mib.map_or(total / 4 * 3, |m| m << 20);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        let jobs = build.jobs.map_or_else(|| cores.min(memory / (2 << 30)).max(1) as u32, |j| j.max(1));
+        Self {
+            memory,
+            timeout: Duration::from_secs(build.timeout_s.unwrap_or(DEFAULT_TIMEOUT_S)),
+            jobs,
+            cuda_arch_list: build.cuda_arch_list.clone(),
+            epoch,
+        }
+    }
+}
+
+/// `MemTotal` of `/proc/meminfo`.
+fn machine_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
+}
+
+/// One package to build.
+#[derive(Debug, Clone)]
+pub struct SourcePackage<'a> {
+    /// Its name.
+    pub name: &'a PackageName,
+    /// Its version.
+    pub version: &'a PackageVersion,
+    /// The verified source distribution.
+    pub sdist: &'a Artifact,
+    /// Build requirements the package does not declare (`extra_requires`).
+    pub extra_requires: Vec<String>,
+    /// For a build without isolation: the image's locked wheels it may import (torch); empty
+    /// for an isolated build.
+    pub runtime: Vec<Artifact>,
+}
+
+impl SourcePackage<'_> {
+    fn label(&self) -> String {
+        format!("{} {}", self.name, self.version)
+    }
+}
+
+/// Resolves build requirements for the target into verified wheels.
+pub type ResolveRequires<'a> = dyn Fn(&[String]) -> Result<Vec<Artifact>, String> + Sync + 'a;
+
+/// A wheel built (or found built) from source.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The wheel, in the cache.
+    pub wheel: Artifact,
+    /// Whether this run compiled it (not found in the cache).
+    pub compiled: bool,
+    /// The build's whole log.
+    pub log: PathBuf,
+}
+
+/// The inputs of a built wheel, its key: every input that can change the wheel's bytes.
+#[derive(Debug, serde::Serialize)]
+pub struct BuiltWheelKey<'a> {
+    /// The sdist's sha256 and file name.
+    sdist: (&'a str, &'a str),
+    /// The build root (base, interpreter, compilers, headers).
+    root: &'a str,
+    /// The target it is built for.
+    target: String,
+    /// The build environment's wheels: file name and sha256, sorted (the build requirements,
+    /// and for a build without isolation the runtime wheels it imports).
+    environment: Vec<(String, String)>,
+    /// The backend and its path (`[build-system]`).
+    build_system: &'a BuildSystem,
+    /// The whole environment of the backend but `MAX_JOBS` (which changes the order compiles run
+    /// in, not what they produce): `SOURCE_DATE_EPOCH`, `TORCH_CUDA_ARCH_LIST`, `PATH`.
+    env: Vec<(String, String)>,
+    /// The frontend's code.
+    driver: String,
+    /// The sandbox's options and where the build directory is (paths are compiled in).
+    sandbox: (&'static [&'static str], &'static str),
+}
+
+/// Builds packages from source for one target on one build root.
+pub struct WheelBuilder<'a> {
+    cache: &'a Cache,
+    root: &'a BuildRoot,
+    settings: &'a Settings,
+    target: &'a Target,
+    resolve: &'a ResolveRequires<'a>,
+}
+
+/// A prepared build directory: the unpacked project, its build system, the installed environment.
+struct Prepared {
+    work: tempfile::TempDir,
+    project_in_sandbox: String,
+    system: BuildSystem,
+    environment: Vec<Artifact>,
+}
+
+impl<'a> WheelBuilder<'a> {
+    /// A builder; `resolve` turns build requirements into wheels for `target`.
+    pub fn new(
+        cache: &'a Cache,
+        root: &'a BuildRoot,
+        settings: &'a Settings,
+        target: &'a Target,
+        resolve: &'a ResolveRequires<'a>,
+    ) -> Self {
+        Self { cache, root, settings, target, resolve }
+    }
+
+    /// The wheel of `pkg`: from the cache when it was built before with the same inputs, else
+    /// built now in the sandbox. `on_line` sees the backend's output lines.
+    pub fn build(
+        &self,
+        pkg: &SourcePackage<'_>,
+        on_line: &mut dyn FnMut(&str),
+    ) -> Result<Built, WheelBuildError> {
+        let prepared = self.prepare(pkg, on_line)?;
+        let key = self.key(pkg, &prepared);
+        let dir = self.cache.root().join("built-wheels").join(key.as_hex());
+        let log = self.cache.root().join("built-wheels").join(format!("{}.log", key.as_hex()));
+        if let Some(wheel) = self.cached(pkg, &dir)? {
+            tracing::info!("{}: built before ({})", pkg.label(), wheel.filename);
+            return Ok(Built { wheel, compiled: false, log });
+        }
+        let out = prepared.work.path().join("out");
+        std::fs::create_dir_all(&out).map_err(io("creating", &out))?;
+        tracing::info!("{}: building a wheel from {}", pkg.label(), pkg.sdist.filename);
+        let run_log = prepared.work.path().join("log");
+        let result = self.run_hook(pkg, &prepared, Hook::Wheel, &run_log, on_line);
+        // The log is kept whatever happened: a failure names it.
+        if let Some(parent) = log.parent() {
+            std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+        }
+        let _ = std::fs::copy(&run_log, &log);
+        result.map_err(|e| relabel_log(e, &log))?;
+        let name = result_wheel(&out, &pkg.label())?;
+        let wheel_path = out.join(&name);
+        self.check_wheel(pkg, &name)?;
+        let sha256 = stackbuild_common::sha256_file(&wheel_path).map_err(io("hashing", &wheel_path))?;
+        let staged = prepared.work.path().join("keep");
+        std::fs::create_dir_all(&staged).map_err(io("creating", &staged))?;
+        std::fs::rename(&wheel_path, staged.join(&name)).map_err(io("moving", &wheel_path))?;
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+        }
+        if std::fs::rename(&staged, &dir).is_err() && !dir.is_dir() {
+            return Err(io("placing", &dir)(std::io::Error::other("rename failed")));
+        }
+        let wheel = self.cached(pkg, &dir)?.ok_or_else(|| WheelBuildError::Output {
+            package: pkg.label(),
+            problem: format!("the built wheel is not in {}", dir.display()),
+        })?;
+        if wheel.sha256 != sha256 {
+            tracing::info!("{}: another build placed {} first; using it", pkg.label(), wheel.filename);
+        }
+        Ok(Built { wheel, compiled: true, log })
+    }
+
+    /// The core metadata (`METADATA`) of `pkg`, prepared in the sandbox by its backend
+    /// (`prepare_metadata_for_build_wheel`), for resolution; kept in the cache by the key a
+    /// built wheel would have.
+    pub fn metadata(
+        &self,
+        pkg: &SourcePackage<'_>,
+        on_line: &mut dyn FnMut(&str),
+    ) -> Result<String, WheelBuildError> {
+        let prepared = self.prepare(pkg, on_line)?;
+        let key = self.key(pkg, &prepared);
+        let record = self.cache.root().join("facts").join(format!("sdist-metadata-{}", key.as_hex()));
+        if let Ok(text) = std::fs::read_to_string(&record) {
+            return Ok(text);
+        }
+        let out = prepared.work.path().join("out");
+        std::fs::create_dir_all(&out).map_err(io("creating", &out))?;
+        let log = prepared.work.path().join("log");
+        self.run_hook(pkg, &prepared, Hook::Metadata, &log, on_line)?;
+        let result: serde_json::Value = read_result(&out, &pkg.label())?;
+        let text = if let Some(dist_info) = result.get("dist_info").and_then(|d| d.as_str()) {
+            let path = out.join(safe_name(dist_info, &pkg.label())?).join("METADATA");
+            let bytes = stackbuild_common::read_capped(&path, MAX_RESULT, "METADATA")
+                .map_err(|e| output(&pkg.label(), e.to_string()))?;
+            String::from_utf8_lossy(&bytes).into_owned()
+        } else {
+            let name = result.get("wheel").and_then(|w| w.as_str()).unwrap_or_default();
+            let path = out.join(safe_name(name, &pkg.label())?);
+            let file = stackbuild_common::open_regular(&path, "wheel")
+                .map_err(|e| output(&pkg.label(), e.to_string()))?;
+            let mut zip = zip::ZipArchive::new(file).map_err(|e| output(&pkg.label(), e.to_string()))?;
+            stackbuild_python::dist_info_metadata(&mut zip, MAX_RESULT)
+                .map_err(|e| output(&pkg.label(), e))?
+                .1
+        };
+        if let Some(parent) = record.parent() {
+            std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+        }
+        stackbuild_common::write_atomic(&record, text.as_bytes()).map_err(io("writing", &record))?;
+        Ok(text)
+    }
+
+    fn key(&self, pkg: &SourcePackage<'_>, prepared: &Prepared) -> LayerKey {
+        let mut environment: Vec<(String, String)> =
+            prepared.environment.iter().map(|a| (a.filename.clone(), a.sha256.clone())).collect();
+        environment.sort();
+        environment.dedup();
+        let env = self.env(prepared, false);
+        LayerKey::of(
+            "built-wheel",
+            &BuiltWheelKey {
+                sdist: (&pkg.sdist.sha256, &pkg.sdist.filename),
+                root: &self.root.identity,
+                target: self.target.to_string(),
+                environment,
+                build_system: &prepared.system,
+                env,
+                driver: hex::encode(sha2::Sha256::digest(DRIVER)),
+                sandbox: (&BWRAP_ARGS, BUILD_DIR),
+            },
+        )
+    }
+
+    /// The wheel kept in `dir`, verified, if there is one.
+    fn cached(&self, pkg: &SourcePackage<'_>, dir: &Path) -> Result<Option<Artifact>, WheelBuildError> {
+        let Ok(entries) = std::fs::read_dir(dir) else { return Ok(None) };
+        let files: Vec<_> = entries.filter_map(Result::ok).collect();
+        let [entry] = files.as_slice() else { return Ok(None) };
+        let filename = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let meta = std::fs::symlink_metadata(&path).map_err(io("reading", &path))?;
+        if !meta.is_file() || stackbuild_common::parse_wheel_name(&filename).is_none() {
+            return Ok(None);
+        }
+        let sha256 = stackbuild_common::sha256_file(&path).map_err(io("hashing", &path))?;
+        Ok(Some(Artifact {
+            name: pkg.name.clone(),
+            version: pkg.version.clone(),
+            filename,
+            sha256,
+            size: meta.len(),
+            path,
+        }))
+    }
+
+    /// Unpacks the sdist, resolves its build requirements (those `[build-system]` declares,
+    /// then those `get_requires_for_build_wheel` adds) and installs them, with the runtime wheels
+    /// of a build without isolation, into the build directory's environment.
+    fn prepare(
+        &self,
+        pkg: &SourcePackage<'_>,
+        on_line: &mut dyn FnMut(&str),
+    ) -> Result<Prepared, WheelBuildError> {
+        let tmp = self.cache.root().join("tmp");
+        std::fs::create_dir_all(&tmp).map_err(io("creating", &tmp))?;
+        let work = tempfile::Builder::new()
+            .prefix("wheelbuild-")
+            .tempdir_in(&tmp)
+            .map_err(io("creating a directory in", &tmp))?;
+        let src = work.path().join("src");
+        let project = sdist::unpack(&pkg.sdist.path, &src)
+            .map_err(|source| WheelBuildError::Sdist { package: pkg.label(), source })?;
+        let system = sdist::build_system(&project)
+            .map_err(|source| WheelBuildError::Sdist { package: pkg.label(), source })?;
+        let rel = project.strip_prefix(work.path()).unwrap_or(Path::new("src"));
+        let project_in_sandbox = format!("{BUILD_DIR}/{}", rel.display());
+        let mut requires: Vec<String> = system.requires.clone();
+        requires.extend(pkg.extra_requires.iter().cloned());
+        let mut prepared = Prepared { work, project_in_sandbox, system, environment: Vec::new() };
+        self.install_environment(pkg, &mut prepared, &requires)?;
+        // PEP 517: the backend may ask for more (setuptools < 70.1 asks for `wheel`).
+        let out = prepared.work.path().join("requires");
+        std::fs::create_dir_all(&out).map_err(io("creating", &out))?;
+        let log = prepared.work.path().join("requires.log");
+        self.run_hook_in(pkg, &prepared, Hook::Requires, "requires", &log, on_line)?;
+        let more: Vec<String> = read_result(&out, &pkg.label())?;
+        let have: Vec<String> = prepared.environment.iter().map(|a| a.name.to_string()).collect();
+        let missing: Vec<String> = more
+            .into_iter()
+            .filter(|r| {
+                <pep508_rs::Requirement<pep508_rs::VerbatimUrl> as std::str::FromStr>::from_str(r)
+                    .ok()
+                    .is_none_or(|req| !have.contains(&req.name.to_string()))
+            })
+            .collect();
+        if !missing.is_empty() {
+            requires.extend(missing);
+            self.install_environment(pkg, &mut prepared, &requires)?;
+        }
+        Ok(prepared)
+    }
+
+    fn install_environment(
+        &self,
+        pkg: &SourcePackage<'_>,
+        prepared: &mut Prepared,
+        requires: &[String],
+    ) -> Result<(), WheelBuildError> {
+        let env = prepared.work.path().join("env");
+        if env.exists() {
+            std::fs::remove_dir_all(&env).map_err(io("removing", &env))?;
+        }
+        std::fs::create_dir_all(env.join("site")).map_err(io("creating", &env))?;
+        std::fs::create_dir_all(env.join("bin")).map_err(io("creating", &env))?;
+        let wheels = if requires.is_empty() {
+            Vec::new()
+        } else {
+            (self.resolve)(requires).map_err(|message| WheelBuildError::Requires {
+                package: pkg.label(),
+                requires: requires.to_vec(),
+                message,
+            })?
+        };
+        let scheme = env_scheme(&self.root.python);
+        let mut all = wheels;
+        // The runtime wheels last: a build requirement the image also pins (numpy) is the
+        // image's version, as pip's `--no-build-isolation` sees the installed one.
+        all.extend(pkg.runtime.iter().cloned());
+        let mut installed: Vec<Artifact> = Vec::new();
+        for wheel in all.iter().rev() {
+            if installed.iter().any(|a| a.name == wheel.name) {
+                continue;
+            }
+            stackbuild_python::install_wheel_as(
+                &wheel.path,
+                &scheme,
+                prepared.work.path(),
+                wheel.name.as_ref(),
+                &wheel.version.to_string(),
+            )
+            .map_err(|source| WheelBuildError::Install { package: pkg.label(), source: Box::new(source) })?;
+            installed.push(wheel.clone());
+        }
+        prepared.environment = installed;
+        Ok(())
+    }
+
+    /// The backend's environment: nothing of stackbuild's own.
+    fn env(&self, _prepared: &Prepared, with_jobs: bool) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = [
+            (
+                "PATH",
+                format!("{BUILD_DIR}/env/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+            ),
+            ("PYTHONPATH", format!("{BUILD_DIR}/env/site")),
+            ("HOME", "/tmp".to_owned()),
+            ("TMPDIR", "/tmp".to_owned()),
+            ("LC_ALL", "C.UTF-8".to_owned()),
+            ("PYTHONHASHSEED", "0".to_owned()),
+            ("PYTHONDONTWRITEBYTECODE", "1".to_owned()),
+            ("SOURCE_DATE_EPOCH", self.settings.epoch.to_string()),
+            // Whatever the backend hands pip, it has no index to reach.
+            ("PIP_NO_INDEX", "1".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        if let Some(arch) = &self.settings.cuda_arch_list {
+            env.push(("TORCH_CUDA_ARCH_LIST".to_owned(), arch.clone()));
+        }
+        if with_jobs {
+            env.push(("MAX_JOBS".to_owned(), self.settings.jobs.to_string()));
+            env.push(("CMAKE_BUILD_PARALLEL_LEVEL".to_owned(), self.settings.jobs.to_string()));
+        }
+        env
+    }
+
+    fn run_hook(
+        &self,
+        pkg: &SourcePackage<'_>,
+        prepared: &Prepared,
+        hook: Hook,
+        log: &Path,
+        on_line: &mut dyn FnMut(&str),
+    ) -> Result<(), SandboxError> {
+        self.run_hook_in(pkg, prepared, hook, "out", log, on_line).map_err(|e| match e {
+            WheelBuildError::Sandbox(s) => s,
+            other => SandboxError::Start(other.to_string()),
+        })
+    }
+
+    fn run_hook_in(
+        &self,
+        pkg: &SourcePackage<'_>,
+        prepared: &Prepared,
+        hook: Hook,
+        out: &str,
+        log: &Path,
+        on_line: &mut dyn FnMut(&str),
+    ) -> Result<(), WheelBuildError> {
+        let python = format!("/usr/bin/python{}.{}", self.root.python.part(0), self.root.python.part(1));
+        let argv = vec![
+            python,
+            "-s".to_owned(),
+            "-c".to_owned(),
+            DRIVER.to_owned(),
+            hook.arg().to_owned(),
+            prepared.project_in_sandbox.clone(),
+            format!("{BUILD_DIR}/{out}"),
+            prepared.system.backend.clone(),
+            serde_json::to_string(&prepared.system.backend_path).unwrap_or_else(|_| "[]".to_owned()),
+        ];
+        let sandbox = Sandbox {
+            root: self.root.mounts.clone(),
+            build_dir: prepared.work.path().to_owned(),
+            memory: self.settings.memory,
+            timeout: self.settings.timeout,
+        };
+        let what = match hook {
+            Hook::Requires => format!("asking {}'s build backend what it needs", pkg.label()),
+            Hook::Metadata => format!("preparing the metadata of {}", pkg.label()),
+            Hook::Wheel => format!("building {}", pkg.label()),
+        };
+        sandbox.run(&what, &argv, &self.env(prepared, true), log, on_line)?;
+        Ok(())
+    }
+
+    /// The wheel the backend wrote must be the package's, for the target.
+    fn check_wheel(&self, pkg: &SourcePackage<'_>, name: &str) -> Result<(), WheelBuildError> {
+        let parsed = stackbuild_common::parse_wheel_name(name).ok_or_else(|| {
+            output(&pkg.label(), format!("the backend returned {name:?}, not a wheel file name"))
+        })?;
+        if &parsed.name != pkg.name || &parsed.version != pkg.version {
+            return Err(output(
+                &pkg.label(),
+                format!("the backend built {name}, which is not {}", pkg.label()),
+            ));
+        }
+        if parsed.rank(&self.target.python, &self.target.platform_tags()).is_none() {
+            return Err(output(&pkg.label(), format!("the built wheel {name} does not fit {}", self.target)));
+        }
+        Ok(())
+    }
+}
+
+/// Where the build environment's wheels go: `/env/site` of the build directory.
+fn env_scheme(python: &PythonVersion) -> Scheme {
+    let env = format!("{BUILD_DIR}/env");
+    let _ = env;
+    Scheme {
+        purelib: "/env/site".to_owned(),
+        platlib: "/env/site".to_owned(),
+        scripts: "/env/bin".to_owned(),
+        data: "/env".to_owned(),
+        headers: "/env/include/{name}".to_owned(),
+        interpreter: format!("/usr/bin/python{}.{}", python.part(0), python.part(1)),
+    }
+}
+
+fn output(package: &str, problem: impl Into<String>) -> WheelBuildError {
+    WheelBuildError::Output { package: package.to_owned(), problem: problem.into() }
+}
+
+/// A name the backend returned must be a plain file name in the output directory.
+fn safe_name<'n>(name: &'n str, package: &str) -> Result<&'n str, WheelBuildError> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." || name.contains('\0') {
+        return Err(output(package, format!("the backend returned {name:?}, not a file name")));
+    }
+    Ok(name)
+}
+
+fn read_result<T: serde::de::DeserializeOwned>(out: &Path, package: &str) -> Result<T, WheelBuildError> {
+    let path = out.join("result.json");
+    let bytes = stackbuild_common::read_capped(&path, MAX_RESULT, "build result")
+        .map_err(|e| output(package, format!("the build backend left no result: {e}")))?;
+    serde_json::from_slice(&bytes).map_err(|e| output(package, format!("{}: {e}", path.display())))
+}
+
+fn result_wheel(out: &Path, package: &str) -> Result<String, WheelBuildError> {
+    let result: serde_json::Value = read_result(out, package)?;
+    let name = result.get("wheel").and_then(|w| w.as_str()).unwrap_or_default();
+    Ok(safe_name(name, package)?.to_owned())
+}
+
+/// A failure names the kept log, not the one in the removed build directory.
+fn relabel_log(e: SandboxError, kept: &Path) -> WheelBuildError {
+    let kept = kept.display().to_string();
+    WheelBuildError::Sandbox(match e {
+        SandboxError::Failed { what, status, tail, hint, .. } => {
+            SandboxError::Failed { what, status, tail, log: kept, hint }
+        }
+        SandboxError::Timeout { what, secs, .. } => SandboxError::Timeout { what, secs, log: kept },
+        other => other,
+    })
+}
+
+/// Build requirements resolved and fetched from the recipe's indexes: wheels only (a build
+/// requirement built from source would need a build of its own first; none of the common
+/// backends lacks a wheel), for `target`, verified by sha256 into `artifacts`.
+pub fn index_resolver<'a>(
+    python: &'a stackbuild_recipe::PythonSection,
+    target: &'a Target,
+    artifacts: &'a Path,
+    memo: Option<&'a Path>,
+) -> impl Fn(&[String]) -> Result<Vec<Artifact>, String> + Sync + 'a {
+    move |requires: &[String]| {
+        let mut packages = Vec::new();
+        for r in requires {
+            let req = <pep508_rs::Requirement<pep508_rs::VerbatimUrl> as std::str::FromStr>::from_str(r)
+                .map_err(|e| format!("{r:?} is not a requirement: {e}"))?;
+            packages.push(req);
+        }
+        let section = stackbuild_recipe::PythonSection {
+            version: python.version.clone(),
+            packages,
+            constraints: Vec::new(),
+            index: python.index.clone(),
+            extra_index: python.extra_index.clone(),
+            find_links: python.find_links.clone(),
+            wheels: Vec::new(),
+            bytecode: false,
+            lock: None,
+            build: stackbuild_recipe::BuildSection::default(),
+        };
+        let pins = stackbuild_python::resolve(&section, target, &[]).map_err(|e| e.to_string())?;
+        stackbuild_python::fetch_wheels(&pins, target, section.sources(), artifacts, memo)
+            .map_err(|e| e.to_string())
+    }
+}

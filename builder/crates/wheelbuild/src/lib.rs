@@ -1,0 +1,23 @@
+//! The build-from-source stage of stackbuild: a package with no wheel for the image becomes one,
+//! built by its own PEP 517 backend in a sandbox, and is installed like any other wheel.
+//!
+//! It sits between fetch and layer: it depends on `stackbuild-python` (artifacts, the wheel
+//! installer, targets) and below, never on `stackbuild-image` (the caller hands it the build root)
+//! nor on `check`, `audit`, `k8s` or `init`.
+//!
+//! - `sandbox`: bubblewrap, no network, no host files, not root, memory and time caps.
+//! - `sdist`: an sdist unpacked safely, and its `[build-system]`.
+//! - `frontend`: the PEP 517 frontend that calls the backend's hooks inside the sandbox.
+//! - `builder`: one package from sdist to a verified wheel in the cache, keyed by every input.
+
+mod builder;
+mod frontend;
+mod sandbox;
+mod sdist;
+
+pub use builder::{
+    index_resolver, BuildRoot, Built, BuiltWheelKey, ResolveRequires, Settings, SourcePackage,
+    WheelBuildError, WheelBuilder,
+};
+pub use sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BUILD_UID};
+pub use sdist::{build_system, unpack, BuildSystem, SdistError};
