@@ -14,6 +14,7 @@
 //! them.
 
 mod base_layers;
+mod from_source;
 mod image;
 mod layers;
 mod plan;
@@ -123,6 +124,9 @@ pub enum BuildError {
     /// Compiling the bytecode failed.
     #[error(transparent)]
     Bytecode(#[from] stackbuild_python::BytecodeError),
+    /// Building a package from source failed.
+    #[error(transparent)]
+    WheelBuild(#[from] stackbuild_wheelbuild::WheelBuildError),
     /// Image output.
     #[error(transparent)]
     Oci(#[from] stackbuild_image::OciError),
@@ -340,7 +344,21 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
             // The stale lock's pins for this platform, kept where the recipe allows
             // (`stackbuild_python::resolve`).
             let prefer = existing.as_ref().map(|l| l.pins_for(target.platform)).unwrap_or_default();
-            let pins = stackbuild_python::resolve(python, &target, &prefer)?;
+            // Packages without a wheel resolve to their sdists, whose metadata is prepared in
+            // the build sandbox (`from_source`).
+            let metadata = from_source::SandboxMetadata {
+                recipe,
+                python,
+                target: &target,
+                cache,
+                epoch: stackbuild_image::source_date_epoch()?,
+                root: std::sync::OnceLock::new(),
+            };
+            let fetch = stackbuild_python::SourceFetch {
+                artifacts: &artifact_dir(cache),
+                memo: Some(&pip_settings_dir(cache)),
+            };
+            let pins = stackbuild_python::resolve_with_sources(python, &target, &prefer, &metadata, fetch)?;
             stackbuild_python::import_local_wheels(&python.wheels, &pins, &target, &artifact_dir(cache))?;
             let artifacts = stackbuild_python::fetch_wheels(
                 &pins,
@@ -588,7 +606,8 @@ fn write_sbom_files(builds: &[PlatformBuild], dir: &Path, name: &str) -> Result<
 fn build_platform(mut b: PlatformBuilder<'_>) -> Result<PlatformBuild, BuildError> {
     let (recipe, platform, epoch) = (b.recipe, b.platform, b.epoch);
     let base = b.base_layers()?;
-    let py = b.python_plan(&base.facts, base.interpreter.as_ref())?;
+    let mut py = b.python_plan(&base.facts, base.interpreter.as_ref())?;
+    b.build_from_source(&mut py)?;
     b.python_layers(&py)?;
     b.check_lock(&py)?;
     b.sources_layer()?;

@@ -192,6 +192,18 @@ pub(super) struct PythonPlan<'a> {
 }
 
 impl PythonPlan<'_> {
+    /// Puts the wheel built from the sdist at `index` in its place: the layers install it, and
+    /// the fetcher knows it verified.
+    pub(super) fn replace_built(&mut self, index: usize, wheel: Artifact) {
+        let w = &mut self.wheels[index];
+        w.filename.clone_from(&wheel.filename);
+        w.sha256.clone_from(&wheel.sha256);
+        w.size = wheel.size;
+        w.pin.hashes = vec![wheel.sha256.clone()];
+        let mut verified = self.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        verified.insert(wheel.name.to_string(), wheel);
+    }
+
     /// What fetching the locked wheels needs, to use here or hand to another thread.
     pub(super) fn fetcher(&self) -> Fetcher<'_> {
         Fetcher { python: self.python, target: self.target.as_ref(), verified: &self.verified }

@@ -94,6 +94,7 @@ fn resolve(plan: &stackbuild_init::Plan) -> (Option<BTreeMap<String, String>>, S
         wheels: Vec::new(),
         bytecode: true,
         lock: None,
+        build: stackbuild_recipe::BuildSection::default(),
     };
     let target =
         stackbuild_python::Target::new(section.version.clone(), stackbuild_common::Platform::LinuxAmd64);

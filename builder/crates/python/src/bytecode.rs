@@ -795,6 +795,7 @@ pub fn stand_in(dir: &Path) -> (LayerBlob, stackbuild_common::BaseFacts, stackbu
         wheels: Vec::new(),
         bytecode: true,
         lock: None,
+        build: stackbuild_recipe::BuildSection::default(),
     };
     (base, facts, section)
 }

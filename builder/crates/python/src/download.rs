@@ -617,12 +617,25 @@ impl Client<'_> {
                             sha256: Option<String>,
                             size: Option<u64>,
                             source: &str| {
-            let Some(wheel) = parse_wheel_name(&filename) else { return };
-            if wheel.name != pin.name || wheel.version != pin.version {
+            let rank = if let Some(wheel) = parse_wheel_name(&filename) {
+                if wheel.name != pin.name || wheel.version != pin.version {
+                    return;
+                }
+                seen.push(filename.clone());
+                let Some(rank) = wheel.rank(&self.target.python, &tags) else { return };
+                rank
+            } else if let Some((name, version)) = stackbuild_common::parse_sdist_name(&filename) {
+                // A source distribution, after every wheel that fits: it is fetched only for a
+                // pin whose hashes name it (a package resolved to its source, built later by
+                // `stackbuild-wheelbuild`), since a fitting wheel's hash is always among them.
+                if name != pin.name || version != pin.version {
+                    return;
+                }
+                seen.push(filename.clone());
+                usize::MAX
+            } else {
                 return;
-            }
-            seen.push(filename.clone());
-            let Some(rank) = wheel.rank(&self.target.python, &tags) else { return };
+            };
             if let Some(h) = &sha256 {
                 if !pin.hashes.contains(h) {
                     return;

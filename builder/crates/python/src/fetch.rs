@@ -32,11 +32,19 @@ fn find_present(pin: &Pinned, target: &Target, dest: &Path) -> Result<Option<Art
         let files: Vec<_> = entries.filter_map(Result::ok).collect();
         let [entry] = files.as_slice() else { continue };
         let filename = entry.file_name().to_string_lossy().into_owned();
-        let Some(wheel) = parse_wheel_name(&filename) else { continue };
-        if wheel.name != pin.name || wheel.version != pin.version {
-            continue;
-        }
-        let Some(rank) = wheel.rank(&target.python, &target.platform_tags()) else { continue };
+        let rank = if let Some(wheel) = parse_wheel_name(&filename) {
+            if wheel.name != pin.name || wheel.version != pin.version {
+                continue;
+            }
+            let Some(rank) = wheel.rank(&target.python, &target.platform_tags()) else { continue };
+            rank
+        } else {
+            // A source distribution of the pin: last, as the downloader ranks it.
+            match stackbuild_common::parse_sdist_name(&filename) {
+                Some((name, version)) if name == pin.name && version == pin.version => usize::MAX,
+                _ => continue,
+            }
+        };
         let path = entry.path();
         let meta = std::fs::symlink_metadata(&path).map_err(io("reading", &path))?;
         if !meta.is_file() {

@@ -4,6 +4,8 @@
 //! nor on `check`, `audit`, `k8s` or `init`.
 //!
 //! - `solve`: resolution of Python packages for the target interpreter and platform.
+//! - `sources`: resolution with source distributions, their metadata prepared in the build
+//!   sandbox.
 //! - `lock`: the lock file that pins every artifact by sha256.
 //! - `given_lock`: a lock the user brings (`uv.lock`, `pylock.toml`), installed as it is.
 //! - `pylock`: the image's Python stack as a PEP 751 `pylock.toml`, for uv and pip.
@@ -26,6 +28,7 @@ mod index;
 mod lock;
 mod pylock;
 mod solve;
+mod sources;
 mod wheel;
 
 pub use artifact::{Artifact, FetchError};
@@ -39,6 +42,7 @@ pub use index::{configured_index, Index, IndexError, IndexFile};
 pub use lock::{Lock, LockError};
 pub use pylock::{may_write, write_from_index};
 pub use solve::{resolve, targets, Pinned, SolveError, Target};
+pub use sources::{resolve_with_sources, SdistMetadata, SourceFetch};
 pub use wheel::{
     dist_info_metadata, install_wheel_as, install_wheel_deferring, normalize_name, wheel_identity, Deferred,
     InstallKey, InstalledWheel, Scheme, WheelError, DEFER_MIN,

@@ -305,10 +305,12 @@ impl Lock {
             }
             let plain = !p.filename.starts_with('.')
                 && !p.filename.contains(['/', '\\', '\0'])
-                && Path::new(&p.filename).extension().is_some_and(|e| e == "whl");
+                && (Path::new(&p.filename).extension().is_some_and(|e| e == "whl")
+                    // A source distribution: the package is built from it (`stackbuild-wheelbuild`).
+                    || stackbuild_common::is_sdist(&p.filename));
             if !plain {
                 return Err(format!(
-                    "package {} {}: filename {:?} is not a wheel file name",
+                    "package {} {}: filename {:?} is not a wheel or source distribution file name",
                     p.name, p.version, p.filename
                 ));
             }

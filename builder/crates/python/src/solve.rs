@@ -269,6 +269,28 @@ pub fn resolve(
     target: &Target,
     prefer: &[Pinned],
 ) -> Result<Vec<Pinned>, SolveError> {
+    compile(python, target, prefer, &FromSource::default())
+}
+
+/// Packages resolved to their source distributions (`crate::sources`): what `uv pip compile`
+/// is told besides the recipe.
+#[derive(Debug, Default)]
+pub(crate) struct FromSource {
+    /// `--no-binary NAME`: these resolve to their sdists, whose metadata uv finds in `config`.
+    pub(crate) no_binary: Vec<PackageName>,
+    /// `NAME==VERSION`: each at the version whose metadata was prepared, so uv never needs
+    /// another's (it would build it on this machine to learn its dependencies).
+    pub(crate) constraints: Vec<String>,
+    /// A `uv.toml` with a `[[dependency-metadata]]` entry per sdist (uv's settings reference).
+    pub(crate) config: Option<PathBuf>,
+}
+
+pub(crate) fn compile(
+    python: &PythonSection,
+    target: &Target,
+    prefer: &[Pinned],
+    from_source: &FromSource,
+) -> Result<Vec<Pinned>, SolveError> {
     let uv = find_uv()?;
     let tmp = std::env::temp_dir();
     let dir = tempfile::Builder::new().prefix("stackbuild-solve-").tempdir_in(&tmp).map_err(uv_io(
@@ -285,7 +307,8 @@ pub fn resolve(
             .map_err(|source| SolveError::LocalWheel { path: wheel.path.clone(), source })?;
         lines.push(format!("{} @ {}", wheel.name, file_url(&path)));
     }
-    let constraint_lines: Vec<String> = python.constraints.iter().map(ToString::to_string).collect();
+    let mut constraint_lines: Vec<String> = python.constraints.iter().map(ToString::to_string).collect();
+    constraint_lines.extend(from_source.constraints.iter().cloned());
     for line in lines.iter().chain(&constraint_lines) {
         check_line(line)?;
     }
@@ -327,6 +350,12 @@ pub fn resolve(
     }
     if let Some(path) = &output_file {
         cmd.arg("--output-file").arg(path);
+    }
+    for name in &from_source.no_binary {
+        cmd.arg(format!("--no-binary={name}"));
+    }
+    if let Some(config) = &from_source.config {
+        cmd.arg("--config-file").arg(config);
     }
     let output = cmd.stdin(Stdio::null()).output().map_err(uv_io(target, "starting", &uv.program))?;
     if !output.status.success() {

@@ -515,7 +515,16 @@ impl<'a> WheelBuilder<'a> {
             Hook::Metadata => format!("preparing the metadata of {}", pkg.label()),
             Hook::Wheel => format!("building {}", pkg.label()),
         };
-        sandbox.run(&what, &argv, &self.env(prepared, true), log, on_line)?;
+        sandbox.run(&what, &argv, &self.env(prepared, true), log, on_line).map_err(|e| {
+            // The build directory goes; its log stays where the error says.
+            let dir = self.cache.root().join("built-wheels").join("failed");
+            let kept = dir.join(format!("{}-{}-{}.log", pkg.name, pkg.version, hook.arg()));
+            if std::fs::create_dir_all(&dir).is_ok() && std::fs::copy(log, &kept).is_ok() {
+                relabel_log(e, &kept)
+            } else {
+                WheelBuildError::Sandbox(e)
+            }
+        })?;
         Ok(())
     }
 

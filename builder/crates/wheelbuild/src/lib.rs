@@ -8,10 +8,12 @@
 //! - `sandbox`: bubblewrap, no network, no host files, not root, memory and time caps.
 //! - `sdist`: an sdist unpacked safely, and its `[build-system]`.
 //! - `frontend`: the PEP 517 frontend that calls the backend's hooks inside the sandbox.
+//! - `root`: the build root, unpacked from its layer into the cache.
 //! - `builder`: one package from sdist to a verified wheel in the cache, keyed by every input.
 
 mod builder;
 mod frontend;
+mod root;
 mod sandbox;
 mod sdist;
 

@@ -1,0 +1,268 @@
+//! Resolution with source distributions: wheels stay preferred; a package with no wheel for the
+//! target resolves to its sdist, whose dependencies come from its metadata prepared where code
+//! may run (the build sandbox of `stackbuild-wheelbuild`), never on this machine.
+//!
+//! uv is asked first for wheels only (`--only-binary :all:`), as before. When that fails because
+//! some packages have no usable wheel (uv's hint: "Wheels are required for `NAME`"), each such
+//! package not in `[python.build] no_build` gets a version (the recipe's `==` pin, else the
+//! newest sdist on the index whose `Requires-Python` admits the target), its sdist is fetched and
+//! verified, and its `METADATA` prepared by the caller's [`SdistMetadata`]. uv is then run again
+//! with `--no-binary NAME`, the constraint `NAME==VERSION`, and the metadata as a
+//! `[[dependency-metadata]]` entry of a `uv.toml` (<https://docs.astral.sh/uv/reference/settings/#dependency-metadata>):
+//! uv takes those dependencies as given and builds nothing. New packages without wheels may
+//! appear among the sdists' dependencies; the loop goes on until none is left.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use pep508_rs::PackageName;
+use stackcontract::version::PackageVersion;
+
+use crate::artifact::Artifact;
+use crate::solve::{compile, FromSource, Pinned, SolveError, Target};
+use stackbuild_recipe::PythonSection;
+
+/// Most rounds of "resolve, find packages without wheels, prepare their metadata".
+const MAX_ROUNDS: usize = 8;
+
+/// Prepares the core metadata (`METADATA` text) of a source distribution.
+pub trait SdistMetadata {
+    /// The `METADATA` of `sdist`, a verified file in the artifact directory.
+    fn metadata(&self, sdist: &Artifact) -> Result<String, String>;
+}
+
+/// Where sdists are fetched to and from.
+#[derive(Clone, Copy)]
+pub struct SourceFetch<'a> {
+    /// The artifact directory.
+    pub artifacts: &'a Path,
+    /// pip's settings memo (`download::pip`).
+    pub memo: Option<&'a Path>,
+}
+
+/// [`crate::resolve`], with packages that have no wheel resolved to their sdists.
+pub fn resolve_with_sources(
+    python: &PythonSection,
+    target: &Target,
+    prefer: &[Pinned],
+    metadata: &dyn SdistMetadata,
+    fetch: SourceFetch<'_>,
+) -> Result<Vec<Pinned>, SolveError> {
+    let dir = tempfile::Builder::new().prefix("stackbuild-sources-").tempdir().map_err(|e| {
+        SolveError::Uv { target: target.clone(), message: format!("a temporary directory: {e}") }
+    })?;
+    let mut plan = FromSource::default();
+    let mut entries: Vec<MetadataEntry> = Vec::new();
+    for _ in 0..MAX_ROUNDS {
+        let err = match compile(python, target, prefer, &plan) {
+            Ok(pins) => return Ok(pins),
+            Err(e) => e,
+        };
+        let SolveError::Uv { message, .. } = &err else { return Err(err) };
+        let wanted: Vec<PackageName> = without_wheels(message)
+            .into_iter()
+            .filter(|n| !python.build.no_build.contains(n) && !plan.no_binary.contains(n))
+            .collect();
+        if wanted.is_empty() {
+            return Err(err);
+        }
+        for name in wanted {
+            let sdist = fetch_sdist(python, target, &name, message, fetch).map_err(|why| SolveError::Uv {
+                target: target.clone(),
+                message: format!(
+                    "{message}\n\n{name} has no wheel for {target}, and its source cannot be used: {why}"
+                ),
+            })?;
+            tracing::info!(
+                "{name} {}: no wheel for {target}; resolving its source distribution",
+                sdist.version
+            );
+            let text = metadata.metadata(&sdist).map_err(|why| SolveError::Uv {
+                target: target.clone(),
+                message: format!(
+                    "{name} {} has no wheel for {target}; preparing its metadata failed: {why}",
+                    sdist.version
+                ),
+            })?;
+            entries.push(MetadataEntry::parse(&name, &sdist.version, &text));
+            plan.no_binary.push(name.clone());
+            plan.constraints.push(format!("{name}=={}", sdist.version));
+        }
+        let config = dir.path().join("uv.toml");
+        let text = toml::to_string(&UvConfig { dependency_metadata: &entries })
+            .map_err(|e| SolveError::Uv { target: target.clone(), message: e.to_string() })?;
+        std::fs::write(&config, text).map_err(|e| SolveError::Uv {
+            target: target.clone(),
+            message: format!("{}: {e}", config.display()),
+        })?;
+        plan.config = Some(config);
+    }
+    compile(python, target, prefer, &plan)
+}
+
+#[derive(serde::Serialize)]
+struct UvConfig<'a> {
+    #[serde(rename = "dependency-metadata")]
+    dependency_metadata: &'a [MetadataEntry],
+}
+
+/// One `[[dependency-metadata]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct MetadataEntry {
+    name: String,
+    version: String,
+    #[serde(rename = "requires-dist")]
+    requires_dist: Vec<String>,
+    #[serde(rename = "requires-python", skip_serializing_if = "Option::is_none")]
+    requires_python: Option<String>,
+    #[serde(rename = "provides-extras")]
+    provides_extras: Vec<String>,
+}
+
+impl MetadataEntry {
+    /// The `Requires-Dist`, `Requires-Python` and `Provides-Extra` of a `METADATA` (RFC 822
+    /// headers, continuation lines indented; the body after the first empty line is not read).
+    pub(crate) fn parse(name: &PackageName, version: &PackageVersion, text: &str) -> Self {
+        let mut fields: Vec<(String, String)> = Vec::new();
+        for line in text.lines() {
+            if line.is_empty() {
+                break;
+            }
+            if line.starts_with([' ', '\t']) {
+                if let Some((_, v)) = fields.last_mut() {
+                    v.push(' ');
+                    v.push_str(line.trim());
+                }
+                continue;
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                fields.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+            }
+        }
+        let all =
+            |key: &str| fields.iter().filter(|(k, _)| k == key).map(|(_, v)| v.clone()).collect::<Vec<_>>();
+        Self {
+            name: name.to_string(),
+            version: version.to_string(),
+            requires_dist: all("requires-dist"),
+            requires_python: all("requires-python").into_iter().next().filter(|v| !v.is_empty()),
+            provides_extras: all("provides-extra"),
+        }
+    }
+}
+
+/// The packages uv's failure names as having no usable wheel: its hint "Wheels are required for
+/// `NAME` because building from source is disabled", or "NAME==V has no usable wheels".
+pub(crate) fn without_wheels(message: &str) -> Vec<PackageName> {
+    let mut names: Vec<PackageName> = Vec::new();
+    let mut push = |raw: &str| {
+        if let Ok(name) = PackageName::from_str(raw.trim()) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    };
+    for part in message.split("Wheels are required for `").skip(1) {
+        if let Some((name, _)) = part.split_once('`') {
+            push(name);
+        }
+    }
+    for (i, _) in message.match_indices(" has no usable wheels") {
+        let before = &message[..i];
+        let token = before.rsplit([' ', '\n', '(']).next().unwrap_or_default();
+        let name = token.split(['=', '<', '>', '!', '~', '[']).next().unwrap_or_default();
+        push(name);
+    }
+    names
+}
+
+/// The sdist a package without wheels resolves to, fetched and verified.
+fn fetch_sdist(
+    python: &PythonSection,
+    target: &Target,
+    name: &PackageName,
+    message: &str,
+    fetch: SourceFetch<'_>,
+) -> Result<Artifact, String> {
+    let pinned = python
+        .packages
+        .iter()
+        .chain(&python.constraints)
+        .filter(|r| &r.name == name)
+        .find_map(|r| exact_pin(r.version_or_url.as_ref()));
+    // uv's message names the version it wanted ("docopt==0.6.2 has no usable wheels").
+    let from_uv = message
+        .split(&format!("{name}=="))
+        .nth(1)
+        .and_then(|rest| rest.split([' ', ',', '\n']).next())
+        .and_then(|v| PackageVersion::from_str(v).ok());
+    let base = match python.index.clone() {
+        Some(i) => i,
+        None => crate::index::configured_index().map_err(|e| e.to_string())?,
+    };
+    let mut index = crate::index::Index::http(&base).map_err(|e| e.to_string())?;
+    let files = index.files(name.as_ref()).map_err(|e| e.to_string())?;
+    let wanted = pinned.or(from_uv);
+    let python_version = pep440_rs::Version::from_str(&target.python.to_string()).ok();
+    let mut best: Option<(PackageVersion, crate::index::IndexFile)> = None;
+    for file in files {
+        let Some((n, v)) = stackbuild_common::parse_sdist_name(&file.filename) else { continue };
+        if &n != name || file.is_yanked() || !file.hashes.contains_key("sha256") {
+            continue;
+        }
+        if wanted.as_ref().is_some_and(|w| w != &v) {
+            continue;
+        }
+        let admits = file.requires_python.as_deref().is_none_or(|spec| {
+            match (pep440_rs::VersionSpecifiers::from_str(spec), &python_version) {
+                (Ok(specs), Some(py)) => specs.contains(py),
+                _ => true,
+            }
+        });
+        if admits && best.as_ref().is_none_or(|(b, _)| &v > b) {
+            best = Some((v, file));
+        }
+    }
+    let Some((version, file)) = best else {
+        return Err(match wanted {
+            Some(v) => format!("the index has no source distribution of {name} {v}"),
+            None => format!("the index has no source distribution of {name} for Python {}", target.python),
+        });
+    };
+    let pin =
+        Pinned { name: name.clone(), version, hashes: vec![file.hashes["sha256"].to_ascii_lowercase()] };
+    let sources = python.sources();
+    let mut got =
+        crate::fetch::fetch_wheels(std::slice::from_ref(&pin), target, sources, fetch.artifacts, fetch.memo)
+            .map_err(|e| e.to_string())?;
+    got.pop().ok_or_else(|| format!("{pin} was not fetched"))
+}
+
+/// `V` of a requirement `==V`.
+fn exact_pin(spec: Option<&pep508_rs::VersionOrUrl<pep508_rs::VerbatimUrl>>) -> Option<PackageVersion> {
+    let Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) = spec else { return None };
+    let [one] = specs.iter().collect::<Vec<_>>()[..] else { return None };
+    (one.operator() == &pep440_rs::Operator::Equal)
+        .then(|| PackageVersion::from_str(&one.version().to_string()).ok())?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uv_names_the_packages_without_wheels() {
+        let message = "No solution found when resolving dependencies:\n  ╰─▶ Because docopt==0.6.2 has no usable wheels and you require docopt==0.6.2, we can conclude that your requirements are unsatisfiable.\n\n      hint: Wheels are required for `docopt` because building from source is disabled for all packages (i.e., with `--no-build`)";
+        let names: Vec<String> = without_wheels(message).iter().map(ToString::to_string).collect();
+        assert_eq!(names, ["docopt"]);
+    }
+
+    #[test]
+    fn metadata_headers_become_an_entry() {
+        let text = "Metadata-Version: 2.1\nName: Foo\nVersion: 1.0\nRequires-Python: >=3.8\nRequires-Dist: six\nRequires-Dist: numpy; extra == \"np\"\nProvides-Extra: np\n\nRequires-Dist: not-a-header\n";
+        let e = MetadataEntry::parse(&"foo".parse().unwrap(), &"1.0".parse().unwrap(), text);
+        assert_eq!(e.requires_dist, ["six", "numpy; extra == \"np\""]);
+        assert_eq!(e.requires_python.as_deref(), Some(">=3.8"));
+        assert_eq!(e.provides_extras, ["np"]);
+    }
+}

@@ -1,0 +1,227 @@
+//! The build-from-source stage in a build: the build root of the recipe's base, the metadata of
+//! sdists for resolution, and each locked sdist turned into its wheel before the Python layers
+//! are planned ([`stackbuild_wheelbuild`]).
+
+use std::sync::OnceLock;
+
+use stackbuild_cache::Cache;
+use stackbuild_common::{Compression, Platform};
+use stackbuild_image::DebianBase;
+use stackbuild_python::{Artifact, Target};
+use stackbuild_recipe::{Base, PythonSection, Recipe};
+use stackbuild_wheelbuild::{BuildRoot, Settings, SourcePackage, WheelBuilder};
+
+use super::plan::{PythonPlan, Wheel};
+use super::platform::PlatformBuilder;
+use super::{artifact_dir, debian_arch, pip_settings_dir, BuildError};
+
+/// The packages every build root has besides the base's: a C and C++ toolchain with `make`
+/// (`build-essential`) and the interpreter's headers and `python3.X-config`.
+fn default_build_packages(python: &PythonSection) -> Vec<String> {
+    let minor = format!("{}.{}", python.version.part(0), python.version.part(1));
+    vec!["build-essential".to_owned(), format!("python{minor}-dev")]
+}
+
+/// The build root for `platform`: the recipe's Debian or Ubuntu base with the default build
+/// packages and `[python.build] packages`, built by mmdebstrap (cached as a layer by the same key
+/// as a base) and unpacked into the cache. Nothing of it reaches the image.
+pub(super) fn build_root(
+    recipe: &Recipe,
+    python: &PythonSection,
+    platform: Platform,
+    cache: &Cache,
+    epoch: u64,
+) -> Result<BuildRoot, BuildError> {
+    let Base::Bootstrap(b) = &recipe.base else {
+        return Err(BuildError::Unsupported(format!(
+            "{}: building Python packages from source needs a Debian or Ubuntu base (`[base] debian = ...`), \
+             whose packages give the build its compilers and headers; this recipe's base is `{}`. Use \
+             wheels for these packages ([[python.wheel]]) or a Debian base",
+            recipe.path.display(),
+            recipe.base.kind()
+        )));
+    };
+    if platform.machine() != std::env::consts::ARCH {
+        return Err(BuildError::Unsupported(format!(
+            "building Python packages from source for {platform} on this {} machine is not supported yet: \
+             build on a {platform} machine, or supply the wheels ([[python.wheel]])",
+            std::env::consts::ARCH
+        )));
+    }
+    let mut packages: Vec<String> = b
+        .packages
+        .iter()
+        .map(|p| p.version.as_ref().map_or_else(|| p.name.clone(), |v| format!("{}={v}", p.name)))
+        .collect();
+    for p in default_build_packages(python).into_iter().chain(python.build.packages.iter().cloned()) {
+        if !packages.contains(&p) {
+            packages.push(p);
+        }
+    }
+    let debian = DebianBase {
+        distribution: b.distro.as_str().to_owned(),
+        suite: b.suite.clone(),
+        packages,
+        mirror: b.mirror.clone(),
+        variant: b.variant.clone(),
+        architecture: debian_arch(platform).to_owned(),
+    };
+    let _stage = stackbuild_common::Stage::start("build root");
+    tracing::info!(
+        "build root: {} {} with {} package(s)",
+        debian.distribution,
+        debian.suite,
+        debian.packages.len()
+    );
+    // Uncompressed: it is unpacked here and never pushed.
+    let prepared = debian.prepare(cache, epoch, Compression::None)?;
+    Ok(BuildRoot::unpacked(cache, &prepared.layer, &python.version)?)
+}
+
+/// Metadata of sdists for resolution, prepared in the sandbox on the recipe's build root (made
+/// on first use: a recipe whose packages all have wheels never makes one).
+pub(super) struct SandboxMetadata<'a> {
+    pub(super) recipe: &'a Recipe,
+    pub(super) python: &'a PythonSection,
+    pub(super) target: &'a Target,
+    pub(super) cache: &'a Cache,
+    pub(super) epoch: u64,
+    pub(super) root: OnceLock<BuildRoot>,
+}
+
+impl stackbuild_python::SdistMetadata for SandboxMetadata<'_> {
+    fn metadata(&self, sdist: &Artifact) -> Result<String, String> {
+        let root = match self.root.get() {
+            Some(root) => root,
+            None => {
+                let root = build_root(self.recipe, self.python, self.target.platform, self.cache, self.epoch)
+                    .map_err(|e| e.to_string())?;
+                self.root.get_or_init(|| root)
+            }
+        };
+        let settings = Settings::new(&self.python.build, self.epoch);
+        let artifacts = artifact_dir(self.cache);
+        let memo = pip_settings_dir(self.cache);
+        let resolve =
+            stackbuild_wheelbuild::index_resolver(self.python, self.target, &artifacts, Some(&memo));
+        let builder = WheelBuilder::new(self.cache, root, &settings, self.target, &resolve);
+        let pkg = SourcePackage {
+            name: &sdist.name,
+            version: &sdist.version,
+            sdist,
+            extra_requires: extra_requires(self.python, &sdist.name),
+            runtime: Vec::new(),
+        };
+        builder
+            .metadata(&pkg, &mut |line| tracing::debug!("{}: {line}", sdist.name))
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn extra_requires(python: &PythonSection, name: &pep508_rs::PackageName) -> Vec<String> {
+    python
+        .build
+        .extra_requires
+        .get(name)
+        .map(|r| r.iter().map(ToString::to_string).collect())
+        .unwrap_or_default()
+}
+
+impl PlatformBuilder<'_> {
+    /// Turns every locked sdist of `py` into its wheel (built now, or found built in the cache)
+    /// and puts the wheel in its place, so the layers install it like any other.
+    pub(super) fn build_from_source(&self, py: &mut PythonPlan<'_>) -> Result<(), BuildError> {
+        let sdists: Vec<usize> = py
+            .wheels
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| stackbuild_common::is_sdist(&w.filename))
+            .map(|(i, _)| i)
+            .collect();
+        let (Some(python), Some(target)) = (py.python, py.target.clone()) else { return Ok(()) };
+        if sdists.is_empty() {
+            return Ok(());
+        }
+        let _stage = stackbuild_common::Stage::start("build from source");
+        let root = build_root(self.recipe, python, self.platform, self.cache, self.epoch)?;
+        let settings = Settings::new(&python.build, self.epoch);
+        let artifacts = artifact_dir(self.cache);
+        let memo = pip_settings_dir(self.cache);
+        let resolve = stackbuild_wheelbuild::index_resolver(python, &target, &artifacts, Some(&memo));
+        let builder = WheelBuilder::new(self.cache, &root, &settings, &target, &resolve);
+        for i in sdists {
+            let wanted: Vec<&Wheel> = vec![&py.wheels[i]];
+            let fetched = py.fetcher().fetch(self.cache, &wanted)?;
+            let name = py.wheels[i].pin.name.clone();
+            let Some(sdist) = fetched.get(name.as_ref()).cloned() else {
+                return Err(BuildError::Unsupported(format!("the sdist of {name} was not fetched")));
+            };
+            let runtime = if python.build.no_isolation.contains(&name) {
+                // Built against the image's own locked wheels (torch), as pip's
+                // `--no-build-isolation` builds against the installed ones.
+                let others: Vec<&Wheel> =
+                    py.wheels.iter().filter(|w| !stackbuild_common::is_sdist(&w.filename)).collect();
+                py.fetcher().fetch(self.cache, &others)?.into_values().collect()
+            } else {
+                Vec::new()
+            };
+            let pkg = SourcePackage {
+                name: &sdist.name,
+                version: &sdist.version,
+                sdist: &sdist,
+                extra_requires: extra_requires(python, &name),
+                runtime,
+            };
+            let label = format!("{} {}", sdist.name, sdist.version);
+            let started = std::time::Instant::now();
+            let mut last = std::time::Instant::now();
+            let built = builder.build(&pkg, &mut |line| {
+                // Plain timed lines, one every few seconds at most, so a CI log shows a long
+                // compile is alive and where it is.
+                if last.elapsed().as_secs() >= 5 {
+                    last = std::time::Instant::now();
+                    tracing::info!("{label} [{}s]: {}", started.elapsed().as_secs(), truncate(line, 160));
+                }
+            })?;
+            if built.compiled {
+                tracing::info!(
+                    "{label}: built {} in {:.1}s (log: {})",
+                    built.wheel.filename,
+                    started.elapsed().as_secs_f64(),
+                    built.log.display()
+                );
+            }
+            let wheel = place(self.cache, &built.wheel)?;
+            py.replace_built(i, wheel);
+        }
+        Ok(())
+    }
+}
+
+/// The built wheel, copied into the artifact directory where the layers fetch it from
+/// (`artifacts/<sha256>/<file>`).
+fn place(cache: &Cache, wheel: &Artifact) -> Result<Artifact, BuildError> {
+    let dir = artifact_dir(cache).join(&wheel.sha256);
+    let path = dir.join(&wheel.filename);
+    if !path.is_file() {
+        std::fs::create_dir_all(artifact_dir(cache)).map_err(super::io("creating", &dir))?;
+        let tmp = tempfile::Builder::new()
+            .prefix(".import-")
+            .tempdir_in(artifact_dir(cache))
+            .map_err(super::io("creating a directory in", &dir))?;
+        std::fs::copy(&wheel.path, tmp.path().join(&wheel.filename))
+            .map_err(super::io("copying", &wheel.path))?;
+        let kept = tmp.keep();
+        if std::fs::rename(&kept, &dir).is_err() {
+            let _ = std::fs::remove_dir_all(&kept);
+        }
+    }
+    Ok(Artifact { path, ..wheel.clone() })
+}
+
+fn truncate(line: &str, max: usize) -> &str {
+    match line.char_indices().nth(max) {
+        Some((i, _)) => &line[..i],
+        None => line,
+    }
+}

@@ -1,0 +1,89 @@
+//! Packages with no wheel, end to end: a Debian bookworm base by mmdebstrap and three packages
+//! from the machine's index: `docopt` (a pure-Python sdist), `evdev` (a C extension whose build
+//! needs the kernel's input headers, from `linux-libc-dev` in the build root and absent from the
+//! image) and `six` (a wheel). The lock records the two sdists; the build compiles them in the
+//! sandbox on the build root; the image imports them under runc; a second build compiles nothing;
+//! a second cache builds the same Python layer.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod common;
+use common::{build_ok as build, debian_builds_ready, have, Built, BOOKWORM_PYTHON};
+
+fn recipe(dir: &Path) -> PathBuf {
+    let path = dir.join("from-source.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[image]\nname = \"from-source\"\ntag = \"test\"\ncmd = [\"python3\"]\n\n{BOOKWORM_PYTHON}\n\
+             [python]\nversion = \"3.11\"\npackages = [\"docopt==0.6.2\", \"evdev==1.7.1\", \"six==1.16.0\"]\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn layer(b: &Built, name: &str) -> serde_json::Value {
+    b.report["layers"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap()["digest"].clone()
+}
+
+#[test]
+fn sdists_are_locked_built_in_the_sandbox_and_imported_in_the_image() {
+    if !debian_builds_ready(&["bwrap", "prlimit"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = recipe(tmp.path());
+    let layout = tmp.path().join("layout");
+    let first = build(&recipe, &tmp.path().join("cache"), &layout, &[]);
+    let err = String::from_utf8_lossy(&first.out.stderr);
+    assert!(err.contains("docopt 0.6.2: no wheel for cp311"), "{err}");
+    assert!(err.contains("evdev 1.7.1: built evdev-1.7.1-cp311-cp311-linux_x86_64.whl"), "{err}");
+    let lock = std::fs::read_to_string(recipe.with_extension("toml.lock")).unwrap();
+    assert!(lock.contains("filename = \"docopt-0.6.2.tar.gz\""), "{lock}");
+    assert!(lock.contains("filename = \"evdev-1.7.1.tar.gz\""), "{lock}");
+
+    // The same recipe again: every wheel comes from the cache of built wheels.
+    let again = build(&recipe, &tmp.path().join("cache"), &tmp.path().join("layout-again"), &["--locked"]);
+    let err = String::from_utf8_lossy(&again.out.stderr);
+    assert!(!err.contains("building a wheel"), "a second build compiles nothing: {err}");
+    assert!(err.contains("evdev 1.7.1: built before"), "{err}");
+    assert_eq!(again.digest, first.digest);
+
+    // A second cache: the same wheels, byte for byte, so the same Python layer.
+    let other = build(&recipe, &tmp.path().join("cache2"), &tmp.path().join("layout2"), &["--locked"]);
+    assert_eq!(layer(&other, "python"), layer(&first, "python"), "two caches: one Python layer");
+
+    if !have("umoci") || !have("runc") {
+        eprintln!("skipped the container half: umoci or runc not installed");
+        return;
+    }
+    let bundle = tmp.path().join("bundle");
+    let out = Command::new("umoci")
+        .args(["unpack", "--image"])
+        .arg(format!("{}:test", layout.display()))
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "umoci unpack: {}", String::from_utf8_lossy(&out.stderr));
+    let rootfs = bundle.join("rootfs");
+    for absent in ["usr/bin/gcc", "usr/include/linux/input.h", "usr/include/python3.11/Python.h"] {
+        assert!(!rootfs.join(absent).exists(), "/{absent}: nothing of the build root is in the image");
+    }
+    let config_path = bundle.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    config["process"]["terminal"] = false.into();
+    config["process"]["args"] = serde_json::json!([
+        "python3",
+        "-c",
+        "import docopt, evdev.ecodes as e, six; print(docopt.__version__, e.EV_KEY, e.ecodes['KEY_A'])"
+    ]);
+    std::fs::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let id = format!("stackbuild-from-source-{}", std::process::id());
+    let out = Command::new("runc").arg("run").arg("--bundle").arg(&bundle).arg(&id).output().unwrap();
+    let _ = Command::new("runc").args(["delete", "--force", &id]).output();
+    assert!(out.status.success(), "runc run: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0.6.2 1 30");
+}
