@@ -185,6 +185,11 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
         }
         if config.policy != Policy::Audit {
             text.push_str(&diagnosis.render_human(false));
+            if blocked {
+                for line in image_remedies(stack.as_ref(), &reason) {
+                    let _ = writeln!(text, "{line}");
+                }
+            }
         }
     }
     if let Some(note) = &stack_note {
@@ -210,6 +215,29 @@ fn environment_value(config: &Config, mount_devices: &[String]) -> Option<(Strin
         return Some((mount_devices.join(","), true));
     }
     Some((value.to_owned(), false))
+}
+
+/// What the image's own `stack.json` says about a requirement that blocked it: the lines of
+/// its reasons that name a package built from source and how to rebuild it (a CUDA extension
+/// built for fewer GPUs than torch), so the refusal names the extension and the fix. The text
+/// is the image's: control characters are dropped and each line and their number are capped.
+fn image_remedies(stack: Option<&StackManifest>, reason: &str) -> Vec<String> {
+    const MAX_LINES: usize = 8;
+    const MAX_CHARS: usize = 400;
+    let Some(stack) = stack else { return Vec::new() };
+    stack
+        .requirements
+        .iter()
+        .take(64)
+        .filter(|r| !r.variable.is_empty() && reason.contains(&r.variable))
+        .flat_map(|r| r.reasons.iter().take(64))
+        .filter(|r| r.contains("(built from source)") || r.starts_with("rebuild "))
+        .take(MAX_LINES)
+        .map(|r| {
+            let clean: String = r.chars().filter(|c| !c.is_control()).take(MAX_CHARS).collect();
+            format!("  image (stack.json): {clean}")
+        })
+        .collect()
 }
 
 /// Reads the image's `stack.json` through in-root resolution; a bad one is a note, never a
@@ -380,6 +408,50 @@ mod tests {
             .filter_map(|f| f["code"].as_str())
             .collect();
         assert!(codes.contains(&"L4-REQUIREMENT-UNVERIFIABLE"), "{codes:?}");
+    }
+
+    #[test]
+    fn a_refusal_names_the_extension_the_image_says_lacks_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Preset::JetsonOrin.build(&dir.path().join("host")).unwrap();
+        let bundle = dir.path().join("bundle");
+        let etc = bundle.join("rootfs/etc/stackbuild");
+        std::fs::create_dir_all(&etc).unwrap();
+        let stack = serde_json::json!({
+            "schema": 1, "image": "x:y", "platform": "linux/arm64", "components": [],
+            "requirements": [{
+                "variable": "STACKBUILD_REQUIRE_ARCH",
+                "expr": "arch>=9.0,arch<10.0",
+                "reasons": [
+                    "torch 2.8.0 carries cubins for 8.7 9.0 (test)",
+                    "flash-attn 2.8.3 (built from source) carries cubins for 9.0 (test); it runs on 9.0 <= cc < 10.0",
+                    "rebuild flash-attn for other GPUs: [python.build] cuda_arch_list (TORCH_CUDA_ARCH_LIST) with their compute capability\u{1b}[2J",
+                ]
+            }]
+        });
+        std::fs::write(etc.join("stack.json"), stack.to_string()).unwrap();
+        let env = ["NVIDIA_VISIBLE_DEVICES=0", "STACKBUILD_REQUIRE_ARCH=arch>=9.0,arch<10.0"];
+        let config = serde_json::json!({ "root": { "path": "rootfs" }, "process": { "env": env } });
+        std::fs::write(bundle.join("config.json"), config.to_string()).unwrap();
+        let state =
+            serde_json::json!({ "ociVersion": "1.0.2", "id": "c1", "status": "creating", "bundle": bundle });
+        let config =
+            HookConfig { host_root: host.root().to_path_buf(), policy: Policy::Enforce, report_dir: None };
+        let out = run(state.to_string().as_bytes(), &config);
+        assert_eq!(out.code, 1, "{}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("image (stack.json): flash-attn 2.8.3 (built from source) carries cubins for 9.0"),
+            "{}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("image (stack.json): rebuild flash-attn for other GPUs"),
+            "{}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains('\u{1b}'), "no escape sequence of the image reaches the terminal");
+        assert!(!out.stderr.contains("torch 2.8.0 carries"), "only the extension's lines");
     }
 
     #[test]

@@ -462,7 +462,35 @@ impl PlatformBuilder<'_> {
                 })
             })
             .or_else(|| stackbuild_check::torch_code(&packages));
-        let requirements = stackbuild_check::requirements_with(&packages, &recipe.host, torch_code.as_ref());
+        // The GPU code of the wheels built from source (CUDA extensions), from their own fat
+        // binaries: the image runs only where torch and each of them have code.
+        let tmp = cache.root().join("tmp");
+        let mut extensions = Vec::new();
+        for w in wheels.iter().filter(|w| py.built.iter().any(|b| b == w.pin.name.as_ref())) {
+            let path = cache.root().join("artifacts").join(&w.sha256).join(&w.filename);
+            std::fs::create_dir_all(&tmp).map_err(super::io("creating", &tmp))?;
+            match stackbuild_check::extension_wheel_code(&path, &tmp) {
+                Ok(Some(code)) => {
+                    tracing::info!("{} {}: built for {}", w.pin.name, w.pin.version, code.describe());
+                    extensions.push(stackbuild_check::Extension {
+                        name: w.pin.name.as_ref(),
+                        version: &w.pin.version,
+                        code,
+                    });
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    "{}: its GPU code cannot be read ({e}); the contract leaves it out",
+                    w.filename
+                ),
+            }
+        }
+        let requirements = stackbuild_check::requirements_with_extensions(
+            &packages,
+            &recipe.host,
+            torch_code.as_ref(),
+            &extensions,
+        );
         for p in &recipe.patches {
             self.components.push(Component {
                 kind: "patch".into(),

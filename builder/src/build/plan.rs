@@ -186,6 +186,8 @@ pub(super) struct PythonPlan<'a> {
     /// The wheels fetched and verified in this run, by normalized name: a second use (the lock
     /// check after the layers) does not hash gigabytes again. The cache is locked meanwhile.
     verified: Mutex<BTreeMap<String, Artifact>>,
+    /// The packages built from source in this build, by normalized name.
+    pub(super) built: Vec<String>,
     /// The torch build's GPU code, read from its wheel while later layers are written
     /// ([`stackbuild_check::torch_code_for_build`]); unset when the torch layer was reused.
     pub(super) torch_code: OnceLock<Option<GpuCode>>,
@@ -200,6 +202,7 @@ impl PythonPlan<'_> {
         w.sha256.clone_from(&wheel.sha256);
         w.size = wheel.size;
         w.pin.hashes = vec![wheel.sha256.clone()];
+        self.built.push(wheel.name.to_string());
         let mut verified = self.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         verified.insert(wheel.name.to_string(), wheel);
     }
@@ -284,6 +287,7 @@ impl<'a> PlatformBuilder<'a> {
             target,
             bytecode,
             verified: Mutex::default(),
+            built: Vec::new(),
             torch_code: OnceLock::new(),
         })
     }

@@ -254,6 +254,29 @@ pub fn requirements_with(
     host: &HostRules,
     code: Option<&GpuCode>,
 ) -> Vec<DerivedRequirement> {
+    requirements_with_extensions(packages, host, code, &[])
+}
+
+/// A package built from source whose shared objects carry GPU code (a CUDA extension): the
+/// image runs only on GPUs that both torch and it have code for.
+#[derive(Debug, Clone)]
+pub struct Extension<'a> {
+    /// Its normalized name.
+    pub name: &'a str,
+    /// Its version.
+    pub version: &'a PackageVersion,
+    /// What its fat binaries carry.
+    pub code: GpuCode,
+}
+
+/// [`requirements_with`], the architectures of `extensions` ANDed into `STACKBUILD_REQUIRE_ARCH`,
+/// each with a reason that names it and how to rebuild it for more GPUs.
+pub fn requirements_with_extensions(
+    packages: &[Package<'_>],
+    host: &HostRules,
+    code: Option<&GpuCode>,
+    extensions: &[Extension<'_>],
+) -> Vec<DerivedRequirement> {
     // Each variable's expression and reasons, in the order the variables first appear.
     let mut out: Vec<(String, Expr, Vec<String>)> = Vec::new();
     if let Some(req) = cuda_requirement(packages, code) {
@@ -295,6 +318,27 @@ pub fn requirements_with(
         }
         (None, None) => None,
     };
+    let mut expr = expr;
+    for ext in extensions {
+        let set = ext.code.arch_set();
+        if set.is_empty() {
+            continue;
+        }
+        reasons.push(format!(
+            "{} {} (built from source) carries {} ({}); it runs on {}",
+            ext.name,
+            ext.version,
+            ext.code.describe(),
+            ext.code.from,
+            set.describe()
+        ));
+        reasons.push(format!(
+            "rebuild {} for other GPUs: [python.build] cuda_arch_list (TORCH_CUDA_ARCH_LIST) with their compute \
+             capability, e.g. \"8.0;9.0+PTX\"",
+            ext.name
+        ));
+        expr = Some(expr.map_or_else(|| set.expr(), |e| e.and(&set.expr())));
+    }
     if let Some(expr) = expr {
         out.push((variable_of(Key::Arch).into(), expr, reasons));
     }
@@ -409,6 +453,29 @@ mod tests {
     /// Every compute capability from 3.0 to 15.9.
     fn all_ccs() -> impl Iterator<Item = ComputeCapability> {
         (3..16).flat_map(|major| (0..10).map(move |minor| ComputeCapability::new(major, minor)))
+    }
+
+    #[test]
+    fn an_extension_built_for_fewer_gpus_narrows_the_arch_requirement() {
+        let (t, fa) = (v("2.8.0"), v("2.8.3"));
+        let packages = [
+            Package { name: "torch", version: &t, platform: Platform::LinuxAmd64 },
+            Package { name: "flash-attn", version: &fa, platform: Platform::LinuxAmd64 },
+        ];
+        let torch = code(&["8.0", "9.0"], &["9.0"]);
+        let ext = Extension { name: "flash-attn", version: &fa, code: code(&["9.0"], &[]) };
+        let reqs = requirements_with_extensions(&packages, &HostRules::default(), Some(&torch), &[ext]);
+        let arch = reqs.iter().find(|r| r.variable == "STACKBUILD_REQUIRE_ARCH").unwrap();
+        assert!(!admits(&arch.expr, cc("8.0")), "an A100 lacks flash-attn's code: {}", arch.expr);
+        assert!(admits(&arch.expr, cc("9.0")), "{}", arch.expr);
+        assert!(!admits(&arch.expr, cc("10.0")), "torch's PTX alone does not run flash-attn: {}", arch.expr);
+        let text = arch.reasons.join("\n");
+        assert!(text.contains("flash-attn 2.8.3 (built from source) carries cubins for 9.0"), "{text}");
+        assert!(text.contains("rebuild flash-attn for other GPUs"), "{text}");
+        // Without extensions, torch's own set.
+        let plain = requirements_with(&packages, &HostRules::default(), Some(&torch));
+        let arch = plain.iter().find(|r| r.variable == "STACKBUILD_REQUIRE_ARCH").unwrap();
+        assert!(admits(&arch.expr, cc("8.0")));
     }
 
     #[test]

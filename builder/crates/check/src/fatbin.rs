@@ -269,11 +269,53 @@ fn is_torch_library(name: &str) -> bool {
 /// under `tmp` (their headers are read by offset). `None` when no library carries GPU code (a
 /// CPU build).
 pub(crate) fn torch_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCode>, FatbinError> {
+    let read = members_code(wheel, tmp, is_torch_library)?;
+    // torch's kernels live in libtorch_cuda.so, built for TORCH_CUDA_ARCH_LIST (what
+    // `torch.cuda.get_arch_list()` reports); other libraries it bundles may carry code for other
+    // architectures, which does not make torch run there.
+    let mut read = read;
+    let main = read.iter().position(|(name, _)| name == "torch/lib/libtorch_cuda.so");
+    let chosen: Vec<(String, Vec<Entry>)> = match main {
+        Some(i) => vec![read.swap_remove(i)],
+        None => read,
+    };
+    Ok(code_from(wheel, &chosen))
+}
+
+/// The GPU code of a wheel built from source (a CUDA extension): the fat binaries of every
+/// shared object it carries, together. `None` when none carries GPU code.
+pub fn extension_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCode>, String> {
+    let read = members_code(wheel, tmp, |name| {
+        let file = name.rsplit('/').next().unwrap_or(name);
+        file.ends_with(".so") || file.contains(".so.")
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(code_from(wheel, &read))
+}
+
+/// The code of `chosen` members of `wheel`, with where it was read from.
+fn code_from(wheel: &Path, chosen: &[(String, Vec<Entry>)]) -> Option<GpuCode> {
+    let names: Vec<&str> = chosen.iter().map(|(n, _)| n.as_str()).collect();
+    let from = format!(
+        "the fat binaries (.nv_fatbin) of {} in {}",
+        names.join(", "),
+        wheel.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned())
+    );
+    let entries: Vec<Entry> = chosen.iter().flat_map(|(_, e)| e.iter().copied()).collect();
+    code_of(&entries, from)
+}
+
+/// The fat-binary entries of each member of `wheel` that `wanted` names and that is an ELF
+/// file with any, each extracted in turn to a temporary file under `tmp`.
+fn members_code(
+    wheel: &Path,
+    tmp: &Path,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, Vec<Entry>)>, FatbinError> {
     let werr = |why: String| FatbinError::Wheel { path: wheel.to_owned(), why };
     let file = File::open(wheel).map_err(io_err("opening", wheel))?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| werr(e.to_string()))?;
-    let names: Vec<String> =
-        archive.file_names().filter(|n| is_torch_library(n)).map(str::to_owned).collect();
+    let names: Vec<String> = archive.file_names().filter(|n| wanted(n)).map(str::to_owned).collect();
     let mut read: Vec<(String, Vec<Entry>)> = Vec::new();
     for name in names {
         let mut member = archive.by_name(&name).map_err(|e| werr(e.to_string()))?;
@@ -294,22 +336,7 @@ pub(crate) fn torch_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCod
             read.push((name, found));
         }
     }
-    // torch's kernels live in libtorch_cuda.so, built for TORCH_CUDA_ARCH_LIST (what
-    // `torch.cuda.get_arch_list()` reports); other libraries it bundles may carry code for other
-    // architectures, which does not make torch run there.
-    let main = read.iter().position(|(name, _)| name == "torch/lib/libtorch_cuda.so");
-    let chosen: Vec<(String, Vec<Entry>)> = match main {
-        Some(i) => vec![read.swap_remove(i)],
-        None => read,
-    };
-    let names: Vec<&str> = chosen.iter().map(|(n, _)| n.as_str()).collect();
-    let from = format!(
-        "the fat binaries (.nv_fatbin) of {} in {}",
-        names.join(", "),
-        wheel.file_name().map_or_else(String::new, |f| f.to_string_lossy().into_owned())
-    );
-    let entries: Vec<Entry> = chosen.iter().flat_map(|(_, e)| e.iter().copied()).collect();
-    Ok(code_of(&entries, from))
+    Ok(read)
 }
 
 /// Bumped when what [`torch_code_for_build`] stores changes.

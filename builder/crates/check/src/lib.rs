@@ -16,7 +16,9 @@ mod gpu_code;
 mod tables;
 
 pub use check::{check, CheckOptions};
-pub use derive::{requirements, requirements_with, torch_code, Package};
-pub use fatbin::torch_code_for_build;
+pub use derive::{
+    requirements, requirements_with, requirements_with_extensions, torch_code, Extension, Package,
+};
+pub use fatbin::{extension_wheel_code, torch_code_for_build};
 pub use gpu_code::GpuCode;
 pub use tables::torch;
