@@ -111,6 +111,7 @@ impl stackbuild_python::SdistMetadata for SandboxMetadata<'_> {
             sdist,
             extra_requires: extra_requires(self.python, &sdist.name),
             runtime: Vec::new(),
+            cuda: None,
         };
         builder
             .metadata(&pkg, &mut |line| tracing::debug!("{}: {line}", sdist.name))
@@ -156,7 +157,22 @@ impl PlatformBuilder<'_> {
             let Some(sdist) = fetched.get(name.as_ref()).cloned() else {
                 return Err(BuildError::Unsupported(format!("the sdist of {name} was not fetched")));
             };
-            let runtime = if python.build.no_isolation.contains(&name) {
+            let isolated = !python.build.no_isolation.contains(&name);
+            // A build against the image's torch gets the CUDA toolchain of the image's CUDA
+            // runtime (`nvidia-cuda-runtime`), where NVIDIA's wheels carry one.
+            let cuda = if isolated {
+                None
+            } else {
+                py.wheels
+                    .iter()
+                    .find(|w| {
+                        matches!(w.pin.name.as_ref(), "nvidia-cuda-runtime" | "nvidia-cuda-runtime-cu13")
+                    })
+                    .and_then(|w| {
+                        stackbuild_wheelbuild::CudaToolchain::for_runtime(&w.pin.version.to_string())
+                    })
+            };
+            let runtime = if !isolated {
                 // Built against the image's own locked wheels (torch), as pip's
                 // `--no-build-isolation` builds against the installed ones.
                 let others: Vec<&Wheel> =
@@ -171,6 +187,7 @@ impl PlatformBuilder<'_> {
                 sdist: &sdist,
                 extra_requires: extra_requires(python, &name),
                 runtime,
+                cuda,
             };
             let label = format!("{} {}", sdist.name, sdist.version);
             let started = std::time::Instant::now();

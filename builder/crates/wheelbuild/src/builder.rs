@@ -140,6 +140,44 @@ pub struct SourcePackage<'a> {
     /// For a build without isolation: the image's locked wheels it may import (torch); empty
     /// for an isolated build.
     pub runtime: Vec<Artifact>,
+    /// The CUDA toolchain the build gets (a CUDA extension against the image's torch).
+    pub cuda: Option<CudaToolchain>,
+}
+
+/// nvcc and the CUDA headers of one CUDA release, from NVIDIA's wheels on the Python package
+/// index. From CUDA 13 on they carry the whole compiler: `nvidia-cuda-nvcc` (nvcc, cudafe++,
+/// fatbinary, nvlink, ptxas), `nvidia-nvvm` (cicc, libdevice), `nvidia-cuda-crt` (the
+/// compiler's headers), `nvidia-cuda-runtime` (the runtime's headers and library) and
+/// `nvidia-cuda-cccl` (Thrust, CUB, libcu++). CUDA 12's `nvidia-cuda-nvcc-cu12` carries only
+/// ptxas and headers, so CUDA 12 extensions need nvcc from elsewhere (not supported yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaToolchain {
+    /// The CUDA major (13): torch's `cpp_extension` refuses an nvcc of another major.
+    pub major: u32,
+    /// The minor of the image's CUDA runtime: the toolchain of the same release.
+    pub minor: u32,
+}
+
+impl CudaToolchain {
+    /// The toolchain for the image's CUDA runtime `version` (`13.0.96` from the locked
+    /// `nvidia-cuda-runtime`), when its wheels have nvcc (CUDA 13 and later).
+    pub fn for_runtime(version: &str) -> Option<Self> {
+        let mut parts = version.split('.');
+        let major: u32 = parts.next()?.parse().ok()?;
+        let minor: u32 = parts.next()?.parse().ok()?;
+        (major >= 13).then_some(Self { major, minor })
+    }
+
+    /// The requirements that install it.
+    pub fn requirements(&self) -> Vec<String> {
+        let release = format!("{}.{}.*", self.major, self.minor);
+        ["nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-runtime"]
+            .iter()
+            .map(|name| format!("{name}=={release}"))
+            // CCCL has its own numbering (13.3.5.0.6 beside CUDA 13.2): the major's newest.
+            .chain(std::iter::once(format!("nvidia-cuda-cccl>={}.0,<{}", self.major, self.major + 1)))
+            .collect()
+    }
 }
 
 impl SourcePackage<'_> {
@@ -199,6 +237,9 @@ struct Prepared {
     work: tempfile::TempDir,
     project_in_sandbox: String,
     system: BuildSystem,
+    /// The build requirements resolved into `environment`.
+    requires: Vec<String>,
+    /// The wheels of the build environment.
     environment: Vec<Artifact>,
 }
 
@@ -221,7 +262,7 @@ impl<'a> WheelBuilder<'a> {
         pkg: &SourcePackage<'_>,
         on_line: &mut dyn FnMut(&str),
     ) -> Result<Built, WheelBuildError> {
-        let prepared = self.prepare(pkg, on_line)?;
+        let mut prepared = self.prepare(pkg)?;
         let key = self.key(pkg, &prepared);
         let dir = self.cache.root().join("built-wheels").join(key.as_hex());
         let log = self.cache.root().join("built-wheels").join(format!("{}.log", key.as_hex()));
@@ -229,6 +270,7 @@ impl<'a> WheelBuilder<'a> {
             tracing::info!("{}: built before ({})", pkg.label(), wheel.filename);
             return Ok(Built { wheel, compiled: false, log });
         }
+        self.complete(pkg, &mut prepared, on_line)?;
         let out = prepared.work.path().join("out");
         std::fs::create_dir_all(&out).map_err(io("creating", &out))?;
         tracing::info!("{}: building a wheel from {}", pkg.label(), pkg.sdist.filename);
@@ -271,12 +313,29 @@ impl<'a> WheelBuilder<'a> {
         pkg: &SourcePackage<'_>,
         on_line: &mut dyn FnMut(&str),
     ) -> Result<String, WheelBuildError> {
-        let prepared = self.prepare(pkg, on_line)?;
-        let key = self.key(pkg, &prepared);
+        // Recorded by the inputs known before anything is resolved: a lock made again does not
+        // install a build environment to learn what it learned before.
+        let mut runtime: Vec<(&str, &str)> =
+            pkg.runtime.iter().map(|a| (a.filename.as_str(), a.sha256.as_str())).collect();
+        runtime.sort_unstable();
+        let key = LayerKey::of(
+            "sdist-metadata",
+            &(
+                (&pkg.sdist.sha256, &pkg.sdist.filename),
+                &self.root.identity,
+                self.target.to_string(),
+                &pkg.extra_requires,
+                runtime,
+                pkg.cuda.as_ref().map(CudaToolchain::requirements),
+                hex::encode(sha2::Sha256::digest(DRIVER)),
+            ),
+        );
         let record = self.cache.root().join("facts").join(format!("sdist-metadata-{}", key.as_hex()));
         if let Ok(text) = std::fs::read_to_string(&record) {
             return Ok(text);
         }
+        let mut prepared = self.prepare(pkg)?;
+        self.complete(pkg, &mut prepared, on_line)?;
         let out = prepared.work.path().join("out");
         std::fs::create_dir_all(&out).map_err(io("creating", &out))?;
         let log = prepared.work.path().join("log");
@@ -309,7 +368,7 @@ impl<'a> WheelBuilder<'a> {
             prepared.environment.iter().map(|a| (a.filename.clone(), a.sha256.clone())).collect();
         environment.sort();
         environment.dedup();
-        let env = self.env(prepared, false);
+        let env = self.env(pkg, false);
         LayerKey::of(
             "built-wheel",
             &BuiltWheelKey {
@@ -347,14 +406,10 @@ impl<'a> WheelBuilder<'a> {
         }))
     }
 
-    /// Unpacks the sdist, resolves its build requirements (those `[build-system]` declares,
-    /// then those `get_requires_for_build_wheel` adds) and installs them, with the runtime wheels
-    /// of a build without isolation, into the build directory's environment.
-    fn prepare(
-        &self,
-        pkg: &SourcePackage<'_>,
-        on_line: &mut dyn FnMut(&str),
-    ) -> Result<Prepared, WheelBuildError> {
+    /// Unpacks the sdist and resolves the build requirements its `[build-system]` declares (with
+    /// the recipe's `extra_requires` and the CUDA toolchain), nothing installed or run yet: what
+    /// a built wheel's key is made of.
+    fn prepare(&self, pkg: &SourcePackage<'_>) -> Result<Prepared, WheelBuildError> {
         let tmp = self.cache.root().join("tmp");
         std::fs::create_dir_all(&tmp).map_err(io("creating", &tmp))?;
         let work = tempfile::Builder::new()
@@ -370,13 +425,29 @@ impl<'a> WheelBuilder<'a> {
         let project_in_sandbox = format!("{BUILD_DIR}/{}", rel.display());
         let mut requires: Vec<String> = system.requires.clone();
         requires.extend(pkg.extra_requires.iter().cloned());
-        let mut prepared = Prepared { work, project_in_sandbox, system, environment: Vec::new() };
-        self.install_environment(pkg, &mut prepared, &requires)?;
-        // PEP 517: the backend may ask for more (setuptools < 70.1 asks for `wheel`).
+        if let Some(cuda) = &pkg.cuda {
+            requires.extend(cuda.requirements());
+        }
+        let mut prepared =
+            Prepared { work, project_in_sandbox, system, requires: Vec::new(), environment: Vec::new() };
+        self.resolve_environment(pkg, &mut prepared, requires)?;
+        Ok(prepared)
+    }
+
+    /// Installs the environment, then asks the backend what else it needs (PEP 517's
+    /// `get_requires_for_build_wheel`: setuptools < 70.1 asks for `wheel`, scikit-build for
+    /// cmake) and installs that too.
+    fn complete(
+        &self,
+        pkg: &SourcePackage<'_>,
+        prepared: &mut Prepared,
+        on_line: &mut dyn FnMut(&str),
+    ) -> Result<(), WheelBuildError> {
+        self.install_environment(pkg, prepared)?;
         let out = prepared.work.path().join("requires");
         std::fs::create_dir_all(&out).map_err(io("creating", &out))?;
         let log = prepared.work.path().join("requires.log");
-        self.run_hook_in(pkg, &prepared, Hook::Requires, "requires", &log, on_line)?;
+        self.run_hook_in(pkg, prepared, Hook::Requires, "requires", &log, on_line)?;
         let more: Vec<String> = read_result(&out, &pkg.label())?;
         let have: Vec<String> = prepared.environment.iter().map(|a| a.name.to_string()).collect();
         let missing: Vec<String> = more
@@ -388,17 +459,47 @@ impl<'a> WheelBuilder<'a> {
             })
             .collect();
         if !missing.is_empty() {
+            let mut requires = prepared.requires.clone();
             requires.extend(missing);
-            self.install_environment(pkg, &mut prepared, &requires)?;
+            self.resolve_environment(pkg, prepared, requires)?;
+            self.install_environment(pkg, prepared)?;
         }
-        Ok(prepared)
+        Ok(())
+    }
+
+    /// The wheels of the build environment: `requires` resolved for the target, and the runtime
+    /// wheels of a build without isolation, which win over a build requirement of the same name
+    /// (pip's `--no-build-isolation` sees the installed numpy, not another).
+    fn resolve_environment(
+        &self,
+        pkg: &SourcePackage<'_>,
+        prepared: &mut Prepared,
+        requires: Vec<String>,
+    ) -> Result<(), WheelBuildError> {
+        let wheels = if requires.is_empty() {
+            Vec::new()
+        } else {
+            (self.resolve)(&requires).map_err(|message| WheelBuildError::Requires {
+                package: pkg.label(),
+                requires: requires.clone(),
+                message,
+            })?
+        };
+        let mut environment: Vec<Artifact> = pkg.runtime.clone();
+        for wheel in wheels {
+            if !environment.iter().any(|a| a.name == wheel.name) {
+                environment.push(wheel);
+            }
+        }
+        prepared.requires = requires;
+        prepared.environment = environment;
+        Ok(())
     }
 
     fn install_environment(
         &self,
         pkg: &SourcePackage<'_>,
-        prepared: &mut Prepared,
-        requires: &[String],
+        prepared: &Prepared,
     ) -> Result<(), WheelBuildError> {
         let env = prepared.work.path().join("env");
         if env.exists() {
@@ -406,25 +507,8 @@ impl<'a> WheelBuilder<'a> {
         }
         std::fs::create_dir_all(env.join("site")).map_err(io("creating", &env))?;
         std::fs::create_dir_all(env.join("bin")).map_err(io("creating", &env))?;
-        let wheels = if requires.is_empty() {
-            Vec::new()
-        } else {
-            (self.resolve)(requires).map_err(|message| WheelBuildError::Requires {
-                package: pkg.label(),
-                requires: requires.to_vec(),
-                message,
-            })?
-        };
         let scheme = env_scheme(&self.root.python);
-        let mut all = wheels;
-        // The runtime wheels last: a build requirement the image also pins (numpy) is the
-        // image's version, as pip's `--no-build-isolation` sees the installed one.
-        all.extend(pkg.runtime.iter().cloned());
-        let mut installed: Vec<Artifact> = Vec::new();
-        for wheel in all.iter().rev() {
-            if installed.iter().any(|a| a.name == wheel.name) {
-                continue;
-            }
+        for wheel in &prepared.environment {
             stackbuild_python::install_wheel_as(
                 &wheel.path,
                 &scheme,
@@ -433,14 +517,15 @@ impl<'a> WheelBuilder<'a> {
                 &wheel.version.to_string(),
             )
             .map_err(|source| WheelBuildError::Install { package: pkg.label(), source: Box::new(source) })?;
-            installed.push(wheel.clone());
         }
-        prepared.environment = installed;
+        if let Some(cuda) = &pkg.cuda {
+            link_development_names(&env.join("site").join(format!("nvidia/cu{}/lib", cuda.major)))?;
+        }
         Ok(())
     }
 
     /// The backend's environment: nothing of stackbuild's own.
-    fn env(&self, _prepared: &Prepared, with_jobs: bool) -> Vec<(String, String)> {
+    fn env(&self, pkg: &SourcePackage<'_>, with_jobs: bool) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = [
             (
                 "PATH",
@@ -461,6 +546,15 @@ impl<'a> WheelBuilder<'a> {
         .collect();
         if let Some(arch) = &self.settings.cuda_arch_list {
             env.push(("TORCH_CUDA_ARCH_LIST".to_owned(), arch.clone()));
+        }
+        if let Some(cuda) = &pkg.cuda {
+            // The toolchain wheels lay out one CUDA tree under site-packages
+            // (`nvidia/cu13/{bin,include,lib,nvvm}`), which is the CUDA_HOME that
+            // `torch.utils.cpp_extension` looks for nvcc in.
+            let home = format!("{BUILD_DIR}/env/site/nvidia/cu{}", cuda.major);
+            env[0].1 = format!("{home}/bin:{}", env[0].1);
+            env.push(("CUDA_HOME".to_owned(), home.clone()));
+            env.push(("CUDA_PATH".to_owned(), home));
         }
         if with_jobs {
             env.push(("MAX_JOBS".to_owned(), self.settings.jobs.to_string()));
@@ -515,7 +609,7 @@ impl<'a> WheelBuilder<'a> {
             Hook::Metadata => format!("preparing the metadata of {}", pkg.label()),
             Hook::Wheel => format!("building {}", pkg.label()),
         };
-        sandbox.run(&what, &argv, &self.env(prepared, true), log, on_line).map_err(|e| {
+        sandbox.run(&what, &argv, &self.env(pkg, true), log, on_line).map_err(|e| {
             // The build directory goes; its log stays where the error says.
             let dir = self.cache.root().join("built-wheels").join("failed");
             let kept = dir.join(format!("{}-{}-{}.log", pkg.name, pkg.version, hook.arg()));
@@ -544,6 +638,27 @@ impl<'a> WheelBuilder<'a> {
         }
         Ok(())
     }
+}
+
+/// `libcudart.so` -> `libcudart.so.13` for every versioned library in `lib`: a wheel cannot hold
+/// symlinks, so NVIDIA's runtime wheels carry only the names the loader asks for, and the linker
+/// (`-lcudart`, as `torch.utils.cpp_extension` links) needs the development name.
+fn link_development_names(lib: &Path) -> Result<(), WheelBuildError> {
+    let Ok(entries) = std::fs::read_dir(lib) else { return Ok(()) };
+    for entry in entries {
+        let entry = entry.map_err(io("listing", lib))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((stem, version)) = name.split_once(".so.") else { continue };
+        if stem.is_empty() || version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        {
+            continue;
+        }
+        let link = lib.join(format!("{stem}.so"));
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(&name, &link).map_err(io("linking", &link))?;
+        }
+    }
+    Ok(())
 }
 
 /// Where the build environment's wheels go: `/env/site` of the build directory.

@@ -18,7 +18,7 @@ mod sandbox;
 mod sdist;
 
 pub use builder::{
-    index_resolver, BuildRoot, Built, BuiltWheelKey, ResolveRequires, Settings, SourcePackage,
+    index_resolver, BuildRoot, Built, BuiltWheelKey, CudaToolchain, ResolveRequires, Settings, SourcePackage,
     WheelBuildError, WheelBuilder,
 };
 pub use sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BUILD_UID};

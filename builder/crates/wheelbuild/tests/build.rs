@@ -117,6 +117,7 @@ fn package(a: &Artifact) -> SourcePackage<'_> {
         sdist: a,
         extra_requires: Vec::new(),
         runtime: Vec::new(),
+        cuda: None,
     }
 }
 
@@ -252,4 +253,78 @@ fn a_build_that_downloads_is_told_builds_have_no_network() {
     eprintln!("{err}");
     assert!(err.contains("builds have no network"), "{err}");
     assert!(err.contains("netty 1.0"), "{err}");
+}
+
+/// A CUDA extension written here (one kernel, `CUDAExtension`), built without isolation against
+/// a CUDA 13 torch from the index, with nvcc and the CUDA headers from NVIDIA's wheels of the same
+/// release as torch's CUDA runtime, for two architectures: its fat binary carries cubins for
+/// both, read back by the fat-binary reader the image's contract is made with.
+#[test]
+fn a_cuda_extension_builds_against_the_image_torch_with_nvcc_from_wheels() {
+    if !ready() {
+        return;
+    }
+    let mut f = Fixture::new();
+    f.settings.cuda_arch_list = Some("8.0;9.0".into());
+    f.settings.memory = 8 << 30;
+    f.settings.timeout = Duration::from_secs(1800);
+    let artifacts = f.cache.root().join("artifacts");
+    // The image's torch and its CUDA libraries, as a lock would have them.
+    let runtime = index_resolver(&f.python, &f.target, &artifacts, None)(&["torch==2.15.0".to_owned()])
+        .expect("torch 2.15.0 and its CUDA 13 wheels from the index");
+    let cuda_runtime = runtime
+        .iter()
+        .find(|a| a.name.as_ref() == "nvidia-cuda-runtime")
+        .expect("torch 2.15.0 pulls nvidia-cuda-runtime (CUDA 13)");
+    let cuda = stackbuild_wheelbuild::CudaToolchain::for_runtime(&cuda_runtime.version.to_string()).unwrap();
+    let ext = sdist(
+        &f.work,
+        "sbcuda",
+        "0.1",
+        &[
+            (
+                "setup.py",
+                "from setuptools import setup\n\
+                 from torch.utils.cpp_extension import BuildExtension, CUDAExtension\n\
+                 setup(name='sbcuda', version='0.1', ext_modules=[CUDAExtension('sbcuda', ['sbcuda.cpp', 'kernel.cu'])],\n\
+                       cmdclass={'build_ext': BuildExtension})\n",
+            ),
+            (
+                "sbcuda.cpp",
+                "#include <torch/extension.h>\nvoid twice(torch::Tensor x);\n\
+                 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"twice\", &twice); }\n",
+            ),
+            (
+                "kernel.cu",
+                "#include <torch/extension.h>\n\
+                 __global__ void k(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2; }\n\
+                 void twice(torch::Tensor x) { int n = x.numel(); k<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), n); }\n",
+            ),
+        ],
+    );
+    let pkg = SourcePackage {
+        name: &ext.name,
+        version: &ext.version,
+        sdist: &ext,
+        extra_requires: Vec::new(),
+        runtime,
+        cuda: Some(cuda),
+    };
+    let resolve = index_resolver(&f.python, &f.target, &artifacts, None);
+    let builder = WheelBuilder::new(&f.cache, &f.root, &f.settings, &f.target, &resolve);
+    let built = builder.build(&pkg, &mut |line| eprintln!("  | {line}")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        built.wheel.filename.starts_with("sbcuda-0.1-cp311-cp311-linux_x86_64"),
+        "{}",
+        built.wheel.filename
+    );
+    let tmp = f.work.join("fatbin");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let code = stackbuild_check::extension_wheel_code(&built.wheel.path, &tmp).unwrap().expect("GPU code");
+    let cubins: Vec<String> = code.cubins.iter().map(ToString::to_string).collect();
+    assert_eq!(cubins, ["8.0", "9.0"], "{}", code.describe());
+    // Built again: nothing compiles.
+    let again = builder.build(&pkg, &mut |_| {}).unwrap();
+    assert!(!again.compiled);
+    f.settings.cuda_arch_list = None;
 }
