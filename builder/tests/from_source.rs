@@ -36,7 +36,12 @@ fn sdists_are_locked_built_in_the_sandbox_and_imported_in_the_image() {
     let tmp = tempfile::tempdir().unwrap();
     let recipe = recipe(tmp.path());
     let layout = tmp.path().join("layout");
-    let first = build(&recipe, &tmp.path().join("cache"), &layout, &[]);
+    // A registry as the shared cache, when one can be started: a second machine pulls the built
+    // wheels instead of compiling them.
+    let registry = test_support::registry::Registry::start(None);
+    let flag = registry.as_ref().map(|r| format!("{}/team/wheels", r.addr));
+    let shared: Vec<&str> = flag.as_deref().map(|f| vec!["--cache-registry", f]).unwrap_or_default();
+    let first = build(&recipe, &tmp.path().join("cache"), &layout, &shared);
     let err = String::from_utf8_lossy(&first.out.stderr);
     assert!(err.contains("docopt 0.6.2: no wheel for cp311"), "{err}");
     assert!(err.contains("evdev 1.7.1: built evdev-1.7.1-cp311-cp311-linux_x86_64.whl"), "{err}");
@@ -54,6 +59,24 @@ fn sdists_are_locked_built_in_the_sandbox_and_imported_in_the_image() {
     // A second cache: the same wheels, byte for byte, so the same Python layer.
     let other = build(&recipe, &tmp.path().join("cache2"), &tmp.path().join("layout2"), &["--locked"]);
     assert_eq!(layer(&other, "python"), layer(&first, "python"), "two caches: one Python layer");
+    let err = String::from_utf8_lossy(&other.out.stderr);
+    assert!(
+        err.contains("evdev 1.7.1: building a wheel"),
+        "a fresh cache without a registry compiles: {err}"
+    );
+
+    // A third, empty cache with the registry: every wheel comes from it, nothing is compiled.
+    if flag.is_some() {
+        let mut args = shared.clone();
+        args.push("--locked");
+        let pulled = build(&recipe, &tmp.path().join("cache3"), &tmp.path().join("layout3"), &args);
+        let err = String::from_utf8_lossy(&pulled.out.stderr);
+        assert!(!err.contains("building a wheel"), "an empty cache pulls the built wheels: {err}");
+        assert!(err.contains("evdev 1.7.1: built before, shared through the cache"), "{err}");
+        assert_eq!(pulled.digest, first.digest);
+    } else {
+        eprintln!("skipped the shared-cache half: no docker-registry (run .ci/install)");
+    }
 
     if !have("umoci") || !have("runc") {
         eprintln!("skipped the container half: umoci or runc not installed");

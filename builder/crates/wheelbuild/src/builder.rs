@@ -270,6 +270,18 @@ impl<'a> WheelBuilder<'a> {
             tracing::info!("{}: built before ({})", pkg.label(), wheel.filename);
             return Ok(Built { wheel, compiled: false, log });
         }
+        // Built on another machine: the layer store's record of the key, here or on the
+        // `--cache-registry` remote.
+        if crate::share::restore(self.cache, &key, &dir)? {
+            if let Some(wheel) = self.cached(pkg, &dir)? {
+                tracing::info!(
+                    "{}: built before, shared through the cache ({})",
+                    pkg.label(),
+                    wheel.filename
+                );
+                return Ok(Built { wheel, compiled: false, log });
+            }
+        }
         self.complete(pkg, &mut prepared, on_line)?;
         let out = prepared.work.path().join("out");
         std::fs::create_dir_all(&out).map_err(io("creating", &out))?;
@@ -301,6 +313,9 @@ impl<'a> WheelBuilder<'a> {
         })?;
         if wheel.sha256 != sha256 {
             tracing::info!("{}: another build placed {} first; using it", pkg.label(), wheel.filename);
+        }
+        if let Err(e) = crate::share::store(self.cache, &key, &wheel.path, &wheel.filename) {
+            tracing::warn!("{}: the built wheel is not shared through the cache: {e}", pkg.label());
         }
         Ok(Built { wheel, compiled: true, log })
     }

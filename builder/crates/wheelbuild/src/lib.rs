@@ -9,6 +9,7 @@
 //! - `sdist`: an sdist unpacked safely, and its `[build-system]`.
 //! - `frontend`: the PEP 517 frontend that calls the backend's hooks inside the sandbox.
 //! - `root`: the build root, unpacked from its layer into the cache.
+//! - `share`: built wheels as blobs of the layer store, so `--cache-registry` shares them.
 //! - `builder`: one package from sdist to a verified wheel in the cache, keyed by every input.
 
 mod builder;
@@ -16,6 +17,7 @@ mod frontend;
 mod root;
 mod sandbox;
 mod sdist;
+mod share;
 
 pub use builder::{
     index_resolver, BuildRoot, Built, BuiltWheelKey, CudaToolchain, ResolveRequires, Settings, SourcePackage,
