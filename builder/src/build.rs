@@ -357,8 +357,11 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
             let fetch = stackbuild_python::SourceFetch {
                 artifacts: &artifact_dir(cache),
                 memo: Some(&pip_settings_dir(cache)),
+                cache: cache.root(),
             };
-            let pins = stackbuild_python::resolve_with_sources(python, &target, &prefer, &metadata, fetch)?;
+            let resolution =
+                stackbuild_python::resolve_with_sources(python, &target, &prefer, &metadata, fetch)?;
+            let pins = resolution.pins;
             stackbuild_python::import_local_wheels(&python.wheels, &pins, &target, &artifact_dir(cache))?;
             let artifacts = stackbuild_python::fetch_wheels(
                 &pins,
@@ -368,6 +371,7 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
                 Some(&pip_settings_dir(cache)),
             )?;
             lock.set_packages(target.platform, &artifacts);
+            lock.set_commits(target.platform, &resolution.commits);
         }
     }
     lock.save(&lock_path)?;

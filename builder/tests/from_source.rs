@@ -110,3 +110,65 @@ fn sdists_are_locked_built_in_the_sandbox_and_imported_in_the_image() {
     assert!(out.status.success(), "runc run: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0.6.2 1 30");
 }
+
+/// A git dependency pinned by tag: the lock pins the tag's commit and the tar stackbuild makes of
+/// it; the package and its dependency (`six`, from its metadata) are in the image; a second,
+/// empty cache makes the same tar from the commit, byte for byte.
+#[test]
+fn a_git_dependency_is_pinned_to_its_commit_and_built_from_it() {
+    if !debian_builds_ready(&["bwrap", "prlimit", "git"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("sbgit");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(
+        repo.join("pyproject.toml"),
+        "[build-system]\nrequires = [\"setuptools>=61\"]\nbuild-backend = \"setuptools.build_meta\"\n\n\
+         [project]\nname = \"sbgit\"\nversion = \"1.2.3\"\ndependencies = [\"six==1.16.0\"]\n\n\
+         [tool.setuptools]\npy-modules = [\"sbgit\"]\n",
+    )
+    .unwrap();
+    std::fs::write(repo.join("sbgit.py"), "import six\nVALUE = 'from git'\n").unwrap();
+    test_support::tools::git(&repo, &["init", "-q"]);
+    test_support::tools::git(&repo, &["add", "."]);
+    test_support::tools::git(
+        &repo,
+        &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "v1"],
+    );
+    test_support::tools::git(&repo, &["tag", "v1.2.3"]);
+    let commit = test_support::tools::git(&repo, &["rev-parse", "HEAD"]);
+    let recipe = tmp.path().join("git-dep.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "[image]\nname = \"git-dep\"\ntag = \"test\"\n\n{BOOKWORM_PYTHON}\n[python]\nversion = \"3.11\"\n\
+             packages = [\"sbgit @ git+file://{}@v1.2.3\"]\n",
+            repo.display()
+        ),
+    )
+    .unwrap();
+    let layout = tmp.path().join("layout");
+    let first = build(&recipe, &tmp.path().join("cache"), &layout, &[]);
+    let lock = std::fs::read_to_string(recipe.with_extension("toml.lock")).unwrap();
+    assert!(lock.contains(&format!("commit = \"{}\"", commit.trim())), "{lock}");
+    assert!(lock.contains("filename = \"sbgit-1.2.3.tar.gz\""), "{lock}");
+    assert!(lock.contains("name = \"six\""), "its dependencies come from its metadata: {lock}");
+    let other = build(&recipe, &tmp.path().join("cache2"), &tmp.path().join("layout2"), &["--locked"]);
+    assert_eq!(layer(&other, "python"), layer(&first, "python"), "the same tar, the same wheel");
+    if !have("umoci") {
+        eprintln!("skipped the image check: umoci not installed");
+        return;
+    }
+    let bundle = tmp.path().join("bundle");
+    let out = Command::new("umoci")
+        .args(["unpack", "--image"])
+        .arg(format!("{}:test", layout.display()))
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "umoci unpack: {}", String::from_utf8_lossy(&out.stderr));
+    let site = bundle.join("rootfs/usr/local/lib/python3.11/dist-packages");
+    assert_eq!(std::fs::read_to_string(site.join("sbgit.py")).unwrap(), "import six\nVALUE = 'from git'\n");
+    assert!(site.join("six.py").is_file());
+}

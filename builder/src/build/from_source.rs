@@ -151,6 +151,9 @@ impl PlatformBuilder<'_> {
         let resolve = stackbuild_wheelbuild::index_resolver(python, &target, &artifacts, Some(&memo));
         let builder = WheelBuilder::new(self.cache, &root, &settings, &target, &resolve);
         for i in sdists {
+            if let Some(commit) = py.wheels[i].commit.clone() {
+                self.git_sdist(python, &py.wheels[i], &commit)?;
+            }
             let wanted: Vec<&Wheel> = vec![&py.wheels[i]];
             let fetched = py.fetcher().fetch(self.cache, &wanted)?;
             let name = py.wheels[i].pin.name.clone();
@@ -210,6 +213,42 @@ impl PlatformBuilder<'_> {
             }
             let wheel = place(self.cache, &built.wheel)?;
             py.replace_built(i, wheel);
+        }
+        Ok(())
+    }
+}
+
+impl PlatformBuilder<'_> {
+    /// Makes the tar of a git dependency's locked commit where the cache lacks it, and checks it
+    /// is the file the lock pins.
+    fn git_sdist(&self, python: &PythonSection, w: &Wheel, commit: &str) -> Result<(), BuildError> {
+        let name = &w.pin.name;
+        if artifact_dir(self.cache).join(&w.sha256).join(&w.filename).is_file() {
+            return Ok(());
+        }
+        let (url, _) = python
+            .packages
+            .iter()
+            .filter(|r| &r.name == name)
+            .find_map(stackbuild_recipe::git_dependency)
+            .ok_or_else(|| {
+                BuildError::Unsupported(format!(
+                    "the lock pins {name} to git commit {commit}, but the recipe has no git dependency of that \
+                     name: lock again"
+                ))
+            })?;
+        let fetch = stackbuild_python::SourceFetch {
+            artifacts: &artifact_dir(self.cache),
+            memo: None,
+            cache: self.cache.root(),
+        };
+        let made = stackbuild_python::git_sdist(name, &url, commit, Some(&w.pin.version), fetch)
+            .map_err(|e| BuildError::Unsupported(format!("{name} @ git+{url}: {e}")))?;
+        if made.sha256 != w.sha256 {
+            return Err(BuildError::Unsupported(format!(
+                "{name} @ git+{url} at {commit}: its tar has sha256 {}, the lock pins {}: lock again",
+                made.sha256, w.sha256
+            )));
         }
         Ok(())
     }

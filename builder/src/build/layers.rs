@@ -792,6 +792,7 @@ mod tests {
             filename: format!("{name}-1.0-py3-none-any.whl"),
             sha256: sha.repeat(32),
             size: 1 << 20,
+            commit: None,
         }
     }
 

@@ -71,6 +71,8 @@ pub(super) struct Wheel {
     pub(super) sha256: String,
     /// Bytes of the wheel file, as the lock records.
     pub(super) size: u64,
+    /// The commit of a git dependency, whose file is made from it.
+    pub(super) commit: Option<String>,
 }
 
 /// A wheel as a key has it.
@@ -271,6 +273,7 @@ impl<'a> PlatformBuilder<'a> {
                 filename: p.filename.clone(),
                 sha256: p.sha256.clone(),
                 size: p.size,
+                commit: p.commit.clone(),
             })
             .collect();
         let scheme = python.map(|py| Scheme::debian_local(&py.version));
@@ -463,6 +466,7 @@ mod tests {
             filename: format!("{name}-1.0-py3-none-any.whl"),
             sha256: "00".repeat(32),
             size,
+            commit: None,
         }
     }
 

@@ -98,6 +98,11 @@ pub struct LockedPackage {
     pub sha256: String,
     /// Size in bytes.
     pub size: u64,
+    /// The git commit a git dependency (`name @ git+URL@REV` in the recipe) is pinned to; its
+    /// `filename` is then the tar stackbuild makes of that commit (`stackbuild_source::git_sdist`),
+    /// made again, byte for byte, where it is not in the cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
 }
 
 impl LockedPackage {
@@ -214,8 +219,22 @@ impl Lock {
             filename: a.filename.clone(),
             sha256: a.sha256.clone(),
             size: a.size,
+            commit: None,
         }));
         self.sort();
+    }
+
+    /// Records the commits of `platform`'s git dependencies, by name.
+    pub fn set_commits(
+        &mut self,
+        platform: Platform,
+        commits: &std::collections::BTreeMap<PackageName, String>,
+    ) {
+        for p in self.packages.iter_mut().filter(|p| p.platform == platform) {
+            if let Some(commit) = commits.get(&p.name) {
+                p.commit = Some(commit.clone());
+            }
+        }
     }
 
     /// The wheels locked for `platform`, sorted by name.

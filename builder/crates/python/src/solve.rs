@@ -283,6 +283,9 @@ pub(crate) struct FromSource {
     pub(crate) constraints: Vec<String>,
     /// A `uv.toml` with a `[[dependency-metadata]]` entry per sdist (uv's settings reference).
     pub(crate) config: Option<PathBuf>,
+    /// Git dependencies, each in place of the recipe's requirement of its name: the tar of its
+    /// commit as a `name @ file://` requirement, and that file's sha256.
+    pub(crate) direct: Vec<(PackageName, PathBuf, String)>,
 }
 
 pub(crate) fn compile(
@@ -300,7 +303,15 @@ pub(crate) fn compile(
     ))?;
     let requirements = dir.path().join("requirements.in");
     let constraints = dir.path().join("constraints.txt");
-    let mut lines: Vec<String> = python.packages.iter().map(ToString::to_string).collect();
+    let mut lines: Vec<String> = python
+        .packages
+        .iter()
+        .filter(|r| !from_source.direct.iter().any(|(n, _, _)| n == &r.name))
+        .map(ToString::to_string)
+        .collect();
+    for (name, path, _) in &from_source.direct {
+        lines.push(format!("{name} @ {}", file_url(path)));
+    }
     for wheel in python.wheels.iter().filter(|w| w.fits(target.platform)) {
         check_local_wheel(&wheel.path)?;
         let path = std::fs::canonicalize(&wheel.path)
@@ -368,8 +379,21 @@ pub(crate) fn compile(
         Some(path) => std::fs::read(path).map_err(uv_io(target, "reading", path))?,
         None => output.stdout,
     };
-    let pins = parse_compile_output(&String::from_utf8_lossy(&text))
+    let mut pins = parse_compile_output(&String::from_utf8_lossy(&text))
         .map_err(|(line, why)| SolveError::Output { target: target.clone(), line, why })?;
+    // uv writes no hash for a local file; the git dependency's is the one we made it with.
+    for pin in pins.iter_mut().filter(|p| p.hashes.is_empty()) {
+        match from_source.direct.iter().find(|(n, _, _)| n == &pin.name) {
+            Some((_, _, sha256)) => pin.hashes = vec![sha256.clone()],
+            None => {
+                return Err(SolveError::Output {
+                    target: target.clone(),
+                    line: pin.to_string(),
+                    why: "no --hash for this requirement".into(),
+                })
+            }
+        }
+    }
     for wheel in python.wheels.iter().filter(|w| w.fits(target.platform)) {
         let Some(expected) = &wheel.sha256 else { continue };
         if let Some(pin) = pins.iter().find(|p| p.name == wheel.name) {
@@ -524,9 +548,14 @@ pub(crate) fn parse_compile_output(text: &str) -> Result<Vec<Pinned>, (String, S
         let (name, version) = if let Some(url) = rest.trim_start().strip_prefix("@ ") {
             let url = url.split_whitespace().next().unwrap_or_default();
             let file = percent_decode(url.rsplit('/').next().unwrap_or_default());
-            let wheel = stackbuild_common::parse_wheel_name(&file)
-                .ok_or_else(|| fail("expected a wheel file URL"))?;
-            direct = wheel.version.to_string();
+            direct = match stackbuild_common::parse_wheel_name(&file) {
+                Some(wheel) => wheel.version.to_string(),
+                // A git dependency's tar (`crate::sources`): its hash is filled in by the caller.
+                None => stackbuild_common::parse_sdist_name(&file)
+                    .ok_or_else(|| fail("expected a wheel or source distribution file URL"))?
+                    .1
+                    .to_string(),
+            };
             (spec, direct.as_str())
         } else {
             spec.split_once("==").ok_or_else(|| fail("expected `name==version`"))?
@@ -545,7 +574,8 @@ pub(crate) fn parse_compile_output(text: &str) -> Result<Vec<Pinned>, (String, S
                 hashes.push(hex.to_ascii_lowercase());
             }
         }
-        if hashes.is_empty() {
+        let direct_file = rest.trim_start().starts_with("@ ");
+        if hashes.is_empty() && !direct_file {
             return Err(fail("no --hash for this requirement"));
         }
         hashes.sort();

@@ -38,24 +38,58 @@ pub struct SourceFetch<'a> {
     pub artifacts: &'a Path,
     /// pip's settings memo (`download::pip`).
     pub memo: Option<&'a Path>,
+    /// The cache directory, where git dependencies' mirrors are kept (`git/`).
+    pub cache: &'a Path,
 }
 
-/// [`crate::resolve`], with packages that have no wheel resolved to their sdists.
+/// What a resolution with sources pins.
+#[derive(Debug, Clone, Default)]
+pub struct Resolution {
+    /// Every package, pinned.
+    pub pins: Vec<Pinned>,
+    /// The commit each git dependency is pinned to, by name.
+    pub commits: std::collections::BTreeMap<PackageName, String>,
+}
+
+/// [`crate::resolve`], with packages that have no wheel resolved to their sdists, and git
+/// dependencies (`name @ git+URL@REV`) to the tar of their commit.
 pub fn resolve_with_sources(
     python: &PythonSection,
     target: &Target,
     prefer: &[Pinned],
     metadata: &dyn SdistMetadata,
     fetch: SourceFetch<'_>,
-) -> Result<Vec<Pinned>, SolveError> {
+) -> Result<Resolution, SolveError> {
     let dir = tempfile::Builder::new().prefix("stackbuild-sources-").tempdir().map_err(|e| {
         SolveError::Uv { target: target.clone(), message: format!("a temporary directory: {e}") }
     })?;
     let mut plan = FromSource::default();
     let mut entries: Vec<MetadataEntry> = Vec::new();
+    let mut commits = std::collections::BTreeMap::new();
+    for req in &python.packages {
+        let Some((url, rev)) = stackbuild_recipe::git_dependency(req) else { continue };
+        let fail = |why: String| SolveError::Uv {
+            target: target.clone(),
+            message: format!("{} @ git+{url}@{rev}: {why}", req.name),
+        };
+        let commit =
+            stackbuild_source::resolve_git_rev(&url, &rev, fetch.cache).map_err(|e| fail(e.to_string()))?;
+        let (sdist, entry) = git_package(&req.name, &url, &commit, metadata, fetch).map_err(fail)?;
+        tracing::info!("{} {}: git commit {commit}, built from source", req.name, sdist.version);
+        entries.push(entry);
+        plan.no_binary.push(req.name.clone());
+        plan.direct.push((req.name.clone(), sdist.path.clone(), sdist.sha256.clone()));
+        commits.insert(req.name.clone(), commit);
+    }
+    if !entries.is_empty() {
+        plan.config = Some(write_config(&dir, &entries, target)?);
+    }
+    let prefer: Vec<Pinned> =
+        prefer.iter().filter(|p| !plan.direct.iter().any(|(n, _, _)| n == &p.name)).cloned().collect();
+    let prefer = prefer.as_slice();
     for _ in 0..MAX_ROUNDS {
         let err = match compile(python, target, prefer, &plan) {
-            Ok(pins) => return Ok(pins),
+            Ok(pins) => return Ok(Resolution { pins, commits }),
             Err(e) => e,
         };
         let SolveError::Uv { message, .. } = &err else { return Err(err) };
@@ -88,16 +122,79 @@ pub fn resolve_with_sources(
             plan.no_binary.push(name.clone());
             plan.constraints.push(format!("{name}=={}", sdist.version));
         }
-        let config = dir.path().join("uv.toml");
-        let text = toml::to_string(&UvConfig { dependency_metadata: &entries })
-            .map_err(|e| SolveError::Uv { target: target.clone(), message: e.to_string() })?;
-        std::fs::write(&config, text).map_err(|e| SolveError::Uv {
-            target: target.clone(),
-            message: format!("{}: {e}", config.display()),
-        })?;
-        plan.config = Some(config);
+        plan.config = Some(write_config(&dir, &entries, target)?);
     }
-    compile(python, target, prefer, &plan)
+    compile(python, target, prefer, &plan).map(|pins| Resolution { pins, commits })
+}
+
+/// The `uv.toml` that hands uv the metadata of every sdist.
+fn write_config(
+    dir: &tempfile::TempDir,
+    entries: &[MetadataEntry],
+    target: &Target,
+) -> Result<std::path::PathBuf, SolveError> {
+    let config = dir.path().join("uv.toml");
+    let text = toml::to_string(&UvConfig { dependency_metadata: entries })
+        .map_err(|e| SolveError::Uv { target: target.clone(), message: e.to_string() })?;
+    std::fs::write(&config, text).map_err(|e| SolveError::Uv {
+        target: target.clone(),
+        message: format!("{}: {e}", config.display()),
+    })?;
+    Ok(config)
+}
+
+/// A git dependency at `commit` as a source distribution in the artifact directory
+/// (`<sha256>/<name>-<version>.tar.gz`, the version from its metadata), and that metadata.
+fn git_package(
+    name: &PackageName,
+    url: &str,
+    commit: &str,
+    metadata: &dyn SdistMetadata,
+    fetch: SourceFetch<'_>,
+) -> Result<(Artifact, MetadataEntry), String> {
+    let first = git_sdist(name, url, commit, None, fetch)?;
+    let text = metadata.metadata(&first)?;
+    let version = text
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| l.strip_prefix("Version:"))
+        .and_then(|v| PackageVersion::from_str(v.trim()).ok())
+        .ok_or("its metadata has no valid Version")?;
+    let sdist = git_sdist(name, url, commit, Some(&version), fetch)?;
+    Ok((sdist, MetadataEntry::parse(name, &version, &text)))
+}
+
+/// The tar of `commit` of the git dependency `name`, `<name>-<version>.tar.gz` (`<name>-0.tar.gz`
+/// while the version is not known yet), made in the artifact directory unless it is there: at
+/// lock time, and at build time on a machine whose cache lacks it (the lock's `commit`).
+pub fn git_sdist(
+    name: &PackageName,
+    url: &str,
+    commit: &str,
+    version: Option<&PackageVersion>,
+    fetch: SourceFetch<'_>,
+) -> Result<Artifact, String> {
+    let version = match version {
+        Some(v) => v.clone(),
+        None => PackageVersion::from_str("0").map_err(|e| e.to_string())?,
+    };
+    let stem = format!("{}-{version}", name.as_dist_info_name());
+    let filename = format!("{stem}.tar.gz");
+    std::fs::create_dir_all(fetch.artifacts).map_err(|e| format!("{}: {e}", fetch.artifacts.display()))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".import-")
+        .tempdir_in(fetch.artifacts)
+        .map_err(|e| format!("{}: {e}", fetch.artifacts.display()))?;
+    let file = tmp.path().join(&filename);
+    let sha256 =
+        stackbuild_source::git_sdist(url, commit, fetch.cache, &stem, &file).map_err(|e| e.to_string())?;
+    let path = fetch.artifacts.join(&sha256).join(&filename);
+    if !path.is_file() {
+        crate::artifact::place(&file, &filename, &sha256, tmp.path(), fetch.artifacts)
+            .map_err(|e| e.to_string())?;
+    }
+    let size = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?.len();
+    Ok(Artifact { name: name.clone(), version, filename, sha256, size, path })
 }
 
 #[derive(serde::Serialize)]

@@ -7,6 +7,7 @@
 mod recipe;
 
 pub use recipe::{
-    lock_format_of_name, Base, Bootstrap, BuildSection, Comparison, HostRules, IndexSources, LocalWheel,
-    LockFormat, Patch, PatchChange, PatchTarget, PythonSection, Recipe, Source, SourceOrigin, VersionRange,
+    git_dependency, lock_format_of_name, Base, Bootstrap, BuildSection, Comparison, HostRules, IndexSources,
+    LocalWheel, LockFormat, Patch, PatchChange, PatchTarget, PythonSection, Recipe, Source, SourceOrigin,
+    VersionRange,
 };

@@ -10,4 +10,6 @@ mod patch;
 mod source;
 
 pub use patch::{apply, PatchError, PatchSpec};
-pub use source::{digest_path_excluding, stage_git, stage_path_excluding, SourceError};
+pub use source::{
+    digest_path_excluding, git_sdist, resolve_git_rev, stage_git, stage_path_excluding, SourceError,
+};

@@ -702,6 +702,93 @@ impl Visit for Record {
     }
 }
 
+/// The full commit `rev` (a commit id, tag or branch) names in the repository at `url`, read
+/// from the cache's mirror after a fetch: what a lock pins a `name @ git+URL@REV` dependency to.
+pub fn resolve_git_rev(url: &str, rev: &str, cache_dir: &Path) -> Result<String, SourceError> {
+    let git = Git::new(url, cache_dir)?;
+    let full = rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit());
+    if full {
+        git.ensure_commit(&rev.to_ascii_lowercase())?;
+        return Ok(rev.to_ascii_lowercase());
+    }
+    if git.mirror.exists() {
+        git.run(true, &["fetch", "--quiet", "--prune", "origin"])?;
+    } else {
+        // A clone of a commit that cannot exist: clones the mirror, then fails the lookup.
+        let _ = git.ensure_commit(&"0".repeat(40));
+    }
+    // `--end-of-options`: a revision that starts with `-` is a revision, never an option.
+    let spec = format!("{rev}^{{commit}}");
+    let out = git
+        .run(true, &["rev-parse", "--verify", "--quiet", "--end-of-options", &spec])
+        .map_err(|_| SourceError::CommitNotFound { url: url.to_owned(), commit: rev.to_owned() })?;
+    let commit = String::from_utf8_lossy(&out).trim().to_ascii_lowercase();
+    if commit.len() != 40 || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(SourceError::CommitNotFound { url: url.to_owned(), commit: rev.to_owned() });
+    }
+    Ok(commit)
+}
+
+/// `commit` of the repository at `url` as a source distribution (`.tar.gz`, what PEP 625 and uv
+/// accept): a tar whose one top directory `prefix` holds the tree, every entry in sorted order
+/// with a fixed mtime, owner 0 and mode 0644 or 0755, gzip-compressed at level 6 with mtime 0 in
+/// its header. The same commit gives the same bytes on every machine running the same
+/// stackbuild (the deflate implementation is pinned by its `Cargo.lock`; a stackbuild with
+/// another one would make other bytes, and the build would say to lock again). Returns its
+/// sha256.
+pub fn git_sdist(
+    url: &str,
+    commit: &str,
+    cache_dir: &Path,
+    prefix: &str,
+    out: &Path,
+) -> Result<String, SourceError> {
+    let tmp = tempfile::Builder::new()
+        .prefix(".git-sdist-")
+        .tempdir_in(out.parent().unwrap_or(Path::new(".")))
+        .map_err(io_err("creating a directory beside", out))?;
+    stage_git(url, commit, "/tree", tmp.path(), cache_dir)?;
+    let root = tmp.path().join("tree");
+    let file = fs::File::create(out).map_err(io_err("creating", out))?;
+    let gz = flate2::GzBuilder::new().mtime(0).write(io::BufWriter::new(file), flate2::Compression::new(6));
+    let mut tar = tar::Builder::new(gz);
+    tar.mode(tar::HeaderMode::Deterministic);
+    tar.follow_symlinks(false);
+    let mut stack = vec![(root.clone(), PathBuf::from(prefix))];
+    let mut entries: Vec<(PathBuf, PathBuf)> = Vec::new();
+    while let Some((dir, rel)) = stack.pop() {
+        let mut names: Vec<_> = fs::read_dir(&dir)
+            .map_err(io_err("listing", &dir))?
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        names.sort();
+        for name in names.into_iter().rev() {
+            let path = dir.join(&name);
+            let rel = rel.join(&name);
+            if fs::symlink_metadata(&path).map_err(io_err("reading", &path))?.is_dir() {
+                stack.push((path.clone(), rel.clone()));
+            }
+            entries.push((path, rel));
+        }
+    }
+    entries.sort_by(|a, b| a.1.cmp(&b.1));
+    for (path, rel) in entries {
+        tar.append_path_with_name(&path, &rel).map_err(io_err("archiving", &path))?;
+    }
+    tar.into_inner()
+        .map_err(io_err("writing", out))?
+        .finish()
+        .map_err(io_err("writing", out))?
+        .into_inner()
+        .map_err(|e| io_err("writing", out)(e.into_error()))?
+        .sync_all()
+        .map_err(io_err("syncing", out))?;
+    let (hex, _) = stackbuild_common::sha256_reader(fs::File::open(out).map_err(io_err("opening", out))?)
+        .map_err(io_err("hashing", out))?;
+    Ok(hex.trim_start_matches("sha256:").to_owned())
+}
+
 /// Git commands on the cache mirror of one URL.
 struct Git {
     url: String,

@@ -34,6 +34,7 @@ mod hash;
 mod lock_format;
 mod raw;
 mod validate;
+pub use self::validate::git_dependency;
 
 #[cfg(test)]
 mod tests;

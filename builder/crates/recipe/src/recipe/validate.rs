@@ -467,7 +467,7 @@ pub(super) fn validate_python(ctx: &mut Ctx, dir: &Path, raw: Spanned<RawPython>
     let mut packages = Vec::new();
     let mut seen: BTreeMap<PackageName, usize> = BTreeMap::new();
     for p in &raw.packages {
-        let Some(req) = parse_requirement(ctx, p) else { continue };
+        let Some(req) = parse_package(ctx, p) else { continue };
         let unpinned = match &req.version_or_url {
             None => true,
             Some(VersionOrUrl::VersionSpecifier(specs)) => specs.is_empty(),
@@ -709,6 +709,51 @@ pub(super) fn validate_wheel(ctx: &mut Ctx, dir: &Path, raw: &RawWheel) -> Optio
         platform_tags: parsed.platform,
         sha256,
     })
+}
+
+/// A top-level package: a requirement from the index, or a git dependency pinned to a revision
+/// (`name @ git+https://host/repo@REV`, REV a commit, tag or branch; the lock pins the commit),
+/// built from source in the sandbox.
+fn parse_package(ctx: &mut Ctx, s: &S) -> Option<Requirement> {
+    let text = s.get_ref();
+    let Ok(req) = Requirement::<pep508_rs::VerbatimUrl>::from_str(text) else {
+        return parse_requirement(ctx, s);
+    };
+    let Some(VersionOrUrl::Url(url)) = &req.version_or_url else { return parse_requirement(ctx, s) };
+    let written = url.given().unwrap_or_default().to_owned();
+    let Some(git) = ["git+https://", "git+http://", "git+ssh://", "git+file://"]
+        .iter()
+        .find_map(|scheme| written.strip_prefix(*scheme).map(|rest| (*scheme, rest)))
+    else {
+        ctx.error_help(
+            s.span(),
+            format!("`{}` names a URL that is not a git repository: packages come from the index", req.name),
+            "give a version (`name==1.2.3`), a git dependency (`name @ git+https://host/repo@REV`) or use a [[source]]",
+        );
+        return None;
+    };
+    let path = git.1.split(['#', '?']).next().unwrap_or_default();
+    let rev = path.rsplit_once('@').map(|(_, r)| r).filter(|r| !r.is_empty() && !r.contains('/'));
+    if rev.is_none() || written.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        ctx.error_help(
+            s.span(),
+            format!("`{}`: a git dependency needs a revision", req.name),
+            format!("pin it: `{} @ {}{}@<commit or tag>`", req.name, git.0, path),
+        );
+        return None;
+    }
+    Some(req)
+}
+
+/// The git URL and revision of a git dependency (`name @ git+URL@REV`): (`URL`, `REV`).
+pub fn git_dependency(req: &Requirement) -> Option<(String, String)> {
+    let Some(VersionOrUrl::Url(url)) = &req.version_or_url else { return None };
+    let written = url.given()?;
+    let rest = written.strip_prefix("git+")?;
+    let rest = rest.split(['#', '?']).next()?;
+    let (url, rev) = rest.rsplit_once('@')?;
+    // `git+ssh://git@host/repo` without a revision has its `@` before the path.
+    (!rev.contains('/') && !rev.is_empty()).then(|| (url.to_owned(), rev.to_owned()))
 }
 
 /// A PEP 508 requirement from the index (no URL), with the parser's error pointed at the
