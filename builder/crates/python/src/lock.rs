@@ -537,7 +537,7 @@ dest = "/app"
         let text = sample().to_toml_string().unwrap();
         let evil = text.replace("six-1.16.0-py2.py3-none-any.whl", "../../six.whl");
         let err = Lock::parse("x.lock", &evil).unwrap_err().to_string();
-        assert!(err.contains("is not a wheel file name"), "{err}");
+        assert!(err.contains("is not a wheel or source distribution file name"), "{err}");
         let err = Lock::parse("x.lock", &text.replace("version = 1", "version = 9")).unwrap_err().to_string();
         assert!(err.contains("format version 9 is not supported"), "{err}");
     }

@@ -11,78 +11,17 @@ use stackcontract::version::{PackageVersion, PythonVersion};
 use stackbuild_cache::{Cache, LayerKey};
 use stackbuild_python::{Artifact, Scheme, Target};
 
+use crate::error::{io, WheelBuildError};
 use crate::frontend::{Hook, DRIVER};
-use crate::sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BWRAP_ARGS};
-use crate::sdist::{self, BuildSystem, SdistError};
+pub use crate::root::BuildRoot;
+use crate::sandbox::{Sandbox, SandboxError, BUILD_DIR, BWRAP_ARGS};
+use crate::sdist::{self, BuildSystem};
 
 /// Default time cap of one build: two hours (flash-attn for several architectures on a small
 /// machine takes most of that).
 const DEFAULT_TIMEOUT_S: u64 = 7200;
 /// Most bytes of a hook's `result.json` and of a prepared `METADATA`.
 const MAX_RESULT: u64 = 1 << 20;
-
-/// Why a package could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum WheelBuildError {
-    /// The sdist could not be unpacked or read.
-    #[error("{package}: {source}")]
-    Sdist {
-        /// `name version`.
-        package: String,
-        /// What went wrong.
-        #[source]
-        source: SdistError,
-    },
-    /// The sandboxed backend failed.
-    #[error("{0}")]
-    Sandbox(#[from] SandboxError),
-    /// The build requirements could not be resolved or fetched.
-    #[error("building {package}: its build requirements {requires:?}: {message}")]
-    Requires {
-        /// `name version`.
-        package: String,
-        /// What was asked.
-        requires: Vec<String>,
-        /// Why it failed.
-        message: String,
-    },
-    /// A wheel of the build environment could not be installed.
-    #[error("building {package}: {source}")]
-    Install {
-        /// `name version`.
-        package: String,
-        /// The installer's error.
-        #[source]
-        source: Box<stackbuild_python::WheelError>,
-    },
-    /// The backend returned something that is not the package's wheel.
-    #[error("building {package}: {problem}")]
-    Output {
-        /// `name version`.
-        package: String,
-        /// What is wrong.
-        problem: String,
-    },
-    /// A file operation failed.
-    #[error("{0}")]
-    Io(#[from] stackbuild_common::IoError),
-}
-
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> WheelBuildError + 'a {
-    move |e| WheelBuildError::Io(stackbuild_common::io_err(op, path)(e))
-}
-
-/// The root file system builds run in: the image's base and Python with the build packages.
-#[derive(Debug, Clone)]
-pub struct BuildRoot {
-    /// What the sandbox mounts read-only.
-    pub mounts: Vec<Mount>,
-    /// What identifies its content (the build root's layer digest): part of every built wheel's
-    /// key.
-    pub identity: String,
-    /// Its interpreter version (`3.11`): `/usr/bin/python3.11` runs the backend.
-    pub python: PythonVersion,
-}
 
 /// How builds run: caps and the knobs that reach the backend.
 #[derive(Debug, Clone)]

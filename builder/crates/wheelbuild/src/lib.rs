@@ -10,9 +10,11 @@
 //! - `frontend`: the PEP 517 frontend that calls the backend's hooks inside the sandbox.
 //! - `root`: the build root, unpacked from its layer into the cache.
 //! - `share`: built wheels as blobs of the layer store, so `--cache-registry` shares them.
+//! - `error`: why a package could not be built.
 //! - `builder`: one package from sdist to a verified wheel in the cache, keyed by every input.
 
 mod builder;
+mod error;
 mod frontend;
 mod root;
 mod sandbox;
@@ -21,7 +23,8 @@ mod share;
 
 pub use builder::{
     index_resolver, BuildRoot, Built, BuiltWheelKey, CudaToolchain, ResolveRequires, Settings, SourcePackage,
-    WheelBuildError, WheelBuilder,
+    WheelBuilder,
 };
+pub use error::WheelBuildError;
 pub use sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BUILD_UID};
 pub use sdist::{build_system, unpack, BuildSystem, SdistError};

@@ -1,16 +1,24 @@
 //! A build root unpacked from its layer into the cache, once per layer.
 
-use std::path::{Component, Path};
+use std::path::Component;
 
 use stackbuild_cache::Cache;
 use stackbuild_common::{Compression, LayerBlob};
 use stackcontract::version::PythonVersion;
 
-use crate::builder::{BuildRoot, WheelBuildError};
+use crate::error::{io, WheelBuildError};
 use crate::sandbox::Mount;
 
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> WheelBuildError + 'a {
-    move |e| WheelBuildError::Io(stackbuild_common::io_err(op, path)(e))
+/// The root file system builds run in: the image's base and Python with the build packages.
+#[derive(Debug, Clone)]
+pub struct BuildRoot {
+    /// What the sandbox mounts read-only.
+    pub mounts: Vec<Mount>,
+    /// What identifies its content (the build root's layer digest): part of every built wheel's
+    /// key.
+    pub identity: String,
+    /// Its interpreter version (`3.11`): `/usr/bin/python3.11` runs the backend.
+    pub python: PythonVersion,
 }
 
 impl BuildRoot {

@@ -13,16 +13,12 @@ use sha2::Digest as _;
 use stackbuild_cache::{Cache, LayerKey};
 use stackbuild_common::LayerBlob;
 
-use crate::builder::WheelBuildError;
+use crate::error::{io, WheelBuildError};
 
 /// The media type of the blob: a plain tar.
 const MEDIA_TYPE: &str = "application/vnd.oci.image.layer.v1.tar";
 /// Most bytes of a wheel taken from a shared blob (torch's wheel is about 1 GiB).
 const MAX_WHEEL: u64 = 8 << 30;
-
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> WheelBuildError + 'a {
-    move |e| WheelBuildError::Io(stackbuild_common::io_err(op, path)(e))
-}
 
 fn cache_err(e: stackbuild_cache::CacheError) -> WheelBuildError {
     WheelBuildError::Output { package: "the built-wheel cache".into(), problem: e.to_string() }
