@@ -14,9 +14,12 @@ use stackbuild_python::{Artifact, Scheme, Target};
 use crate::error::{io, WheelBuildError};
 use crate::frontend::{Hook, DRIVER};
 pub use crate::root::BuildRoot;
-use crate::sandbox::{Sandbox, SandboxError, BUILD_DIR, BWRAP_ARGS};
+use crate::sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BWRAP_ARGS};
 use crate::sdist::{self, BuildSystem};
 
+/// How an environment is laid out (`env/site`, `env/bin`, the CUDA development names): part of
+/// its key, changed when the layout does.
+const ENV_LAYOUT: u32 = 1;
 /// Default time cap of one build: two hours (flash-attn for several architectures on a small
 /// machine takes most of that).
 const DEFAULT_TIMEOUT_S: u64 = 7200;
@@ -180,6 +183,8 @@ struct Prepared {
     requires: Vec<String>,
     /// The wheels of the build environment.
     environment: Vec<Artifact>,
+    /// Where they are installed, mounted read-only at `/build/env`.
+    env_dir: Option<std::path::PathBuf>,
 }
 
 impl<'a> WheelBuilder<'a> {
@@ -382,8 +387,14 @@ impl<'a> WheelBuilder<'a> {
         if let Some(cuda) = &pkg.cuda {
             requires.extend(cuda.requirements());
         }
-        let mut prepared =
-            Prepared { work, project_in_sandbox, system, requires: Vec::new(), environment: Vec::new() };
+        let mut prepared = Prepared {
+            work,
+            project_in_sandbox,
+            system,
+            requires: Vec::new(),
+            environment: Vec::new(),
+            env_dir: None,
+        };
         self.resolve_environment(pkg, &mut prepared, requires)?;
         Ok(prepared)
     }
@@ -450,31 +461,60 @@ impl<'a> WheelBuilder<'a> {
         Ok(())
     }
 
+    /// The build environment of `prepared`: installed once per set of wheels into the cache
+    /// (`build-envs/<key>/env`), and mounted read-only at `/build/env` in every build that uses
+    /// the same set. torch and its CUDA libraries take half a minute to install; a second
+    /// package built against them, or the same one again, does not pay it again.
     fn install_environment(
         &self,
         pkg: &SourcePackage<'_>,
-        prepared: &Prepared,
+        prepared: &mut Prepared,
     ) -> Result<(), WheelBuildError> {
-        let env = prepared.work.path().join("env");
-        if env.exists() {
-            std::fs::remove_dir_all(&env).map_err(io("removing", &env))?;
-        }
-        std::fs::create_dir_all(env.join("site")).map_err(io("creating", &env))?;
-        std::fs::create_dir_all(env.join("bin")).map_err(io("creating", &env))?;
+        let mut wheels: Vec<(&str, &str)> =
+            prepared.environment.iter().map(|a| (a.filename.as_str(), a.sha256.as_str())).collect();
+        wheels.sort_unstable();
         let scheme = env_scheme(&self.root.python);
-        for wheel in &prepared.environment {
-            stackbuild_python::install_wheel_as(
-                &wheel.path,
-                &scheme,
-                prepared.work.path(),
-                wheel.name.as_ref(),
-                &wheel.version.to_string(),
-            )
-            .map_err(|source| WheelBuildError::Install { package: pkg.label(), source: Box::new(source) })?;
+        let key = LayerKey::of(
+            "build-env",
+            &(wheels, &scheme.interpreter, pkg.cuda.as_ref().map(|c| c.major), ENV_LAYOUT),
+        );
+        let parent = self.cache.root().join("build-envs");
+        let dir = parent.join(key.as_hex());
+        if !dir.join(".complete").is_file() {
+            std::fs::create_dir_all(&parent).map_err(io("creating", &parent))?;
+            let tmp = tempfile::Builder::new()
+                .prefix(".install-")
+                .tempdir_in(&parent)
+                .map_err(io("creating a directory in", &parent))?;
+            let env = tmp.path().join("env");
+            std::fs::create_dir_all(env.join("site")).map_err(io("creating", &env))?;
+            std::fs::create_dir_all(env.join("bin")).map_err(io("creating", &env))?;
+            for wheel in &prepared.environment {
+                stackbuild_python::install_wheel_as(
+                    &wheel.path,
+                    &scheme,
+                    tmp.path(),
+                    wheel.name.as_ref(),
+                    &wheel.version.to_string(),
+                )
+                .map_err(|source| WheelBuildError::Install {
+                    package: pkg.label(),
+                    source: Box::new(source),
+                })?;
+            }
+            if let Some(cuda) = &pkg.cuda {
+                link_development_names(&env.join("site").join(format!("nvidia/cu{}/lib", cuda.major)))?;
+            }
+            std::fs::write(tmp.path().join(".complete"), b"").map_err(io("writing", tmp.path()))?;
+            let done = tmp.keep();
+            if std::fs::rename(&done, &dir).is_err() {
+                // Another build installed the same set meanwhile: use its copy.
+                let _ = std::fs::remove_dir_all(&done);
+            }
         }
-        if let Some(cuda) = &pkg.cuda {
-            link_development_names(&env.join("site").join(format!("nvidia/cu{}/lib", cuda.major)))?;
-        }
+        let mount = prepared.work.path().join("env");
+        std::fs::create_dir_all(&mount).map_err(io("creating", &mount))?;
+        prepared.env_dir = Some(dir.join("env"));
         Ok(())
     }
 
@@ -554,6 +594,11 @@ impl<'a> WheelBuilder<'a> {
         ];
         let sandbox = Sandbox {
             root: self.root.mounts.clone(),
+            over_build: prepared
+                .env_dir
+                .iter()
+                .map(|d| Mount::ReadOnly(d.clone(), format!("{BUILD_DIR}/env")))
+                .collect(),
             build_dir: prepared.work.path().to_owned(),
             memory: self.settings.memory,
             timeout: self.settings.timeout,

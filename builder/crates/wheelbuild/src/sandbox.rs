@@ -104,6 +104,8 @@ pub struct Sandbox {
     pub root: Vec<Mount>,
     /// The writable directory, mounted at [`BUILD_DIR`].
     pub build_dir: PathBuf,
+    /// Mounts inside the build directory, made after it (the read-only build environment).
+    pub over_build: Vec<Mount>,
     /// Address-space cap in bytes (`RLIMIT_AS`).
     pub memory: u64,
     /// Wall-clock cap.
@@ -134,10 +136,14 @@ impl Sandbox {
                 Mount::Symlink(target, inside) => cmd.args(["--symlink", target, inside]),
             };
         }
-        cmd.arg("--bind")
-            .arg(&self.build_dir)
-            .arg(BUILD_DIR)
-            .args(["--tmpfs", "/tmp", "--chdir", BUILD_DIR, "--"])
+        cmd.arg("--bind").arg(&self.build_dir).arg(BUILD_DIR);
+        for mount in &self.over_build {
+            match mount {
+                Mount::ReadOnly(host, inside) => cmd.arg("--ro-bind").arg(host).arg(inside),
+                Mount::Symlink(target, inside) => cmd.args(["--symlink", target, inside]),
+            };
+        }
+        cmd.args(["--tmpfs", "/tmp", "--chdir", BUILD_DIR, "--"])
             .args(argv)
             .env_clear()
             .envs(env.iter().map(|(k, v)| (k, v)))

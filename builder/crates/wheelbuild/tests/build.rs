@@ -3,128 +3,14 @@
 //! uv from the machine's index: a pure-Python sdist, a C extension, a second build that compiles
 //! nothing, and build scripts that try to leave the sandbox.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use stackbuild_cache::Cache;
-use stackbuild_common::Platform;
-use stackbuild_python::{Artifact, Target};
-use stackbuild_wheelbuild::{index_resolver, BuildRoot, Mount, Settings, SourcePackage, WheelBuilder};
+use stackbuild_python::Artifact;
+use stackbuild_wheelbuild::{index_resolver, SourcePackage, WheelBuilder};
 
-fn ready() -> bool {
-    let missing: Vec<&str> =
-        ["bwrap", "prlimit", "uv", "gcc"].into_iter().filter(|t| !test_support::tools::have(t)).collect();
-    if !missing.is_empty() || !Path::new("/usr/bin/python3.11").exists() {
-        eprintln!("skipped: needs {missing:?} and /usr/bin/python3.11 (run .ci/install)");
-        return false;
-    }
-    true
-}
-
-/// This machine's `/usr` as a build root: nothing of `/etc`, `/root`, `/home` or `/tmp`.
-fn host_usr_root() -> BuildRoot {
-    BuildRoot {
-        mounts: vec![
-            Mount::ReadOnly("/usr".into(), "/usr".into()),
-            Mount::Symlink("usr/bin".into(), "/bin".into()),
-            Mount::Symlink("usr/lib".into(), "/lib".into()),
-            Mount::Symlink("usr/lib64".into(), "/lib64".into()),
-        ],
-        identity: "host-usr".into(),
-        python: "3.11".parse().unwrap(),
-    }
-}
-
-fn python_section() -> stackbuild_recipe::PythonSection {
-    stackbuild_recipe::PythonSection {
-        version: "3.11".parse().unwrap(),
-        packages: Vec::new(),
-        constraints: Vec::new(),
-        index: None,
-        extra_index: Vec::new(),
-        find_links: Vec::new(),
-        wheels: Vec::new(),
-        bytecode: false,
-        lock: None,
-        build: stackbuild_recipe::BuildSection::default(),
-    }
-}
-
-/// An sdist `name-version.tar.gz` with `files` under `name-version/`.
-fn sdist(dir: &Path, name: &str, version: &str, files: &[(&str, &str)]) -> Artifact {
-    let path = dir.join(format!("{name}-{version}.tar.gz"));
-    let file = std::fs::File::create(&path).unwrap();
-    let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
-    let mut b = tar::Builder::new(gz);
-    for (rel, text) in files {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(text.len() as u64);
-        h.set_mode(0o644);
-        h.set_mtime(0);
-        b.append_data(&mut h, format!("{name}-{version}/{rel}"), text.as_bytes()).unwrap();
-    }
-    b.into_inner().unwrap().finish().unwrap();
-    let sha256 = test_support::digest::sha256_file(&path).unwrap();
-    Artifact {
-        name: name.parse().unwrap(),
-        version: version.parse().unwrap(),
-        filename: path.file_name().unwrap().to_string_lossy().into_owned(),
-        sha256,
-        size: std::fs::metadata(&path).unwrap().len(),
-        path,
-    }
-}
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    work: PathBuf,
-    cache: Cache,
-    root: BuildRoot,
-    settings: Settings,
-    target: Target,
-    python: stackbuild_recipe::PythonSection,
-}
-
-impl Fixture {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let cache = Cache::open(dir.path().join("cache")).unwrap();
-        let work = dir.path().join("work");
-        std::fs::create_dir_all(&work).unwrap();
-        let settings = Settings {
-            memory: 2 << 30,
-            timeout: Duration::from_secs(300),
-            jobs: 2,
-            cuda_arch_list: None,
-            epoch: 1_700_000_000,
-        };
-        let target = Target::new("3.11".parse().unwrap(), Platform::LinuxAmd64);
-        Self { _dir: dir, work, cache, root: host_usr_root(), settings, target, python: python_section() }
-    }
-
-    fn build(&self, pkg: &SourcePackage<'_>) -> Result<stackbuild_wheelbuild::Built, String> {
-        let artifacts = self.cache.root().join("artifacts");
-        let resolve = index_resolver(&self.python, &self.target, &artifacts, None);
-        let builder = WheelBuilder::new(&self.cache, &self.root, &self.settings, &self.target, &resolve);
-        builder.build(pkg, &mut |line| eprintln!("  | {line}")).map_err(|e| e.to_string())
-    }
-}
-
-fn package(a: &Artifact) -> SourcePackage<'_> {
-    SourcePackage {
-        name: &a.name,
-        version: &a.version,
-        sdist: a,
-        extra_requires: Vec::new(),
-        runtime: Vec::new(),
-        cuda: None,
-    }
-}
-
-fn members(wheel: &Path) -> Vec<String> {
-    let mut zip = zip::ZipArchive::new(std::fs::File::open(wheel).unwrap()).unwrap();
-    (0..zip.len()).map(|i| zip.by_index(i).unwrap().name().to_owned()).collect()
-}
+mod common;
+use common::{members, package, ready, sdist, Fixture};
 
 #[test]
 fn pure_and_c_extension_sdists_become_wheels_and_a_second_build_compiles_nothing() {
@@ -268,40 +154,8 @@ fn a_cuda_extension_builds_against_the_image_torch_with_nvcc_from_wheels() {
     f.settings.cuda_arch_list = Some("8.0;9.0".into());
     f.settings.memory = 8 << 30;
     f.settings.timeout = Duration::from_secs(1800);
-    let artifacts = f.cache.root().join("artifacts");
-    // The image's torch and its CUDA libraries, as a lock would have them.
-    let runtime = index_resolver(&f.python, &f.target, &artifacts, None)(&["torch==2.15.0".to_owned()])
-        .expect("torch 2.15.0 and its CUDA 13 wheels from the index");
-    let cuda_runtime = runtime
-        .iter()
-        .find(|a| a.name.as_ref() == "nvidia-cuda-runtime")
-        .expect("torch 2.15.0 pulls nvidia-cuda-runtime (CUDA 13)");
-    let cuda = stackbuild_wheelbuild::CudaToolchain::for_runtime(&cuda_runtime.version.to_string()).unwrap();
-    let ext = sdist(
-        &f.work,
-        "sbcuda",
-        "0.1",
-        &[
-            (
-                "setup.py",
-                "from setuptools import setup\n\
-                 from torch.utils.cpp_extension import BuildExtension, CUDAExtension\n\
-                 setup(name='sbcuda', version='0.1', ext_modules=[CUDAExtension('sbcuda', ['sbcuda.cpp', 'kernel.cu'])],\n\
-                       cmdclass={'build_ext': BuildExtension})\n",
-            ),
-            (
-                "sbcuda.cpp",
-                "#include <torch/extension.h>\nvoid twice(torch::Tensor x);\n\
-                 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"twice\", &twice); }\n",
-            ),
-            (
-                "kernel.cu",
-                "#include <torch/extension.h>\n\
-                 __global__ void k(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2; }\n\
-                 void twice(torch::Tensor x) { int n = x.numel(); k<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), n); }\n",
-            ),
-        ],
-    );
+    let (runtime, cuda) = common::cuda_runtime(&f);
+    let ext = common::cuda_extension(&f.work, "sbcuda", "0.1");
     let pkg = SourcePackage {
         name: &ext.name,
         version: &ext.version,
@@ -310,6 +164,7 @@ fn a_cuda_extension_builds_against_the_image_torch_with_nvcc_from_wheels() {
         runtime,
         cuda: Some(cuda),
     };
+    let artifacts = f.cache.root().join("artifacts");
     let resolve = index_resolver(&f.python, &f.target, &artifacts, None);
     let builder = WheelBuilder::new(&f.cache, &f.root, &f.settings, &f.target, &resolve);
     let built = builder.build(&pkg, &mut |line| eprintln!("  | {line}")).unwrap_or_else(|e| panic!("{e}"));
