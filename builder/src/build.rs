@@ -359,8 +359,19 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
                 memo: Some(&pip_settings_dir(cache)),
                 cache: cache.root(),
             };
-            let resolution =
-                stackbuild_python::resolve_with_sources(python, &target, &prefer, &metadata, fetch)?;
+            let cache_root = [cache.root()];
+            let projects: Vec<stackbuild_python::Project<'_>> = recipe
+                .sources
+                .iter()
+                .filter(|s| s.install_wheel)
+                .map(|s| stackbuild_python::Project {
+                    source: s.name.clone(),
+                    tree: from_source::tree_of(s, &cache_root),
+                })
+                .collect();
+            let resolution = stackbuild_python::resolve_with_sources(
+                python, &target, &prefer, &projects, &metadata, fetch,
+            )?;
             let pins = resolution.pins;
             stackbuild_python::import_local_wheels(&python.wheels, &pins, &target, &artifact_dir(cache))?;
             let artifacts = stackbuild_python::fetch_wheels(
@@ -372,6 +383,7 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
             )?;
             lock.set_packages(target.platform, &artifacts);
             lock.set_commits(target.platform, &resolution.commits);
+            lock.set_projects(target.platform, &resolution.projects);
         }
     }
     lock.save(&lock_path)?;

@@ -172,3 +172,78 @@ fn a_git_dependency_is_pinned_to_its_commit_and_built_from_it() {
     assert_eq!(std::fs::read_to_string(site.join("sbgit.py")).unwrap(), "import six\nVALUE = 'from git'\n");
     assert!(site.join("six.py").is_file());
 }
+
+/// The project itself: a `[[source]]` path with `install = "wheel"` is built into a wheel in the
+/// sandbox, its dependencies (from its metadata) resolved with the rest, its console script on
+/// PATH in the image; the tree is also at `dest`. A tree changed after the lock is refused.
+#[test]
+fn a_source_installed_as_a_wheel_puts_its_console_script_on_path() {
+    if !debian_builds_ready(&["bwrap", "prlimit"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("hello");
+    std::fs::create_dir_all(project.join("sbhello")).unwrap();
+    std::fs::write(
+        project.join("pyproject.toml"),
+        "[build-system]\nrequires = [\"setuptools>=61\"]\nbuild-backend = \"setuptools.build_meta\"\n\n\
+         [project]\nname = \"sbhello\"\nversion = \"0.3.0\"\ndependencies = [\"six==1.16.0\"]\n\n\
+         [project.scripts]\nsbhello = \"sbhello:main\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("sbhello/__init__.py"),
+        "import sys, six\ndef main():\n    print('sbhello 0.3.0 with six', six.__version__, sys.argv[1:])\n",
+    )
+    .unwrap();
+    let recipe = tmp.path().join("project.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "[image]\nname = \"project\"\ntag = \"test\"\n\n{BOOKWORM_PYTHON}\n[python]\nversion = \"3.11\"\n\
+             packages = []\n\n[[source]]\nname = \"hello\"\npath = \"hello\"\ndest = \"/workspace/hello\"\n\
+             install = \"wheel\"\n"
+        ),
+    )
+    .unwrap();
+    let layout = tmp.path().join("layout");
+    build(&recipe, &tmp.path().join("cache"), &layout, &[]);
+    let lock = std::fs::read_to_string(recipe.with_extension("toml.lock")).unwrap();
+    assert!(lock.contains("filename = \"sbhello-0.3.0.tar.gz\""), "{lock}");
+    assert!(lock.contains("source = \"hello\""), "{lock}");
+    assert!(lock.contains("name = \"six\""), "{lock}");
+
+    if have("umoci") && have("runc") {
+        let bundle = tmp.path().join("bundle");
+        let out = Command::new("umoci")
+            .args(["unpack", "--image"])
+            .arg(format!("{}:test", layout.display()))
+            .arg(&bundle)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "umoci unpack: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(bundle.join("rootfs/workspace/hello/pyproject.toml").is_file(), "the tree is at dest too");
+        let config_path = bundle.join("config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+        config["process"]["terminal"] = false.into();
+        config["process"]["args"] = serde_json::json!(["sbhello", "--help"]);
+        std::fs::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
+        let id = format!("stackbuild-project-{}", std::process::id());
+        let out = Command::new("runc").arg("run").arg("--bundle").arg(&bundle).arg(&id).output().unwrap();
+        let _ = Command::new("runc").args(["delete", "--force", &id]).output();
+        assert!(out.status.success(), "runc run: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "sbhello 0.3.0 with six 1.16.0 ['--help']");
+    } else {
+        eprintln!("skipped the container half: umoci or runc not installed");
+    }
+
+    // The tree changed, the lock did not: an empty cache cannot make the locked file.
+    std::fs::write(project.join("sbhello/extra.py"), "X = 1\n").unwrap();
+    let stale =
+        common::build(&recipe, &tmp.path().join("cache2"), &tmp.path().join("layout2"), &["--locked"]);
+    assert!(!stale.out.status.success());
+    let err = String::from_utf8_lossy(&stale.out.stderr);
+    assert!(err.contains("[[source]] hello: its tree makes sbhello-0.3.0.tar.gz"), "{err}");
+    assert!(err.contains("lock again"), "{err}");
+}

@@ -145,14 +145,17 @@ impl PlatformBuilder<'_> {
         }
         let _stage = stackbuild_common::Stage::start("build from source");
         let root = build_root(self.recipe, python, self.platform, self.cache, self.epoch)?;
-        let settings = Settings::new(&python.build, self.epoch);
+        let mut settings = Settings::new(&python.build, self.epoch);
+        if settings.cuda_arch_list.is_none() {
+            settings.cuda_arch_list = self.torch_arch_list(py);
+        }
         let artifacts = artifact_dir(self.cache);
         let memo = pip_settings_dir(self.cache);
         let resolve = stackbuild_wheelbuild::index_resolver(python, &target, &artifacts, Some(&memo));
         let builder = WheelBuilder::new(self.cache, &root, &settings, &target, &resolve);
         for i in sdists {
-            if let Some(commit) = py.wheels[i].commit.clone() {
-                self.git_sdist(python, &py.wheels[i], &commit)?;
+            if py.wheels[i].commit.is_some() || py.wheels[i].source.is_some() {
+                self.tree_sdist(python, &py.wheels[i])?;
             }
             let wanted: Vec<&Wheel> = vec![&py.wheels[i]];
             let fetched = py.fetcher().fetch(self.cache, &wanted)?;
@@ -219,38 +222,90 @@ impl PlatformBuilder<'_> {
 }
 
 impl PlatformBuilder<'_> {
-    /// Makes the tar of a git dependency's locked commit where the cache lacks it, and checks it
-    /// is the file the lock pins.
-    fn git_sdist(&self, python: &PythonSection, w: &Wheel, commit: &str) -> Result<(), BuildError> {
+    /// Makes the tar of a git dependency's locked commit, or of a project's tree, where the cache
+    /// lacks it, and checks it is the file the lock pins.
+    fn tree_sdist(&self, python: &PythonSection, w: &Wheel) -> Result<(), BuildError> {
         let name = &w.pin.name;
         if artifact_dir(self.cache).join(&w.sha256).join(&w.filename).is_file() {
             return Ok(());
         }
-        let (url, _) = python
-            .packages
-            .iter()
-            .filter(|r| &r.name == name)
-            .find_map(stackbuild_recipe::git_dependency)
-            .ok_or_else(|| {
+        let cache_root = [self.cache.root()];
+        let git;
+        let (tree, what) = if let Some(source) = &w.source {
+            let src = self.recipe.sources.iter().find(|s| &s.name == source && s.install_wheel).ok_or_else(|| {
                 BuildError::Unsupported(format!(
-                    "the lock pins {name} to git commit {commit}, but the recipe has no git dependency of that \
-                     name: lock again"
+                    "the lock builds {name} from [[source]] {source}, which the recipe does not install as a wheel: \
+                     lock again"
                 ))
             })?;
+            (tree_of(src, &cache_root), format!("[[source]] {source}"))
+        } else {
+            let commit = w.commit.as_deref().unwrap_or_default();
+            git = python
+                .packages
+                .iter()
+                .filter(|r| &r.name == name)
+                .find_map(stackbuild_recipe::git_dependency)
+                .ok_or_else(|| {
+                    BuildError::Unsupported(format!(
+                        "the lock pins {name} to git commit {commit}, but the recipe has no git dependency of \
+                         that name: lock again"
+                    ))
+                })?;
+            (stackbuild_python::Tree::Git { url: &git.0, commit }, format!("{name} @ git+{}", git.0))
+        };
         let fetch = stackbuild_python::SourceFetch {
             artifacts: &artifact_dir(self.cache),
             memo: None,
             cache: self.cache.root(),
         };
-        let made = stackbuild_python::git_sdist(name, &url, commit, Some(&w.pin.version), fetch)
-            .map_err(|e| BuildError::Unsupported(format!("{name} @ git+{url}: {e}")))?;
+        let made = stackbuild_python::tree_sdist(name, tree, Some(&w.pin.version), fetch)
+            .map_err(|e| BuildError::Unsupported(format!("{what}: {e}")))?;
         if made.sha256 != w.sha256 {
             return Err(BuildError::Unsupported(format!(
-                "{name} @ git+{url} at {commit}: its tar has sha256 {}, the lock pins {}: lock again",
-                made.sha256, w.sha256
+                "{what}: its tree makes {} with sha256 {}, the lock pins {}: the tree changed since the lock; \
+                 lock again (`stackbuild lock`)",
+                made.filename, made.sha256, w.sha256
             )));
         }
         Ok(())
+    }
+}
+
+/// The tree of a `[[source]]` installed as a wheel (`exclude`: the cache, never part of it).
+pub(super) fn tree_of<'a>(
+    src: &'a stackbuild_recipe::Source,
+    exclude: &'a [&'a std::path::Path],
+) -> stackbuild_python::Tree<'a> {
+    match &src.origin {
+        stackbuild_recipe::SourceOrigin::Git { url, commit } => stackbuild_python::Tree::Git { url, commit },
+        stackbuild_recipe::SourceOrigin::Path { path } => stackbuild_python::Tree::Path { path, exclude },
+    }
+}
+
+impl PlatformBuilder<'_> {
+    /// `TORCH_CUDA_ARCH_LIST` where the recipe gives none: the architectures of the image's own
+    /// torch build, read from its fat binaries (`8.0;8.6;9.0+PTX`), so an extension runs on
+    /// every GPU torch runs on; `None` without a CUDA torch (torch's `cpp_extension` then picks).
+    fn torch_arch_list(&self, py: &PythonPlan<'_>) -> Option<String> {
+        let torch = py.wheels.iter().find(|w| w.pin.name.as_ref() == "torch")?;
+        let code = stackbuild_check::torch_code_for_build(self.cache.root(), &torch.filename, &torch.sha256)?;
+        let highest_ptx = code.ptx.iter().next_back().copied();
+        let mut list: Vec<String> = code.cubins.iter().map(ToString::to_string).collect();
+        match highest_ptx {
+            Some(ptx) if code.cubins.contains(&ptx) => {
+                if let Some(entry) = list.iter_mut().find(|a| **a == ptx.to_string()) {
+                    entry.push_str("+PTX");
+                }
+            }
+            Some(ptx) => list.push(format!("{ptx}+PTX")),
+            None => {}
+        }
+        (!list.is_empty()).then(|| {
+            let list = list.join(";");
+            tracing::info!("TORCH_CUDA_ARCH_LIST={list}: the torch build's own (set cuda_arch_list in [python.build] to choose)");
+            list
+        })
     }
 }
 

@@ -793,6 +793,7 @@ mod tests {
             sha256: sha.repeat(32),
             size: 1 << 20,
             commit: None,
+            source: None,
         }
     }
 

@@ -73,6 +73,8 @@ pub(super) struct Wheel {
     pub(super) size: u64,
     /// The commit of a git dependency, whose file is made from it.
     pub(super) commit: Option<String>,
+    /// The `[[source]]` a project installed as a wheel is built from.
+    pub(super) source: Option<String>,
 }
 
 /// A wheel as a key has it.
@@ -274,6 +276,7 @@ impl<'a> PlatformBuilder<'a> {
                 sha256: p.sha256.clone(),
                 size: p.size,
                 commit: p.commit.clone(),
+                source: p.source.clone(),
             })
             .collect();
         let scheme = python.map(|py| Scheme::debian_local(&py.version));
@@ -467,6 +470,7 @@ mod tests {
             sha256: "00".repeat(32),
             size,
             commit: None,
+            source: None,
         }
     }
 

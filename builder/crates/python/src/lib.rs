@@ -42,7 +42,7 @@ pub use index::{configured_index, Index, IndexError, IndexFile};
 pub use lock::{Lock, LockError};
 pub use pylock::{may_write, write_from_index};
 pub use solve::{resolve, targets, Pinned, SolveError, Target};
-pub use sources::{git_sdist, resolve_with_sources, Resolution, SdistMetadata, SourceFetch};
+pub use sources::{resolve_with_sources, tree_sdist, Project, Resolution, SdistMetadata, SourceFetch, Tree};
 pub use wheel::{
     dist_info_metadata, install_wheel_as, install_wheel_deferring, normalize_name, wheel_identity, Deferred,
     InstallKey, InstalledWheel, Scheme, WheelError, DEFER_MIN,

@@ -103,6 +103,10 @@ pub struct LockedPackage {
     /// made again, byte for byte, where it is not in the cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// The recipe's `[[source]]` a project installed as a wheel is built from (its tree made into
+    /// `filename` again where the cache lacks it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 impl LockedPackage {
@@ -220,8 +224,22 @@ impl Lock {
             sha256: a.sha256.clone(),
             size: a.size,
             commit: None,
+            source: None,
         }));
         self.sort();
+    }
+
+    /// Records the `[[source]]` each of `platform`'s projects is built from, by name.
+    pub fn set_projects(
+        &mut self,
+        platform: Platform,
+        projects: &std::collections::BTreeMap<PackageName, String>,
+    ) {
+        for p in self.packages.iter_mut().filter(|p| p.platform == platform) {
+            if let Some(source) = projects.get(&p.name) {
+                p.source = Some(source.clone());
+            }
+        }
     }
 
     /// Records the commits of `platform`'s git dependencies, by name.

@@ -47,16 +47,30 @@ pub struct SourceFetch<'a> {
 pub struct Resolution {
     /// Every package, pinned.
     pub pins: Vec<Pinned>,
-    /// The commit each git dependency is pinned to, by name.
+    /// The commit each git dependency (and project from git) is pinned to, by name.
     pub commits: std::collections::BTreeMap<PackageName, String>,
+    /// The `[[source]]` each project installed as a wheel is built from, by package name.
+    pub projects: std::collections::BTreeMap<PackageName, String>,
 }
 
-/// [`crate::resolve`], with packages that have no wheel resolved to their sdists, and git
-/// dependencies (`name @ git+URL@REV`) to the tar of their commit.
+/// A `[[source]]` installed as a wheel: the project itself.
+#[derive(Debug, Clone)]
+pub struct Project<'a> {
+    /// The source's name in the recipe.
+    pub source: String,
+    /// Its tree.
+    pub tree: Tree<'a>,
+}
+
+/// [`crate::resolve`], with packages that have no wheel resolved to their sdists, git
+/// dependencies (`name @ git+URL@REV`) to the tar of their commit, and the recipe's projects
+/// (`[[source]] install = "wheel"`) to the tar of their tree, their dependencies resolved with
+/// the rest.
 pub fn resolve_with_sources(
     python: &PythonSection,
     target: &Target,
     prefer: &[Pinned],
+    projects_in: &[Project<'_>],
     metadata: &dyn SdistMetadata,
     fetch: SourceFetch<'_>,
 ) -> Result<Resolution, SolveError> {
@@ -74,12 +88,39 @@ pub fn resolve_with_sources(
         };
         let commit =
             stackbuild_source::resolve_git_rev(&url, &rev, fetch.cache).map_err(|e| fail(e.to_string()))?;
-        let (sdist, entry) = git_package(&req.name, &url, &commit, metadata, fetch).map_err(fail)?;
+        let (sdist, entry) =
+            tree_package(&req.name, Tree::Git { url: &url, commit: &commit }, metadata, fetch)
+                .map_err(fail)?;
+        if sdist.name != req.name {
+            return Err(fail(format!("its metadata names the project `{}`", sdist.name)));
+        }
         tracing::info!("{} {}: git commit {commit}, built from source", req.name, sdist.version);
         entries.push(entry);
         plan.no_binary.push(req.name.clone());
         plan.direct.push((req.name.clone(), sdist.path.clone(), sdist.sha256.clone()));
         commits.insert(req.name.clone(), commit);
+    }
+    let mut projects = std::collections::BTreeMap::new();
+    for project in projects_in {
+        let fail = |why: String| SolveError::Uv {
+            target: target.clone(),
+            message: format!("[[source]] {} (install = \"wheel\"): {why}", project.source),
+        };
+        let hint = PackageName::from_str(&project.source).map_err(|e| fail(e.to_string()))?;
+        let (sdist, entry) = tree_package(&hint, project.tree, metadata, fetch).map_err(fail)?;
+        tracing::info!(
+            "{} {}: the project of [[source]] {}, built from source",
+            sdist.name,
+            sdist.version,
+            project.source
+        );
+        if let Tree::Git { commit, .. } = project.tree {
+            commits.insert(sdist.name.clone(), commit.to_owned());
+        }
+        entries.push(entry);
+        plan.no_binary.push(sdist.name.clone());
+        plan.direct.push((sdist.name.clone(), sdist.path.clone(), sdist.sha256.clone()));
+        projects.insert(sdist.name.clone(), project.source.clone());
     }
     if !entries.is_empty() {
         plan.config = Some(write_config(&dir, &entries, target)?);
@@ -89,7 +130,7 @@ pub fn resolve_with_sources(
     let prefer = prefer.as_slice();
     for _ in 0..MAX_ROUNDS {
         let err = match compile(python, target, prefer, &plan) {
-            Ok(pins) => return Ok(Resolution { pins, commits }),
+            Ok(pins) => return Ok(Resolution { pins, commits, projects }),
             Err(e) => e,
         };
         let SolveError::Uv { message, .. } = &err else { return Err(err) };
@@ -124,7 +165,7 @@ pub fn resolve_with_sources(
         }
         plan.config = Some(write_config(&dir, &entries, target)?);
     }
-    compile(python, target, prefer, &plan).map(|pins| Resolution { pins, commits })
+    compile(python, target, prefer, &plan).map(|pins| Resolution { pins, commits, projects })
 }
 
 /// The `uv.toml` that hands uv the metadata of every sdist.
@@ -143,34 +184,56 @@ fn write_config(
     Ok(config)
 }
 
-/// A git dependency at `commit` as a source distribution in the artifact directory
-/// (`<sha256>/<name>-<version>.tar.gz`, the version from its metadata), and that metadata.
-fn git_package(
-    name: &PackageName,
-    url: &str,
-    commit: &str,
+/// A tree a package is built from: a git commit (a git dependency, or a `[[source]]` from git
+/// installed as a wheel) or a directory (a `[[source]]` path installed as a wheel).
+#[derive(Debug, Clone, Copy)]
+pub enum Tree<'a> {
+    /// `url` at `commit`.
+    Git {
+        /// The repository.
+        url: &'a str,
+        /// The full commit.
+        commit: &'a str,
+    },
+    /// A directory, with what inside it is not part of the tree (the cache, the output).
+    Path {
+        /// The directory.
+        path: &'a Path,
+        /// Left out wherever they appear inside.
+        exclude: &'a [&'a Path],
+    },
+}
+
+/// The package of a tree as a source distribution in the artifact directory
+/// (`<sha256>/<name>-<version>.tar.gz`, name and version from its metadata), and that metadata.
+/// `hint` names it until its metadata says its name.
+fn tree_package(
+    hint: &PackageName,
+    tree: Tree<'_>,
     metadata: &dyn SdistMetadata,
     fetch: SourceFetch<'_>,
 ) -> Result<(Artifact, MetadataEntry), String> {
-    let first = git_sdist(name, url, commit, None, fetch)?;
+    let first = tree_sdist(hint, tree, None, fetch)?;
     let text = metadata.metadata(&first)?;
-    let version = text
-        .lines()
-        .take_while(|l| !l.is_empty())
-        .find_map(|l| l.strip_prefix("Version:"))
-        .and_then(|v| PackageVersion::from_str(v.trim()).ok())
+    let field = |key: &str| {
+        text.lines().take_while(|l| !l.is_empty()).find_map(|l| l.strip_prefix(key)).map(str::trim)
+    };
+    let version = field("Version:")
+        .and_then(|v| PackageVersion::from_str(v).ok())
         .ok_or("its metadata has no valid Version")?;
-    let sdist = git_sdist(name, url, commit, Some(&version), fetch)?;
-    Ok((sdist, MetadataEntry::parse(name, &version, &text)))
+    let name =
+        field("Name:").and_then(|n| PackageName::from_str(n).ok()).ok_or("its metadata has no valid Name")?;
+    let sdist = tree_sdist(&name, tree, Some(&version), fetch)?;
+    Ok((sdist, MetadataEntry::parse(&name, &version, &text)))
 }
 
-/// The tar of `commit` of the git dependency `name`, `<name>-<version>.tar.gz` (`<name>-0.tar.gz`
-/// while the version is not known yet), made in the artifact directory unless it is there: at
-/// lock time, and at build time on a machine whose cache lacks it (the lock's `commit`).
-pub fn git_sdist(
+/// The tree as `<name>-<version>.tar.gz` (`<name>-0.tar.gz` while the version is not known yet),
+/// made in the artifact directory unless it is there: at lock time, and at build time on a
+/// machine whose cache lacks it (the lock's `commit` or `source`). The same tree gives the same
+/// bytes ([`stackbuild_source::git_sdist`]).
+pub fn tree_sdist(
     name: &PackageName,
-    url: &str,
-    commit: &str,
+    tree: Tree<'_>,
     version: Option<&PackageVersion>,
     fetch: SourceFetch<'_>,
 ) -> Result<Artifact, String> {
@@ -186,8 +249,11 @@ pub fn git_sdist(
         .tempdir_in(fetch.artifacts)
         .map_err(|e| format!("{}: {e}", fetch.artifacts.display()))?;
     let file = tmp.path().join(&filename);
-    let sha256 =
-        stackbuild_source::git_sdist(url, commit, fetch.cache, &stem, &file).map_err(|e| e.to_string())?;
+    let sha256 = match tree {
+        Tree::Git { url, commit } => stackbuild_source::git_sdist(url, commit, fetch.cache, &stem, &file),
+        Tree::Path { path, exclude } => stackbuild_source::path_sdist(path, exclude, &stem, &file),
+    }
+    .map_err(|e| e.to_string())?;
     let path = fetch.artifacts.join(&sha256).join(&filename);
     if !path.is_file() {
         crate::artifact::place(&file, &filename, &sha256, tmp.path(), fetch.artifacts)

@@ -11,5 +11,6 @@ mod source;
 
 pub use patch::{apply, PatchError, PatchSpec};
 pub use source::{
-    digest_path_excluding, git_sdist, resolve_git_rev, stage_git, stage_path_excluding, SourceError,
+    digest_path_excluding, git_sdist, path_sdist, resolve_git_rev, stage_git, stage_path_excluding,
+    SourceError,
 };

@@ -748,7 +748,24 @@ pub fn git_sdist(
         .tempdir_in(out.parent().unwrap_or(Path::new(".")))
         .map_err(io_err("creating a directory beside", out))?;
     stage_git(url, commit, "/tree", tmp.path(), cache_dir)?;
-    let root = tmp.path().join("tree");
+    tree_sdist(&tmp.path().join("tree"), prefix, out)
+}
+
+/// The directory `src` (a `[[source]]` path, the project itself) as a source distribution, like
+/// [`git_sdist`]: staged as a path source is (symlinks checked inside the tree, `.git` and
+/// `exclude` left out), then archived the same way. Returns its sha256.
+pub fn path_sdist(src: &Path, exclude: &[&Path], prefix: &str, out: &Path) -> Result<String, SourceError> {
+    let tmp = tempfile::Builder::new()
+        .prefix(".path-sdist-")
+        .tempdir_in(out.parent().unwrap_or(Path::new(".")))
+        .map_err(io_err("creating a directory beside", out))?;
+    stage_path_excluding(src, "/tree", tmp.path(), exclude)?;
+    tree_sdist(&tmp.path().join("tree"), prefix, out)
+}
+
+/// `root` as a reproducible `.tar.gz` under the top directory `prefix` ([`git_sdist`]).
+fn tree_sdist(root: &Path, prefix: &str, out: &Path) -> Result<String, SourceError> {
+    let root = root.to_path_buf();
     let file = fs::File::create(out).map_err(io_err("creating", out))?;
     let gz = flate2::GzBuilder::new().mtime(0).write(io::BufWriter::new(file), flate2::Compression::new(6));
     let mut tar = tar::Builder::new(gz);

@@ -22,6 +22,9 @@ impl Recipe {
             platforms: Vec<&'static str>,
             base: BTreeMap<&'static str, serde_json::Value>,
             python: Option<CanonicalPython<'a>>,
+            /// The `[[source]]`s installed as wheels: their projects' dependencies are resolved.
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            projects: Vec<(String, String)>,
         }
         #[derive(Serialize)]
         struct CanonicalPython<'a> {
@@ -73,7 +76,20 @@ impl Recipe {
         };
         let mut platforms: Vec<&'static str> = self.image.platforms.iter().map(|p| p.as_str()).collect();
         platforms.sort_unstable();
+        let projects: Vec<(String, String)> = self
+            .sources
+            .iter()
+            .filter(|s| s.install_wheel)
+            .map(|s| {
+                let origin = match &s.origin {
+                    super::SourceOrigin::Git { url, commit } => format!("{url}@{commit}"),
+                    super::SourceOrigin::Path { path } => rel(path),
+                };
+                (s.name.clone(), origin)
+            })
+            .collect();
         let canonical = Canonical {
+            projects,
             format: 1,
             platforms,
             base,

@@ -337,6 +337,9 @@ pub struct Source {
     pub origin: SourceOrigin,
     /// The absolute path in the image.
     pub dest: String,
+    /// `install = "wheel"`: the tree is a Python project, also built into a wheel and installed
+    /// with its dependencies.
+    pub install_wheel: bool,
 }
 
 /// Where a [`Source`] comes from.

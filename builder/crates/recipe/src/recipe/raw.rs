@@ -231,6 +231,10 @@ pub(super) struct RawSource {
     pub(super) commit: Option<S>,
     #[schemars(with = "String")]
     pub(super) dest: S,
+    /// `"wheel"`: the tree is a Python project, built into a wheel in the sandbox and installed
+    /// with its dependencies (console scripts on PATH), besides being copied to `dest`.
+    #[schemars(with = "Option<String>")]
+    pub(super) install: Option<S>,
 }
 
 /// `[[patch]]`: a find/replace or unified diff applied to a package or a source.

@@ -869,7 +869,26 @@ pub(super) fn validate_sources(
             }
         };
         if let (Some(origin), true) = (origin, ctx.diags.len() == before) {
-            out.push((span, Source { name: raw.name.into_inner(), origin, dest: raw.dest.into_inner() }));
+            let install_wheel = match raw.install.as_ref().map(|i| (i.get_ref().as_str(), i.span())) {
+                None => false,
+                Some(("wheel", _)) => true,
+                Some(("editable", span)) => {
+                    ctx.error_help(
+                        span,
+                        "editable installs (PEP 660) are not supported yet",
+                        "install = \"wheel\" builds the tree into a wheel; the tree is also at `dest`",
+                    );
+                    false
+                }
+                Some((other, span)) => {
+                    ctx.error(span, format!("invalid install {other:?}: expected \"wheel\""));
+                    false
+                }
+            };
+            out.push((
+                span,
+                Source { name: raw.name.into_inner(), origin, dest: raw.dest.into_inner(), install_wheel },
+            ));
         }
     }
     out
@@ -913,6 +932,19 @@ pub(super) fn validate_patches(
                     None
                 }
             },
+            (None, Some(s))
+                if sources.iter().any(|(_, src)| src.name == *s.get_ref() && src.install_wheel) =>
+            {
+                ctx.error_help(
+                    s.span(),
+                    format!(
+                        "source `{}` is installed as a wheel, whose build does not see patches yet",
+                        s.get_ref()
+                    ),
+                    "patch the installed package instead (`package = \"<its name>\"`), or drop `install`",
+                );
+                None
+            }
             (None, Some(s)) => {
                 if sources.iter().any(|(_, src)| src.name == *s.get_ref()) {
                     Some(PatchTarget::Source(s.get_ref().clone()))
