@@ -395,6 +395,8 @@ fn check_lock_graph(
     }
     let mut roots: Vec<String> = py.packages.iter().map(|r| r.name.to_string()).collect();
     roots.extend(py.wheels.iter().filter(|w| w.fits(platform)).map(|w| w.name.to_string()));
+    // The projects the recipe installs from its `[[source]]`s are asked for by the recipe too.
+    roots.extend(wheels.iter().filter(|w| w.source.is_some()).map(|w| w.pin.name.to_string()));
     roots.sort();
     let key = LayerKey::of(LockGraphKey::KIND, &LockGraphKey::new(platform, &roots, wheels));
     let marker = cache.root().join("facts").join(format!("lock-graph-{}", key.as_hex()));
