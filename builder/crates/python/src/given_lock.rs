@@ -79,7 +79,7 @@ pub enum GivenLockError {
     },
     /// A package that applies has no wheel for the image.
     #[error(
-        "{}: package {package} has no wheel for {target} (it lists {}); the image installs wheels only: \
+        "{}: package {package} has no wheel for {target} and no sdist to build (it lists {}): \
          lock again for this platform (`uv lock` resolves for every platform; `uv export --format \
          pylock.toml` or `pip lock` for the image's), or build a wheel and give it as [[python.wheel]]",
         path.display(),
@@ -188,6 +188,8 @@ struct Entry {
     requires_python: Option<pep440_rs::VersionSpecifiers>,
     wheels: Vec<GivenWheel>,
     sdist: bool,
+    /// The sdist, built from source when no wheel fits the image.
+    sdist_file: Option<GivenWheel>,
     dependencies: Vec<Edge>,
     optional: BTreeMap<String, Vec<Edge>>,
 }
@@ -324,6 +326,17 @@ impl GivenLock {
                     name.rank(&target.python, &target.platform_tags()).map(|rank| (rank, name, w))
                 })
                 .min_by_key(|(rank, _, _)| *rank);
+            if best.is_none() {
+                if let (Some(sdist), Some(version)) = (&entry.sdist_file, &entry.version) {
+                    // No wheel fits: the sdist is fetched like a wheel and built from source.
+                    chosen.push(Chosen {
+                        name: entry.name.clone(),
+                        version: version.clone(),
+                        wheel: sdist.clone(),
+                    });
+                    continue;
+                }
+            }
             let Some((_, name, wheel)) = best else {
                 let mut wheels: Vec<String> = entry.wheels.iter().map(|w| w.filename.clone()).collect();
                 if entry.sdist {
@@ -498,7 +511,18 @@ impl Reader<'_> {
     /// A wheel table: `url` or `path`, a sha256 (`hash = "sha256:.."` in uv.lock, `hashes =
     /// { sha256 = ".." }` in pylock.toml), `size`, and a file name (`name`/`filename`, else the
     /// last segment of the URL or path).
+    /// The `sdist` table of a package, as a file to fetch and build (`stackbuild-wheelbuild`).
+    fn sdist(&self, table: &toml::Table, package: &str) -> Result<Option<GivenWheel>, GivenLockError> {
+        let Some(sdist) = table.get("sdist") else { return Ok(None) };
+        let Some(sdist) = sdist.as_table() else { return Err(self.bad(package, "sdist: expected a table")) };
+        self.file(sdist, package, true).map(Some)
+    }
+
     fn wheel(&self, table: &toml::Table, package: &str) -> Result<GivenWheel, GivenLockError> {
+        self.file(table, package, false)
+    }
+
+    fn file(&self, table: &toml::Table, package: &str, sdist: bool) -> Result<GivenWheel, GivenLockError> {
         let text = |key: &str| table.get(key).and_then(toml::Value::as_str).map(str::to_owned);
         let url = text("url");
         let path = text("path");
@@ -513,9 +537,14 @@ impl Reader<'_> {
         };
         let plain = !filename.starts_with('.')
             && !filename.contains(['/', '\\', '\0'])
-            && Path::new(&filename).extension().is_some_and(|e| e == "whl");
+            && if sdist {
+                stackbuild_common::is_sdist(&filename)
+            } else {
+                Path::new(&filename).extension().is_some_and(|e| e == "whl")
+            };
         if !plain {
-            return Err(self.bad(package, format!("wheel {filename:?} is not a wheel file name")));
+            let what = if sdist { "a source distribution" } else { "a wheel" };
+            return Err(self.bad(package, format!("{filename:?} is not {what} file name")));
         }
         let sha256 = match (text("hash"), table.get("hashes").and_then(toml::Value::as_table)) {
             (Some(h), _) => h.strip_prefix("sha256:").map(str::to_owned),
@@ -582,6 +611,7 @@ impl Reader<'_> {
                 requires_python: self.requires_python(table, &label)?,
                 wheels: self.wheels(table, &label)?,
                 sdist: table.contains_key("sdist"),
+                sdist_file: self.sdist(table, &label)?,
                 source: None,
                 origin,
                 dependencies: Vec::new(),
@@ -653,6 +683,7 @@ impl Reader<'_> {
                 requires_python: None,
                 wheels: self.wheels(table, &label)?,
                 sdist: table.contains_key("sdist"),
+                sdist_file: self.sdist(table, &label)?,
                 source: table.get("source").map(ToString::to_string),
                 origin,
                 dependencies: self.edges(table.get("dependencies"), &label)?,

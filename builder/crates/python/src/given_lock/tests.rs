@@ -271,3 +271,25 @@ fn fetch_copies_and_verifies_and_a_wrong_hash_leaves_nothing() {
     let left: Vec<_> = std::fs::read_dir(&dest).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left.len(), 1, "{left:?}");
 }
+
+/// A package whose only file for the image is its sdist (`docopt` has no wheel at all) is
+/// chosen as that sdist, to be built from source; a wheel that fits still wins over an sdist.
+#[test]
+fn an_sdist_is_chosen_where_no_wheel_fits() {
+    let text = format!(
+        "{}\n[[packages]]\nname = \"docopt\"\nversion = \"0.6.2\"\nsdist = {{ url = \"https://files.example/docopt-0.6.2.tar.gz\", hashes = {{ sha256 = \"{H3}\" }} }}\n",
+        pylock().replace("wheels = [{ url = \"https://files.example/six-1.16.0-py2.py3-none-any.whl\"", "sdist = { url = \"https://files.example/six-1.16.0.tar.gz\", hashes = { sha256 = \"00\" } }\nwheels = [{ url = \"https://files.example/six-1.16.0-py2.py3-none-any.whl\"")
+    );
+    let lock = GivenLock::parse(Path::new("/p/pylock.toml"), &text);
+    // The sdist of six carries a malformed hash: refused, naming the package.
+    let err = lock.unwrap_err().to_string();
+    assert!(err.contains("six") && err.contains("sha256"), "{err}");
+    let text = format!(
+        "{}\n[[packages]]\nname = \"docopt\"\nversion = \"0.6.2\"\nsdist = {{ url = \"https://files.example/docopt-0.6.2.tar.gz\", hashes = {{ sha256 = \"{H3}\" }} }}\n",
+        pylock()
+    );
+    let lock = GivenLock::parse(Path::new("/p/pylock.toml"), &text).unwrap();
+    let amd = lock.select(&target("3.11", Platform::LinuxAmd64)).unwrap();
+    assert!(names(&amd).contains(&"docopt 0.6.2 docopt-0.6.2.tar.gz".to_owned()), "{:?}", names(&amd));
+    assert!(names(&amd).contains(&"six 1.16.0 six-1.16.0-py2.py3-none-any.whl".to_owned()));
+}
