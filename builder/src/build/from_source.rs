@@ -198,14 +198,19 @@ impl PlatformBuilder<'_> {
             let label = format!("{} {}", sdist.name, sdist.version);
             let started = std::time::Instant::now();
             let mut last = std::time::Instant::now();
+            // On a terminal, a spinner with the package, the elapsed time and the backend's last
+            // line; elsewhere (CI logs), plain timed lines, one every few seconds at most, so a
+            // long compile shows it is alive and where it is.
+            let spinner = stackbuild_common::Progress::spinner(format!("building {label}"));
             let built = builder.build(&pkg, &mut |line| {
-                // Plain timed lines, one every few seconds at most, so a CI log shows a long
-                // compile is alive and where it is.
-                if last.elapsed().as_secs() >= 5 {
+                if !spinner.is_hidden() {
+                    spinner.set_message(format!("building {label}: {}", truncate(line, 100)));
+                } else if last.elapsed().as_secs() >= 5 {
                     last = std::time::Instant::now();
                     tracing::info!("{label} [{}s]: {}", started.elapsed().as_secs(), truncate(line, 160));
                 }
             })?;
+            drop(spinner);
             if built.compiled {
                 tracing::info!(
                     "{label}: built {} in {:.1}s (log: {})",

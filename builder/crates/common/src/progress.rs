@@ -47,6 +47,11 @@ impl Progress {
         Self(bar)
     }
 
+    /// Replaces the message (a long build's latest line beside its name).
+    pub fn set_message(&self, message: String) {
+        self.0.set_message(message);
+    }
+
     /// `reader`, advancing the bar by what is read through it.
     pub fn wrap_read<R: Read>(&self, reader: R) -> impl Read {
         self.0.wrap_read(reader)
