@@ -88,6 +88,7 @@ pub struct Report<'a> {
 
 /// Runs one hook invocation. Never panics on bad input: any error blocks (fail closed) under
 /// `enforce`, with a message saying what was wrong.
+#[allow(clippy::too_many_lines)] // the hook's one pass: read, fast path, probe, verdict, report
 pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     let started = Instant::now();
     let state = match State::read(stdin) {

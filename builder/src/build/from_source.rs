@@ -91,13 +91,12 @@ pub(super) struct SandboxMetadata<'a> {
 
 impl stackbuild_python::SdistMetadata for SandboxMetadata<'_> {
     fn metadata(&self, sdist: &Artifact) -> Result<String, String> {
-        let root = match self.root.get() {
-            Some(root) => root,
-            None => {
-                let root = build_root(self.recipe, self.python, self.target.platform, self.cache, self.epoch)
-                    .map_err(|e| e.to_string())?;
-                self.root.get_or_init(|| root)
-            }
+        let root = if let Some(root) = self.root.get() {
+            root
+        } else {
+            let root = build_root(self.recipe, self.python, self.target.platform, self.cache, self.epoch)
+                .map_err(|e| e.to_string())?;
+            self.root.get_or_init(|| root)
         };
         let settings = Settings::new(&self.python.build, self.epoch);
         let artifacts = artifact_dir(self.cache);
@@ -178,14 +177,14 @@ impl PlatformBuilder<'_> {
                         stackbuild_wheelbuild::CudaToolchain::for_runtime(&w.pin.version.to_string())
                     })
             };
-            let runtime = if !isolated {
+            let runtime = if isolated {
+                Vec::new()
+            } else {
                 // Built against the image's own locked wheels (torch), as pip's
                 // `--no-build-isolation` builds against the installed ones.
                 let others: Vec<&Wheel> =
                     py.wheels.iter().filter(|w| !stackbuild_common::is_sdist(&w.filename)).collect();
                 py.fetcher().fetch(self.cache, &others)?.into_values().collect()
-            } else {
-                Vec::new()
             };
             let pkg = SourcePackage {
                 name: &sdist.name,

@@ -269,7 +269,7 @@ pub struct Extension<'a> {
     pub code: GpuCode,
 }
 
-/// [`requirements_with`], the architectures of `extensions` ANDed into `STACKBUILD_REQUIRE_ARCH`,
+/// [`requirements_with`], with the architectures of `extensions` joined (and) into `STACKBUILD_REQUIRE_ARCH`,
 /// each with a reason that names it and how to rebuild it for more GPUs.
 pub fn requirements_with_extensions(
     packages: &[Package<'_>],

@@ -286,8 +286,8 @@ pub(crate) fn torch_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCod
 /// shared object it carries, together. `None` when none carries GPU code.
 pub fn extension_wheel_code(wheel: &Path, tmp: &Path) -> Result<Option<GpuCode>, String> {
     let read = members_code(wheel, tmp, |name| {
-        let file = name.rsplit('/').next().unwrap_or(name);
-        file.ends_with(".so") || file.contains(".so.")
+        let file = name.rsplit('/').next().unwrap_or(name).to_ascii_lowercase();
+        std::path::Path::new(&file).extension().is_some_and(|e| e == "so") || file.contains(".so.")
     })
     .map_err(|e| e.to_string())?;
     Ok(code_from(wheel, &read))

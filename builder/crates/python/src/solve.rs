@@ -288,6 +288,7 @@ pub(crate) struct FromSource {
     pub(crate) direct: Vec<(PackageName, PathBuf, String)>,
 }
 
+#[allow(clippy::too_many_lines)] // one uv run in order: its inputs, its command line, its output
 pub(crate) fn compile(
     python: &PythonSection,
     target: &Target,

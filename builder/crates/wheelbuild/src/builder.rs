@@ -49,7 +49,10 @@ impl Settings {
         let total = machine_memory().unwrap_or(8 << 30);
         let memory = build.memory_mib.map_or(total / 4 * 3, |m| m << 20);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-        let jobs = build.jobs.map_or_else(|| cores.min(memory / (2 << 30)).max(1) as u32, |j| j.max(1));
+        let jobs = build.jobs.map_or_else(
+            || u32::try_from(cores.min(memory / (2 << 30)).max(1)).unwrap_or(u32::MAX),
+            |j| j.max(1),
+        );
         Self {
             memory,
             timeout: Duration::from_secs(build.timeout_s.unwrap_or(DEFAULT_TIMEOUT_S)),
@@ -210,14 +213,14 @@ impl<'a> WheelBuilder<'a> {
         let key = self.key(pkg, &prepared);
         let dir = self.cache.root().join("built-wheels").join(key.as_hex());
         let log = self.cache.root().join("built-wheels").join(format!("{}.log", key.as_hex()));
-        if let Some(wheel) = self.cached(pkg, &dir)? {
+        if let Some(wheel) = Self::cached(pkg, &dir)? {
             tracing::info!("{}: built before ({})", pkg.label(), wheel.filename);
             return Ok(Built { wheel, compiled: false, log });
         }
         // Built on another machine: the layer store's record of the key, here or on the
         // `--cache-registry` remote.
         if crate::share::restore(self.cache, &key, &dir)? {
-            if let Some(wheel) = self.cached(pkg, &dir)? {
+            if let Some(wheel) = Self::cached(pkg, &dir)? {
                 tracing::info!(
                     "{}: built before, shared through the cache ({})",
                     pkg.label(),
@@ -251,7 +254,7 @@ impl<'a> WheelBuilder<'a> {
         if std::fs::rename(&staged, &dir).is_err() && !dir.is_dir() {
             return Err(io("placing", &dir)(std::io::Error::other("rename failed")));
         }
-        let wheel = self.cached(pkg, &dir)?.ok_or_else(|| WheelBuildError::Output {
+        let wheel = Self::cached(pkg, &dir)?.ok_or_else(|| WheelBuildError::Output {
             package: pkg.label(),
             problem: format!("the built wheel is not in {}", dir.display()),
         })?;
@@ -344,7 +347,7 @@ impl<'a> WheelBuilder<'a> {
     }
 
     /// The wheel kept in `dir`, verified, if there is one.
-    fn cached(&self, pkg: &SourcePackage<'_>, dir: &Path) -> Result<Option<Artifact>, WheelBuildError> {
+    fn cached(pkg: &SourcePackage<'_>, dir: &Path) -> Result<Option<Artifact>, WheelBuildError> {
         let Ok(entries) = std::fs::read_dir(dir) else { return Ok(None) };
         let files: Vec<_> = entries.filter_map(Result::ok).collect();
         let [entry] = files.as_slice() else { return Ok(None) };

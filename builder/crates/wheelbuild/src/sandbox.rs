@@ -116,6 +116,7 @@ impl Sandbox {
     /// Runs `argv` (a program inside the root and its arguments) with exactly `env`, its output
     /// into `log`; `what` names the run in errors. `on_line` sees each line of output as it comes
     /// (progress on a terminal, timed lines in CI).
+    #[allow(clippy::too_many_lines)] // one run in order: the command, the pump of its output, the verdict
     pub fn run(
         &self,
         what: &str,

@@ -62,6 +62,7 @@ impl BuildSystem {
 /// Unpacks `archive` (`.tar.gz`, `.tar.bz2`, `.tar.xz`, `.tar`, `.zip`) into `dest` and returns
 /// the project directory: the one top-level directory (PEP 625), or `dest` itself. Only files,
 /// directories and symlinks that stay inside are written; nothing is written through a symlink.
+#[allow(clippy::case_sensitive_file_extension_comparisons)] // `name` is lowercased first
 pub fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf, SdistError> {
     let io = |what: &'static str, path: &Path| {
         let path = path.to_owned();
@@ -127,9 +128,11 @@ pub fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf, SdistError> {
             if count > MAX_ENTRIES {
                 return Err(bad(format!("more than {MAX_ENTRIES} entries")));
             }
-            use tar::EntryType as T;
             match entry.header().entry_type() {
-                T::Regular | T::Directory | T::Continuous | T::Symlink => {}
+                tar::EntryType::Regular
+                | tar::EntryType::Directory
+                | tar::EntryType::Continuous
+                | tar::EntryType::Symlink => {}
                 // pax and GNU headers are read by the tar crate; links to other members,
                 // devices and FIFOs have no place in a source tree.
                 _ => continue,

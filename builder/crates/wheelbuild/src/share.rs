@@ -20,6 +20,7 @@ const MEDIA_TYPE: &str = "application/vnd.oci.image.layer.v1.tar";
 /// Most bytes of a wheel taken from a shared blob (torch's wheel is about 1 GiB).
 const MAX_WHEEL: u64 = 8 << 30;
 
+#[allow(clippy::needless_pass_by_value)] // a `map_err` argument
 fn cache_err(e: stackbuild_cache::CacheError) -> WheelBuildError {
     WheelBuildError::Output { package: "the built-wheel cache".into(), problem: e.to_string() }
 }

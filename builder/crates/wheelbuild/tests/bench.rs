@@ -26,7 +26,7 @@ fn cuda_extension_against_pip_wheel_without_isolation() {
     let mut f = Fixture::new();
     f.settings.cuda_arch_list = Some("8.0;9.0".into());
     f.settings.memory = 16 << 30;
-    f.settings.timeout = Duration::from_secs(3600);
+    f.settings.timeout = Duration::from_hours(1);
     f.settings.jobs = jobs;
     let (runtime, cuda) = common::cuda_runtime(&f);
     let artifacts = f.cache.root().join("artifacts");

@@ -92,7 +92,7 @@ impl Fixture {
         std::fs::create_dir_all(&work).unwrap();
         let settings = Settings {
             memory: 2 << 30,
-            timeout: Duration::from_secs(300),
+            timeout: Duration::from_mins(5),
             jobs: 2,
             cuda_arch_list: None,
             epoch: 1_700_000_000,
