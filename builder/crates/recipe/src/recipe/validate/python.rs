@@ -1,0 +1,334 @@
+//! `[python]` and `[python.build]`: requirements (from the index, or git dependencies pinned to a
+//! revision), wheels the recipe supplies, the project's own lock, and how sources are built.
+//! Split from `validate` along the recipe's sections: this one is the largest.
+
+#[allow(clippy::wildcard_imports)] // the parent's context and helpers, as one section of it
+use super::*;
+
+pub(in crate::recipe) fn validate_python(
+    ctx: &mut Ctx,
+    dir: &Path,
+    raw: Spanned<RawPython>,
+) -> Option<PythonSection> {
+    let raw = raw.into_inner();
+    let before = ctx.diags.len();
+    let version: Option<PythonVersion> = ctx.parse(&raw.version, "Python version");
+    if let Some(v) = &version {
+        if v.part(0) != 3 {
+            ctx.error(raw.version.span(), format!("unsupported Python version {v}: expected 3.x"));
+        }
+    }
+    let mut packages = Vec::new();
+    let mut seen: BTreeMap<PackageName, usize> = BTreeMap::new();
+    for p in &raw.packages {
+        let Some(req) = parse_package(ctx, p) else { continue };
+        let unpinned = match &req.version_or_url {
+            None => true,
+            Some(VersionOrUrl::VersionSpecifier(specs)) => specs.is_empty(),
+            Some(VersionOrUrl::Url(_)) => false,
+        };
+        if unpinned {
+            ctx.error_help(
+                p.span(),
+                format!(
+                    "`{}` is not pinned: top-level packages need `==VERSION` or an explicit range",
+                    req.name
+                ),
+                format!("write e.g. \"{}==1.2.3\" or \"{}>=1.2, <2\"", req.name, req.name),
+            );
+        }
+        let line = ctx.line_of(p.span().start);
+        if let Some(first) = seen.insert(req.name.clone(), line) {
+            ctx.error(p.span(), format!("package `{}` is listed twice (first on line {first})", req.name));
+        }
+        packages.push(req);
+    }
+    let mut constraints = Vec::new();
+    for c in &raw.constraints {
+        if let Some(req) = parse_requirement(ctx, c) {
+            constraints.push(req);
+        }
+    }
+    if let Some(i) = &raw.index {
+        if !is_url(i.get_ref()) {
+            ctx.error(
+                i.span(),
+                format!("invalid index {:?}: expected an http://, https:// or file:// URL", i.get_ref()),
+            );
+        }
+    }
+    for i in &raw.extra_index {
+        if !is_url(i.get_ref()) {
+            ctx.error(
+                i.span(),
+                format!(
+                    "invalid extra_index {:?}: expected an http://, https:// or file:// URL",
+                    i.get_ref()
+                ),
+            );
+        }
+    }
+    let mut find_links = Vec::new();
+    for l in &raw.find_links {
+        let written = l.get_ref();
+        if written.chars().any(char::is_control) || written.is_empty() {
+            ctx.error(l.span(), "expected a directory or a URL, without control characters");
+        } else if is_url(written) {
+            find_links.push(written.clone());
+        } else {
+            find_links.push(dir.join(written).to_string_lossy().into_owned());
+        }
+    }
+    let mut wheels: Vec<LocalWheel> = Vec::new();
+    for w in &raw.wheel {
+        let Some(wheel) = validate_wheel(ctx, dir, w.get_ref()) else { continue };
+        if let Some(line) = seen.get(&wheel.name) {
+            ctx.error_help(
+                w.get_ref().path.span(),
+                format!("`{}` is also listed in packages (line {line})", wheel.name),
+                "a package comes either from the index or from a [[python.wheel]]: remove one",
+            );
+        } else if wheels.iter().any(|o| o.name == wheel.name && o.platform_tags == wheel.platform_tags) {
+            ctx.error(
+                w.get_ref().path.span(),
+                format!("a second wheel of `{}` for the same platform", wheel.name),
+            );
+        }
+        wheels.push(wheel);
+    }
+    let lock = validate_given_lock(ctx, dir, &raw);
+    let build = raw.build.map(|b| validate_build(ctx, b.into_inner())).unwrap_or_default();
+    (ctx.diags.len() == before).then_some(PythonSection {
+        version: version?,
+        packages,
+        constraints,
+        index: raw.index.map(Spanned::into_inner),
+        extra_index: raw.extra_index.into_iter().map(Spanned::into_inner).collect(),
+        find_links,
+        wheels,
+        bytecode: raw.bytecode.unwrap_or(true),
+        lock,
+        build,
+    })
+}
+
+/// `[python.build]`.
+fn validate_build(ctx: &mut Ctx, raw: RawBuild) -> BuildSection {
+    let mut packages = Vec::new();
+    for p in &raw.packages {
+        // A Debian package name (Debian Policy 5.6.1), optionally `=version`: it becomes one
+        // item of mmdebstrap's `--include`, so nothing else may be in it.
+        let ok = p.get_ref().split_once('=').map_or(p.get_ref().as_str(), |(n, _)| n);
+        let valid = ok.len() >= 2
+            && ok.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b))
+            && ok.as_bytes()[0].is_ascii_alphanumeric()
+            && !p.get_ref().contains([',', ' ']);
+        if valid {
+            packages.push(p.get_ref().clone());
+        } else {
+            ctx.error(
+                p.span(),
+                format!("invalid Debian package {:?}: expected a name like `libevdev-dev`", p.get_ref()),
+            );
+        }
+    }
+    let mut names = |list: &[S]| -> Vec<PackageName> {
+        list.iter()
+            .filter_map(|n| match PackageName::from_str(n.get_ref()) {
+                Ok(name) => Some(name),
+                Err(e) => {
+                    ctx.error(n.span(), format!("invalid package name {:?}: {e}", n.get_ref()));
+                    None
+                }
+            })
+            .collect()
+    };
+    let no_build = names(&raw.no_build);
+    let no_isolation = names(&raw.no_isolation);
+    let mut extra_requires = BTreeMap::new();
+    for (name, reqs) in &raw.extra_requires {
+        let Ok(name) = PackageName::from_str(name) else {
+            let span = reqs.first().map_or(0..0, Spanned::span);
+            ctx.error(span, format!("invalid package name {name:?} in extra_requires"));
+            continue;
+        };
+        let parsed: Vec<Requirement> = reqs.iter().filter_map(|r| parse_requirement(ctx, r)).collect();
+        extra_requires.insert(name, parsed);
+    }
+    let cuda_arch_list = raw.cuda_arch_list.and_then(|a| {
+        // `8.0;9.0+PTX` or `8.0 9.0`: what torch.utils.cpp_extension reads.
+        let ok = !a.get_ref().is_empty()
+            && a.get_ref().split([';', ' ']).filter(|s| !s.is_empty()).all(|arch| {
+                let arch = arch.strip_suffix("+PTX").unwrap_or(arch);
+                let arch = arch.strip_suffix('a').unwrap_or(arch);
+                arch.split_once('.').is_some_and(|(a, b)| {
+                    !a.is_empty() && !b.is_empty() && (a.to_owned() + b).bytes().all(|c| c.is_ascii_digit())
+                })
+            });
+        if ok {
+            Some(a.into_inner())
+        } else {
+            ctx.error(
+                a.span(),
+                format!("invalid cuda_arch_list {:?}: expected e.g. \"8.0;9.0+PTX\"", a.get_ref()),
+            );
+            None
+        }
+    });
+    BuildSection {
+        packages,
+        no_build,
+        no_isolation,
+        extra_requires,
+        cuda_arch_list,
+        memory_mib: raw.memory_mib,
+        timeout_s: raw.timeout_s,
+        jobs: raw.jobs,
+    }
+}
+
+/// `[python] lock`: a `uv.lock` or `pylock.toml`, which then is the whole list of what is
+/// installed (no `packages`, `constraints` or `[[python.wheel]]` beside it).
+fn validate_given_lock(ctx: &mut Ctx, dir: &Path, raw: &RawPython) -> Option<PathBuf> {
+    raw.lock.as_ref().and_then(|l| {
+        let written = l.get_ref();
+        if super::super::lock_format_of_name(Path::new(written)).is_none() {
+            ctx.error_help(
+                l.span(),
+                format!("lock {written:?} is neither a uv.lock nor a pylock.toml"),
+                "name the project's `uv.lock`, or a PEP 751 `pylock.toml` / `pylock.NAME.toml`",
+            );
+            return None;
+        }
+        // The lock says what is installed; a second list beside it would be resolved by nobody.
+        if let Some(first) = raw.packages.first() {
+            ctx.error_help(
+                first.span(),
+                "packages are given by the lock (`lock = ...`): the image installs exactly its wheels",
+                "add the package to the project and lock again (`uv add NAME`), or drop `lock`",
+            );
+        }
+        if let Some(first) = raw.constraints.first() {
+            ctx.error_help(
+                first.span(),
+                "constraints have no effect with `lock = ...`: nothing is resolved",
+                "remove them, or constrain the project's own lock (`uv lock --constraint`)",
+            );
+        }
+        if let Some(first) = raw.wheel.first() {
+            ctx.error_help(
+                first.get_ref().path.span(),
+                "[[python.wheel]] cannot be combined with `lock = ...`",
+                "add the wheel to the project's lock (uv: `[tool.uv.sources]` with a path)",
+            );
+        }
+        Some(dir.join(written))
+    })
+}
+
+fn validate_wheel(ctx: &mut Ctx, dir: &Path, raw: &RawWheel) -> Option<LocalWheel> {
+    let written = raw.path.get_ref();
+    // A path is handed to the resolver; a newline in it must never become a line of its own.
+    if let Some(c) = written.chars().find(|c| c.is_control()) {
+        ctx.error_help(
+            raw.path.span(),
+            format!("the wheel path holds the control character {c:?}"),
+            "a file name has no control characters; spaces and `#` are fine",
+        );
+        return None;
+    }
+    let filename = Path::new(written).file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let Some(parsed) = stackbuild_common::parse_wheel_name(filename) else {
+        ctx.error_help(
+            raw.path.span(),
+            format!("{written:?} is not a wheel file name"),
+            "expected NAME-VERSION-PYTHON-ABI-PLATFORM.whl (PEP 427), as the wheel was published",
+        );
+        return None;
+    };
+    let sha256 = match &raw.sha256 {
+        Some(h) if h.get_ref().len() != 64 || !h.get_ref().bytes().all(|b| b.is_ascii_hexdigit()) => {
+            ctx.error(h.span(), "expected 64 hex digits (the file's sha256)");
+            return None;
+        }
+        Some(h) => Some(h.get_ref().to_ascii_lowercase()),
+        None => None,
+    };
+    Some(LocalWheel {
+        path: dir.join(written),
+        written: written.clone(),
+        filename: filename.to_owned(),
+        name: parsed.name,
+        version: parsed.version,
+        platform_tags: parsed.platform,
+        sha256,
+    })
+}
+
+/// A top-level package: a requirement from the index, or a git dependency pinned to a revision
+/// (`name @ git+https://host/repo@REV`, REV a commit, tag or branch; the lock pins the commit),
+/// built from source in the sandbox.
+fn parse_package(ctx: &mut Ctx, s: &S) -> Option<Requirement> {
+    let text = s.get_ref();
+    let Ok(req) = Requirement::<pep508_rs::VerbatimUrl>::from_str(text) else {
+        return parse_requirement(ctx, s);
+    };
+    let Some(VersionOrUrl::Url(url)) = &req.version_or_url else { return parse_requirement(ctx, s) };
+    let written = url.given().unwrap_or_default().to_owned();
+    let Some(git) = ["git+https://", "git+http://", "git+ssh://", "git+file://"]
+        .iter()
+        .find_map(|scheme| written.strip_prefix(*scheme).map(|rest| (*scheme, rest)))
+    else {
+        ctx.error_help(
+            s.span(),
+            format!("`{}` names a URL that is not a git repository: packages come from the index", req.name),
+            "give a version (`name==1.2.3`), a git dependency (`name @ git+https://host/repo@REV`) or use a [[source]]",
+        );
+        return None;
+    };
+    let path = git.1.split(['#', '?']).next().unwrap_or_default();
+    let rev = path.rsplit_once('@').map(|(_, r)| r).filter(|r| !r.is_empty() && !r.contains('/'));
+    if rev.is_none() || written.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        ctx.error_help(
+            s.span(),
+            format!("`{}`: a git dependency needs a revision", req.name),
+            format!("pin it: `{} @ {}{}@<commit or tag>`", req.name, git.0, path),
+        );
+        return None;
+    }
+    Some(req)
+}
+
+/// The git URL and revision of a git dependency (`name @ git+URL@REV`): (`URL`, `REV`).
+pub fn git_dependency(req: &Requirement) -> Option<(String, String)> {
+    let Some(VersionOrUrl::Url(url)) = &req.version_or_url else { return None };
+    let written = url.given()?;
+    let rest = written.strip_prefix("git+")?;
+    let rest = rest.split(['#', '?']).next()?;
+    let (url, rev) = rest.rsplit_once('@')?;
+    // `git+ssh://git@host/repo` without a revision has its `@` before the path.
+    (!rev.contains('/') && !rev.is_empty()).then(|| (url.to_owned(), rev.to_owned()))
+}
+
+/// A PEP 508 requirement from the index (no URL), with the parser's error pointed at the
+/// exact character inside the string.
+fn parse_requirement(ctx: &mut Ctx, s: &S) -> Option<Requirement> {
+    match Requirement::<pep508_rs::VerbatimUrl>::from_str(s.get_ref()) {
+        Ok(req) => {
+            if let Some(VersionOrUrl::Url(_)) = req.version_or_url {
+                ctx.error_help(
+                    s.span(),
+                    format!("`{}` names a URL: packages come from the index as wheels", req.name),
+                    "give a version (`name==1.2.3`) or use a [[source]]",
+                );
+                return None;
+            }
+            Some(req)
+        }
+        Err(e) => {
+            let span = ctx.inner_span(s, e.start, e.len);
+            ctx.error(span, format!("invalid requirement {:?}: {}", s.get_ref(), e.message));
+            None
+        }
+    }
+}
