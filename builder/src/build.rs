@@ -372,7 +372,7 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
             let resolution = stackbuild_python::resolve_with_sources(
                 python, &target, &prefer, &projects, &metadata, fetch,
             )?;
-            let pins = resolution.pins;
+            let pins = resolution.pins.clone();
             stackbuild_python::import_local_wheels(&python.wheels, &pins, &target, &artifact_dir(cache))?;
             let artifacts = stackbuild_python::fetch_wheels(
                 &pins,
@@ -382,8 +382,7 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
                 Some(&pip_settings_dir(cache)),
             )?;
             lock.set_packages(target.platform, &artifacts);
-            lock.set_commits(target.platform, &resolution.commits);
-            lock.set_projects(target.platform, &resolution.projects);
+            lock.set_origins(target.platform, &resolution);
         }
     }
     lock.save(&lock_path)?;

@@ -6,10 +6,11 @@
 //! a second cache builds the same Python layer.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod common;
-use common::{build_ok as build, debian_builds_ready, have, Built, BOOKWORM_PYTHON};
+use common::{
+    build_ok as build, debian_builds_ready, have, runc_output, unpack_bundle, Built, BOOKWORM_PYTHON,
+};
 
 fn recipe(dir: &Path) -> PathBuf {
     let path = dir.join("from-source.toml");
@@ -83,32 +84,21 @@ fn sdists_are_locked_built_in_the_sandbox_and_imported_in_the_image() {
         return;
     }
     let bundle = tmp.path().join("bundle");
-    let out = Command::new("umoci")
-        .args(["unpack", "--image"])
-        .arg(format!("{}:test", layout.display()))
-        .arg(&bundle)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "umoci unpack: {}", String::from_utf8_lossy(&out.stderr));
+    unpack_bundle(&layout, "test", &bundle);
     let rootfs = bundle.join("rootfs");
     for absent in ["usr/bin/gcc", "usr/include/linux/input.h", "usr/include/python3.11/Python.h"] {
         assert!(!rootfs.join(absent).exists(), "/{absent}: nothing of the build root is in the image");
     }
-    let config_path = bundle.join("config.json");
-    let mut config: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
-    config["process"]["terminal"] = false.into();
-    config["process"]["args"] = serde_json::json!([
-        "python3",
-        "-c",
-        "import docopt, evdev.ecodes as e, six; print(docopt.__version__, e.EV_KEY, e.ecodes['KEY_A'])"
-    ]);
-    std::fs::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
-    let id = format!("stackbuild-from-source-{}", std::process::id());
-    let out = Command::new("runc").arg("run").arg("--bundle").arg(&bundle).arg(&id).output().unwrap();
-    let _ = Command::new("runc").args(["delete", "--force", &id]).output();
-    assert!(out.status.success(), "runc run: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0.6.2 1 30");
+    let printed = runc_output(
+        &bundle,
+        "stackbuild-from-source",
+        &[
+            "python3",
+            "-c",
+            "import docopt, evdev.ecodes as e, six; print(docopt.__version__, e.EV_KEY, e.ecodes['KEY_A'])",
+        ],
+    );
+    assert_eq!(printed, "0.6.2 1 30");
 }
 
 /// A git dependency pinned by tag: the lock pins the tag's commit and the tar stackbuild makes of
@@ -161,13 +151,7 @@ fn a_git_dependency_is_pinned_to_its_commit_and_built_from_it() {
         return;
     }
     let bundle = tmp.path().join("bundle");
-    let out = Command::new("umoci")
-        .args(["unpack", "--image"])
-        .arg(format!("{}:test", layout.display()))
-        .arg(&bundle)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "umoci unpack: {}", String::from_utf8_lossy(&out.stderr));
+    unpack_bundle(&layout, "test", &bundle);
     let site = bundle.join("rootfs/usr/local/lib/python3.11/dist-packages");
     assert_eq!(std::fs::read_to_string(site.join("sbgit.py")).unwrap(), "import six\nVALUE = 'from git'\n");
     assert!(site.join("six.py").is_file());
@@ -215,25 +199,10 @@ fn a_source_installed_as_a_wheel_puts_its_console_script_on_path() {
 
     if have("umoci") && have("runc") {
         let bundle = tmp.path().join("bundle");
-        let out = Command::new("umoci")
-            .args(["unpack", "--image"])
-            .arg(format!("{}:test", layout.display()))
-            .arg(&bundle)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "umoci unpack: {}", String::from_utf8_lossy(&out.stderr));
+        unpack_bundle(&layout, "test", &bundle);
         assert!(bundle.join("rootfs/workspace/hello/pyproject.toml").is_file(), "the tree is at dest too");
-        let config_path = bundle.join("config.json");
-        let mut config: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
-        config["process"]["terminal"] = false.into();
-        config["process"]["args"] = serde_json::json!(["sbhello", "--help"]);
-        std::fs::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
-        let id = format!("stackbuild-project-{}", std::process::id());
-        let out = Command::new("runc").arg("run").arg("--bundle").arg(&bundle).arg(&id).output().unwrap();
-        let _ = Command::new("runc").args(["delete", "--force", &id]).output();
-        assert!(out.status.success(), "runc run: {}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "sbhello 0.3.0 with six 1.16.0 ['--help']");
+        let printed = runc_output(&bundle, "stackbuild-project", &["sbhello", "--help"]);
+        assert_eq!(printed, "sbhello 0.3.0 with six 1.16.0 ['--help']");
     } else {
         eprintln!("skipped the container half: umoci or runc not installed");
     }

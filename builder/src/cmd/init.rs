@@ -85,16 +85,11 @@ fn resolve(plan: &stackbuild_init::Plan) -> (Option<BTreeMap<String, String>>, S
         .collect();
     let (index, extra_index, find_links) = plan.indexes();
     let section = PythonSection {
-        version,
-        packages,
-        constraints: Vec::new(),
         index,
         extra_index,
         find_links,
-        wheels: Vec::new(),
         bytecode: true,
-        lock: None,
-        build: stackbuild_recipe::BuildSection::default(),
+        ..PythonSection::of(version, packages, None)
     };
     let target =
         stackbuild_python::Target::new(section.version.clone(), stackbuild_common::Platform::LinuxAmd64);

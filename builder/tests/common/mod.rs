@@ -143,3 +143,31 @@ pub(crate) fn image_distributions(layout: &Path) -> Vec<String> {
     out.sort();
     out
 }
+
+/// `umoci unpack` of the image `layout:tag` into the bundle `bundle`.
+pub(crate) fn unpack_bundle(layout: &Path, tag: &str, bundle: &Path) {
+    let out = std::process::Command::new("umoci")
+        .args(["unpack", "--image"])
+        .arg(format!("{}:{tag}", layout.display()))
+        .arg(bundle)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "umoci unpack: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Runs `args` in `bundle` under runc (no terminal) as container `id`, which is deleted after;
+/// returns its trimmed stdout, asserting it succeeded.
+pub(crate) fn runc_output(bundle: &Path, id: &str, args: &[&str]) -> String {
+    let config_path = bundle.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    config["process"]["terminal"] = false.into();
+    config["process"]["args"] = serde_json::json!(args);
+    std::fs::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let id = format!("{id}-{}", std::process::id());
+    let out =
+        std::process::Command::new("runc").arg("run").arg("--bundle").arg(bundle).arg(&id).output().unwrap();
+    let _ = std::process::Command::new("runc").args(["delete", "--force", &id]).output();
+    assert!(out.status.success(), "runc run: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}

@@ -786,16 +786,8 @@ pub fn stand_in(dir: &Path) -> (LayerBlob, stackbuild_common::BaseFacts, stackbu
     };
     let facts = stackbuild_common::BaseFacts { python: Some("3.11".into()), packages: Vec::new() };
     let section = stackbuild_recipe::PythonSection {
-        version: "3.11".parse().unwrap(),
-        packages: Vec::new(),
-        constraints: Vec::new(),
-        index: None,
-        extra_index: Vec::new(),
-        find_links: Vec::new(),
-        wheels: Vec::new(),
         bytecode: true,
-        lock: None,
-        build: stackbuild_recipe::BuildSection::default(),
+        ..stackbuild_recipe::PythonSection::of("3.11".parse().unwrap(), Vec::new(), None)
     };
     (base, facts, section)
 }

@@ -229,29 +229,13 @@ impl Lock {
         self.sort();
     }
 
-    /// Records the `[[source]]` each of `platform`'s projects is built from, by name.
-    pub fn set_projects(
-        &mut self,
-        platform: Platform,
-        projects: &std::collections::BTreeMap<PackageName, String>,
-    ) {
+    /// Records where `platform`'s packages built from a tree come from: the commit of each git
+    /// dependency (and project from git), the `[[source]]` of each project
+    /// ([`crate::Resolution`]).
+    pub fn set_origins(&mut self, platform: Platform, resolution: &crate::Resolution) {
         for p in self.packages.iter_mut().filter(|p| p.platform == platform) {
-            if let Some(source) = projects.get(&p.name) {
-                p.source = Some(source.clone());
-            }
-        }
-    }
-
-    /// Records the commits of `platform`'s git dependencies, by name.
-    pub fn set_commits(
-        &mut self,
-        platform: Platform,
-        commits: &std::collections::BTreeMap<PackageName, String>,
-    ) {
-        for p in self.packages.iter_mut().filter(|p| p.platform == platform) {
-            if let Some(commit) = commits.get(&p.name) {
-                p.commit = Some(commit.clone());
-            }
+            p.commit = resolution.commits.get(&p.name).cloned();
+            p.source = resolution.projects.get(&p.name).cloned();
         }
     }
 

@@ -730,18 +730,7 @@ pub fn index_resolver<'a>(
                 .map_err(|e| format!("{r:?} is not a requirement: {e}"))?;
             packages.push(req);
         }
-        let section = stackbuild_recipe::PythonSection {
-            version: python.version.clone(),
-            packages,
-            constraints: Vec::new(),
-            index: python.index.clone(),
-            extra_index: python.extra_index.clone(),
-            find_links: python.find_links.clone(),
-            wheels: Vec::new(),
-            bytecode: false,
-            lock: None,
-            build: stackbuild_recipe::BuildSection::default(),
-        };
+        let section = stackbuild_recipe::PythonSection::of(python.version.clone(), packages, Some(python));
         let pins = stackbuild_python::resolve(&section, target, &[]).map_err(|e| e.to_string())?;
         stackbuild_python::fetch_wheels(&pins, target, section.sources(), artifacts, memo)
             .map_err(|e| e.to_string())

@@ -283,6 +283,24 @@ pub struct IndexSources<'a> {
 }
 
 impl PythonSection {
+    /// A section of `packages` for `version` that takes its indexes from `like` (none: the
+    /// machine's), with nothing else: no wheels, no lock, no bytecode, no build settings. What
+    /// a resolution of build requirements, or a test, needs.
+    pub fn of(version: PythonVersion, packages: Vec<Requirement>, like: Option<&Self>) -> Self {
+        Self {
+            version,
+            packages,
+            constraints: Vec::new(),
+            index: like.and_then(|l| l.index.clone()),
+            extra_index: like.map(|l| l.extra_index.clone()).unwrap_or_default(),
+            find_links: like.map(|l| l.find_links.clone()).unwrap_or_default(),
+            wheels: Vec::new(),
+            bytecode: false,
+            lock: None,
+            build: BuildSection::default(),
+        }
+    }
+
     /// The indexes and wheel directories of this section.
     pub fn sources(&self) -> IndexSources<'_> {
         IndexSources { index: self.index.as_deref(), extra: &self.extra_index, find_links: &self.find_links }

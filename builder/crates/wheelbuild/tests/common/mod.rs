@@ -35,18 +35,7 @@ pub(crate) fn host_usr_root() -> BuildRoot {
 }
 
 pub(crate) fn python_section() -> stackbuild_recipe::PythonSection {
-    stackbuild_recipe::PythonSection {
-        version: "3.11".parse().unwrap(),
-        packages: Vec::new(),
-        constraints: Vec::new(),
-        index: None,
-        extra_index: Vec::new(),
-        find_links: Vec::new(),
-        wheels: Vec::new(),
-        bytecode: false,
-        lock: None,
-        build: stackbuild_recipe::BuildSection::default(),
-    }
+    stackbuild_recipe::PythonSection::of("3.11".parse().unwrap(), Vec::new(), None)
 }
 
 /// An sdist `name-version.tar.gz` with `files` under `name-version/`.
