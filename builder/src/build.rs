@@ -33,7 +33,7 @@ use stackbuild_common::LayerBlob;
 use stackbuild_common::Platform;
 use stackbuild_image::Image;
 use stackbuild_python::Lock;
-use stackbuild_recipe::Recipe;
+use stackbuild_recipe::{Base, Recipe};
 
 /// Errors of a build, each naming what failed.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +58,19 @@ pub enum BuildError {
         wanted: String,
         /// What the base has.
         found: String,
+    },
+    /// The base's glibc is older than the one the lock chose wheels for.
+    #[error(
+        "the lock chose wheels for glibc {locked} (manylinux_2_{locked_minor}), but the base has glibc {found}; \
+         run `stackbuild lock` again to choose wheels this base runs"
+    )]
+    GlibcBelowLock {
+        /// The lock's glibc.
+        locked: stackbuild_common::Glibc,
+        /// Its minor version, for the wheel tag.
+        locked_minor: u32,
+        /// The base's.
+        found: stackbuild_common::Glibc,
     },
     /// A patch names a package the stack does not install.
     #[error("patch {patch:?} targets package {package:?}, which the stack does not install")]
@@ -327,10 +340,12 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
         });
     }
     let mut lock = Lock::new(recipe);
+    let glibc = base_glibc(recipe)?;
+    lock.glibc = Some(glibc);
     if let Some((py, given)) = recipe.python.as_ref().and_then(|p| Some((p, p.lock.as_deref()?))) {
         // The project's own lock: its wheels, as they are; nothing is resolved.
         let given = stackbuild_python::GivenLock::load(given)?;
-        for target in stackbuild_python::targets(recipe) {
+        for target in stackbuild_python::targets_with(recipe, glibc) {
             let chosen = given.select(&target)?;
             tracing::info!("{} wheel(s) from {} for {target}", chosen.len(), given.path.display());
             let artifacts = stackbuild_python::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
@@ -339,7 +354,7 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
             lock.set_packages(target.platform, &artifacts);
         }
     } else if let Some(python) = &recipe.python {
-        for target in stackbuild_python::targets(recipe) {
+        for target in stackbuild_python::targets_with(recipe, glibc) {
             tracing::info!("resolving {} package(s) for {target}", python.packages.len());
             // The stale lock's pins for this platform, kept where the recipe allows
             // (`stackbuild_python::resolve`).
@@ -388,6 +403,52 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
     lock.save(&lock_path)?;
     tracing::info!("wrote {}", lock_path.display());
     Ok(lock)
+}
+
+/// The glibc the wheels are chosen for: a bootstrapped suite's from the table, an OCI layout's
+/// read from its `libc.so.6`. Other bases (a registry's, an archive's, the daemon's) are not
+/// at hand before the build, so their wheels are chosen up to the conservative
+/// [`Glibc::DEFAULT`](stackbuild_common::Glibc::DEFAULT); the build checks every base's glibc
+/// against the lock's (`PlatformBuilder::check_glibc`).
+fn base_glibc(recipe: &Recipe) -> Result<stackbuild_common::Glibc, BuildError> {
+    use stackbuild_common::Glibc;
+    if recipe.python.is_none() {
+        return Ok(Glibc::DEFAULT);
+    }
+    if let Some(known) = stackbuild_python::glibc_baseline(recipe) {
+        return Ok(known);
+    }
+    match &recipe.base {
+        Base::Oci { path, tag } => {
+            let image = stackbuild_image::read_layout(path, tag.as_deref())?;
+            let found = stackbuild_image::glibc_of_layers(&image.layers)?;
+            if found.is_none() {
+                tracing::warn!(
+                    "{}: no glibc libc.so.6 found in the base; choosing wheels up to manylinux_2_{}",
+                    path.display(),
+                    Glibc::DEFAULT.minor
+                );
+            }
+            Ok(found.unwrap_or(Glibc::DEFAULT))
+        }
+        Base::Bootstrap(b) => {
+            tracing::warn!(
+                "the glibc of {} {} is not in stackbuild's table; choosing wheels up to manylinux_2_{}",
+                b.distro.as_str(),
+                b.suite,
+                Glibc::DEFAULT.minor
+            );
+            Ok(Glibc::DEFAULT)
+        }
+        base => {
+            tracing::info!(
+                "a {} base's glibc is read when it is built; choosing wheels up to manylinux_2_{}",
+                base.kind(),
+                Glibc::DEFAULT.minor
+            );
+            Ok(Glibc::DEFAULT)
+        }
+    }
 }
 
 fn artifact_dir(cache: &Cache) -> PathBuf {
@@ -621,6 +682,7 @@ fn write_sbom_files(builds: &[PlatformBuild], dir: &Path, name: &str) -> Result<
 fn build_platform(mut b: PlatformBuilder<'_>) -> Result<PlatformBuild, BuildError> {
     let (recipe, platform, epoch) = (b.recipe, b.platform, b.epoch);
     let base = b.base_layers()?;
+    b.check_glibc(&base.facts)?;
     let mut py = b.python_plan(&base.facts, base.interpreter.as_ref())?;
     b.build_from_source(&mut py)?;
     b.python_layers(&py)?;

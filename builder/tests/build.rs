@@ -440,3 +440,61 @@ platform = "jetson"
         "{stderr}"
     );
 }
+
+/// The glibc of an OCI layout base is read from its `libc.so.6` (here a stand-in carrying
+/// glibc's banner) and recorded in the lock; a base older than the lock's glibc is refused at
+/// build time, naming both versions and the fix.
+#[test]
+fn an_oci_base_glibc_is_read_and_checked() {
+    if !have("uv") {
+        eprintln!("skipped: needs uv (run .ci/install)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("lib-tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::write(
+        tree.join("libc.so.6"),
+        b"\x7fELF\0\0GNU C Library (Ubuntu GLIBC 2.35-0ubuntu3.8) stable release version 2.35.\n",
+    )
+    .unwrap();
+    let cache = tmp.path().join("cache");
+    let base = tmp.path().join("base.toml");
+    std::fs::write(
+        &base,
+        format!(
+            "[image]\nname = \"base\"\ntag = \"test\"\n[base]\nscratch = true\n[[source]]\nname = \"libc\"\n\
+             path = \"{}\"\ndest = \"/usr/lib/x86_64-linux-gnu\"\n",
+            tree.display()
+        ),
+    )
+    .unwrap();
+    let layout = tmp.path().join("base-layout");
+    ok(&build(&base, &cache, &layout, &[]));
+
+    let app = tmp.path().join("app.toml");
+    std::fs::write(
+        &app,
+        format!(
+            "[image]\nname = \"app\"\ntag = \"test\"\n[base]\noci = \"{}:test\"\n[python]\nversion = \"3.11\"\n\
+             packages = [\"six==1.16.0\"]\n",
+            layout.display()
+        ),
+    )
+    .unwrap();
+    ok(&build(&app, &cache, &tmp.path().join("app"), &[]));
+    let lock_path = tmp.path().join("app.toml.lock");
+    let lock = std::fs::read_to_string(&lock_path).unwrap();
+    assert!(lock.contains("\nglibc = \"2.35\"\n"), "{lock}");
+
+    // A lock that chose wheels for a newer glibc than the base has is refused.
+    std::fs::write(&lock_path, lock.replace("glibc = \"2.35\"", "glibc = \"2.39\"")).unwrap();
+    let refused = build(&app, &cache, &tmp.path().join("app2"), &["--locked"]);
+    assert!(!refused.out.status.success());
+    let err = String::from_utf8_lossy(&refused.out.stderr);
+    assert!(
+        err.contains("the lock chose wheels for glibc 2.39 (manylinux_2_39), but the base has glibc 2.35"),
+        "{err}"
+    );
+    assert!(err.contains("run `stackbuild lock` again"), "{err}");
+}

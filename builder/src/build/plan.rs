@@ -253,6 +253,26 @@ impl Fetcher<'_> {
 impl<'a> PlatformBuilder<'a> {
     /// The locked wheels for this platform, checked against the base's interpreter and the
     /// recipe; `facts` and `interpreter_base` come from the base.
+    /// Refuses a base whose glibc is older than the one the lock chose wheels for: the glibc
+    /// of a bootstrapped base from its `libc6` package, of any other from its layers. A base
+    /// without glibc (scratch, musl) is left to the audit.
+    pub(super) fn check_glibc(&self, facts: &BaseFacts) -> Result<(), BuildError> {
+        let (Some(_), Some(locked)) = (&self.recipe.python, self.lock.glibc) else { return Ok(()) };
+        let found = match facts.glibc() {
+            Some(found) => Some(found),
+            None => {
+                let base: Vec<LayerBlob> = self.layers.iter().map(|(_, blob, _)| blob.clone()).collect();
+                stackbuild_image::glibc_of_layers(&base)?
+            }
+        };
+        match found {
+            Some(found) if found < locked => {
+                Err(BuildError::GlibcBelowLock { locked, locked_minor: locked.minor, found })
+            }
+            _ => Ok(()),
+        }
+    }
+
     pub(super) fn python_plan(
         &self,
         facts: &BaseFacts,
@@ -280,7 +300,8 @@ impl<'a> PlatformBuilder<'a> {
             })
             .collect();
         let scheme = python.map(|py| Scheme::debian_local(&py.version));
-        let target = python.map(|py| Target::new(py.version.clone(), platform));
+        let glibc = lock.glibc.unwrap_or(stackbuild_common::Glibc::DEFAULT);
+        let target = python.map(|py| Target::new(py.version.clone(), platform).with_glibc(glibc));
         // A foreign platform's interpreter would run under qemu-user, whose binfmt handler is not
         // inside the chroot: no bytecode for it (yet), with a note.
         let native = platform.machine() == std::env::consts::ARCH;

@@ -19,4 +19,9 @@ impl BaseFacts {
     pub fn python_version(&self) -> Option<PythonVersion> {
         self.python.as_deref().and_then(|p| p.parse().ok())
     }
+
+    /// The glibc of the base, from its `libc6` package.
+    pub fn glibc(&self) -> Option<crate::Glibc> {
+        self.packages.iter().find(|(name, _)| name == "libc6").and_then(|(_, v)| crate::Glibc::of_deb_version(v))
+    }
 }

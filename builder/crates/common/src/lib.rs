@@ -17,6 +17,7 @@
 //! - `zip_member`: wheel members carried into gzip layers as their own deflate streams.
 //! - `compression`: the compression of a layer blob: media type, name, decoder.
 //! - `base_facts`: what was learned from a base root filesystem (its Python, its Debian packages).
+//! - `glibc`: the GNU C library version of a base, which bounds the `manylinux` wheels it runs.
 
 mod atomic;
 mod base_facts;
@@ -25,6 +26,7 @@ mod canonical;
 mod chunks;
 mod compression;
 mod diagnostic;
+mod glibc;
 mod image_arg;
 mod input;
 mod io_error;
@@ -40,6 +42,7 @@ pub use canonical::to_vec;
 pub use chunks::ChunkWriter;
 pub use compression::Compression;
 pub use diagnostic::{list_names, Diagnostic};
+pub use glibc::Glibc;
 pub use image_arg::ImageArg;
 pub use input::{kind_of, open_regular, read_capped, read_text, InputError, ReadAt, MAX_TEXT};
 pub use io_error::{io_err, IoError};

@@ -9,10 +9,12 @@
 //! - `registry`: an OCI distribution client: push a layout to a registry, pull an image from one.
 //! - `output`: the paths a build writes (`--out`, `--archive`, `--report`): only where it may.
 //! - `base`: the image's base: scratch, an OCI layout, or a Debian rootfs by mmdebstrap.
+//! - `glibc`: the glibc an image's layers carry, read from `libc.so.6` without running it.
 //! - `sbom`: the image's SBOM (SPDX 2.3 and `CycloneDX` 1.6 JSON), a pure function of the build's
 //!   inputs.
 
 mod base;
+mod glibc;
 mod layer;
 mod load;
 mod oci;
@@ -24,6 +26,7 @@ pub use base::{
     archive_identity, cached_import, check_layout_layers, extract_image_archive, host_apt_sources,
     import_archive, BaseError, DebianBase,
 };
+pub use glibc::glibc_of_layers;
 pub use layer::{
     estargz, source_date_epoch, Codec, Encoding, LayerError, LayerWriter, MemberCodec, TocLayout,
 };

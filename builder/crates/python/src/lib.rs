@@ -41,7 +41,7 @@ pub use given_lock::{fetch, Chosen, GivenLock, GivenLockError};
 pub use index::{configured_index, Index, IndexError, IndexFile};
 pub use lock::{Lock, LockError};
 pub use pylock::{may_write, write_from_index};
-pub use solve::{resolve, targets, Pinned, SolveError, Target};
+pub use solve::{glibc_baseline, resolve, targets, targets_with, Pinned, SolveError, Target};
 pub use sources::{resolve_with_sources, tree_sdist, Project, Resolution, SdistMetadata, SourceFetch, Tree};
 pub use wheel::{
     dist_info_metadata, install_wheel_as, install_wheel_deferring, normalize_name, wheel_identity, Deferred,

@@ -39,7 +39,7 @@ use stackcontract::version::{PackageVersion, PythonVersion};
 use crate::artifact::Artifact;
 use crate::solve::Pinned;
 use stackbuild_common::Diagnostic;
-use stackbuild_common::Platform;
+use stackbuild_common::{Glibc, Platform};
 use stackbuild_recipe::{Recipe, SourceOrigin};
 
 /// The format version this code writes and reads.
@@ -60,6 +60,10 @@ pub struct Lock {
     pub python: Option<PythonVersion>,
     /// The platforms resolved for.
     pub platforms: Vec<Platform>,
+    /// The glibc of the base the wheels were chosen for (`manylinux_2_NN` up to it); absent in
+    /// locks made before it was recorded, which chose up to [`Glibc::DEFAULT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glibc: Option<Glibc>,
     /// What the base was built from, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<LockedBase>,
@@ -207,10 +211,16 @@ impl Lock {
             recipe_hash: recipe.input_hash(),
             python: recipe.python.as_ref().map(|p| p.version.clone()),
             platforms: recipe.image.platforms.clone(),
+            glibc: crate::solve::glibc_baseline(recipe),
             base: None,
             packages: Vec::new(),
             sources,
         }
+    }
+
+    /// The targets this lock chose files for: the recipe's, with the lock's glibc.
+    pub fn targets(&self, recipe: &Recipe) -> Vec<crate::Target> {
+        crate::solve::targets_with(recipe, self.glibc.unwrap_or(Glibc::DEFAULT))
     }
 
     /// Record fetched wheels for `platform`, replacing what was recorded for it before.

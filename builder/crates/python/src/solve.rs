@@ -17,20 +17,48 @@ use pep508_rs::PackageName;
 use percent_encoding::{percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use stackcontract::version::{PackageVersion, PythonVersion};
 
-use stackbuild_common::Platform;
+use stackbuild_common::{Glibc, Platform};
 use stackbuild_common::{io_err, IoError};
 use stackbuild_recipe::{PythonSection, Recipe};
 
-/// The glibc baseline of the wheels we select: `manylinux_2_28` (PEP 600) covers Debian 11+,
-/// Ubuntu 20.04+ and RHEL 8+, and every older manylinux tag is compatible with it.
-pub(crate) const MANYLINUX_GLIBC_MINOR: u32 = 28;
-
 /// The targets `recipe` resolves Python packages for: one per platform, when the recipe has a
-/// `[python]` section.
+/// `[python]` section, with the glibc its base is known to have ([`glibc_baseline`]).
 pub fn targets(recipe: &Recipe) -> Vec<Target> {
+    targets_with(recipe, glibc_baseline(recipe).unwrap_or(Glibc::DEFAULT))
+}
+
+/// [`targets`], with the base's glibc as read by the caller (a lock's, or an OCI base's).
+pub fn targets_with(recipe: &Recipe, glibc: Glibc) -> Vec<Target> {
     recipe.python.as_ref().map_or_else(Vec::new, |py| {
-        recipe.image.platforms.iter().map(|&platform| Target::new(py.version.clone(), platform)).collect()
+        recipe
+            .image
+            .platforms
+            .iter()
+            .map(|&platform| Target::new(py.version.clone(), platform).with_glibc(glibc))
+            .collect()
     })
+}
+
+/// The glibc of the recipe's base where the recipe alone tells it: a bootstrapped suite the
+/// table knows ([`Glibc::of_suite`]). `None` for other bases, whose glibc is read from their
+/// layers.
+pub fn glibc_baseline(recipe: &Recipe) -> Option<Glibc> {
+    match &recipe.base {
+        stackbuild_recipe::Base::Bootstrap(b) => Glibc::of_suite(b.distro.as_str(), &b.suite),
+        _ => None,
+    }
+}
+
+/// The `manylinux_2_NN` values uv's `--python-platform` takes (uv 0.13): 2_17, 2_28 and 2_31
+/// to 2_40. A baseline between two of them is asked as the lower one; our own selection of
+/// files ([`Target::platform_tags`]) still goes up to the baseline itself.
+fn uv_manylinux(glibc: Glibc) -> u32 {
+    match glibc.minor {
+        m if m >= 40 => 40,
+        m if m >= 31 => m,
+        m if m >= 28 => 28,
+        _ => 17,
+    }
 }
 
 /// What Python packages are resolved and fetched for: an interpreter version and a platform.
@@ -40,6 +68,8 @@ pub struct Target {
     pub python: PythonVersion,
     /// The image platform.
     pub platform: Platform,
+    /// The glibc of the image's base: the highest `manylinux_2_NN` accepted.
+    pub glibc: Glibc,
 }
 
 impl Target {
@@ -64,9 +94,16 @@ impl Target {
         .ok()
     }
 
-    /// A target from its parts.
+    /// A target from its parts, with the conservative glibc baseline ([`Glibc::DEFAULT`]).
     pub fn new(python: PythonVersion, platform: Platform) -> Self {
-        Self { python, platform }
+        Self { python, platform, glibc: Glibc::DEFAULT }
+    }
+
+    /// The target for a base with `glibc`.
+    #[must_use]
+    pub fn with_glibc(mut self, glibc: Glibc) -> Self {
+        self.glibc = glibc;
+        self
     }
 
     /// `3.11`: the major.minor version, as pip's `--python-version` wants it.
@@ -79,12 +116,12 @@ impl Target {
         format!("cp{}{}", self.python.part(0), self.python.part(1))
     }
 
-    /// `x86_64-manylinux_2_28`: uv's `--python-platform` for this target.
+    /// `x86_64-manylinux_2_36`: uv's `--python-platform` for this target (see [`uv_manylinux`]).
     pub fn python_platform(&self) -> String {
-        format!("{}-manylinux_2_{MANYLINUX_GLIBC_MINOR}", self.platform.machine())
+        format!("{}-manylinux_2_{}", self.platform.machine(), uv_manylinux(self.glibc))
     }
 
-    /// The wheel platform tags this target accepts, most preferred first: `manylinux_2_28_x86_64`
+    /// The wheel platform tags this target accepts, most preferred first: `manylinux_2_<glibc>_x86_64`
     /// down to `manylinux_2_17_x86_64` (`x86_64` from `2_5`, `aarch64` from `2_17`), each with its legacy
     /// alias (`manylinux2014_x86_64`, `manylinux2010_x86_64`, `manylinux1_x86_64`; PEP 600).
     /// `any` is not in the list; pure wheels are always accepted.
@@ -95,7 +132,7 @@ impl Target {
             Platform::LinuxArm64 => 17,
         };
         let mut tags = Vec::new();
-        for minor in (lowest..=MANYLINUX_GLIBC_MINOR).rev() {
+        for minor in (lowest..=self.glibc.minor).rev() {
             tags.push(format!("manylinux_2_{minor}_{arch}"));
             let legacy = match minor {
                 17 => Some("manylinux2014"),
@@ -115,9 +152,9 @@ impl Target {
 }
 
 impl fmt::Display for Target {
-    /// `cp311/x86_64-manylinux_2_28`
+    /// `cp311/x86_64-manylinux_2_36`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.python_tag(), self.python_platform())
+        write!(f, "{}/{}-manylinux_2_{}", self.python_tag(), self.platform.machine(), self.glibc.minor)
     }
 }
 
@@ -617,15 +654,16 @@ mod tests {
         Target::new("3.11".parse().unwrap(), Platform::LinuxAmd64)
     }
 
-    /// The recipe fixtures' targets: the full recipe's one interpreter and platform, none for a
-    /// recipe without `[python]`.
+    /// The recipe fixtures' targets: the full recipe's one interpreter and platform, with the
+    /// glibc of its bookworm base, none for a recipe without `[python]`.
     #[test]
     fn targets_of_the_recipe_fixtures() {
         let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
             .join("tests/fixtures/recipes");
         let full = Recipe::load(dir.join("dreamzero.toml")).unwrap();
         assert_eq!(targets(&full).len(), 1);
-        assert_eq!(targets(&full)[0].to_string(), "cp311/x86_64-manylinux_2_28");
+        assert_eq!(targets(&full)[0].to_string(), "cp311/x86_64-manylinux_2_36");
+        assert_eq!(targets(&full)[0].python_platform(), "x86_64-manylinux_2_36");
         let minimal = std::fs::read_to_string(dir.join("minimal.toml")).unwrap();
         assert!(targets(&Recipe::parse("minimal.toml", &minimal).unwrap()).is_empty());
     }
@@ -683,6 +721,21 @@ mod tests {
         assert_eq!(arm.to_string(), "cp311/aarch64-manylinux_2_28");
         assert_eq!(arm.python_minor(), "3.11");
         assert_eq!(arm.platform_tags().last().map(String::as_str), Some("linux_aarch64"));
+    }
+
+    /// A base's glibc is the highest manylinux tag taken; uv is asked for the nearest value it
+    /// knows at or below it.
+    #[test]
+    fn glibc_bounds_the_tags() {
+        let trixie = target().with_glibc(Glibc { minor: 41 });
+        assert_eq!(trixie.to_string(), "cp311/x86_64-manylinux_2_41");
+        assert_eq!(trixie.python_platform(), "x86_64-manylinux_2_40");
+        assert_eq!(trixie.platform_tags()[0], "manylinux_2_41_x86_64");
+        let bookworm = target().with_glibc(Glibc { minor: 36 });
+        assert!(bookworm.platform_tags().contains(&"manylinux_2_31_x86_64".to_owned()));
+        assert!(!bookworm.platform_tags().contains(&"manylinux_2_37_x86_64".to_owned()));
+        assert_eq!(target().with_glibc(Glibc { minor: 30 }).python_platform(), "x86_64-manylinux_2_28");
+        assert_eq!(target().with_glibc(Glibc { minor: 27 }).python_platform(), "x86_64-manylinux_2_17");
     }
 
     #[test]
