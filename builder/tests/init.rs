@@ -109,11 +109,13 @@ fn a_requirements_file_on_the_cu121_index() {
     // What it decided says why; what it could not translate is listed, never dropped.
     assert!(said.contains("[cuda] 12.1: ./requirements.txt:2: extra index"), "{said}");
     assert!(said.contains("1 --hash option(s): not copied"), "{said}");
+    // pip's `git+URL@REV#egg=NAME` is a git dependency, built from source; `-e .` installs the
+    // project itself as a wheel.
     assert!(
-        said.contains("./requirements.txt:9: git+https://example.invalid/org/tool.git@v1#egg=tool"),
-        "{said}"
+        recipe.contains("\"tool @ git+https://example.invalid/org/tool.git@v1\",  # ./requirements.txt:9"),
+        "{recipe}"
     );
-    assert!(recipe.contains("#   ./requirements.txt:9: git+https://example.invalid"), "{recipe}");
+    assert!(recipe.contains("install = \"wheel\""), "{recipe}");
     // It never writes over a recipe.
     let (ok, said) = init(dir, &["--offline"]);
     assert!(!ok && said.contains("already exists; init never overwrites a recipe"), "{said}");
@@ -255,4 +257,68 @@ fn a_uv_lock_and_a_pylock_written_by_uv() {
         recipe.contains("\"six==1.") && said.contains("`six` has no version; pinned to 1."),
         "{said}\n{recipe}"
     );
+}
+
+/// The shapes real projects keep their dependencies in: a `requirements/` folder (runtime files
+/// chosen, tests and other hardware left out and said), a name that starts with "http", extras
+/// without a version, a poetry table, a setuptools project with no requirements; and a recipe
+/// that always loads, whatever the inputs' text.
+#[test]
+fn the_shapes_real_projects_have() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("proj");
+    std::fs::create_dir_all(&dir).unwrap();
+    write(&dir, "requirements/common.txt", "httpx==0.24.0\nmarkdown2[all]\n");
+    write(&dir, "requirements/cuda.txt", "-r common.txt\ntorch==2.5.1\n");
+    write(&dir, "requirements/test.txt", "pytest==8.0.0\n");
+    write(&dir, "requirements/rocm.txt", "-r common.txt\n");
+    let (ok, said) = init(&dir, &["--offline"]);
+    let recipe = std::fs::read_to_string(dir.join("stackbuild.toml")).unwrap_or_default();
+    assert!(recipe.contains("\"httpx==0.24.0\""), "a plain pin, not a URL:\n{recipe}\n{said}");
+    assert!(recipe.contains("\"torch==2.5.1\""), "{recipe}");
+    assert!(!recipe.contains("pytest"), "{recipe}");
+    assert!(said.contains("read cuda (what the image runs); not read: common, rocm, test"), "{said}");
+    // Offline, the unpinned one is said (with its extras), never left in unpinned.
+    assert!(said.contains("markdown2[all]"), "{said}");
+    assert!(!recipe.contains("\"markdown2[all]\""), "{recipe}");
+    validates(&dir.join("stackbuild.toml"));
+    let _ = ok;
+
+    // A poetry project.
+    let poetry = tmp.path().join("poetry");
+    write(
+        &poetry,
+        "pyproject.toml",
+        "[tool.poetry]\nname = \"Poetry App\"\n[tool.poetry.dependencies]\npython = \"^3.10\"\n\
+         numpy = \"^1.26.4\"\nrich = { version = \"~13.7.0\", extras = [\"jupyter\"] }\n\
+         extra-thing = { version = \"^1\", optional = true }\n",
+    );
+    let (_, said) = init(&poetry, &["--offline"]);
+    let recipe = std::fs::read_to_string(poetry.join("stackbuild.toml")).unwrap();
+    assert!(recipe.contains("\"numpy>=1.26.4,<2\""), "{recipe}\n{said}");
+    assert!(recipe.contains("\"rich[jupyter]>=13.7.0,<13.8\""), "{recipe}");
+    assert!(recipe.contains("name = \"poetry-app\""), "{recipe}");
+    assert!(!recipe.contains("extra-thing"), "{recipe}");
+    validates(&poetry.join("stackbuild.toml"));
+
+    // A setuptools project: installed as a wheel of its tree, its dependencies from its build.
+    let setup = tmp.path().join("setup-only");
+    write(&setup, "setup.py", "from setuptools import setup\nsetup(name='x', install_requires=['six'])\n");
+    let (_, said) = init(&setup, &["--offline"]);
+    let recipe = std::fs::read_to_string(setup.join("stackbuild.toml")).unwrap();
+    assert!(recipe.contains("install = \"wheel\""), "{recipe}\n{said}");
+    assert!(said.contains("a setuptools project (setup.py / setup.cfg) with no requirements file"), "{said}");
+    validates(&setup.join("stackbuild.toml"));
+
+    // Text that would break out of a comment stays inside it.
+    let odd = tmp.path().join("odd");
+    write(&odd, "requirements.txt", "six==1.16.0\n--weird-option x\u{0b}y\n-r \"nested\n[image]\".txt\n");
+    let (_, said) = init(&odd, &["--offline"]);
+    let recipe = std::fs::read_to_string(odd.join("stackbuild.toml")).unwrap();
+    assert!(
+        recipe.contains("#   ./requirements.txt:4: [image]\".txt (not a PEP 508 requirement"),
+        "{recipe}\n{said}"
+    );
+    stackbuild_recipe::Recipe::load(odd.join("stackbuild.toml")).unwrap();
+    validates(&odd.join("stackbuild.toml"));
 }

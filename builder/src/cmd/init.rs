@@ -53,16 +53,24 @@ impl Args {
             name: self.name.clone(),
         };
         let mut plan = stackbuild_init::plan(&opts)?;
-        if !plan.unpinned.is_empty() {
-            let (resolved, why_not) =
-                if self.offline { (None, "--offline".to_owned()) } else { resolve(&plan) };
-            plan.pin(resolved.as_ref(), &why_not);
+        if plan.resolvable() {
+            let outcome = if self.offline { Outcome::offline() } else { resolve(&plan) };
+            plan.pin(outcome.resolved.as_ref(), &outcome.failed, &outcome.why_not);
+            if let Some(resolved) = &outcome.resolved {
+                plan.reconcile_cuda(resolved);
+            }
         }
         let text = plan.to_toml(&recipe_path);
+        // Validated before it is placed: what init writes must load as a recipe.
+        let recipe = Recipe::parse(&recipe_path, &text).map_err(|e| {
+            anyhow::anyhow!(
+                "stackbuild init made a recipe that does not validate, so nothing was written (please report \
+                 this with the project's files):\n{e}"
+            )
+        })?;
         stackbuild_init::write_new(&recipe_path, &text)?;
         print!("{}", plan.report());
         println!("Wrote {}.", recipe_path.display());
-        let recipe = Recipe::load(&recipe_path)?;
         let report = check(&recipe, &CheckOptions { offline: self.offline, cache_dir: None })?;
         if report.compatible {
             println!("`stackbuild check {}` finds no conflict.", recipe_path.display());
@@ -75,28 +83,123 @@ impl Args {
     }
 }
 
-/// The versions uv resolves for the plan's requirements today (`name -> version`), or why not.
-fn resolve(plan: &stackbuild_init::Plan) -> (Option<BTreeMap<String, String>>, String) {
-    let Ok(version) = plan.python().parse() else { return (None, "no Python version".into()) };
-    let packages = plan
+/// What resolving the plan's requirements gave.
+struct Outcome {
+    /// `name -> version` of everything resolved, when the resolution succeeded.
+    resolved: Option<BTreeMap<String, String>>,
+    /// Top-level packages left out of the resolution, each with the resolver's reason.
+    failed: BTreeMap<String, String>,
+    /// Why nothing was resolved, when nothing was.
+    why_not: String,
+}
+
+impl Outcome {
+    fn offline() -> Self {
+        Self { resolved: None, failed: BTreeMap::new(), why_not: "--offline".into() }
+    }
+}
+
+/// Most rounds of "resolve, leave out the packages the resolver named, resolve again".
+const MAX_ROUNDS: usize = 6;
+
+/// The versions uv resolves for the plan's requirements today, for the base init chose (its
+/// glibc). Packages with no wheel resolve to their newest source release, their dependencies
+/// as their `PKG-INFO` says (the lock prepares them in the build sandbox). A package the
+/// resolver names as the cause of a failure is left out and said once, with uv's reason, so
+/// that the others are still pinned.
+fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
+    let Ok(version) = plan.python().parse() else { return Outcome::offline() };
+    let mut packages: Vec<pep508_rs::Requirement> = plan
         .requirements()
         .iter()
         .filter_map(|r| pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r).ok())
+        // Git dependencies are pinned by their revision; the lock resolves their tree.
+        .filter(|r| stackbuild_recipe::git_dependency(r).is_none())
         .collect();
     let (index, extra_index, find_links) = plan.indexes();
-    let section = PythonSection {
-        index,
-        extra_index,
-        find_links,
-        bytecode: true,
-        ..PythonSection::of(version, packages, None)
-    };
+    let (distro, suite) = plan.base();
+    let glibc =
+        stackbuild_common::Glibc::of_suite(distro, suite).unwrap_or(stackbuild_common::Glibc::DEFAULT);
     let target =
-        stackbuild_python::Target::new(section.version.clone(), stackbuild_common::Platform::LinuxAmd64);
-    match stackbuild_python::resolve(&section, &target, &[]) {
-        Ok(pins) => {
-            (Some(pins.iter().map(|p| (p.name.to_string(), p.version.to_string())).collect()), String::new())
+        stackbuild_python::Target::new(version, stackbuild_common::Platform::LinuxAmd64).with_glibc(glibc);
+    let Ok(scratch) = tempfile::Builder::new().prefix("stackbuild-init-").tempdir() else {
+        return Outcome { why_not: "no temporary directory".into(), ..Outcome::offline() };
+    };
+    let fetch =
+        stackbuild_python::SourceFetch { artifacts: scratch.path(), memo: None, cache: scratch.path() };
+    let mut failed = BTreeMap::new();
+    for _ in 0..MAX_ROUNDS {
+        let section = PythonSection {
+            index: index.clone(),
+            extra_index: extra_index.clone(),
+            find_links: find_links.clone(),
+            bytecode: true,
+            ..PythonSection::of(target.python.clone(), packages.clone(), None)
+        };
+        let metadata = stackbuild_python::PkgInfoMetadata;
+        let err = match stackbuild_python::resolve_with_sources(&section, &target, &[], &[], &metadata, fetch)
+        {
+            Ok(r) => {
+                let resolved = r.pins.iter().map(|p| (p.name.to_string(), p.version.to_string())).collect();
+                return Outcome { resolved: Some(resolved), failed, why_not: String::new() };
+            }
+            Err(e) => e.to_string(),
+        };
+        let reason = resolver_reason(&err);
+        let culprits: Vec<String> =
+            packages.iter().map(|r| r.name.to_string()).filter(|n| names(&err, n)).collect();
+        if culprits.is_empty() || culprits.len() == packages.len() {
+            return Outcome { resolved: None, failed, why_not: reason };
         }
-        Err(e) => (None, e.to_string()),
+        for name in &culprits {
+            failed.insert(name.clone(), format!("the resolver left it out: {reason}"));
+        }
+        packages.retain(|r| !culprits.contains(&r.name.to_string()));
+    }
+    Outcome { resolved: None, failed, why_not: "the resolution did not converge".into() }
+}
+
+/// Whether uv's message names the package `name` (as `name`, `name==1.0`, `name[extra]`),
+/// not only as part of a longer name.
+fn names(message: &str, name: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    let variants = [name.to_owned(), name.replace('-', "_")];
+    variants.iter().any(|n| {
+        lower.match_indices(n.as_str()).any(|(i, _)| {
+            let before = lower[..i].chars().next_back();
+            let after = lower[i + n.len()..].chars().next();
+            let edge = |c: Option<char>| {
+                c.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.'))
+            };
+            edge(before)
+                && (edge(after) || after.is_some_and(|c| matches!(c, '=' | '<' | '>' | '[' | '!' | '~')))
+        })
+    })
+}
+
+/// The resolver's reason in one line: uv's `Because ...` sentence when there is one.
+fn resolver_reason(message: &str) -> String {
+    let flat: String = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    let reason = flat.find("Because ").map_or(flat.as_str(), |i| &flat[i..]);
+    let reason = reason.split(" And because ").next().unwrap_or(reason);
+    let mut out: String = reason.chars().take(400).collect();
+    if reason.chars().count() > 400 {
+        out.push_str("...");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_package_uv_names() {
+        let m =
+            "No solution found: Because markdown2[all]==2.5.4 depends on wavedrom and torch==9 has no wheels";
+        assert!(super::names(m, "markdown2"));
+        assert!(super::names(m, "torch"));
+        assert!(!super::names(m, "wave"));
+        assert!(!super::names("Because torchvision==1 ...", "torch"));
+        let r = super::resolver_reason("× No solution found:\n  ╰─▶ Because x was not found in the package registry and you require x, we can conclude...");
+        assert!(r.starts_with("Because x was not found"), "{r}");
     }
 }

@@ -21,25 +21,55 @@ pub(crate) struct Cli {
 enum Command {
     /// Run as an OCI hook (prestart, createRuntime or createContainer): reads the container
     /// state on stdin; exit 0 allows the start, 1 blocks it.
+    #[command(after_help = examples::HOOK)]
     Hook(hook::Args),
     /// Run the same checks on this host by hand; exit 0 when they pass, 1 when not.
+    #[command(after_help = examples::DOCTOR)]
     Doctor(doctor::Args),
     /// Print Kubernetes node labels for this host (`stackbuild.io/...`), for node affinity on
     /// image requirements (`stackbuild affinity`); `--format nfd` for Node Feature Discovery.
+    #[command(after_help = examples::LABELS)]
     Labels(labels::Args),
     /// The runc wrapper Docker and containerd run (also as `stackhook-runtime`): on `create` it
     /// adds the hook to the bundle's config.json, then execs runc with the same arguments.
+    #[command(after_help = examples::RUNTIME)]
     Runtime(runtime::Args),
     /// Wire the hook into an engine: docker, podman, crio or containerd.
+    #[command(after_help = examples::INSTALL)]
     Install(install::Args),
     /// Remove what `install` added.
+    #[command(after_help = examples::UNINSTALL)]
     Uninstall(install::Args),
     /// CDI specs: `stackhook cdi check [SPEC...]`.
+    #[command(after_help = examples::CDI)]
     Cdi(cdi::Args),
     /// Write the man pages and shell completions (bash, zsh, fish) into DIR, generated from
     /// these definitions (for packages).
     #[command(hide = true)]
     GenerateDocs(DocsArgs),
+}
+
+/// Each subcommand's examples, at the end of its `--help`.
+mod examples {
+    pub(super) const HOOK: &str = "Examples:
+  stackhook hook < state.json      (the runtime runs this) check one container's start; exit 1 blocks it";
+    pub(super) const DOCTOR: &str = "Examples:
+  sudo stackhook doctor                          check this host as the hook would, with remedies
+  sudo stackhook doctor --require 'cuda>=12.4'   and against a requirement of your own";
+    pub(super) const LABELS: &str = "Examples:
+  stackhook labels                 node labels (stackbuild.io/...) for this host
+  stackhook labels --format nfd    the same as a Node Feature Discovery features file";
+    pub(super) const RUNTIME: &str = "Examples:
+  stackhook runtime create --bundle DIR ID   (Docker and containerd run this) runc with the hook added";
+    pub(super) const INSTALL: &str = "Examples:
+  sudo stackhook install podman       a hooks.d file for Podman and CRI-O
+  sudo stackhook install docker       the stackhook runtime in Docker's daemon.json
+  sudo stackhook install containerd   a runtime handler in containerd's config";
+    pub(super) const UNINSTALL: &str = "Examples:
+  sudo stackhook uninstall podman     remove what `install podman` added";
+    pub(super) const CDI: &str = "Examples:
+  stackhook cdi check                          the CDI specs in /etc/cdi and /var/run/cdi against this host
+  stackhook cdi check /etc/cdi/nvidia.yaml     one spec";
 }
 
 /// One example per subcommand, under `--help`.

@@ -358,7 +358,30 @@ fn resolve<'r>(
         ));
     }
     tracing::info!("resolving {} package(s) for {target} (nothing is written)", python.packages.len());
-    match stackbuild_python::resolve(python, target, &[]) {
+    // Packages with no wheel resolve to their sdists, their dependencies as the sdist's PKG-INFO
+    // says (the lock prepares them in the build sandbox); git dependencies and the recipe's
+    // projects are left to the lock, which resolves their trees.
+    let mut section = python.clone();
+    section.packages.retain(|r| stackbuild_recipe::git_dependency(r).is_none());
+    let scratch =
+        tempfile::Builder::new().prefix("stackbuild-check-").tempdir().map_err(|e| CheckError::Solve {
+            source: SolveError::Uv { target: target.clone(), message: format!("a temporary directory: {e}") },
+        })?;
+    let fetch = stackbuild_python::SourceFetch {
+        artifacts: artifacts.unwrap_or(scratch.path()),
+        memo: None,
+        cache: scratch.path(),
+    };
+    let resolved = stackbuild_python::resolve_with_sources(
+        &section,
+        target,
+        &[],
+        &[],
+        &stackbuild_python::PkgInfoMetadata,
+        fetch,
+    )
+    .map(|r| r.pins);
+    match resolved {
         Ok(pins) => Ok((
             Facts::from_pins(recipe, target, &pins, artifacts),
             Resolution::Resolved { lock: lock_state.unwrap_or("not used").to_owned() },

@@ -22,6 +22,9 @@ impl BaseFacts {
 
     /// The glibc of the base, from its `libc6` package.
     pub fn glibc(&self) -> Option<crate::Glibc> {
-        self.packages.iter().find(|(name, _)| name == "libc6").and_then(|(_, v)| crate::Glibc::of_deb_version(v))
+        self.packages
+            .iter()
+            .find(|(name, _)| name == "libc6")
+            .and_then(|(_, v)| crate::Glibc::of_deb_version(v))
     }
 }

@@ -120,7 +120,10 @@ mod tests {
         assert_eq!(Glibc::of_deb_version("3.1-1"), None);
         let banner = b"\0\0GNU C Library (Debian GLIBC 2.36-9+deb12u9) stable release version 2.36.\n";
         assert_eq!(Glibc::of_banner(banner), Some(Glibc { minor: 36 }));
-        assert_eq!(Glibc::of_banner(b"GNU C Library (GNU libc) release release version 2.28.\n"), Some(Glibc { minor: 28 }));
+        assert_eq!(
+            Glibc::of_banner(b"GNU C Library (GNU libc) release release version 2.28.\n"),
+            Some(Glibc { minor: 28 })
+        );
         assert_eq!(Glibc::of_banner(b"release version 2."), None);
         assert_eq!(Glibc::of_file_name("libc-2.31.so"), Some(Glibc { minor: 31 }));
         assert_eq!(Glibc::of_file_name("libc.so.6"), None);

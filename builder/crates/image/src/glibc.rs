@@ -128,7 +128,8 @@ mod tests {
     #[test]
     fn reads_the_banner_the_versioned_name_or_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let banner: &[u8] = b"\x7fELF...GNU C Library (Ubuntu GLIBC 2.35-0ubuntu3.8) stable release version 2.35.\n";
+        let banner: &[u8] =
+            b"\x7fELF...GNU C Library (Ubuntu GLIBC 2.35-0ubuntu3.8) stable release version 2.35.\n";
         let jammy = layer(dir.path(), &[("usr/lib/x86_64-linux-gnu/libc.so.6", Some(banner), None)]);
         assert_eq!(glibc_of_layers(&[jammy]).unwrap(), Some(Glibc { minor: 35 }));
         let dir = tempfile::tempdir().unwrap();
@@ -141,7 +142,8 @@ mod tests {
         );
         assert_eq!(glibc_of_layers(&[focal]).unwrap(), Some(Glibc { minor: 31 }));
         let dir = tempfile::tempdir().unwrap();
-        let ubi = layer(dir.path(), &[("./usr/lib64/libc.so.6", Some(b"stable release version 2.34."), None)]);
+        let ubi =
+            layer(dir.path(), &[("./usr/lib64/libc.so.6", Some(b"stable release version 2.34."), None)]);
         assert_eq!(glibc_of_layers(&[ubi]).unwrap(), Some(Glibc { minor: 34 }));
         // A file of that name elsewhere (a wheel's vendored copy) is not the image's glibc.
         let dir = tempfile::tempdir().unwrap();

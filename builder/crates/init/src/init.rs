@@ -109,6 +109,9 @@ pub(crate) enum InputKind {
     PythonVersion,
     /// `Dockerfile`, `Containerfile`, `*.Dockerfile`.
     Dockerfile,
+    /// `setup.py` or `setup.cfg`: a setuptools project, whose dependencies only its build
+    /// tells (PEP 517 metadata, prepared in the build sandbox when the recipe is locked).
+    Setup,
 }
 
 /// What kind of input a file name says.
@@ -120,6 +123,7 @@ pub(crate) fn input_kind(path: &Path) -> Option<InputKind> {
         Some(stackbuild_recipe::LockFormat::Pylock) => InputKind::Pylock,
         None if name == "pyproject.toml" => InputKind::Pyproject,
         None if name == ".python-version" => InputKind::PythonVersion,
+        None if name == "setup.py" || name == "setup.cfg" => InputKind::Setup,
         None if lower.starts_with("dockerfile")
             || lower.ends_with(".dockerfile")
             || lower.starts_with("containerfile") =>
@@ -182,6 +186,14 @@ pub(crate) struct Found {
     cmd: Option<Vec<String>>,
     entrypoint: Option<Vec<String>>,
     source_dest: Option<(String, String)>,
+    /// The project itself is installed as a wheel built from its tree (`[[source]] install =
+    /// "wheel"`), and why.
+    pub(crate) project_wheel: Option<String>,
+    /// `pyproject.toml` lists its dependencies as `dynamic` (its build computes them).
+    pub(crate) dynamic_dependencies: bool,
+    /// `[tool.uv.sources]` git entries: (package, `name @ git+URL@REV`), which replace the
+    /// package's requirement.
+    pub(crate) git_sources: Vec<(String, String)>,
     /// What was decided on the way, and why.
     pub decisions: Vec<String>,
     /// What has no place in the recipe.
@@ -263,10 +275,30 @@ impl Found {
             let local = local.split([';', ' ', ',']).next().unwrap_or_default();
             self.index_cuda(local, &format!("{at}: {requirement}"));
         }
-        let list = if constraint { &mut self.constraints } else { &mut self.packages };
         let norm = stackbuild_python::normalize_name(&name);
-        if let Some(first) = list.iter().find(|(_, n, _)| stackbuild_python::normalize_name(n) == norm) {
-            let text = format!("{at}: `{requirement}` repeats `{}` ({}); the first stays", first.0, first.2);
+        let requirement =
+            match self.git_sources.iter().find(|(p, _)| stackbuild_python::normalize_name(p) == norm) {
+                Some((_, git)) if !constraint => {
+                    // The marker of the project's requirement stays with the git form.
+                    requirement.split_once(';').map_or_else(|| git.clone(), |(_, m)| format!("{git} ;{m}"))
+                }
+                _ => requirement,
+            };
+        let list = if constraint { &mut self.constraints } else { &mut self.packages };
+        if let Some(first) = list.iter_mut().find(|(_, n, _)| stackbuild_python::normalize_name(n) == norm) {
+            // The first line's version stays; extras the repeat adds join it
+            // (`imageio[ffmpeg]` and `imageio[pyav]` are `imageio[ffmpeg,pyav]`).
+            let merged = merge_extras(&first.0, &requirement);
+            let text = match &merged {
+                Some(m) => format!(
+                    "{at}: `{requirement}` repeats `{}` ({}); its extras join it: `{m}`",
+                    first.0, first.2
+                ),
+                None => format!("{at}: `{requirement}` repeats `{}` ({}); the first stays", first.0, first.2),
+            };
+            if let Some(m) = merged {
+                first.0 = m;
+            }
             self.decide(text);
             return;
         }
@@ -307,6 +339,7 @@ pub struct Plan {
     project: PathBuf,
     cuda: Option<(String, Option<String>)>,
     source_dest: String,
+    project_wheel: bool,
     env: BTreeMap<String, String>,
     labels: Vec<(String, String)>,
     workdir: String,
@@ -339,11 +372,103 @@ fn release_python(suite: &str) -> Option<&'static str> {
     }
 }
 
+/// Folders projects keep requirements files in.
+const REQUIREMENT_FOLDERS: [&str; 3] = ["requirements", "reqs", "requirements.d"];
+/// Stems of the file that lists what runs, most telling first (`cuda.txt` usually includes
+/// `common.txt`).
+const RUNTIME_STEMS: [&str; 12] = [
+    "cuda",
+    "gpu",
+    "requirements",
+    "base",
+    "common",
+    "runtime",
+    "main",
+    "default",
+    "core",
+    "prod",
+    "production",
+    "install",
+];
+/// Words in a requirements file's stem that say it is not what the image runs on an NVIDIA GPU.
+const NOT_RUNTIME: [&str; 27] = [
+    "test", "dev", "doc", "lint", "ci", "bench", "style", "format", "typing", "mypy", "build", "release",
+    "example", "notebook", "rocm", "cpu", "tpu", "xpu", "hpu", "neuron", "openvino", "nightly", "mac", "win",
+    "lock", "optional", "extra",
+];
+
+/// The runtime requirements files of a project's requirements folder, and why those.
+fn requirements_folder(dir: &Path) -> Option<(Vec<PathBuf>, String)> {
+    for folder in REQUIREMENT_FOLDERS {
+        let path = dir.join(folder);
+        let Ok(entries) = std::fs::read_dir(&path) else { continue };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "txt" || e == "in"))
+            .collect();
+        files.sort();
+        // `x.in` compiles to `x.txt`: the pinned one.
+        let stems: Vec<String> = files
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+            .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .collect();
+        files.retain(|p| {
+            p.extension().is_some_and(|e| e == "txt")
+                || !p.file_stem().is_some_and(|s| stems.contains(&s.to_string_lossy().into_owned()))
+        });
+        if files.is_empty() {
+            continue;
+        }
+        let stem =
+            |p: &PathBuf| p.file_stem().map(|s| s.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+        let runtime: Vec<PathBuf> = files
+            .iter()
+            .filter(|p| {
+                let s = stem(p);
+                !NOT_RUNTIME.iter().any(|w| s.split(['-', '_', '.']).any(|part| part.starts_with(w)))
+            })
+            .cloned()
+            .collect();
+        let names = |list: &[PathBuf]| list.iter().map(|p| stem(p)).collect::<Vec<_>>().join(", ");
+        let left_out: Vec<PathBuf> = files.iter().filter(|p| !runtime.contains(p)).cloned().collect();
+        let chosen = RUNTIME_STEMS
+            .iter()
+            .find_map(|want| runtime.iter().find(|p| stem(p) == *want))
+            .map_or_else(|| runtime.clone(), |p| vec![p.clone()]);
+        if chosen.is_empty() {
+            continue;
+        }
+        let mut why = format!(
+            "{}: the project's requirements folder; read {} (what the image runs)",
+            path.display(),
+            names(&chosen)
+        );
+        let others: Vec<PathBuf> = files.iter().filter(|p| !chosen.contains(p)).cloned().collect();
+        if !others.is_empty() {
+            let _ = write!(
+                why,
+                "; not read: {} (--from names one{})",
+                names(&others),
+                if left_out.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {} are for tests, docs or other hardware", names(&left_out))
+                }
+            );
+        }
+        return Some((chosen, why));
+    }
+    None
+}
+
 /// Reads the inputs and decides the recipe.
 #[allow(clippy::too_many_lines)] // the inputs in their order of precedence, one step each
 pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
     let dir = &opts.dir;
     let mut inputs: Vec<(InputKind, PathBuf)> = Vec::new();
+    let mut found_early: Vec<String> = Vec::new();
     if opts.from.is_empty() {
         let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(|e| InitError::Read {
@@ -358,6 +483,24 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
             .filter(|p| p.is_file())
             .collect();
         names.sort();
+        // Projects that keep their requirements in a folder (`requirements/cuda.txt`, ...): the
+        // runtime ones, when the top level has none.
+        let top_level_requirements = names.iter().any(|p| {
+            input_kind(p) == Some(InputKind::Requirements)
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.to_ascii_lowercase().starts_with("requirements"))
+        });
+        let mut folder = Vec::new();
+        if !top_level_requirements {
+            if let Some((files, why)) = requirements_folder(dir) {
+                found_early.push(why);
+                folder = files;
+            }
+        }
+        for path in folder {
+            inputs.push((InputKind::Requirements, path));
+        }
         for path in names {
             let Some(kind) = input_kind(&path) else { continue };
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_ascii_lowercase();
@@ -377,7 +520,7 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
     if inputs.iter().all(|(k, _)| *k == InputKind::PythonVersion) {
         return Err(InitError::NothingFound { dir: dir.clone() });
     }
-    let mut found = Found::default();
+    let mut found = Found { decisions: found_early, ..Found::default() };
     let has = |k: InputKind| inputs.iter().any(|(kind, _)| *kind == k);
     let lock_kind = if has(InputKind::UvLock) {
         Some(InputKind::UvLock)
@@ -460,31 +603,58 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
             requirements::read_file(path, &mut found, dir)?;
         }
     }
-    // 5. pyproject.toml: the name and requires-python always; its dependencies when nothing
-    //    else listed packages.
+    // 5. pyproject.toml: the name and requires-python always; its dependencies unless a lock or
+    //    the Dockerfile's pip lines say what is installed. Beside a requirements file they are
+    //    added to it (`pip install -r requirements.txt .` installs both); where both name a
+    //    package, the requirements file's line stays (it is usually the exact pin).
     for path in of(InputKind::Pyproject) {
-        let deps = lock_kind.is_none() && found.packages.is_empty() && requirement_files.is_empty();
+        let deps = lock_kind.is_none() && !from_dockerfile;
+        let before = found.packages.len();
         pyproject::read_file(path, &mut found, &opts.extras, &opts.groups, deps)?;
         if !deps {
             found.decide(format!(
                 "{}: name and requires-python only; the packages come from the {}",
                 path.display(),
-                if lock_kind.is_some() {
-                    "lock"
-                } else if from_dockerfile {
-                    "Dockerfile"
-                } else {
-                    "requirements file"
-                }
+                if lock_kind.is_some() { "lock" } else { "Dockerfile" }
+            ));
+        } else if before > 0 {
+            found.decide(format!(
+                "{}: its dependencies are added to the requirements file's ({} more), as `pip install -r \
+                 requirements.txt .` installs both",
+                path.display(),
+                found.packages.len() - before
             ));
         }
+    }
+    // 6. A setuptools project (`setup.py`, `setup.cfg`) or a pyproject whose dependencies are
+    //    `dynamic`, with no other list of packages: only its build tells its dependencies, so
+    //    the project is installed as a wheel built from its tree, and the lock resolves what
+    //    its metadata (prepared in the build sandbox) requires.
+    for path in of(InputKind::Setup) {
+        found.inputs.push(path.clone());
+    }
+    if lock_kind.is_none()
+        && found.packages.is_empty()
+        && found.project_wheel.is_none()
+        && (has(InputKind::Setup) || found.dynamic_dependencies)
+    {
+        let what = if found.dynamic_dependencies {
+            "pyproject.toml lists its dependencies as dynamic"
+        } else {
+            "a setuptools project (setup.py / setup.cfg) with no requirements file"
+        };
+        found.project_wheel = Some(what.to_owned());
+        found.decide(format!(
+            "the project is installed as a wheel built from its tree ([[source]] install = \"wheel\"): {what}; \
+             `stackbuild lock` prepares its metadata in the build sandbox and resolves what it requires"
+        ));
     }
     // Requirements files nothing included: named, so that a reader knows they were seen.
     for (kind, path) in &inputs {
         let read = |p: &Path| {
             found.inputs.iter().any(|i| std::fs::canonicalize(i).ok() == std::fs::canonicalize(p).ok())
         };
-        if *kind == InputKind::Requirements && lock_kind.is_none() && !read(path) {
+        if *kind == InputKind::Requirements && lock_kind.is_none() && !from_dockerfile && !read(path) {
             let text = format!(
                 "{}: not read (requirements.txt is, and does not include it; --from names it)",
                 path.display()
@@ -625,14 +795,8 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
     };
     let packages: Vec<(String, String)> =
         found.packages.iter().map(|(r, _, at)| (r.clone(), at.clone())).collect();
-    let unpinned: Vec<String> = found
-        .packages
-        .iter()
-        .filter(|(r, n, _)| {
-            r.trim() == n.as_str() || r.trim_start_matches(n.as_str()).trim_start().starts_with(';')
-        })
-        .map(|(_, n, _)| n.clone())
-        .collect();
+    let unpinned: Vec<String> =
+        found.packages.iter().filter(|(r, _, _)| is_unpinned(r)).map(|(_, n, _)| n.clone()).collect();
     Ok(Plan {
         name,
         python,
@@ -648,6 +812,7 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
         project: dir.clone(),
         cuda,
         source_dest,
+        project_wheel: found.project_wheel.is_some(),
         env: found.env,
         labels: found.labels,
         workdir,
@@ -660,11 +825,59 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
     })
 }
 
+/// Whether a requirement has no version at all (`numpy`, `markdown2[all]`, `x ; sys_platform ==
+/// "linux"`): a recipe pins its top-level packages, with `==` or a range.
+fn is_unpinned(requirement: &str) -> bool {
+    use std::str::FromStr as _;
+    pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(requirement).is_ok_and(|r| {
+        match &r.version_or_url {
+            None => true,
+            Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) => specs.is_empty(),
+            Some(pep508_rs::VersionOrUrl::Url(_)) => false,
+        }
+    })
+}
+
+/// `first` with the extras of `other` it lacks (`None` when it lacks none).
+fn merge_extras(first: &str, other: &str) -> Option<String> {
+    use std::str::FromStr as _;
+    let parse = |r: &str| pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r).ok();
+    let (mut a, b) = (parse(first)?, parse(other)?);
+    let missing: Vec<_> = b.extras.iter().filter(|e| !a.extras.contains(e)).cloned().collect();
+    if missing.is_empty() {
+        return None;
+    }
+    a.extras.extend(missing);
+    a.extras.sort();
+    Some(a.to_string())
+}
+
+/// `text` as the rest of a TOML comment line: TOML 1.0 allows no control character but tab
+/// in a comment, and a newline would end it (a resolver's error once spilled out of one).
+fn comment(text: &str) -> String {
+    let one_line: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    one_line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `req` with `==version`, its name, extras and marker kept (`markdown2[all]==2.5.4`).
+fn pin_requirement(req: &str, version: &str) -> String {
+    let (head, marker) = match req.split_once(';') {
+        Some((h, m)) => (h.trim(), Some(m.trim())),
+        None => (req.trim(), None),
+    };
+    match marker {
+        Some(m) => format!("{head}=={version} ; {m}"),
+        None => format!("{head}=={version}"),
+    }
+}
+
 /// A path as the recipe (in `dir`) names it: relative when it is inside `dir`.
 fn relative(path: &Path, dir: &Path) -> String {
     let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
     let (p, d) = (canon(path), canon(dir));
-    p.strip_prefix(&d).map_or_else(|_| path.display().to_string(), |r| r.display().to_string())
+    // Outside the recipe's directory: absolute, since the recipe's paths are relative to it,
+    // not to where init ran.
+    p.strip_prefix(&d).map_or_else(|_| p.display().to_string(), |r| r.display().to_string())
 }
 
 /// An OCI repository name component: lowercase letters, digits and `.`, `_`, `-` between them.
@@ -688,37 +901,96 @@ fn image_name(raw: &str) -> String {
 
 impl Plan {
     /// Pins the unpinned requirements to what `resolved` (`name -> version`, from a resolution
-    /// of the recipe's requirements) says, and says so; those it has no version for are
-    /// listed as not translated.
-    pub fn pin(&mut self, resolved: Option<&BTreeMap<String, String>>, why_not: &str) {
+    /// of the recipe's requirements) says, and says so. Those it has no version for are listed
+    /// as not translated: with their own reason where `failed` has one (the package the
+    /// resolver named), else with `why_not`, the resolution's failure, said once.
+    pub fn pin(
+        &mut self,
+        resolved: Option<&BTreeMap<String, String>>,
+        failed: &BTreeMap<String, String>,
+        why_not: &str,
+    ) {
+        use std::str::FromStr as _;
         let unpinned = std::mem::take(&mut self.unpinned);
+        let mut said = false;
         for name in unpinned {
             let norm = stackbuild_python::normalize_name(&name);
             let Some(i) = self.packages.iter().position(|(r, _)| {
-                stackbuild_python::normalize_name(r.split([';', ' ']).next().unwrap_or_default()) == norm
+                pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r)
+                    .is_ok_and(|req| req.name.to_string() == norm)
             }) else {
                 continue;
             };
             if let Some(version) = resolved.and_then(|r| r.get(&norm)) {
                 let (req, at) = self.packages[i].clone();
-                let pinned = match req.split_once(';') {
-                    Some((_, marker)) => format!("{name}=={version} ;{marker}"),
-                    None => format!("{name}=={version}"),
-                };
+                let pinned = pin_requirement(&req, version);
                 self.decisions.push(format!(
                     "{at}: `{req}` has no version; pinned to {version}, what uv resolves for the image today"
                 ));
                 self.packages[i] = (pinned, at);
             } else {
                 let (req, at) = self.packages.remove(i);
-                self.untranslated.push(Untranslated {
-                    at,
-                    what: req,
-                    why: format!(
-                        "a recipe pins its top-level packages, and no version could be found ({why_not}); add \
+                let why = if let Some(reason) = failed.get(&norm) {
+                    format!("{reason}; add `{name}==VERSION` to [python] packages once it resolves")
+                } else if said {
+                    format!("no version, for the reason above; add `{name}==VERSION` to [python] packages")
+                } else {
+                    said = true;
+                    format!(
+                        "a recipe pins its top-level packages, and no version could be found: {why_not}; add \
                          `{name}==VERSION` to [python] packages"
-                    ),
-                });
+                    )
+                };
+                self.untranslated.push(Untranslated { at, what: req, why });
+            }
+        }
+    }
+
+    /// Whether there is anything to resolve: packages, and no lock of the project's.
+    pub fn resolvable(&self) -> bool {
+        self.lock.is_none() && !self.packages.is_empty()
+    }
+
+    /// The base: (`debian` or `ubuntu`, suite).
+    pub fn base(&self) -> (&str, &str) {
+        (&self.distro.0, &self.distro.1)
+    }
+
+    /// Makes `[cuda]` say what the resolved wheels carry (`nvidia-cuda-runtime-cu12` 12.4.127:
+    /// CUDA 12.4; `nvidia-cudnn-cu12`: its cuDNN) where the inputs said otherwise (a
+    /// Dockerfile's `nvidia/cuda:12.1...` tag beside a torch that ships 12.4), and says why:
+    /// `stackbuild check` holds `[cuda]` against the wheels, and the wheels are what runs.
+    pub fn reconcile_cuda(&mut self, resolved: &BTreeMap<String, String>) {
+        let runtime = ["nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime"]
+            .into_iter()
+            .find_map(|n| resolved.get(n).map(|v| (n, v)));
+        let Some((package, version)) = runtime else { return };
+        let minor: Vec<&str> = version.split('.').take(2).collect();
+        if minor.len() < 2 {
+            return;
+        }
+        let cuda = minor.join(".");
+        let cudnn = resolved
+            .iter()
+            .find(|(n, _)| n.starts_with("nvidia-cudnn-cu") || n.as_str() == "nvidia-cudnn")
+            .map(|(_, v)| v.clone());
+        match &mut self.cuda {
+            Some((have, _)) if *have == cuda => {}
+            Some((have, have_cudnn)) => {
+                self.decisions.push(format!(
+                    "[cuda] {cuda}, not {have}: the resolved wheels carry CUDA {cuda} ({package} {version}); \
+                     {have} came from the inputs. For CUDA {have}, pin the torch build made for it (its \
+                     per-CUDA index) in the recipe"
+                ));
+                *have = cuda;
+                if have_cudnn.is_some() {
+                    *have_cudnn = cudnn;
+                }
+            }
+            None => {
+                self.decisions
+                    .push(format!("[cuda] {cuda}: the resolved wheels carry it ({package} {version})"));
+                self.cuda = Some((cuda, None));
             }
         }
     }
@@ -756,7 +1028,8 @@ impl Plan {
                 inputs.push(name);
             }
         }
-        let _ = writeln!(out, "# Written by `stackbuild init` from {}.", inputs.join(", "));
+        let _ = writeln!(out, "# Written by `stackbuild init` from {}.", comment(&inputs.join(", ")));
+        let file = comment(&file);
         let _ = writeln!(
             out,
             "#   stackbuild check {file}    # the stack, what the host must provide, every conflict"
@@ -795,13 +1068,13 @@ impl Plan {
         } else {
             out.push_str("packages = [\n");
             for (r, at) in &self.packages {
-                let _ = writeln!(out, "  {},  # {at}", q(r));
+                let _ = writeln!(out, "  {},  # {}", q(r), comment(at));
             }
             out.push_str("]\n");
             if !self.constraints.is_empty() {
                 out.push_str("constraints = [\n");
                 for (r, at) in &self.constraints {
-                    let _ = writeln!(out, "  {},  # {at}", q(r));
+                    let _ = writeln!(out, "  {},  # {}", q(r), comment(at));
                 }
                 out.push_str("]\n");
             }
@@ -835,6 +1108,9 @@ impl Plan {
             q(&project),
             q(&self.source_dest)
         );
+        if self.project_wheel {
+            out.push_str("install = \"wheel\"\n");
+        }
         if self.cuda.is_some() {
             out.push_str(
                 "\n[host]\nmodules = [\"nvidia_uvm\"]\nmodules_deny = [\"nouveau\"]\ngpus = \">=1\"\n",
@@ -843,7 +1119,7 @@ impl Plan {
         if !self.untranslated.is_empty() {
             out.push_str("\n# Not translated (see `stackbuild init`'s report):\n");
             for u in &self.untranslated {
-                let _ = writeln!(out, "#   {}: {} ({})", u.at, u.what.replace('\n', " "), u.why);
+                let _ = writeln!(out, "#   {}: {} ({})", comment(&u.at), comment(&u.what), comment(&u.why));
             }
         }
         out

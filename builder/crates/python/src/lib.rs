@@ -6,6 +6,7 @@
 //! - `solve`: resolution of Python packages for the target interpreter and platform.
 //! - `sources`: resolution with source distributions, their metadata prepared in the build
 //!   sandbox.
+//! - `pkg_info`: an sdist's `PKG-INFO`, used without a build where it is static (PEP 643).
 //! - `lock`: the lock file that pins every artifact by sha256.
 //! - `given_lock`: a lock the user brings (`uv.lock`, `pylock.toml`), installed as it is.
 //! - `pylock`: the image's Python stack as a PEP 751 `pylock.toml`, for uv and pip.
@@ -26,6 +27,7 @@ mod fetch;
 mod given_lock;
 mod index;
 mod lock;
+mod pkg_info;
 mod pylock;
 mod solve;
 mod sources;
@@ -40,6 +42,7 @@ pub use fetch::{fetch_wheels, import_local_wheels};
 pub use given_lock::{fetch, Chosen, GivenLock, GivenLockError};
 pub use index::{configured_index, Index, IndexError, IndexFile};
 pub use lock::{Lock, LockError};
+pub use pkg_info::{is_static, sdist_pkg_info, PkgInfoMetadata};
 pub use pylock::{may_write, write_from_index};
 pub use solve::{glibc_baseline, resolve, targets, targets_with, Pinned, SolveError, Target};
 pub use sources::{resolve_with_sources, tree_sdist, Project, Resolution, SdistMetadata, SourceFetch, Tree};

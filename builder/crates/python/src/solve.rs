@@ -17,8 +17,8 @@ use pep508_rs::PackageName;
 use percent_encoding::{percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use stackcontract::version::{PackageVersion, PythonVersion};
 
-use stackbuild_common::{Glibc, Platform};
 use stackbuild_common::{io_err, IoError};
+use stackbuild_common::{Glibc, Platform};
 use stackbuild_recipe::{PythonSection, Recipe};
 
 /// The targets `recipe` resolves Python packages for: one per platform, when the recipe has a

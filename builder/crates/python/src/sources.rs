@@ -152,7 +152,12 @@ pub fn resolve_with_sources(
                 "{name} {}: no wheel for {target}; resolving its source distribution",
                 sdist.version
             );
-            let text = metadata.metadata(&sdist).map_err(|why| SolveError::Uv {
+            // Static metadata (PEP 643) is used as it is: no build.
+            let text = match crate::pkg_info::sdist_pkg_info(&sdist.path) {
+                Ok(text) if crate::pkg_info::is_static(&text) => Ok(text),
+                _ => metadata.metadata(&sdist),
+            };
+            let text = text.map_err(|why| SolveError::Uv {
                 target: target.clone(),
                 message: format!(
                     "{name} {} has no wheel for {target}; preparing its metadata failed: {why}",
@@ -365,29 +370,38 @@ fn fetch_sdist(
     };
     let mut index = crate::index::Index::http(&base).map_err(|e| e.to_string())?;
     let files = index.files(name.as_ref()).map_err(|e| e.to_string())?;
-    let wanted = pinned.or(from_uv);
     let python_version = pep440_rs::Version::from_str(&target.python.to_string()).ok();
-    let mut best: Option<(PackageVersion, crate::index::IndexFile)> = None;
-    for file in files {
-        let Some((n, v)) = stackbuild_common::parse_sdist_name(&file.filename) else { continue };
-        if &n != name || file.is_yanked() || !file.hashes.contains_key("sha256") {
-            continue;
-        }
-        if wanted.as_ref().is_some_and(|w| w != &v) {
-            continue;
-        }
-        let admits = file.requires_python.as_deref().is_none_or(|spec| {
-            match (pep440_rs::VersionSpecifiers::from_str(spec), &python_version) {
-                (Ok(specs), Some(py)) => specs.contains(py),
-                _ => true,
+    // The version uv's message names is a hint: when it has no sdist, the newest that has one.
+    let pick = |wanted: Option<&PackageVersion>| {
+        let mut best: Option<(PackageVersion, crate::index::IndexFile)> = None;
+        for file in &files {
+            let Some((n, v)) = stackbuild_common::parse_sdist_name(&file.filename) else { continue };
+            if &n != name || file.is_yanked() || !file.hashes.contains_key("sha256") {
+                continue;
             }
-        });
-        if admits && best.as_ref().is_none_or(|(b, _)| &v > b) {
-            best = Some((v, file));
+            if wanted.is_some_and(|w| w != &v) {
+                continue;
+            }
+            let admits = file.requires_python.as_deref().is_none_or(|spec| {
+                match (pep440_rs::VersionSpecifiers::from_str(spec), &python_version) {
+                    (Ok(specs), Some(py)) => specs.contains(py),
+                    _ => true,
+                }
+            });
+            if admits && best.as_ref().is_none_or(|(b, _)| &v > b) {
+                best = Some((v, file.clone()));
+            }
         }
-    }
+        best
+    };
+    let wanted = pinned.clone().or(from_uv);
+    let best = match (pick(wanted.as_ref()), &pinned) {
+        (Some(found), _) => Some(found),
+        (None, None) => pick(None),
+        (None, Some(_)) => None,
+    };
     let Some((version, file)) = best else {
-        return Err(match wanted {
+        return Err(match pinned {
             Some(v) => format!("the index has no source distribution of {name} {v}"),
             None => format!("the index has no source distribution of {name} for Python {}", target.python),
         });

@@ -25,69 +25,97 @@ pub(super) fn read_file(path: &Path, found: &mut Found, project: &Path) -> Resul
         .filter(|(_, (_, l))| l.split_whitespace().next().is_some_and(|w| w.eq_ignore_ascii_case("FROM")))
         .map(|(i, _)| i)
         .collect();
-    let Some(&last) = starts.last() else {
+    let Some(_) = starts.last() else {
         found.untranslated.push(Untranslated::new(path, 0, "(no FROM)", "not a Dockerfile"));
         return Ok(());
     };
+    // A stage `FROM <earlier stage's name>` is that stage plus its own lines: the chain back to
+    // the stage on a real image is what the image holds.
+    let stage_of = |i: usize| -> (Option<String>, Option<String>) {
+        let (_, rest) = split_instruction(&lines[starts[i]].1);
+        let words: Vec<&str> = rest.split_whitespace().filter(|w| !w.starts_with("--")).collect();
+        let image = words.first().map(|w| w.to_ascii_lowercase());
+        let alias = match words.as_slice() {
+            [_, kw, name, ..] if kw.eq_ignore_ascii_case("as") => Some(name.to_ascii_lowercase()),
+            _ => None,
+        };
+        (image, alias)
+    };
+    let mut chain = vec![starts.len() - 1];
+    while let Some(&i) = chain.last() {
+        let (image, _) = stage_of(i);
+        let parent = (0..i).rev().find(|&j| stage_of(j).1.is_some() && stage_of(j).1 == image);
+        match parent {
+            Some(j) if chain.len() < starts.len() => chain.push(j),
+            _ => break,
+        }
+    }
+    chain.reverse();
     if starts.len() > 1 {
+        let lines_of: Vec<String> = chain.iter().map(|&i| lines[starts[i]].0.to_string()).collect();
         found.decide(format!(
-            "{}: {} build stages; the recipe follows the last one (line {})",
+            "{}: {} build stages; the recipe follows the final one (from line{} {})",
             path.display(),
             starts.len(),
-            lines[last].0
+            if chain.len() > 1 { "s" } else { "" },
+            lines_of.join(", ")
         ));
     }
     let mut args: BTreeMap<String, String> = BTreeMap::new();
-    for (line, text) in &lines[..last] {
+    for (_, text) in &lines[..starts[chain[0]]] {
         let (word, rest) = split_instruction(text);
         if word == "ARG" {
             read_arg(rest, &mut args);
-        } else if word != "FROM" && !starts.is_empty() && *line < lines[last].0 {
-            // Instructions of earlier stages: what they build reaches the image only by COPY.
         }
     }
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut stack = Vec::new();
-    for (line_no, text) in &lines[last..] {
-        let origin = Origin { path, line: *line_no, dir, project };
-        let (word, rest) = split_instruction(text);
-        let rest = substitute(rest, &args);
-        match word.as_str() {
-            "FROM" => read_from(&rest, &origin, found),
-            "ARG" => read_arg(&rest, &mut args),
-            "RUN" => read_run(&rest, &origin, found, &mut stack)?,
-            "ENV" => {
-                for (k, v) in key_values(&rest) {
-                    args.insert(k.clone(), v.clone());
-                    found.env.insert(k, v);
+    let ranges: Vec<(usize, usize)> =
+        chain.iter().map(|&i| (starts[i], starts.get(i + 1).copied().unwrap_or(lines.len()))).collect();
+    for (k, (from, to)) in ranges.iter().enumerate() {
+        for (line_no, text) in &lines[*from..*to] {
+            let origin = Origin { path, line: *line_no, dir, project };
+            let (word, rest) = split_instruction(text);
+            let rest = substitute(rest, &args);
+            match word.as_str() {
+                // Only the first stage of the chain names a real image.
+                "FROM" if k > 0 => {}
+                "FROM" => read_from(&rest, &origin, found),
+                "ARG" => read_arg(&rest, &mut args),
+                "RUN" => read_run(&rest, &origin, found, &mut stack)?,
+                "ENV" => {
+                    for (k, v) in key_values(&rest) {
+                        args.insert(k.clone(), v.clone());
+                        found.env.insert(k, v);
+                    }
                 }
-            }
-            "WORKDIR" => found.workdir = Some(rest.trim().to_owned()),
-            "USER" => found.user = Some(rest.trim().to_owned()),
-            "CMD" => {
-                found.cmd = exec_form(&rest)
-                    .or_else(|| Some(vec!["/bin/sh".into(), "-c".into(), rest.trim().into()]));
-            }
-            "ENTRYPOINT" => {
-                found.entrypoint = exec_form(&rest)
-                    .or_else(|| Some(vec!["/bin/sh".into(), "-c".into(), rest.trim().into()]));
-            }
-            "COPY" | "ADD" => read_copy(&word, &rest, &origin, found),
-            "LABEL" => found.labels.extend(key_values(&rest)),
-            "EXPOSE" | "SHELL" | "HEALTHCHECK" | "STOPSIGNAL" | "VOLUME" | "ONBUILD" | "MAINTAINER" => {
-                found.untranslated.push(Untranslated::new(
+                "WORKDIR" => found.workdir = Some(rest.trim().to_owned()),
+                "USER" => found.user = Some(rest.trim().to_owned()),
+                "CMD" => {
+                    found.cmd = exec_form(&rest)
+                        .or_else(|| Some(vec!["/bin/sh".into(), "-c".into(), rest.trim().into()]));
+                }
+                "ENTRYPOINT" => {
+                    found.entrypoint = exec_form(&rest)
+                        .or_else(|| Some(vec!["/bin/sh".into(), "-c".into(), rest.trim().into()]));
+                }
+                "COPY" | "ADD" => read_copy(&word, &rest, &origin, found),
+                "LABEL" => found.labels.extend(key_values(&rest)),
+                "EXPOSE" | "SHELL" | "HEALTHCHECK" | "STOPSIGNAL" | "VOLUME" | "ONBUILD" | "MAINTAINER" => {
+                    found.untranslated.push(Untranslated::new(
+                        path,
+                        *line_no,
+                        text,
+                        "no recipe field for this instruction",
+                    ));
+                }
+                _ => found.untranslated.push(Untranslated::new(
                     path,
                     *line_no,
                     text,
-                    "no recipe field for this instruction",
-                ));
+                    "not a Dockerfile instruction",
+                )),
             }
-            _ => found.untranslated.push(Untranslated::new(
-                path,
-                *line_no,
-                text,
-                "not a Dockerfile instruction",
-            )),
         }
     }
     Ok(())
@@ -336,10 +364,34 @@ fn read_copy(word: &str, rest: &str, origin: &Origin<'_>, found: &mut Found) {
         .collect();
     let [sources @ .., dest] = words.as_slice() else { return };
     if sources.iter().any(|s| s == "." || s == "./") {
-        found.source_dest = Some((
-            dest.trim_end_matches('/').to_owned(),
-            format!("{}:{}: {word} {rest}", origin.path.display(), origin.line),
-        ));
+        // A relative destination is relative to the WORKDIR in effect (`/` without one).
+        let dest = if dest.starts_with('/') {
+            dest.clone()
+        } else {
+            let workdir = found.workdir.clone().unwrap_or_else(|| "/".to_owned());
+            let joined = Path::new(&workdir).join(dest);
+            let mut parts: Vec<String> = Vec::new();
+            for c in joined.components() {
+                match c {
+                    std::path::Component::Normal(p) => parts.push(p.to_string_lossy().into_owned()),
+                    std::path::Component::ParentDir => {
+                        parts.pop();
+                    }
+                    _ => {}
+                }
+            }
+            format!("/{}", parts.join("/"))
+        };
+        if dest == "/" {
+            // The project over the image's root: the recipe keeps it apart (init's default).
+            found.decide(format!(
+                "{}:{}: {word} {rest} copies the project to /; the recipe puts it in its own directory",
+                origin.path.display(),
+                origin.line
+            ));
+            return;
+        }
+        found.source_dest = Some((dest, format!("{}:{}: {word} {rest}", origin.path.display(), origin.line)));
     } else if sources.iter().all(|s| {
         s.starts_with("requirements")
             || s == "pyproject.toml"

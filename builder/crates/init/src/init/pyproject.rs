@@ -48,8 +48,40 @@ pub(super) fn read_file(
     let dir = path.parent().unwrap_or(Path::new("."));
     let o = super::requirements::Origin { path, line: 0, dir, project: dir };
     let mut stack = Vec::new();
-    let deps = strings(project.and_then(|p| p.get("dependencies")));
-    found.decide(format!("{}: {} [project] dependencies", path.display(), deps.len()));
+    let dynamic = strings(project.and_then(|p| p.get("dynamic")));
+    if dynamic.iter().any(|d| d == "dependencies") {
+        found.dynamic_dependencies = true;
+        found.decide(format!(
+            "{}: [project] dynamic = [\"dependencies\"]: its build computes them",
+            path.display()
+        ));
+    }
+    let poetry = doc.get("tool").and_then(|t| t.get("poetry")).and_then(toml::Value::as_table);
+    let deps = if project.is_some_and(|p| p.contains_key("dependencies")) {
+        let deps = strings(project.and_then(|p| p.get("dependencies")));
+        found.decide(format!("{}: {} [project] dependencies", path.display(), deps.len()));
+        deps
+    } else if let Some(table) = poetry.and_then(|p| p.get("dependencies")).and_then(toml::Value::as_table) {
+        if let Some(name) = poetry.and_then(|p| p.get("name")).and_then(toml::Value::as_str) {
+            found.set_name(name, &format!("{}: [tool.poetry] name", path.display()));
+        }
+        if let Some(spec) = table.get("python").and_then(toml::Value::as_str) {
+            if let Some(spec) = poetry_constraint(spec) {
+                found
+                    .requires_python
+                    .push((spec, format!("{}: [tool.poetry.dependencies] python", path.display())));
+            }
+        }
+        let deps = poetry_dependencies(path, table, found);
+        found.decide(format!(
+            "{}: {} [tool.poetry.dependencies], in PEP 508 form",
+            path.display(),
+            deps.len()
+        ));
+        deps
+    } else {
+        Vec::new()
+    };
     super::requirements::read_tokens(&deps, &o, found, &mut stack, false)?;
     let optional = project.and_then(|p| p.get("optional-dependencies")).and_then(toml::Value::as_table);
     for (extra, list) in optional.into_iter().flatten() {
@@ -95,6 +127,113 @@ pub(super) fn read_file(
         }
     }
     Ok(())
+}
+
+/// Poetry's dependency table as PEP 508 requirements
+/// (<https://python-poetry.org/docs/dependency-specification/>): version constraints with `^`
+/// and `~`, tables with `version`, `extras` and `markers`; `optional` ones are extras, left out
+/// as `pip install .` leaves them; `git`, `path` and `url` ones are said, not translated.
+fn poetry_dependencies(path: &Path, table: &toml::Table, found: &mut Found) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, spec) in table {
+        if name == "python" {
+            continue;
+        }
+        let (constraint, extras, markers) = match spec {
+            toml::Value::String(c) => (c.clone(), Vec::new(), None),
+            toml::Value::Table(t) => {
+                if t.get("optional").and_then(toml::Value::as_bool) == Some(true) {
+                    found.decide(format!(
+                        "{}: poetry dependency {name} is optional (an extra): left out",
+                        path.display()
+                    ));
+                    continue;
+                }
+                if let Some(kind) = ["git", "path", "url"].into_iter().find(|k| t.contains_key(*k)) {
+                    found.untranslated.push(Untranslated::new(
+                        path,
+                        0,
+                        &format!("[tool.poetry.dependencies] {name} = {{ {kind} = ... }}"),
+                        "write it as `name @ git+URL@REV` in [python] packages (a git dependency), or add the tree as a [[source]] with install = \"wheel\"",
+                    ));
+                    continue;
+                }
+                let extras: Vec<String> = t
+                    .get("extras")
+                    .and_then(toml::Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e.as_str().map(str::to_owned))
+                    .collect();
+                let markers = t.get("markers").and_then(toml::Value::as_str).map(str::to_owned);
+                (t.get("version").and_then(toml::Value::as_str).unwrap_or("*").to_owned(), extras, markers)
+            }
+            _ => {
+                found.untranslated.push(Untranslated::new(
+                    path,
+                    0,
+                    &format!("[tool.poetry.dependencies] {name}"),
+                    "several constraints per platform: pick the one for linux and write it in [python] packages",
+                ));
+                continue;
+            }
+        };
+        let Some(version) = poetry_constraint(&constraint) else {
+            found.untranslated.push(Untranslated::new(
+                path,
+                0,
+                &format!("[tool.poetry.dependencies] {name} = {constraint:?}"),
+                "not a version constraint init can translate; write it in PEP 440 form",
+            ));
+            continue;
+        };
+        let extras = if extras.is_empty() { String::new() } else { format!("[{}]", extras.join(",")) };
+        let marker = markers.map_or_else(String::new, |m| format!(" ; {m}"));
+        out.push(format!("{name}{extras}{version}{marker}"));
+    }
+    out
+}
+
+/// A poetry version constraint in PEP 440 form (empty for `*`): `^1.2.3` is `>=1.2.3,<2.0.0`,
+/// `^0.2.3` is `>=0.2.3,<0.3.0`, `~1.2.3` is `>=1.2.3,<1.3.0`, `1.2.3` is `==1.2.3`; PEP 440
+/// operators are kept.
+fn poetry_constraint(c: &str) -> Option<String> {
+    let mut parts = Vec::new();
+    for one in c.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if one == "*" {
+            continue;
+        }
+        let nums = |v: &str| -> Option<Vec<u64>> { v.trim().split('.').map(|p| p.parse().ok()).collect() };
+        if let Some(v) = one.strip_prefix('^') {
+            let n = nums(v)?;
+            let first = n.iter().position(|&x| x != 0).unwrap_or(n.len().saturating_sub(1));
+            let mut upper: Vec<u64> = n[..=first.min(n.len() - 1)].to_vec();
+            *upper.last_mut()? += 1;
+            parts.push(format!(
+                ">={},<{}",
+                v.trim(),
+                upper.iter().map(u64::to_string).collect::<Vec<_>>().join(".")
+            ));
+        } else if let Some(v) = one.strip_prefix('~').filter(|v| !v.starts_with('=')) {
+            let n = nums(v)?;
+            let upper = if n.len() >= 2 { vec![n[0], n[1] + 1] } else { vec![n[0] + 1] };
+            parts.push(format!(
+                ">={},<{}",
+                v.trim(),
+                upper.iter().map(u64::to_string).collect::<Vec<_>>().join(".")
+            ));
+        } else if one.starts_with(|ch: char| ch.is_ascii_digit()) {
+            parts.push(format!("=={one}"));
+        } else {
+            parts.push(one.replace(' ', ""));
+        }
+    }
+    let joined = parts.join(",");
+    // What pep440 cannot read is not translated.
+    if !joined.is_empty() && <pep440_rs::VersionSpecifiers as std::str::FromStr>::from_str(&joined).is_err() {
+        return None;
+    }
+    Some(joined)
 }
 
 /// `[[tool.uv.index]]` (`default = true`: the index; others: extra indexes) and the older
@@ -146,6 +285,18 @@ fn read_uv_indexes(path: &Path, tool_uv: Option<&toml::Table>, found: &mut Found
             };
             for e in entries {
                 if e.contains_key("index") {
+                    continue;
+                }
+                if let (Some(git), Some(rev)) = (
+                    e.get("git").and_then(toml::Value::as_str),
+                    ["rev", "tag", "branch"].iter().find_map(|k| e.get(*k).and_then(toml::Value::as_str)),
+                ) {
+                    found.decide(format!(
+                        "{}: [tool.uv.sources] {package} = {{ git = {git:?} }}: the dependency `{package}` is taken as \
+                         `{package} @ git+{git}@{rev}`, built from source",
+                        path.display()
+                    ));
+                    found.git_sources.push((package.clone(), format!("{package} @ git+{git}@{rev}")));
                     continue;
                 }
                 let kind = ["git", "path", "url", "workspace"]

@@ -159,16 +159,26 @@ pub(super) fn read_tokens(
                     found.find_links.push(links);
                 }
             }
+            "-e" | "--editable" if value.starts_with("git+") => {
+                found.decide(format!(
+                    "{}:{}: `-e {value}`: installed from its commit, not editable (an image has no checkout to edit)",
+                    origin.path.display(),
+                    origin.line
+                ));
+                add_requirement(&value, origin, found, constraints);
+            }
             "-e" | "--editable" => {
                 let path = origin.dir.join(&value);
                 let is_project =
                     std::fs::canonicalize(&path).ok() == std::fs::canonicalize(origin.project).ok();
                 if is_project {
                     found.decide(format!(
-                        "{}:{}: `-e {value}` is the project itself: it goes into the image as the [[source]]",
+                        "{}:{}: `-e {value}` is the project itself: it is installed as a wheel built from its \
+                         tree ([[source]] install = \"wheel\"; not editable: an image has no checkout to edit)",
                         origin.path.display(),
                         origin.line
                     ));
+                    found.project_wheel = Some(format!("{}:{}", origin.path.display(), origin.line));
                 } else {
                     untranslated(
                         found,
@@ -215,10 +225,12 @@ fn add_requirement(text: &str, origin: &Origin<'_>, found: &mut Found, constrain
         let is_project = std::fs::canonicalize(&path).ok() == std::fs::canonicalize(origin.project).ok();
         if is_project {
             found.decide(format!(
-                "{}:{}: `{text}` is the project itself: it goes into the image as the [[source]]",
+                "{}:{}: `{text}` is the project itself: it is installed as a wheel built from its tree \
+                 ([[source]] install = \"wheel\")",
                 origin.path.display(),
                 origin.line
             ));
+            found.project_wheel = Some(format!("{}:{}", origin.path.display(), origin.line));
         } else {
             found.untranslated.push(Untranslated::new(
                 origin.path,
@@ -229,26 +241,51 @@ fn add_requirement(text: &str, origin: &Origin<'_>, found: &mut Found, constrain
         }
         return;
     }
-    if ["git+", "hg+", "svn+", "bzr+"].iter().any(|p| text.starts_with(p)) || text.starts_with("http") {
+    // A bare VCS link (`git+https://host/repo@REV#egg=name`, pip's older form): a git
+    // dependency when it names its project and a revision.
+    if ["git+", "hg+", "svn+", "bzr+"].iter().any(|p| text.starts_with(p)) {
+        match bare_git(text) {
+            Some(req) => add_requirement(&req, origin, found, constraint),
+            None => found.untranslated.push(Untranslated::new(
+                origin.path,
+                origin.line,
+                text,
+                "a VCS link without `#egg=NAME` and `@REVISION`: write it as `name @ git+URL@REV` (a git \
+                 dependency, built from source)",
+            )),
+        }
+        return;
+    }
+    // A bare URL (not `httpx==0.24.0`, a name that starts with "http").
+    if text.starts_with("http://") || text.starts_with("https://") || text.starts_with("file:") {
         found.untranslated.push(Untranslated::new(
             origin.path,
             origin.line,
             text,
-            "a VCS or URL reference to something to build: build a wheel and give it as [[python.wheel]], or add the tree as a [[source]]",
+            "a URL without a project name: download the wheel and give it as [[python.wheel]] (with its sha256)",
         ));
         return;
     }
     match pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(text) {
         Ok(req) => {
             if let Some(pep508_rs::VersionOrUrl::Url(url)) = &req.version_or_url {
-                let is_wheel =
-                    url.to_string().split(['#', '?']).next().is_some_and(|p| {
-                        Path::new(p).extension().is_some_and(|e| e.eq_ignore_ascii_case("whl"))
-                    });
-                let why = if is_wheel {
+                let given = url.given().unwrap_or_default();
+                if stackbuild_recipe::git_dependency(&req).is_some() {
+                    // `name @ git+URL@REV`: a git dependency the recipe builds from source.
+                    found.add_requirement(text.trim().to_owned(), req.name.to_string(), constraint, origin);
+                    return;
+                }
+                let why = if given.starts_with("git+") {
+                    "a git dependency without a revision: pin it as `name @ git+URL@<commit or tag>`"
+                } else if given
+                    .split(['#', '?'])
+                    .next()
+                    .is_some_and(|p| Path::new(p).extension().is_some_and(|e| e.eq_ignore_ascii_case("whl")))
+                {
                     "a direct reference to a wheel: download it and give it as [[python.wheel]] (with its sha256)"
                 } else {
-                    "a direct reference to something to build (VCS or sdist): build a wheel and give it as [[python.wheel]]"
+                    "a direct reference to an archive: give it as a [[source]] with `install = \"wheel\"`, or its \
+                     release from the index (`name==VERSION`)"
                 };
                 found.untranslated.push(Untranslated::new(origin.path, origin.line, text, why));
                 return;
@@ -262,6 +299,21 @@ fn add_requirement(text: &str, origin: &Origin<'_>, found: &mut Found, constrain
             &format!("not a PEP 508 requirement: {}", e.message),
         )),
     }
+}
+
+/// `git+URL@REV#egg=NAME` as a PEP 508 git dependency (`NAME @ git+URL@REV`), when it names
+/// both.
+fn bare_git(text: &str) -> Option<String> {
+    let rest = text.strip_prefix("git+")?;
+    let (url, fragment) = rest.split_once('#').unwrap_or((rest, ""));
+    let name = fragment
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("egg="))
+        .map(|n| n.split(['[', '=', '-']).next().unwrap_or(n))
+        .filter(|n| !n.is_empty())?;
+    let req = format!("{name} @ git+{url}");
+    let parsed = pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(&req).ok()?;
+    stackbuild_recipe::git_dependency(&parsed).map(|_| req)
 }
 
 /// The file's logical lines: `\` continuations joined, comments (`#` at the start or after

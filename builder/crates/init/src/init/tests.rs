@@ -57,7 +57,8 @@ fn input_kinds_by_name() {
     ] {
         assert_eq!(input_kind(Path::new(name)), Some(kind), "{name}");
     }
-    assert_eq!(input_kind(Path::new("setup.py")), None);
+    assert_eq!(input_kind(Path::new("setup.py")), Some(InputKind::Setup));
+    assert_eq!(input_kind(Path::new("main.py")), None);
 }
 
 #[test]
@@ -70,4 +71,24 @@ fn write_new_never_replaces() {
     let link = dir.path().join("link.toml");
     std::os::unix::fs::symlink("/nonexistent", &link).unwrap();
     assert!(matches!(write_new(&link, "b"), Err(InitError::Exists { .. })));
+}
+
+#[test]
+fn comments_stay_on_their_line() {
+    assert_eq!(comment("a\n[image]\r\nname = \"x\"\u{7}"), "a [image] name = \"x\"");
+    let mut plan_text = String::from("x = 1\n# ");
+    plan_text.push_str(&comment("Because a\n  ╰─▶ b\n[python]"));
+    plan_text.push('\n');
+    let doc: toml::Table = toml::from_str(&plan_text).unwrap();
+    assert_eq!(doc.len(), 1);
+}
+
+#[test]
+fn unpinned_means_no_version_at_all() {
+    assert!(is_unpinned("markdown2[all]"));
+    assert!(is_unpinned("numpy ; python_version < \"3.12\""));
+    assert!(!is_unpinned("httpx==0.24.0"));
+    assert!(!is_unpinned("torch>=2.1"));
+    assert_eq!(pin_requirement("markdown2[all]", "2.5.4"), "markdown2[all]==2.5.4");
+    assert_eq!(pin_requirement("x ; sys_platform == 'linux'", "1"), "x==1 ; sys_platform == 'linux'");
 }
