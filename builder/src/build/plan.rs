@@ -251,19 +251,16 @@ impl Fetcher<'_> {
 }
 
 impl<'a> PlatformBuilder<'a> {
-    /// The locked wheels for this platform, checked against the base's interpreter and the
-    /// recipe; `facts` and `interpreter_base` come from the base.
     /// Refuses a base whose glibc is older than the one the lock chose wheels for: the glibc
     /// of a bootstrapped base from its `libc6` package, of any other from its layers. A base
     /// without glibc (scratch, musl) is left to the audit.
     pub(super) fn check_glibc(&self, facts: &BaseFacts) -> Result<(), BuildError> {
         let (Some(_), Some(locked)) = (&self.recipe.python, self.lock.glibc) else { return Ok(()) };
-        let found = match facts.glibc() {
-            Some(found) => Some(found),
-            None => {
-                let base: Vec<LayerBlob> = self.layers.iter().map(|(_, blob, _)| blob.clone()).collect();
-                stackbuild_image::glibc_of_layers(&base)?
-            }
+        let found = if let Some(found) = facts.glibc() {
+            Some(found)
+        } else {
+            let base: Vec<LayerBlob> = self.layers.iter().map(|(_, blob, _)| blob.clone()).collect();
+            stackbuild_image::glibc_of_layers(&base)?
         };
         match found {
             Some(found) if found < locked => {
@@ -273,6 +270,8 @@ impl<'a> PlatformBuilder<'a> {
         }
     }
 
+    /// The locked wheels for this platform, checked against the base's interpreter and the
+    /// recipe; `facts` and `interpreter_base` come from the base.
     pub(super) fn python_plan(
         &self,
         facts: &BaseFacts,

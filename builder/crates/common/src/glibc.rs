@@ -9,6 +9,25 @@
 use std::fmt;
 use std::str::FromStr;
 
+/// The `libc6` of each suite: (distribution, suite, glibc minor). Sources, one per row: the
+/// suite's `libc6` page on packages.debian.org or packages.ubuntu.com.
+const SUITES: [(&str, &str, u32); 7] = [
+    // https://packages.debian.org/buster/libc6 (2.28-10+deb10u*)
+    ("debian", "buster", 28),
+    // https://packages.debian.org/bullseye/libc6 (2.31-13+deb11u*)
+    ("debian", "bullseye", 31),
+    // https://packages.debian.org/bookworm/libc6 (2.36-9+deb12u*)
+    ("debian", "bookworm", 36),
+    // https://packages.debian.org/trixie/libc6 (2.41-12)
+    ("debian", "trixie", 41),
+    // https://packages.ubuntu.com/focal/libc6 (2.31-0ubuntu9.*)
+    ("ubuntu", "focal", 31),
+    // https://packages.ubuntu.com/jammy/libc6 (2.35-0ubuntu3.*)
+    ("ubuntu", "jammy", 35),
+    // https://packages.ubuntu.com/noble/libc6 (2.39-0ubuntu8.*)
+    ("ubuntu", "noble", 39),
+];
+
 /// A glibc version, `2.NN` (glibc has kept major version 2 since 1997).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Glibc {
@@ -25,24 +44,7 @@ impl Glibc {
     /// Sources, one per row: the `libc6` package pages of packages.debian.org and
     /// packages.ubuntu.com for each suite.
     pub fn of_suite(distro: &str, suite: &str) -> Option<Self> {
-        let minor = match (distro, suite) {
-            // https://packages.debian.org/buster/libc6 (2.28-10+deb10u*)
-            ("debian", "buster") => 28,
-            // https://packages.debian.org/bullseye/libc6 (2.31-13+deb11u*)
-            ("debian", "bullseye") => 31,
-            // https://packages.debian.org/bookworm/libc6 (2.36-9+deb12u*)
-            ("debian", "bookworm") => 36,
-            // https://packages.debian.org/trixie/libc6 (2.41-12)
-            ("debian", "trixie") => 41,
-            // https://packages.ubuntu.com/focal/libc6 (2.31-0ubuntu9.*)
-            ("ubuntu", "focal") => 31,
-            // https://packages.ubuntu.com/jammy/libc6 (2.35-0ubuntu3.*)
-            ("ubuntu", "jammy") => 35,
-            // https://packages.ubuntu.com/noble/libc6 (2.39-0ubuntu8.*)
-            ("ubuntu", "noble") => 39,
-            _ => return None,
-        };
-        Some(Self { minor })
+        SUITES.iter().find(|(d, s, _)| *d == distro && *s == suite).map(|&(_, _, minor)| Self { minor })
     }
 
     /// The version of a Debian `libc6` package (`2.36-9+deb12u9`, `2.35-0ubuntu3.8`).

@@ -18,18 +18,26 @@ const MAX_LIBC: u64 = 32 << 20;
 /// Directories glibc's `libc.so.6` lives in, below `/` or `/usr`.
 const LIB_DIRS: [&str; 4] = ["lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu", "lib64", "lib"];
 
+/// A layer entry where glibc's C library lives.
+enum LibcEntry {
+    /// `libc.so.6`: its banner (or its link's target) tells the version.
+    Soname,
+    /// `libc-2.NN.so`: its name does.
+    Versioned(Glibc),
+}
+
 /// Whether `path` (a layer entry, without leading `./` or `/`) is where a glibc `libc.so.6`
-/// (or its versioned file) lives; the version its name gives, if any.
-fn libc_entry(path: &str) -> Option<Option<Glibc>> {
+/// (or its versioned file) lives.
+fn libc_entry(path: &str) -> Option<LibcEntry> {
     let path = path.strip_prefix("usr/").unwrap_or(path);
     let (dir, name) = path.rsplit_once('/')?;
     if !LIB_DIRS.contains(&dir) {
         return None;
     }
     if name == "libc.so.6" {
-        return Some(None);
+        return Some(LibcEntry::Soname);
     }
-    Glibc::of_file_name(name).map(Some)
+    Glibc::of_file_name(name).map(LibcEntry::Versioned)
 }
 
 /// The glibc the layers (lowest first) leave in the image; `None` when none of them has a glibc
@@ -48,19 +56,18 @@ fn glibc_of_layer(blob: &LayerBlob) -> Result<Option<Glibc>, IoError> {
     let path = &blob.path;
     let err = |e| io_err("reading the layer", path)(e);
     let mut reader = BufReader::new(File::open(path).map_err(err)?);
-    let compression = match Compression::from_media_type(&blob.media_type) {
-        Some(c) => c,
-        None => {
-            let mut head = [0u8; 4];
-            let n = reader.get_mut().read(&mut head).map_err(err)?;
-            reader = BufReader::new(File::open(path).map_err(err)?);
-            if head[..n].starts_with(&[0x1f, 0x8b]) {
-                Compression::Gzip
-            } else if head[..n].starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-                Compression::Zstd
-            } else {
-                Compression::None
-            }
+    let compression = if let Some(c) = Compression::from_media_type(&blob.media_type) {
+        c
+    } else {
+        let mut head = [0u8; 4];
+        let n = reader.get_mut().read(&mut head).map_err(err)?;
+        reader = BufReader::new(File::open(path).map_err(err)?);
+        if head[..n].starts_with(&[0x1f, 0x8b]) {
+            Compression::Gzip
+        } else if head[..n].starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            Compression::Zstd
+        } else {
+            Compression::None
         }
     };
     let mut archive = tar::Archive::new(compression.decoder(reader).map_err(err)?);
@@ -69,7 +76,11 @@ fn glibc_of_layer(blob: &LayerBlob) -> Result<Option<Glibc>, IoError> {
         let mut entry = entry.map_err(err)?;
         let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
         let name = name.trim_start_matches("./").trim_start_matches('/');
-        let Some(by_name) = libc_entry(name) else { continue };
+        let Some(entry_kind) = libc_entry(name) else { continue };
+        let by_name = match entry_kind {
+            LibcEntry::Soname => None,
+            LibcEntry::Versioned(g) => Some(g),
+        };
         match entry.header().entry_type() {
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let by_banner = if entry.size() <= MAX_LIBC {
@@ -98,7 +109,10 @@ fn glibc_of_layer(blob: &LayerBlob) -> Result<Option<Glibc>, IoError> {
 mod tests {
     use super::*;
 
-    fn layer(dir: &std::path::Path, entries: &[(&str, Option<&[u8]>, Option<&str>)]) -> LayerBlob {
+    /// (path, content of a file, target of a symlink).
+    type Entry<'a> = (&'a str, Option<&'a [u8]>, Option<&'a str>);
+
+    fn layer(dir: &std::path::Path, entries: &[Entry<'_>]) -> LayerBlob {
         let path = dir.join("layer.tar");
         let mut b = tar::Builder::new(File::create(&path).unwrap());
         for (name, data, link) in entries {

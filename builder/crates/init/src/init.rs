@@ -431,7 +431,7 @@ fn requirements_folder(dir: &Path) -> Option<(Vec<PathBuf>, String)> {
             })
             .cloned()
             .collect();
-        let names = |list: &[PathBuf]| list.iter().map(|p| stem(p)).collect::<Vec<_>>().join(", ");
+        let names = |list: &[PathBuf]| list.iter().map(stem).collect::<Vec<_>>().join(", ");
         let left_out: Vec<PathBuf> = files.iter().filter(|p| !runtime.contains(p)).cloned().collect();
         let chosen = RUNTIME_STEMS
             .iter()

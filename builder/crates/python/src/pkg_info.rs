@@ -18,14 +18,14 @@ const MAX_PKG_INFO: u64 = 4 << 20;
 
 /// The `PKG-INFO` at the top of the sdist at `path` (`.tar.gz`, `.tar` or `.zip`).
 pub fn sdist_pkg_info(path: &Path) -> Result<String, String> {
-    let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    let extension = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
     let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let is_top_pkg_info = |member: &str| {
         let member = member.trim_start_matches("./");
         member.split('/').count() == 2 && member.ends_with("/PKG-INFO")
     };
     let mut bytes = Vec::new();
-    if name.ends_with(".zip") {
+    if extension == "zip" {
         let mut zip = zip::ZipArchive::new(file).map_err(|e| format!("{}: {e}", path.display()))?;
         let Some(member) = zip.file_names().find(|m| is_top_pkg_info(m)).map(str::to_owned) else {
             return Err(format!("{}: no PKG-INFO", path.display()));
@@ -33,11 +33,8 @@ pub fn sdist_pkg_info(path: &Path) -> Result<String, String> {
         let entry = zip.by_name(&member).map_err(|e| format!("{}: {e}", path.display()))?;
         entry.take(MAX_PKG_INFO).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     } else {
-        let reader: Box<dyn Read> = if name.ends_with(".tar") {
-            Box::new(file)
-        } else {
-            Box::new(flate2::read::GzDecoder::new(file))
-        };
+        let reader: Box<dyn Read> =
+            if extension == "tar" { Box::new(file) } else { Box::new(flate2::read::GzDecoder::new(file)) };
         let mut archive = tar::Archive::new(reader);
         let mut found = false;
         for entry in archive.entries().map_err(|e| format!("{}: {e}", path.display()))? {

@@ -49,8 +49,8 @@ pub fn glibc_baseline(recipe: &Recipe) -> Option<Glibc> {
     }
 }
 
-/// The `manylinux_2_NN` values uv's `--python-platform` takes (uv 0.13): 2_17, 2_28 and 2_31
-/// to 2_40. A baseline between two of them is asked as the lower one; our own selection of
+/// The `manylinux_2_NN` values uv's `--python-platform` takes (uv 0.13): `2_17`, `2_28` and
+/// `2_31` to `2_40`. A baseline between two of them is asked as the lower one; our own selection of
 /// files ([`Target::platform_tags`]) still goes up to the baseline itself.
 fn uv_manylinux(glibc: Glibc) -> u32 {
     match glibc.minor {

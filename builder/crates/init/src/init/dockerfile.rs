@@ -29,28 +29,7 @@ pub(super) fn read_file(path: &Path, found: &mut Found, project: &Path) -> Resul
         found.untranslated.push(Untranslated::new(path, 0, "(no FROM)", "not a Dockerfile"));
         return Ok(());
     };
-    // A stage `FROM <earlier stage's name>` is that stage plus its own lines: the chain back to
-    // the stage on a real image is what the image holds.
-    let stage_of = |i: usize| -> (Option<String>, Option<String>) {
-        let (_, rest) = split_instruction(&lines[starts[i]].1);
-        let words: Vec<&str> = rest.split_whitespace().filter(|w| !w.starts_with("--")).collect();
-        let image = words.first().map(|w| w.to_ascii_lowercase());
-        let alias = match words.as_slice() {
-            [_, kw, name, ..] if kw.eq_ignore_ascii_case("as") => Some(name.to_ascii_lowercase()),
-            _ => None,
-        };
-        (image, alias)
-    };
-    let mut chain = vec![starts.len() - 1];
-    while let Some(&i) = chain.last() {
-        let (image, _) = stage_of(i);
-        let parent = (0..i).rev().find(|&j| stage_of(j).1.is_some() && stage_of(j).1 == image);
-        match parent {
-            Some(j) if chain.len() < starts.len() => chain.push(j),
-            _ => break,
-        }
-    }
-    chain.reverse();
+    let chain = stage_chain(&lines, &starts);
     if starts.len() > 1 {
         let lines_of: Vec<String> = chain.iter().map(|&i| lines[starts[i]].0.to_string()).collect();
         found.decide(format!(
@@ -119,6 +98,33 @@ pub(super) fn read_file(path: &Path, found: &mut Found, project: &Path) -> Resul
         }
     }
     Ok(())
+}
+
+/// The stages the final one is made of, first to last: a stage `FROM <an earlier stage's
+/// name>` is that stage plus its own lines, back to the stage on a real image. `starts` are the
+/// indexes of the `FROM` lines in `lines`.
+fn stage_chain(lines: &[(usize, String)], starts: &[usize]) -> Vec<usize> {
+    let stage_of = |i: usize| -> (Option<String>, Option<String>) {
+        let (_, rest) = split_instruction(&lines[starts[i]].1);
+        let words: Vec<&str> = rest.split_whitespace().filter(|w| !w.starts_with("--")).collect();
+        let image = words.first().map(|w| w.to_ascii_lowercase());
+        let alias = match words.as_slice() {
+            [_, kw, name, ..] if kw.eq_ignore_ascii_case("as") => Some(name.to_ascii_lowercase()),
+            _ => None,
+        };
+        (image, alias)
+    };
+    let mut chain = vec![starts.len() - 1];
+    while let Some(&i) = chain.last() {
+        let (image, _) = stage_of(i);
+        let parent = (0..i).rev().find(|&j| stage_of(j).1.is_some() && stage_of(j).1 == image);
+        match parent {
+            Some(j) if chain.len() < starts.len() => chain.push(j),
+            _ => break,
+        }
+    }
+    chain.reverse();
+    chain
 }
 
 fn split_instruction(line: &str) -> (String, &str) {

@@ -48,40 +48,7 @@ pub(super) fn read_file(
     let dir = path.parent().unwrap_or(Path::new("."));
     let o = super::requirements::Origin { path, line: 0, dir, project: dir };
     let mut stack = Vec::new();
-    let dynamic = strings(project.and_then(|p| p.get("dynamic")));
-    if dynamic.iter().any(|d| d == "dependencies") {
-        found.dynamic_dependencies = true;
-        found.decide(format!(
-            "{}: [project] dynamic = [\"dependencies\"]: its build computes them",
-            path.display()
-        ));
-    }
-    let poetry = doc.get("tool").and_then(|t| t.get("poetry")).and_then(toml::Value::as_table);
-    let deps = if project.is_some_and(|p| p.contains_key("dependencies")) {
-        let deps = strings(project.and_then(|p| p.get("dependencies")));
-        found.decide(format!("{}: {} [project] dependencies", path.display(), deps.len()));
-        deps
-    } else if let Some(table) = poetry.and_then(|p| p.get("dependencies")).and_then(toml::Value::as_table) {
-        if let Some(name) = poetry.and_then(|p| p.get("name")).and_then(toml::Value::as_str) {
-            found.set_name(name, &format!("{}: [tool.poetry] name", path.display()));
-        }
-        if let Some(spec) = table.get("python").and_then(toml::Value::as_str) {
-            if let Some(spec) = poetry_constraint(spec) {
-                found
-                    .requires_python
-                    .push((spec, format!("{}: [tool.poetry.dependencies] python", path.display())));
-            }
-        }
-        let deps = poetry_dependencies(path, table, found);
-        found.decide(format!(
-            "{}: {} [tool.poetry.dependencies], in PEP 508 form",
-            path.display(),
-            deps.len()
-        ));
-        deps
-    } else {
-        Vec::new()
-    };
+    let deps = dependencies(path, &doc, found);
     super::requirements::read_tokens(&deps, &o, found, &mut stack, false)?;
     let optional = project.and_then(|p| p.get("optional-dependencies")).and_then(toml::Value::as_table);
     for (extra, list) in optional.into_iter().flatten() {
@@ -127,6 +94,53 @@ pub(super) fn read_file(
         }
     }
     Ok(())
+}
+
+/// The project's own dependencies: `[project] dependencies`, else poetry's table; notes a
+/// `dynamic` list (only the project's build tells it).
+fn dependencies(path: &Path, doc: &toml::Table, found: &mut Found) -> Vec<String> {
+    let project = doc.get("project").and_then(toml::Value::as_table);
+    let strings = |v: Option<&toml::Value>| -> Vec<String> {
+        v.and_then(toml::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_str().map(str::to_owned))
+            .collect()
+    };
+    let dynamic = strings(project.and_then(|p| p.get("dynamic")));
+    if dynamic.iter().any(|d| d == "dependencies") {
+        found.dynamic_dependencies = true;
+        found.decide(format!(
+            "{}: [project] dynamic = [\"dependencies\"]: its build computes them",
+            path.display()
+        ));
+    }
+    let poetry = doc.get("tool").and_then(|t| t.get("poetry")).and_then(toml::Value::as_table);
+    if project.is_some_and(|p| p.contains_key("dependencies")) {
+        let deps = strings(project.and_then(|p| p.get("dependencies")));
+        found.decide(format!("{}: {} [project] dependencies", path.display(), deps.len()));
+        deps
+    } else if let Some(table) = poetry.and_then(|p| p.get("dependencies")).and_then(toml::Value::as_table) {
+        if let Some(name) = poetry.and_then(|p| p.get("name")).and_then(toml::Value::as_str) {
+            found.set_name(name, &format!("{}: [tool.poetry] name", path.display()));
+        }
+        if let Some(spec) = table.get("python").and_then(toml::Value::as_str) {
+            if let Some(spec) = poetry_constraint(spec) {
+                found
+                    .requires_python
+                    .push((spec, format!("{}: [tool.poetry.dependencies] python", path.display())));
+            }
+        }
+        let deps = poetry_dependencies(path, table, found);
+        found.decide(format!(
+            "{}: {} [tool.poetry.dependencies], in PEP 508 form",
+            path.display(),
+            deps.len()
+        ));
+        deps
+    } else {
+        Vec::new()
+    }
 }
 
 /// Poetry's dependency table as PEP 508 requirements
