@@ -117,6 +117,13 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
         .filter(|r| stackbuild_recipe::git_dependency(r).is_none())
         .collect();
     let (index, extra_index, find_links) = plan.indexes();
+    let parse = |list: Vec<String>| -> Vec<pep508_rs::Requirement> {
+        list.iter()
+            .filter_map(|r| pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r).ok())
+            .collect()
+    };
+    let (overrides, constraints) = plan.overrides_and_constraints();
+    let (overrides, constraints) = (parse(overrides), parse(constraints));
     let (distro, suite) = plan.base();
     let glibc =
         stackbuild_common::Glibc::of_suite(distro, suite).unwrap_or(stackbuild_common::Glibc::DEFAULT);
@@ -134,6 +141,8 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
             extra_index: extra_index.clone(),
             find_links: find_links.clone(),
             bytecode: true,
+            overrides: overrides.clone(),
+            constraints: constraints.clone(),
             ..PythonSection::of(target.python.clone(), packages.clone(), None)
         };
         let metadata = stackbuild_python::PkgInfoMetadata;

@@ -169,6 +169,8 @@ pub(crate) struct Found {
     /// `(requirement, name, where)`.
     packages: Vec<(String, String, String)>,
     constraints: Vec<(String, String, String)>,
+    /// `(requirement, where)`: `[tool.uv] override-dependencies`.
+    pub(crate) overrides: Vec<(String, String)>,
     index: Option<(String, String)>,
     extra_index: Vec<String>,
     find_links: Vec<String>,
@@ -331,6 +333,7 @@ pub struct Plan {
     lock: Option<PathBuf>,
     packages: Vec<(String, String)>,
     constraints: Vec<(String, String)>,
+    overrides: Vec<(String, String)>,
     /// Requirements left unpinned, for [`Plan::pin`].
     pub unpinned: Vec<String>,
     index: Option<String>,
@@ -805,6 +808,7 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
         lock: found.lock.clone(),
         packages,
         constraints: found.constraints.iter().map(|(r, _, at)| (r.clone(), at.clone())).collect(),
+        overrides: found.overrides.clone(),
         unpinned,
         index: found.index.map(|(u, _)| u),
         extra_index: found.extra_index,
@@ -1000,6 +1004,14 @@ impl Plan {
         self.packages.iter().map(|(r, _)| r.clone()).collect()
     }
 
+    /// The recipe's overrides and constraints, for resolving as the recipe will.
+    pub fn overrides_and_constraints(&self) -> (Vec<String>, Vec<String>) {
+        (
+            self.overrides.iter().map(|(r, _)| r.clone()).collect(),
+            self.constraints.iter().map(|(r, _)| r.clone()).collect(),
+        )
+    }
+
     /// The recipe's Python version.
     pub fn python(&self) -> &str {
         &self.python
@@ -1071,6 +1083,13 @@ impl Plan {
                 let _ = writeln!(out, "  {},  # {}", q(r), comment(at));
             }
             out.push_str("]\n");
+            if !self.overrides.is_empty() {
+                out.push_str("overrides = [\n");
+                for (r, at) in &self.overrides {
+                    let _ = writeln!(out, "  {},  # {}", q(r), comment(at));
+                }
+                out.push_str("]\n");
+            }
             if !self.constraints.is_empty() {
                 out.push_str("constraints = [\n");
                 for (r, at) in &self.constraints {

@@ -341,6 +341,7 @@ pub(crate) fn compile(
     ))?;
     let requirements = dir.path().join("requirements.in");
     let constraints = dir.path().join("constraints.txt");
+    let overrides = dir.path().join("overrides.txt");
     let mut lines: Vec<String> = python
         .packages
         .iter()
@@ -358,9 +359,11 @@ pub(crate) fn compile(
     }
     let mut constraint_lines: Vec<String> = python.constraints.iter().map(ToString::to_string).collect();
     constraint_lines.extend(from_source.constraints.iter().cloned());
-    for line in lines.iter().chain(&constraint_lines) {
+    let override_lines: Vec<String> = python.overrides.iter().map(ToString::to_string).collect();
+    for line in lines.iter().chain(&constraint_lines).chain(&override_lines) {
         check_line(line)?;
     }
+    write_lines(&overrides, override_lines.into_iter()).map_err(uv_io(target, "writing", &overrides))?;
     write_lines(&requirements, lines.into_iter()).map_err(uv_io(target, "writing", &requirements))?;
     write_lines(&constraints, constraint_lines.into_iter()).map_err(uv_io(
         target,
@@ -380,6 +383,8 @@ pub(crate) fn compile(
         .arg(&requirements)
         .arg("--constraint")
         .arg(&constraints)
+        .arg("--override")
+        .arg(&overrides)
         .args(["--python-version", python.version.as_str()])
         .args(["--python-platform", &target.python_platform()])
         .args(["--only-binary", ":all:", "--generate-hashes", "--no-header", "--no-annotate"])

@@ -273,6 +273,25 @@ fn read_uv_indexes(path: &Path, tool_uv: Option<&toml::Table>, found: &mut Found
             }
         }
     }
+    // uv's `override-dependencies` and `constraint-dependencies`: the recipe's overrides and
+    // constraints.
+    let at = format!("{}: [tool.uv]", path.display());
+    for o in uv.get("override-dependencies").and_then(toml::Value::as_array).into_iter().flatten() {
+        if let Some(o) = o.as_str() {
+            found.overrides.push((o.to_owned(), format!("{at} override-dependencies")));
+        }
+    }
+    let constraints: Vec<String> = uv
+        .get("constraint-dependencies")
+        .and_then(toml::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.as_str().map(str::to_owned))
+        .collect();
+    if !constraints.is_empty() {
+        let mut stack = Vec::new();
+        super::requirements::read_tokens(&constraints, &o, found, &mut stack, true).ok();
+    }
     if let Some(url) = uv.get("index-url").and_then(toml::Value::as_str) {
         found.set_index(url.to_owned(), &o);
     }

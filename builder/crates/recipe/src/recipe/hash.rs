@@ -31,6 +31,8 @@ impl Recipe {
             version: &'a str,
             packages: Vec<String>,
             constraints: Vec<String>,
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            overrides: Vec<String>,
             index: Option<&'a str>,
             #[serde(skip_serializing_if = "<[String]>::is_empty")]
             extra_index: &'a [String],
@@ -97,6 +99,7 @@ impl Recipe {
                 version: py.version.as_str(),
                 packages: sorted(&py.packages),
                 constraints: sorted(&py.constraints),
+                overrides: sorted(&py.overrides),
                 index: py.index.as_deref(),
                 extra_index: &py.extra_index,
                 // A directory of the checkout counts as written, so moving the checkout keeps the lock.

@@ -230,6 +230,9 @@ pub struct PythonSection {
     pub packages: Vec<Requirement>,
     /// Extra constraints for the resolver.
     pub constraints: Vec<Requirement>,
+    /// Requirements that replace every requirement of their name in the graph (uv's
+    /// `--override`).
+    pub overrides: Vec<Requirement>,
     /// The index to use; `None` uses the machine's configuration.
     pub index: Option<String>,
     /// `extra_index`: more indexes (pip's and uv's `--extra-index-url`).
@@ -291,6 +294,7 @@ impl PythonSection {
             version,
             packages,
             constraints: Vec::new(),
+            overrides: Vec::new(),
             index: like.and_then(|l| l.index.clone()),
             extra_index: like.map(|l| l.extra_index.clone()).unwrap_or_default(),
             find_links: like.map(|l| l.find_links.clone()).unwrap_or_default(),

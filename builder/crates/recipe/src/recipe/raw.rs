@@ -134,6 +134,12 @@ pub(super) struct RawPython {
     #[serde(default)]
     #[schemars(with = "Vec<String>")]
     pub(super) constraints: Vec<S>,
+    /// Requirements that replace every requirement of the same name in the graph, as uv's
+    /// `--override` and `override-dependencies` do (`tensorrt ; sys_platform == 'never'` drops a
+    /// dependency; `numpy<2` lifts a bound a package declares).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub(super) overrides: Vec<S>,
     #[schemars(with = "Option<String>")]
     pub(super) index: Option<S>,
     /// More indexes, searched as pip's `--extra-index-url` and uv's are (`PyTorch`'s per-CUDA

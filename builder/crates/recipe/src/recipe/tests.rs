@@ -228,6 +228,12 @@ fn input_hash_tracks_resolution_inputs() {
     assert_ne!(with("version = \"3.11\"", "version = \"3.10\""), h);
     assert_ne!(with("\"ffmpeg\"", "\"ffmpeg\", \"git\""), h);
     assert_ne!(with("[\"linux/amd64\"]", "[\"linux/amd64\", \"linux/arm64\"]"), h);
+    // Overrides are resolution inputs; none at all hashes as before they existed.
+    let overridden =
+        text.replace("[python]\n", "[python]\noverrides = [\"tensorrt ; sys_platform == 'never'\"]\n");
+    let r = Recipe::parse(&rel, &overridden).unwrap();
+    assert_eq!(r.python.as_ref().unwrap().overrides[0].name.as_ref(), "tensorrt");
+    assert_ne!(r.input_hash(), h);
 }
 
 #[test]

@@ -49,6 +49,12 @@ pub(in crate::recipe) fn validate_python(
             constraints.push(req);
         }
     }
+    let mut overrides = Vec::new();
+    for o in &raw.overrides {
+        if let Some(req) = parse_requirement(ctx, o) {
+            overrides.push(req);
+        }
+    }
     if let Some(i) = &raw.index {
         if !is_url(i.get_ref()) {
             ctx.error(
@@ -102,6 +108,7 @@ pub(in crate::recipe) fn validate_python(
         version: version?,
         packages,
         constraints,
+        overrides,
         index: raw.index.map(Spanned::into_inner),
         extra_index: raw.extra_index.into_iter().map(Spanned::into_inner).collect(),
         find_links,
@@ -208,10 +215,10 @@ fn validate_given_lock(ctx: &mut Ctx, dir: &Path, raw: &RawPython) -> Option<Pat
                 "add the package to the project and lock again (`uv add NAME`), or drop `lock`",
             );
         }
-        if let Some(first) = raw.constraints.first() {
+        if let Some(first) = raw.constraints.first().or_else(|| raw.overrides.first()) {
             ctx.error_help(
                 first.span(),
-                "constraints have no effect with `lock = ...`: nothing is resolved",
+                "constraints and overrides have no effect with `lock = ...`: nothing is resolved",
                 "remove them, or constrain the project's own lock (`uv lock --constraint`)",
             );
         }
