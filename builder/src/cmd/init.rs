@@ -55,6 +55,9 @@ impl Args {
         let mut plan = stackbuild_init::plan(&opts)?;
         if plan.resolvable() {
             let outcome = if self.offline { Outcome::offline() } else { resolve(&plan) };
+            for note in &outcome.notes {
+                plan.decide(note.clone());
+            }
             plan.pin(outcome.resolved.as_ref(), &outcome.failed, &outcome.why_not);
             if let Some(resolved) = &outcome.resolved {
                 plan.reconcile_cuda(resolved);
@@ -91,11 +94,13 @@ struct Outcome {
     failed: BTreeMap<String, String>,
     /// Why nothing was resolved, when nothing was.
     why_not: String,
+    /// What the resolution decided that the report says.
+    notes: Vec<String>,
 }
 
 impl Outcome {
     fn offline() -> Self {
-        Self { resolved: None, failed: BTreeMap::new(), why_not: "--offline".into() }
+        Self { resolved: None, failed: BTreeMap::new(), why_not: "--offline".into(), notes: Vec::new() }
     }
 }
 
@@ -135,22 +140,28 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
     let fetch =
         stackbuild_python::SourceFetch { artifacts: scratch.path(), memo: None, cache: scratch.path() };
     let mut failed = BTreeMap::new();
+    let section_of = |packages: &[pep508_rs::Requirement], more: &[pep508_rs::Requirement]| PythonSection {
+        index: index.clone(),
+        extra_index: extra_index.clone(),
+        find_links: find_links.clone(),
+        bytecode: true,
+        overrides: overrides.clone(),
+        constraints: constraints.iter().chain(more).cloned().collect(),
+        ..PythonSection::of(target.python.clone(), packages.to_vec(), None)
+    };
+    let metadata = stackbuild_python::PkgInfoMetadata;
+    let solve = |section: &PythonSection| {
+        stackbuild_python::resolve_with_sources(section, &target, &[], &[], &metadata, fetch).map(|r| {
+            r.pins.iter().map(|p| (p.name.to_string(), p.version.to_string())).collect::<BTreeMap<_, _>>()
+        })
+    };
     for _ in 0..MAX_ROUNDS {
-        let section = PythonSection {
-            index: index.clone(),
-            extra_index: extra_index.clone(),
-            find_links: find_links.clone(),
-            bytecode: true,
-            overrides: overrides.clone(),
-            constraints: constraints.clone(),
-            ..PythonSection::of(target.python.clone(), packages.clone(), None)
-        };
-        let metadata = stackbuild_python::PkgInfoMetadata;
-        let err = match stackbuild_python::resolve_with_sources(&section, &target, &[], &[], &metadata, fetch)
-        {
-            Ok(r) => {
-                let resolved = r.pins.iter().map(|p| (p.name.to_string(), p.version.to_string())).collect();
-                return Outcome { resolved: Some(resolved), failed, why_not: String::new() };
+        let err = match solve(&section_of(&packages, &[])) {
+            Ok(mut resolved) => {
+                let notes = newest_releases(plan, index.as_deref(), &target, &mut resolved, |more| {
+                    solve(&section_of(&packages, more)).ok()
+                });
+                return Outcome { resolved: Some(resolved), failed, why_not: String::new(), notes };
             }
             Err(e) => e.to_string(),
         };
@@ -158,14 +169,113 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
         let culprits: Vec<String> =
             packages.iter().map(|r| r.name.to_string()).filter(|n| names(&err, n)).collect();
         if culprits.is_empty() || culprits.len() == packages.len() {
-            return Outcome { resolved: None, failed, why_not: reason };
+            return Outcome { resolved: None, failed, why_not: reason, notes: Vec::new() };
         }
         for name in &culprits {
             failed.insert(name.clone(), format!("the resolver left it out: {reason}"));
         }
         packages.retain(|r| !culprits.contains(&r.name.to_string()));
     }
-    Outcome { resolved: None, failed, why_not: "the resolution did not converge".into() }
+    Outcome { resolved: None, failed, why_not: "the resolution did not converge".into(), notes: Vec::new() }
+}
+
+/// Lifts the unpinned top-level packages that the resolution took older than their newest
+/// release: uv, asked for wheels only, quietly backtracks past releases that need a source
+/// build somewhere below them (hydra-core to 0.11 to avoid the sdist of antlr4, deepspeed to a
+/// 2020 wheel), where `pip install NAME` would take the newest and build. Each lagging package is
+/// asked again with `NAME>=NEWEST` (all together, else one by one); what resolves replaces
+/// `resolved`, and the report says so. Returns the notes.
+fn newest_releases(
+    plan: &stackbuild_init::Plan,
+    index: Option<&str>,
+    target: &stackbuild_python::Target,
+    resolved: &mut BTreeMap<String, String>,
+    again: impl Fn(&[pep508_rs::Requirement]) -> Option<BTreeMap<String, String>>,
+) -> Vec<String> {
+    type Lag = (String, pep508_rs::pep440_rs::Version, String);
+    let Ok(base) = index.map_or_else(stackbuild_python::configured_index, |i| Ok(i.to_owned())) else {
+        return Vec::new();
+    };
+    let Ok(mut idx) = stackbuild_python::Index::http(&base) else { return Vec::new() };
+    let python = pep508_rs::pep440_rs::Version::from_str(&format!("{}.0", target.python_minor())).ok();
+    let mut lagging: Vec<Lag> = Vec::new();
+    for name in &plan.unpinned {
+        let norm = stackbuild_python::normalize_name(name);
+        let Some(have) = resolved.get(&norm).and_then(|v| pep508_rs::pep440_rs::Version::from_str(v).ok())
+        else {
+            continue;
+        };
+        let Some(newest) = newest_release(&mut idx, &norm, python.as_ref()) else { continue };
+        if newest > have {
+            lagging.push((norm, newest, have.to_string()));
+        }
+    }
+    if lagging.is_empty() {
+        return Vec::new();
+    }
+    let floor = |(name, newest, _): &Lag| {
+        pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(&format!("{name}>={newest}")).ok()
+    };
+    let mut notes = Vec::new();
+    let all: Vec<pep508_rs::Requirement> = lagging.iter().filter_map(floor).collect();
+    let lifted: Vec<&Lag> = if let Some(r) = again(&all) {
+        *resolved = r;
+        lagging.iter().collect()
+    } else {
+        let mut kept = Vec::new();
+        let mut floors: Vec<pep508_rs::Requirement> = Vec::new();
+        // One by one, each kept only if it resolves with those kept before it.
+        for l in lagging.iter().take(12) {
+            let mut with = floors.clone();
+            with.extend(floor(l));
+            if let Some(r) = again(&with) {
+                *resolved = r;
+                floors = with;
+                kept.push(l);
+            } else {
+                notes.push(format!(
+                    "{} {}: not its newest release {}, which does not resolve with the rest for this image",
+                    l.0, l.2, l.1
+                ));
+            }
+        }
+        kept
+    };
+    for (name, newest, had) in lifted {
+        notes.push(format!(
+            "{name}: its newest release {newest}, not {had}, which a wheels-only resolution fell back to (a \
+             package below it has no wheel; the build makes one from source)"
+        ));
+    }
+    notes
+}
+
+/// The newest final release of `name` on the index whose files admit `python`.
+fn newest_release(
+    index: &mut stackbuild_python::Index,
+    name: &str,
+    python: Option<&pep508_rs::pep440_rs::Version>,
+) -> Option<pep508_rs::pep440_rs::Version> {
+    let files = index.files(name).ok()?;
+    files
+        .iter()
+        .filter(|f| !f.is_yanked())
+        .filter(|f| {
+            f.requires_python.as_deref().is_none_or(|spec| {
+                match (pep508_rs::pep440_rs::VersionSpecifiers::from_str(spec), python) {
+                    (Ok(specs), Some(py)) => specs.contains(py),
+                    _ => true,
+                }
+            })
+        })
+        .filter_map(|f| {
+            let version = stackbuild_common::parse_wheel_name(&f.filename)
+                .map(|w| w.version)
+                .or_else(|| stackbuild_common::parse_sdist_name(&f.filename).map(|(_, v)| v))?;
+            pep508_rs::pep440_rs::Version::from_str(&version.to_string()).ok()
+        })
+        .filter(|v| !v.any_prerelease() && v.local().is_empty())
+        .max()
 }
 
 /// Whether uv's message names the package `name` (as `name`, `name==1.0`, `name[extra]`),

@@ -1012,6 +1012,11 @@ impl Plan {
         )
     }
 
+    /// Adds a decision to the report.
+    pub fn decide(&mut self, text: String) {
+        self.decisions.push(text);
+    }
+
     /// The recipe's Python version.
     pub fn python(&self) -> &str {
         &self.python

@@ -113,15 +113,18 @@ impl Recipe {
                         .map_or_else(|e| format!("unreadable: {e}"), |(digest, _)| digest);
                     (rel(l), digest)
                 }),
-                no_build: {
-                    let mut v: Vec<String> = py.build.no_build.iter().map(ToString::to_string).collect();
-                    v.sort();
-                    v
-                },
+                no_build: sorted_names(&py.build.no_build),
             }),
         };
         // Serializing plain structs, strings and a BTreeMap cannot fail.
         let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
         hex::encode(Sha256::digest(&bytes))
     }
+}
+
+/// Package names as strings, sorted: their order in the recipe changes nothing.
+fn sorted_names(names: &[pep508_rs::PackageName]) -> Vec<String> {
+    let mut v: Vec<String> = names.iter().map(ToString::to_string).collect();
+    v.sort();
+    v
 }

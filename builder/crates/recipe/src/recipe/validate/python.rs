@@ -43,18 +43,10 @@ pub(in crate::recipe) fn validate_python(
         }
         packages.push(req);
     }
-    let mut constraints = Vec::new();
-    for c in &raw.constraints {
-        if let Some(req) = parse_requirement(ctx, c) {
-            constraints.push(req);
-        }
-    }
-    let mut overrides = Vec::new();
-    for o in &raw.overrides {
-        if let Some(req) = parse_requirement(ctx, o) {
-            overrides.push(req);
-        }
-    }
+    let constraints: Vec<Requirement> =
+        raw.constraints.iter().filter_map(|c| parse_requirement(ctx, c)).collect();
+    let overrides: Vec<Requirement> =
+        raw.overrides.iter().filter_map(|o| parse_requirement(ctx, o)).collect();
     if let Some(i) = &raw.index {
         if !is_url(i.get_ref()) {
             ctx.error(
