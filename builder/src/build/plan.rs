@@ -363,6 +363,8 @@ fn fetch_wheels(
         return Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect());
     }
     stackbuild_python::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;
+    // No index serves a URL dependency: from the recipe's URL, by the lock's digest.
+    stackbuild_python::fetch_url_dependencies(py, Some(&pins), &artifact_dir(cache), Some(&pip_settings_dir(cache)))?;
     let artifacts = stackbuild_python::fetch_wheels(
         &pins,
         target,

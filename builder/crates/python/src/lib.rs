@@ -7,6 +7,7 @@
 //! - `sources`: resolution with source distributions, their metadata prepared in the build
 //!   sandbox.
 //! - `pkg_info`: an sdist's `PKG-INFO`, used without a build where it is static (PEP 643).
+//! - `url_deps`: direct URL dependencies, fetched and verified by the recipe's digest.
 //! - `lock`: the lock file that pins every artifact by sha256.
 //! - `given_lock`: a lock the user brings (`uv.lock`, `pylock.toml`), installed as it is.
 //! - `pylock`: the image's Python stack as a PEP 751 `pylock.toml`, for uv and pip.
@@ -31,6 +32,7 @@ mod pkg_info;
 mod pylock;
 mod solve;
 mod sources;
+mod url_deps;
 mod wheel;
 
 pub use artifact::{Artifact, FetchError};
@@ -45,6 +47,7 @@ pub use lock::{Lock, LockError};
 pub use pkg_info::{is_static, sdist_pkg_info, PkgInfoMetadata};
 pub use pylock::{may_write, write_from_index};
 pub use solve::{glibc_baseline, resolve, targets, targets_with, Pinned, SolveError, Target};
+pub use url_deps::fetch_url_dependencies;
 pub use sources::{resolve_with_sources, tree_sdist, Project, Resolution, SdistMetadata, SourceFetch, Tree};
 pub use wheel::{
     dist_info_metadata, install_wheel_as, install_wheel_deferring, normalize_name, wheel_identity, Deferred,

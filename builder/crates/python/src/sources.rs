@@ -100,6 +100,27 @@ pub fn resolve_with_sources(
         plan.direct.push((req.name.clone(), sdist.path.clone(), sdist.sha256.clone()));
         commits.insert(req.name.clone(), commit);
     }
+    // Direct URL dependencies: the file, verified by the recipe's digest; a wheel as it is, an
+    // sdist with its metadata like any other.
+    let fail = |message: String| SolveError::Uv { target: target.clone(), message };
+    for artifact in crate::url_deps::fetch_url_dependencies(python, None, fetch.artifacts, fetch.memo)
+        .map_err(|e| fail(e.to_string()))?
+    {
+        if !stackbuild_common::is_sdist(&artifact.filename) {
+            plan.direct.push((artifact.name.clone(), artifact.path.clone(), artifact.sha256.clone()));
+            continue;
+        }
+        let text = match crate::pkg_info::sdist_pkg_info(&artifact.path) {
+            Ok(text) if crate::pkg_info::is_static(&text) => Ok(text),
+            _ => metadata.metadata(&artifact),
+        };
+        let text = text.map_err(|why| {
+            fail(format!("{} {} (a URL dependency): preparing its metadata failed: {why}", artifact.name, artifact.version))
+        })?;
+        entries.push(MetadataEntry::parse(&artifact.name, &artifact.version, &text));
+        plan.no_binary.push(artifact.name.clone());
+        plan.direct.push((artifact.name.clone(), artifact.path.clone(), artifact.sha256.clone()));
+    }
     let mut projects = std::collections::BTreeMap::new();
     for project in projects_in {
         let fail = |why: String| SolveError::Uv {
@@ -372,6 +393,13 @@ fn fetch_sdist(
     let files = index.files(name.as_ref()).map_err(|e| e.to_string())?;
     let python_version = pep440_rs::Version::from_str(&target.python.to_string()).ok();
     // The version uv's message names is a hint: when it has no sdist, the newest that has one.
+    // The ranges uv's message puts on it ("hydra-core==1.3.2 depends on
+    // antlr4-python3-runtime==4.9.*"): the newest sdist outside them would only conflict.
+    let ranges = ranges_in(message, name);
+    let in_ranges = |v: &PackageVersion| {
+        let Ok(v) = pep440_rs::Version::from_str(&v.to_string()) else { return true };
+        ranges.iter().all(|r| r.contains(&v))
+    };
     let pick = |wanted: Option<&PackageVersion>| {
         let mut best: Option<(PackageVersion, crate::index::IndexFile)> = None;
         for file in &files {
@@ -379,7 +407,7 @@ fn fetch_sdist(
             if &n != name || file.is_yanked() || !file.hashes.contains_key("sha256") {
                 continue;
             }
-            if wanted.is_some_and(|w| w != &v) {
+            if wanted.is_some_and(|w| w != &v) || (wanted.is_none() && !in_ranges(&v)) {
                 continue;
             }
             let admits = file.requires_python.as_deref().is_none_or(|spec| {
@@ -415,6 +443,31 @@ fn fetch_sdist(
     got.pop().ok_or_else(|| format!("{pin} was not fetched"))
 }
 
+/// The version ranges `message` writes right after `name` (`name==4.9.*`, `name>=1.2,<2`).
+fn ranges_in(message: &str, name: &PackageName) -> Vec<pep440_rs::VersionSpecifiers> {
+    let lower = message.to_ascii_lowercase();
+    let needle = name.to_string();
+    let mut out = Vec::new();
+    for (i, _) in lower.match_indices(&needle) {
+        let before = lower[..i].chars().next_back();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            continue;
+        }
+        let rest = &lower[i + needle.len()..];
+        if !rest.starts_with(['=', '<', '>', '!', '~']) {
+            continue;
+        }
+        let spec: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "=<>!~.*,+".contains(*c))
+            .collect();
+        if let Ok(s) = pep440_rs::VersionSpecifiers::from_str(spec.trim_end_matches([',', '.'])) {
+            out.push(s);
+        }
+    }
+    out
+}
+
 /// `V` of a requirement `==V`.
 fn exact_pin(spec: Option<&pep508_rs::VersionOrUrl<pep508_rs::VerbatimUrl>>) -> Option<PackageVersion> {
     let Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) = spec else { return None };
@@ -426,6 +479,17 @@ fn exact_pin(spec: Option<&pep508_rs::VersionOrUrl<pep508_rs::VerbatimUrl>>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ranges_uv_puts_on_a_package() {
+        let m = "Because hydra-core==1.3.2 depends on antlr4-python3-runtime==4.9.* and all versions of antlr4-python3-runtime have no usable wheels";
+        let name = PackageName::from_str("antlr4-python3-runtime").unwrap();
+        let r = ranges_in(m, &name);
+        assert_eq!(r.len(), 1);
+        assert!(r[0].contains(&pep440_rs::Version::from_str("4.9.3").unwrap()));
+        assert!(!r[0].contains(&pep440_rs::Version::from_str("4.13.2").unwrap()));
+        assert!(ranges_in("x-antlr4-python3-runtime==1", &name).is_empty());
+    }
 
     #[test]
     fn uv_names_the_packages_without_wheels() {

@@ -17,7 +17,7 @@ use stackbuild_common::Platform;
 
 mod python;
 
-pub use python::git_dependency;
+pub use python::{git_dependency, url_dependency, UrlDependency};
 pub(super) use python::validate_python;
 
 use super::raw::{

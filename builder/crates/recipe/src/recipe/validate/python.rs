@@ -278,12 +278,7 @@ fn parse_package(ctx: &mut Ctx, s: &S) -> Option<Requirement> {
         .iter()
         .find_map(|scheme| written.strip_prefix(*scheme).map(|rest| (*scheme, rest)))
     else {
-        ctx.error_help(
-            s.span(),
-            format!("`{}` names a URL that is not a git repository: packages come from the index", req.name),
-            "give a version (`name==1.2.3`), a git dependency (`name @ git+https://host/repo@REV`) or use a [[source]]",
-        );
-        return None;
+        return check_url_dependency(ctx, s, req);
     };
     let path = git.1.split(['#', '?']).next().unwrap_or_default();
     let rev = path.rsplit_once('@').map(|(_, r)| r).filter(|r| !r.is_empty() && !r.contains('/'));
@@ -296,6 +291,111 @@ fn parse_package(ctx: &mut Ctx, s: &S) -> Option<Requirement> {
         return None;
     }
     Some(req)
+}
+
+/// A direct URL dependency (`name @ https://host/path/file.whl#sha256=HEX`, a wheel or an sdist):
+/// the file must be named as its project, and the digest is required, since the lock and every
+/// build verify the file by it.
+fn check_url_dependency(ctx: &mut Ctx, s: &S, req: Requirement) -> Option<Requirement> {
+    let written = match &req.version_or_url {
+        Some(VersionOrUrl::Url(url)) => url.given().unwrap_or_default().to_owned(),
+        _ => return None,
+    };
+    let fail = |ctx: &mut Ctx, what: String, help: &str| {
+        ctx.error_help(s.span(), what, help);
+        None
+    };
+    if !(written.starts_with("https://") || written.starts_with("http://"))
+        || written.chars().any(|c| c.is_control() || c.is_whitespace())
+    {
+        return fail(
+            ctx,
+            format!("`{}` names a URL stackbuild cannot fetch: expected https:// (or http://), or git+", req.name),
+            "give a version (`name==1.2.3`), a git dependency (`name @ git+https://host/repo@REV`), a file URL \
+             with its digest (`name @ https://host/name-1.0-py3-none-any.whl#sha256=...`) or use a [[source]]",
+        );
+    }
+    if url_dependency(&req).is_none() {
+        let has_digest = written.contains("#sha256=");
+        return fail(
+            ctx,
+            if has_digest {
+                format!(
+                    "`{}`: the URL must end in a wheel or sdist file of `{}` and `#sha256=` 64 hex digits",
+                    req.name, req.name
+                )
+            } else {
+                format!("`{}`: a URL dependency needs the file's digest", req.name)
+            },
+            "append `#sha256=<the file's sha256>`: the lock and every build verify the file by it",
+        );
+    }
+    Some(req)
+}
+
+/// A direct URL dependency of [`check_url_dependency`]'s form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlDependency {
+    /// The URL, without its fragment.
+    pub url: String,
+    /// The file name (the URL's last segment, percent-decoded).
+    pub filename: String,
+    /// Lowercase hex sha256 from the `#sha256=` fragment.
+    pub sha256: String,
+    /// Whether the file is a wheel (else an sdist, built from source).
+    pub wheel: bool,
+}
+
+/// The URL, file and digest of `name @ https://host/file#sha256=HEX`, when the file is a wheel
+/// or an sdist of that project.
+pub fn url_dependency(req: &Requirement) -> Option<UrlDependency> {
+    let Some(VersionOrUrl::Url(url)) = &req.version_or_url else { return None };
+    let written = url.given()?;
+    if !(written.starts_with("https://") || written.starts_with("http://")) {
+        return None;
+    }
+    let (url, fragment) = written.split_once('#')?;
+    let sha256 = fragment.split('&').find_map(|kv| kv.strip_prefix("sha256="))?.to_ascii_lowercase();
+    if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let last = url.split('?').next()?.rsplit('/').next()?;
+    let filename = percent_decode(last)?;
+    if filename.contains(['/', '\\']) || filename.starts_with('.') {
+        return None;
+    }
+    let wheel = if let Some(w) = stackbuild_common::parse_wheel_name(&filename) {
+        if w.name != req.name {
+            return None;
+        }
+        true
+    } else {
+        let (name, _) = stackbuild_common::parse_sdist_name(&filename)?;
+        if name != req.name {
+            return None;
+        }
+        false
+    };
+    Some(UrlDependency { url: url.to_owned(), filename, sha256, wheel })
+}
+
+/// `%XX` decoded, when the result is UTF-8 without control characters.
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let text = String::from_utf8(out).ok()?;
+    (!text.chars().any(char::is_control)).then_some(text)
 }
 
 /// The git URL and revision of a git dependency (`name @ git+URL@REV`): (`URL`, `REV`).
