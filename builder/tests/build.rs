@@ -498,3 +498,71 @@ fn an_oci_base_glibc_is_read_and_checked() {
     );
     assert!(err.contains("run `stackbuild lock` again"), "{err}");
 }
+
+/// A URL dependency (`name @ http://host/file.whl#sha256=...`): locked with its digest, the
+/// lock holding no URL; installed into the image; fetched again from the recipe's URL by a
+/// build on an empty cache (no index serves it); and refused, naming the package and the URL,
+/// when the file there changed.
+#[test]
+fn a_url_dependency_is_locked_fetched_and_verified() {
+    if !have("uv") {
+        eprintln!("skipped: needs uv (run .ci/install)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let served = tmp.path().join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    let wheel = test_support::wheel::pure_wheel(
+        &served.join("tinyurl-1.0-py3-none-any.whl"),
+        "tinyurl",
+        "1.0",
+        vec![("tinyurl/__init__.py".into(), b"VALUE = 'from a URL'\n".to_vec())],
+    );
+    let sha = test_support::digest::sha256_file(&wheel).unwrap();
+    let server = test_support::server::FileServer::start(&served);
+    let url = server.url("tinyurl-1.0-py3-none-any.whl");
+    let recipe = tmp.path().join("url.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "[image]\nname = \"url\"\ntag = \"test\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\n\
+             packages = [\"tinyurl @ {url}#sha256={sha}\"]\nbytecode = false\n"
+        ),
+    )
+    .unwrap();
+    let out = tmp.path().join("img");
+    ok(&build(&recipe, &tmp.path().join("cache"), &out, &[]));
+    let lock = std::fs::read_to_string(tmp.path().join("url.toml.lock")).unwrap();
+    assert!(lock.contains("name = \"tinyurl\"") && lock.contains(&sha), "{lock}");
+    assert!(!lock.contains("://"), "a lock holds no URL: {lock}");
+    let image = stackbuild_image::read_layout(&out, Some("test")).unwrap();
+    let mut found = false;
+    for layer in &image.layers {
+        let file = std::fs::File::open(&layer.path).unwrap();
+        let reader = stackbuild_common::Compression::from_media_type(&layer.media_type)
+            .unwrap_or(stackbuild_common::Compression::None)
+            .decoder(file)
+            .unwrap();
+        let mut archive = tar::Archive::new(reader);
+        for entry in archive.entries().unwrap() {
+            let entry = entry.unwrap();
+            found |= entry.path().unwrap().ends_with("tinyurl/__init__.py");
+        }
+    }
+    assert!(found, "the URL dependency's module is in the image");
+
+    // An empty cache: the file comes from the recipe's URL again, checked by the lock's digest.
+    ok(&build(&recipe, &tmp.path().join("cache2"), &tmp.path().join("img2"), &["--locked"]));
+
+    // The file at the URL changed: refused, naming the package and where it came from.
+    test_support::wheel::pure_wheel(
+        &served.join("tinyurl-1.0-py3-none-any.whl"),
+        "tinyurl",
+        "1.0",
+        vec![("tinyurl/__init__.py".into(), b"VALUE = 'swapped'\n".to_vec())],
+    );
+    let refused = build(&recipe, &tmp.path().join("cache3"), &tmp.path().join("img3"), &["--locked"]);
+    assert!(!refused.out.status.success());
+    let err = String::from_utf8_lossy(&refused.out.stderr);
+    assert!(err.contains("tinyurl 1.0") && err.contains(&sha), "{err}");
+}

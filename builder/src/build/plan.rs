@@ -364,7 +364,12 @@ fn fetch_wheels(
     }
     stackbuild_python::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;
     // No index serves a URL dependency: from the recipe's URL, by the lock's digest.
-    stackbuild_python::fetch_url_dependencies(py, Some(&pins), &artifact_dir(cache), Some(&pip_settings_dir(cache)))?;
+    stackbuild_python::fetch_url_dependencies(
+        py,
+        Some(&pins),
+        &artifact_dir(cache),
+        Some(&pip_settings_dir(cache)),
+    )?;
     let artifacts = stackbuild_python::fetch_wheels(
         &pins,
         target,

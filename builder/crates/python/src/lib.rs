@@ -47,8 +47,8 @@ pub use lock::{Lock, LockError};
 pub use pkg_info::{is_static, sdist_pkg_info, PkgInfoMetadata};
 pub use pylock::{may_write, write_from_index};
 pub use solve::{glibc_baseline, resolve, targets, targets_with, Pinned, SolveError, Target};
-pub use url_deps::fetch_url_dependencies;
 pub use sources::{resolve_with_sources, tree_sdist, Project, Resolution, SdistMetadata, SourceFetch, Tree};
+pub use url_deps::fetch_url_dependencies;
 pub use wheel::{
     dist_info_metadata, install_wheel_as, install_wheel_deferring, normalize_name, wheel_identity, Deferred,
     InstallKey, InstalledWheel, Scheme, WheelError, DEFER_MIN,

@@ -115,7 +115,10 @@ pub fn resolve_with_sources(
             _ => metadata.metadata(&artifact),
         };
         let text = text.map_err(|why| {
-            fail(format!("{} {} (a URL dependency): preparing its metadata failed: {why}", artifact.name, artifact.version))
+            fail(format!(
+                "{} {} (a URL dependency): preparing its metadata failed: {why}",
+                artifact.name, artifact.version
+            ))
         })?;
         entries.push(MetadataEntry::parse(&artifact.name, &artifact.version, &text));
         plan.no_binary.push(artifact.name.clone());
@@ -457,10 +460,8 @@ fn ranges_in(message: &str, name: &PackageName) -> Vec<pep440_rs::VersionSpecifi
         if !rest.starts_with(['=', '<', '>', '!', '~']) {
             continue;
         }
-        let spec: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || "=<>!~.*,+".contains(*c))
-            .collect();
+        let spec: String =
+            rest.chars().take_while(|c| c.is_ascii_alphanumeric() || "=<>!~.*,+".contains(*c)).collect();
         if let Ok(s) = pep440_rs::VersionSpecifiers::from_str(spec.trim_end_matches([',', '.'])) {
             out.push(s);
         }

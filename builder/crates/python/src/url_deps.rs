@@ -22,7 +22,8 @@ pub fn fetch_url_dependencies(
     let mut chosen = Vec::new();
     for req in &python.packages {
         let Some(dep) = stackbuild_recipe::url_dependency(req) else { continue };
-        if only.is_some_and(|pins| !pins.iter().any(|p| p.name == req.name && p.hashes.contains(&dep.sha256))) {
+        if only.is_some_and(|pins| !pins.iter().any(|p| p.name == req.name && p.hashes.contains(&dep.sha256)))
+        {
             continue;
         }
         let version = if dep.wheel {
@@ -49,5 +50,7 @@ pub fn fetch_url_dependencies(
     }
     // The recipe is what names these URLs; errors say "[python] packages".
     let label = Path::new("[python] packages");
-    crate::given_lock::fetch(label, &chosen, dest, &|| crate::download::Config::for_lock_urls(python.sources(), memo))
+    crate::given_lock::fetch(label, &chosen, dest, &|| {
+        crate::download::Config::for_lock_urls(python.sources(), memo)
+    })
 }

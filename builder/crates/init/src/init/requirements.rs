@@ -270,7 +270,9 @@ fn add_requirement(text: &str, origin: &Origin<'_>, found: &mut Found, constrain
         Ok(req) => {
             if let Some(pep508_rs::VersionOrUrl::Url(url)) = &req.version_or_url {
                 let given = url.given().unwrap_or_default();
-                if stackbuild_recipe::git_dependency(&req).is_some() {
+                if stackbuild_recipe::git_dependency(&req).is_some()
+                    || stackbuild_recipe::url_dependency(&req).is_some()
+                {
                     // `name @ git+URL@REV`: a git dependency the recipe builds from source.
                     found.add_requirement(text.trim().to_owned(), req.name.to_string(), constraint, origin);
                     return;
@@ -282,10 +284,11 @@ fn add_requirement(text: &str, origin: &Origin<'_>, found: &mut Found, constrain
                     .next()
                     .is_some_and(|p| Path::new(p).extension().is_some_and(|e| e.eq_ignore_ascii_case("whl")))
                 {
-                    "a direct reference to a wheel: download it and give it as [[python.wheel]] (with its sha256)"
+                    "a direct reference to a wheel without its digest: append `#sha256=<its sha256>` to the URL (a \
+                     URL dependency, verified by it)"
                 } else {
-                    "a direct reference to an archive: give it as a [[source]] with `install = \"wheel\"`, or its \
-                     release from the index (`name==VERSION`)"
+                    "a direct reference to an archive without its digest: append `#sha256=<its sha256>` to the URL \
+                     (a URL dependency, built from source), or take its release from the index (`name==VERSION`)"
                 };
                 found.untranslated.push(Untranslated::new(origin.path, origin.line, text, why));
                 return;

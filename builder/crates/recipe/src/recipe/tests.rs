@@ -322,3 +322,36 @@ fn the_checked_in_schema_is_the_generated_one() {
         assert!(properties.contains_key(key), "{key}");
     }
 }
+
+#[test]
+fn url_dependencies_need_their_digest_and_their_own_file() {
+    let sha = "ab".repeat(32);
+    let recipe = |pkg: &str| {
+        format!("[image]\nname = \"u\"\n[base]\nscratch = true\n[python]\nversion = \"3.11\"\npackages = [\"{pkg}\"]\n")
+    };
+    let ok = Recipe::parse(
+        "r.toml",
+        &recipe(&format!("tiny @ https://h.example/w/tiny-1.0-py3-none-any.whl#sha256={sha}")),
+    )
+    .unwrap();
+    let dep = url_dependency(&ok.python.unwrap().packages[0]).unwrap();
+    assert_eq!(
+        (dep.filename.as_str(), dep.wheel, dep.sha256 == sha),
+        ("tiny-1.0-py3-none-any.whl", true, true)
+    );
+    let sdist =
+        Recipe::parse("r.toml", &recipe(&format!("tiny @ https://h.example/tiny-1.0.tar.gz#sha256={sha}")))
+            .unwrap();
+    assert!(!url_dependency(&sdist.python.unwrap().packages[0]).unwrap().wheel);
+    for (bad, said) in [
+        ("tiny @ https://h.example/tiny-1.0-py3-none-any.whl".to_owned(), "needs the file's digest"),
+        (
+            format!("tiny @ https://h.example/other-1.0-py3-none-any.whl#sha256={sha}"),
+            "must end in a wheel or sdist file of `tiny`",
+        ),
+        (format!("tiny @ file:///tmp/tiny-1.0.tar.gz#sha256={sha}"), "a URL stackbuild cannot fetch"),
+    ] {
+        let e = Recipe::parse("r.toml", &recipe(&bad)).unwrap_err().to_string();
+        assert!(e.contains(said), "{bad}: {e}");
+    }
+}

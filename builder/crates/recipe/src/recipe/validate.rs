@@ -17,8 +17,8 @@ use stackbuild_common::Platform;
 
 mod python;
 
-pub use python::{git_dependency, url_dependency, UrlDependency};
 pub(super) use python::validate_python;
+pub use python::{git_dependency, url_dependency, UrlDependency};
 
 use super::raw::{
     RawBase, RawBuild, RawCuda, RawHost, RawImage, RawPatch, RawPython, RawSource, RawWheel, S,
