@@ -397,11 +397,13 @@ fn fetch_sdist(
     let python_version = pep440_rs::Version::from_str(&target.python.to_string()).ok();
     // The version uv's message names is a hint: when it has no sdist, the newest that has one.
     // The ranges uv's message puts on it ("hydra-core==1.3.2 depends on
-    // antlr4-python3-runtime==4.9.*"): the newest sdist outside them would only conflict.
+    // antlr4-python3-runtime==4.9.*", and the ranges of releases it found: "only ... <4.9.dev0,
+    // >=4.9,<=4.9.3, >4.10.dev0 are available"): the sdist in the most of them, the newest of
+    // those; the newest outside the one a dependent asks for would only conflict.
     let ranges = ranges_in(message, name);
-    let in_ranges = |v: &PackageVersion| {
-        let Ok(v) = pep440_rs::Version::from_str(&v.to_string()) else { return true };
-        ranges.iter().all(|r| r.contains(&v))
+    let score = |v: &PackageVersion| {
+        let Ok(v) = pep440_rs::Version::from_str(&v.to_string()) else { return 0 };
+        ranges.iter().filter(|r| r.contains(&v)).count()
     };
     let pick = |wanted: Option<&PackageVersion>| {
         let mut best: Option<(PackageVersion, crate::index::IndexFile)> = None;
@@ -410,7 +412,7 @@ fn fetch_sdist(
             if &n != name || file.is_yanked() || !file.hashes.contains_key("sha256") {
                 continue;
             }
-            if wanted.is_some_and(|w| w != &v) || (wanted.is_none() && !in_ranges(&v)) {
+            if wanted.is_some_and(|w| w != &v) {
                 continue;
             }
             let admits = file.requires_python.as_deref().is_none_or(|spec| {
@@ -419,7 +421,7 @@ fn fetch_sdist(
                     _ => true,
                 }
             });
-            if admits && best.as_ref().is_none_or(|(b, _)| &v > b) {
+            if admits && best.as_ref().is_none_or(|(b, _)| (score(&v), &v) > (score(b), b)) {
                 best = Some((v, file.clone()));
             }
         }
