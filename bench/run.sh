@@ -51,7 +51,7 @@ usage: bench/run.sh [--recipe PATH] [--source NAME=DIR]... [--change OLD=NEW] [-
                     [--with-load]
                     [--out FILE] [--keep]
 
-  --recipe PATH     recipe to build (default recipes/dreamzero.toml, with
+  --recipe PATH     recipe to build (default recipes/dreamzero-cu121.toml, with
                     --source dreamzero=recipes/stand-in/dreamzero unless --source is given)
   --source NAME=DIR a local tree for a recipe source (repeatable; git sources need one)
   --change OLD=NEW  the pin changed for the one-package-changed builds
@@ -73,7 +73,7 @@ EOF
 }
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-recipe=$repo/recipes/dreamzero.toml
+recipe=$repo/recipes/dreamzero-cu121.toml
 sources=()
 change="safetensors==0.4.1=safetensors==0.4.2"
 quick=0
@@ -103,7 +103,7 @@ while (($#)); do
     *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
   esac
 done
-if ((${#sources[@]} == 0)) && [[ $recipe == "$repo/recipes/dreamzero.toml" ]]; then
+if ((${#sources[@]} == 0)) && [[ $recipe == "$repo/recipes/dreamzero"*.toml ]]; then
   sources=("dreamzero=$repo/recipes/stand-in/dreamzero")
 fi
 [[ $change == *==*=*==* ]] || { echo "--change wants OLD=NEW pins, e.g. six==1.16.0=six==1.17.0" >&2; exit 2; }

@@ -411,7 +411,7 @@ fn claim_selects_exactly_the_devices_the_hook_allows() {
                 }
                 let verdict = hook_on(probe, id, &set);
                 let picked = selects(&programs, &device.cel(stackbuild_k8s::DOMAIN));
-                if label.starts_with("dreamzero.toml") || label.starts_with("images/dreamzero") {
+                if label.starts_with("dreamzero-cu121.toml") || label.starts_with("images/dreamzero") {
                     let key =
                         format!("{label} | {host}: {}", if picked { "selected" } else { "not selected" });
                     dreamzero.entry(key).or_default().push(format!("{id} {}", device.strings["productName"]));
@@ -577,7 +577,8 @@ fn write_image(dir: &Path, env: &[String]) -> String {
 #[test]
 fn printed_claims_validate_strictly() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, reqs) = recipe_requirements().into_iter().find(|(l, _)| l.starts_with("dreamzero.toml")).unwrap();
+    let (_, reqs) =
+        recipe_requirements().into_iter().find(|(l, _)| l.starts_with("dreamzero-cu121.toml")).unwrap();
     let env: Vec<String> = reqs.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let image = write_image(&dir.path().join("dreamzero"), &env);
     let bin = test_support::tools::binary("stackbuild");

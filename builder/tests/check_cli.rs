@@ -118,7 +118,8 @@ fn resolution_shows_unpinned_nvjitlink() {
 fn the_project_recipes_pass() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes");
     for (name, expect) in [
-        ("dreamzero", "NVIDIA_REQUIRE_CUDA=cuda>=12.1 driver>=525.60.13"),
+        ("dreamzero-cu121", "NVIDIA_REQUIRE_CUDA=cuda>=12.1 driver>=525.60.13"),
+        ("dreamzero", "NVIDIA_REQUIRE_CUDA=cuda>=12.8 driver>=525.60.13"),
         ("rtx40-workstation", "STACKBUILD_REQUIRE_DRIVER=driver>=535.129.03"),
         ("wsl2", "STACKBUILD_REQUIRE_PLATFORM=platform=wsl2"),
         ("a100-cluster", "NVIDIA_REQUIRE_CUDA=cuda>=11.8 driver>=450.80.02"),

@@ -192,14 +192,14 @@ fn the_dreamzero_pylock_passes_uv_pip_and_packaging() {
     }
     let dir = tempfile::tempdir().unwrap();
     let recipes = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes");
-    for name in ["dreamzero.toml", "dreamzero.toml.lock"] {
+    for name in ["dreamzero-cu121.toml", "dreamzero-cu121.toml.lock"] {
         std::fs::copy(recipes.join(name), dir.path().join(name)).unwrap();
     }
     let pylock = dir.path().join("pylock.toml");
     let out = Command::new(env!("CARGO_BIN_EXE_stackbuild"))
         .args(["lock", "--locked", "--pylock"])
         .arg(&pylock)
-        .arg(dir.path().join("dreamzero.toml"))
+        .arg(dir.path().join("dreamzero-cu121.toml"))
         .env("STACKBUILD_CACHE", dir.path().join("cache"))
         .env("STACKBUILD_LOG", "warn")
         .output()
@@ -211,10 +211,10 @@ fn the_dreamzero_pylock_passes_uv_pip_and_packaging() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     // Nothing was resolved: the checked-in lock is what was written from.
     assert_eq!(
-        std::fs::read(dir.path().join("dreamzero.toml.lock")).unwrap(),
-        std::fs::read(recipes.join("dreamzero.toml.lock")).unwrap()
+        std::fs::read(dir.path().join("dreamzero-cu121.toml.lock")).unwrap(),
+        std::fs::read(recipes.join("dreamzero-cu121.toml.lock")).unwrap()
     );
-    let mut want: Vec<String> = locked_packages(&dir.path().join("dreamzero.toml.lock"))
+    let mut want: Vec<String> = locked_packages(&dir.path().join("dreamzero-cu121.toml.lock"))
         .into_iter()
         .map(|(name, version, _)| format!("{name}=={version}"))
         .collect();

@@ -154,7 +154,7 @@ impl PlatformBuilder<'_> {
         let builder = WheelBuilder::new(self.cache, &root, &settings, &target, &resolve);
         for i in sdists {
             if py.wheels[i].commit.is_some() || py.wheels[i].source.is_some() {
-                self.tree_sdist(python, &py.wheels[i])?;
+                self.tree_sdist(python, &mut py.wheels[i])?;
             }
             let wanted: Vec<&Wheel> = vec![&py.wheels[i]];
             let fetched = py.fetcher().fetch(self.cache, &wanted)?;
@@ -227,13 +227,48 @@ impl PlatformBuilder<'_> {
 
 impl PlatformBuilder<'_> {
     /// Makes the tar of a git dependency's locked commit, or of a project's tree, where the cache
-    /// lacks it, and checks it is the file the lock pins.
-    fn tree_sdist(&self, python: &PythonSection, w: &Wheel) -> Result<(), BuildError> {
-        let name = &w.pin.name;
+    /// lacks it, and checks it is the file the lock pins. A project whose `[[source]]` is given
+    /// another tree by `--source NAME=DIR` is built from that tree instead: its own file stands
+    /// in for the locked one, while its dependencies stay the lock's (resolved from the recipe's
+    /// tree), so a stand-in tree still gets the image the whole dependency set.
+    fn tree_sdist(&self, python: &PythonSection, w: &mut Wheel) -> Result<(), BuildError> {
+        let name = w.pin.name.clone();
+        let name = &name;
+        let cache_root = [self.cache.root()];
+        if let Some(dir) = w.source.as_ref().and_then(|s| self.opts.source_overrides.get(s)) {
+            let fetch = stackbuild_python::SourceFetch {
+                artifacts: &artifact_dir(self.cache),
+                memo: None,
+                cache: self.cache.root(),
+            };
+            let tree = stackbuild_python::Tree::Path { path: dir, exclude: &cache_root };
+            let made =
+                stackbuild_python::tree_sdist(name, tree, Some(&w.pin.version), fetch).map_err(|e| {
+                    BuildError::Unsupported(format!(
+                        "--source {}={}: {e}",
+                        w.source.as_deref().unwrap_or_default(),
+                        dir.display()
+                    ))
+                })?;
+            if made.sha256 != w.sha256 {
+                tracing::info!(
+                    "{name} {}: built from the --source tree {} (its sha256 {}; the lock's tree has {}); its \
+                     dependencies are the lock's",
+                    w.pin.version,
+                    dir.display(),
+                    made.sha256,
+                    w.sha256
+                );
+                w.pin.hashes = vec![made.sha256.clone()];
+                w.sha256 = made.sha256;
+                w.filename = made.filename;
+                w.size = made.size;
+            }
+            return Ok(());
+        }
         if artifact_dir(self.cache).join(&w.sha256).join(&w.filename).is_file() {
             return Ok(());
         }
-        let cache_root = [self.cache.root()];
         let git;
         let (tree, what) = if let Some(source) = &w.source {
             let src = self.recipe.sources.iter().find(|s| &s.name == source && s.install_wheel).ok_or_else(|| {
