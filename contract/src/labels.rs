@@ -25,6 +25,14 @@ pub const HOST_ERROR: &str = "stackbuild.io/host.error";
 /// their devices fail or get the wrong ones) or `incomplete` (devices the host has are missing);
 /// absent without one. Pods whose GPUs come through CDI (DRA, `cdi-cri`) need `current`.
 pub const HOST_CDI: &str = "stackbuild.io/host.cdi";
+/// How many containers (or processes outside any) map driver libraries of another version than
+/// the loaded module (`0` when none): after a driver upgrade they fail with "Driver/library
+/// version mismatch" until restarted; a node with a nonzero count wants draining. Absent without
+/// a loaded driver.
+pub const HOST_DRIFT: &str = "stackbuild.io/host.drift";
+/// `true` when `systemctl daemon-reload` can take GPUs away from running containers (systemd
+/// cgroups, NVIDIA nodes without a `/dev/char` link); absent otherwise.
+pub const HOST_DAEMON_RELOAD_EXPOSED: &str = "stackbuild.io/host.daemon-reload-exposed";
 /// `linux`, `wsl2` or `jetson`.
 pub const PLATFORM: &str = "stackbuild.io/platform";
 /// The machine as the hook compares it (`x86_64`, `aarch64`), lowercase.

@@ -44,7 +44,9 @@
 
 mod compat;
 mod devices;
+mod drift;
 mod driver;
+pub use drift::daemon_reload_at_start;
 mod freshness;
 mod given;
 mod gpus;
@@ -168,6 +170,9 @@ pub fn doctor(host_root: &Path, requires: &[String], gpus: &str, json: bool, col
     request.sources =
         vec![GpuSource { source: "command-line", devices: vec![format!("--gpus {gpus}")], counted: true }];
     let mut d = diagnose(&probe, &request);
+    // What breaks in containers already running: driver libraries of another version, and the
+    // daemon-reload loss.
+    d = d.with(drift::findings(&probe));
     // The host's CDI specs: what containers given GPUs through CDI would get.
     let specs = crate::cdi::load(host_root, &[]).unwrap_or_default();
     if !specs.is_empty() {

@@ -162,7 +162,14 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     let mut checked = Request::from_container(&request);
     checked.given = given;
     checked.sources = sources;
-    let diagnosis = diagnose::diagnose(&host, &checked);
+    // A privileged container may use every device: nothing for systemd to take away.
+    let gpu_nodes_in_spec = checked.given.has_gpu_nodes() || !nodes_count;
+    let systemd_cgroup = bundle_config.linux.as_ref().is_some_and(crate::oci::Linux::systemd_cgroup);
+    let diagnosis = diagnose::diagnose(&host, &checked).with(diagnose::daemon_reload_at_start(
+        &host,
+        systemd_cgroup,
+        gpu_nodes_in_spec,
+    ));
     let mut text = String::new();
     let (stack, stack_note) = match stack {
         Some(Ok(s)) => (s, None),

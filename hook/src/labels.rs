@@ -95,6 +95,13 @@ pub fn node_labels(probe: &HostProbe) -> BTreeMap<String, String> {
             put(HOST_CDI, state.to_owned());
         }
     }
+    if let Some(module) = &probe.driver {
+        let scan = crate::drift::scan(probe, &module.value.to_string());
+        put(HOST_DRIFT, scan.containers().len().to_string());
+    }
+    if !crate::drift::exposure(probe).is_empty() {
+        put(HOST_DAEMON_RELOAD_EXPOSED, "true".to_owned());
+    }
     put(PLATFORM, probe.platform.name().to_owned());
     if let Some(machine) = &facts.machine {
         put(MACHINE, machine.to_ascii_lowercase());

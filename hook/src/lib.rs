@@ -17,6 +17,9 @@
 //! - [`oci`]: the runtime's state on stdin and the bundle's `config.json`.
 //! - [`runtime`]: the runc wrapper for Docker and containerd (adds the hook on `create`).
 //! - [`install`]: wiring the hook into Docker, Podman, CRI-O and containerd.
+//! - [`drift`]: what breaks in running containers after they started: driver libraries of
+//!   another version than the module (after a driver upgrade), and the hosts where
+//!   `systemctl daemon-reload` takes GPUs away.
 //! - [`labels`]: Kubernetes node labels from a probe, for node affinity on image requirements.
 //! - [`record`]: `doctor --record`/`labels --record`: host facts from `nvidia-smi`, which the hook
 //!   reads back (the hook itself never runs a program).
@@ -25,6 +28,7 @@ pub mod atomic;
 pub mod cdi;
 pub use stackcontract as contract;
 pub mod diagnose;
+pub mod drift;
 #[cfg(any(test, feature = "fixture"))]
 pub mod fixture;
 pub mod given;

@@ -117,13 +117,29 @@ pub struct Config {
     pub linux: Option<Linux>,
 }
 
-/// `linux` of `config.json`: only its device list is read.
+/// `linux` of `config.json`: its device list and its cgroups path are read.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub struct Linux {
     /// Device nodes the runtime creates in the container (runtime-spec `config-linux.md`
     /// "Devices"): where CDI edits, `--device` and privileged containers put theirs.
     #[serde(default)]
     pub devices: Vec<Device>,
+    /// `cgroupsPath`: `slice:prefix:name` when systemd manages the container's cgroup (runc's
+    /// and crun's systemd cgroup driver), a path otherwise.
+    #[serde(default, rename = "cgroupsPath")]
+    pub cgroups_path: Option<String>,
+}
+
+impl Linux {
+    /// Whether systemd manages the container's cgroup: runc and crun take a `cgroupsPath` of
+    /// the form `slice:prefix:name` only with their systemd driver (runc `libcontainer/specconv`,
+    /// "systemd cgroup path").
+    pub fn systemd_cgroup(&self) -> bool {
+        self.cgroups_path.as_deref().is_some_and(|p| {
+            let parts: Vec<&str> = p.split(':').collect();
+            parts.len() == 3 && !p.starts_with('/') && parts[2].len() <= 1024
+        })
+    }
 }
 
 /// One entry of `linux.devices`.

@@ -255,3 +255,31 @@ fn wsl2_and_jetson_gpus_given_through_their_nodes_are_checked() {
         assert!(r.out.stderr.contains("machine=riscv64"), "{}", r.out.stderr);
     }
 }
+
+/// The daemon-reload loss, warned at start: a container whose GPUs a runtime hook adds (the
+/// environment asks, `linux.devices` has none) under systemd's cgroup driver, on a host whose
+/// nodes have no `/dev/char` link. It starts (a warning), and the report says why and what to do;
+/// the same container given its GPU as a device node (CDI) gets no warning.
+#[test]
+fn a_legacy_gpu_container_under_systemd_cgroups_is_warned_about_daemon_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("host");
+    let host = Preset::Healthy.build(&root).unwrap();
+    if !host.real_device_nodes() {
+        eprintln!("skipped: mknod is not permitted here, so the fixture has no device nodes");
+        return;
+    }
+    std::fs::create_dir_all(root.join("sys/fs/cgroup")).unwrap();
+    std::fs::write(root.join("sys/fs/cgroup/cgroup.controllers"), "cpu memory\n").unwrap();
+    std::fs::create_dir_all(root.join("run/systemd/system")).unwrap();
+    let config = |cgroups: &str| {
+        json!({ "ociVersion": "1.0.2", "process": { "env": ["NVIDIA_VISIBLE_DEVICES=0"] },
+                "root": { "path": "rootfs" }, "linux": { "cgroupsPath": cgroups } })
+    };
+    let legacy = run_built(&root, dir.path(), &config("system.slice:docker:c1"), &json!({}));
+    assert_eq!(legacy.out.code, 0, "{}", legacy.out.stderr);
+    assert!(codes(&legacy).contains(&"L2-DAEMON-RELOAD-EXPOSED".to_owned()), "{:?}", codes(&legacy));
+    // The cgroupfs driver: systemd never rewrites its device rules.
+    let cgroupfs = run_built(&root, dir.path(), &config("/docker/c1"), &json!({}));
+    assert!(!codes(&cgroupfs).contains(&"L2-DAEMON-RELOAD-EXPOSED".to_owned()), "{:?}", codes(&cgroupfs));
+}
