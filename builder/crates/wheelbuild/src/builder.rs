@@ -14,7 +14,7 @@ use stackbuild_python::{Artifact, Scheme, Target};
 use crate::error::{io, WheelBuildError};
 use crate::frontend::{Hook, DRIVER};
 pub use crate::root::BuildRoot;
-use crate::sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BWRAP_ARGS};
+use crate::sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BWRAP_ARGS, KERNEL_FS};
 use crate::sdist::{self, BuildSystem};
 
 /// How an environment is laid out (`env/site`, `env/bin`, the CUDA development names): part of
@@ -165,7 +165,7 @@ pub struct BuiltWheelKey<'a> {
     /// The frontend's code.
     driver: String,
     /// The sandbox's options and where the build directory is (paths are compiled in).
-    sandbox: (&'static [&'static str], &'static str),
+    sandbox: (&'static [&'static str], &'static [&'static str], &'static str),
 }
 
 /// Builds packages from source for one target on one build root.
@@ -341,7 +341,7 @@ impl<'a> WheelBuilder<'a> {
                 build_system: &prepared.system,
                 env,
                 driver: hex::encode(sha2::Sha256::digest(DRIVER)),
-                sandbox: (&BWRAP_ARGS, BUILD_DIR),
+                sandbox: (&BWRAP_ARGS, &KERNEL_FS, BUILD_DIR),
             },
         )
     }

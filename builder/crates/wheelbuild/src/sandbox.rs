@@ -37,8 +37,12 @@ pub const BUILD_UID: u32 = 65534;
 const TAIL_LINES: usize = 25;
 
 /// bwrap's options besides the mounts: part of a built wheel's key.
-pub(crate) const BWRAP_ARGS: [&str; 6] =
-    ["--unshare-all", "--die-with-parent", "--new-session", "--proc", "/proc", "--dev"];
+pub(crate) const BWRAP_ARGS: [&str; 3] = ["--unshare-all", "--die-with-parent", "--new-session"];
+
+/// The kernel's file systems, mounted after the build root (bwrap applies its operations in
+/// order, so a root bound at `/` after them would hide them: torch opens `/dev/urandom` when it
+/// is imported, which a no-isolation build does). Part of a built wheel's key.
+pub(crate) const KERNEL_FS: [&str; 4] = ["--proc", "/proc", "--dev", "/dev"];
 
 /// Why a sandboxed run failed.
 #[derive(Debug, thiserror::Error)]
@@ -130,13 +134,14 @@ impl Sandbox {
         // unsafe code, which `pre_exec` would need): `RLIMIT_AS` for memory, no core files.
         let mut cmd = Command::new("prlimit");
         cmd.arg(format!("--as={}", self.memory)).arg("--core=0").args(["--", "bwrap"]);
-        cmd.args(BWRAP_ARGS).arg("/dev");
+        cmd.args(BWRAP_ARGS);
         for mount in &self.root {
             match mount {
                 Mount::ReadOnly(host, inside) => cmd.arg("--ro-bind").arg(host).arg(inside),
                 Mount::Symlink(target, inside) => cmd.args(["--symlink", target, inside]),
             };
         }
+        cmd.args(KERNEL_FS);
         cmd.arg("--bind").arg(&self.build_dir).arg(BUILD_DIR);
         for mount in &self.over_build {
             match mount {
