@@ -45,7 +45,10 @@ path, args = sys.argv[1], sys.argv[2:]
 c = json.load(open(path))
 c["process"]["args"] = args
 c["process"]["terminal"] = False
-c["root"]["readonly"] = True
+# A writable /tmp, as every engine gives a container (tempfile, dill and ray need one).
+if not any(m["destination"] == "/tmp" for m in c["mounts"]):
+    c["mounts"].append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+                        "options": ["nosuid", "nodev", "mode=1777"]})
 json.dump(c, open(path, "w"), indent=1)
 PY
   runc run --bundle "$out/bundle" "dz-proof-$$" 2>&1 || true
@@ -55,6 +58,8 @@ echo "== torch"
 run python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version(), "available", torch.cuda.is_available())'
 echo "== dreamzero-server --help"
 run dreamzero-server --help
+echo "== the packages DreamZero imports"
+run python3 -c 'import groot, hydra, deepspeed, evdev, transformers, diffusers, ray, datasets, pyarrow, rerun, antlr4, cv2, PyQt6.QtGui; print("imported")'
 echo "== import every module of groot"
 run python3 -c '
 import importlib, pkgutil, sys, traceback
