@@ -44,10 +44,12 @@ pub use fetch::{fetch_wheels, import_local_wheels};
 pub use given_lock::{fetch, Chosen, GivenLock, GivenLockError};
 pub use index::{configured_index, Index, IndexError, IndexFile};
 pub use lock::{Lock, LockError};
-pub use pkg_info::{is_static, sdist_pkg_info, PkgInfoMetadata};
+pub use pkg_info::{is_static, sdist_pkg_info};
 pub use pylock::{may_write, write_from_index};
 pub use solve::{glibc_baseline, resolve, targets, targets_with, Pinned, SolveError, Target};
-pub use sources::{resolve_with_sources, tree_sdist, Project, Resolution, SdistMetadata, SourceFetch, Tree};
+pub use sources::{
+    resolve_with_sources, tree_sdist, PkgInfoMetadata, Project, Resolution, SdistMetadata, SourceFetch, Tree,
+};
 pub use url_deps::fetch_url_dependencies;
 pub use wheel::{
     dist_info_metadata, install_wheel_as, install_wheel_deferring, normalize_name, wheel_identity, Deferred,

@@ -10,9 +10,6 @@
 use std::io::Read;
 use std::path::Path;
 
-use crate::artifact::Artifact;
-use crate::sources::SdistMetadata;
-
 /// The largest `PKG-INFO` read (a long description is part of it).
 const MAX_PKG_INFO: u64 = 4 << 20;
 
@@ -78,17 +75,6 @@ pub fn is_static(pkg_info: &str) -> bool {
         }
     }
     version.is_some_and(|v| v >= (2, 2)) && !dynamic
-}
-
-/// An sdist's metadata as its `PKG-INFO` says, static or not: for a first look at a project
-/// (`stackbuild init` pinning its top-level packages), never for a lock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PkgInfoMetadata;
-
-impl SdistMetadata for PkgInfoMetadata {
-    fn metadata(&self, sdist: &Artifact) -> Result<String, String> {
-        sdist_pkg_info(&sdist.path)
-    }
 }
 
 #[cfg(test)]

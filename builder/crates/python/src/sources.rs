@@ -31,6 +31,17 @@ pub trait SdistMetadata {
     fn metadata(&self, sdist: &Artifact) -> Result<String, String>;
 }
 
+/// An sdist's metadata as its `PKG-INFO` says, static or not: for a first look at a project
+/// (`stackbuild init` pinning its top-level packages, `stackbuild check`), never for a lock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PkgInfoMetadata;
+
+impl SdistMetadata for PkgInfoMetadata {
+    fn metadata(&self, sdist: &Artifact) -> Result<String, String> {
+        crate::pkg_info::sdist_pkg_info(&sdist.path)
+    }
+}
+
 /// Where sdists are fetched to and from.
 #[derive(Clone, Copy)]
 pub struct SourceFetch<'a> {
