@@ -1,4 +1,4 @@
-//! The DreamZero image's host contract, end to end on fixture hosts: the requirements
+//! The `DreamZero` image's host contract, end to end on fixture hosts: the requirements
 //! `stackbuild check` derives for `recipes/dreamzero.toml` from its committed lock (what the
 //! build writes into the image), judged by the hook's own diagnosis. It allows the image on the
 //! seed's host (driver 535.104.05, an H100: CUDA 12.8 wheels run there under minor-version
@@ -28,7 +28,7 @@ fn requirements() -> Vec<(String, String)> {
 /// The hook's findings on `spec`'s GPU 0 for the image: (blocked, codes, remedies).
 fn judge(
     dir: &std::path::Path,
-    spec: FixtureSpec,
+    spec: &FixtureSpec,
     reqs: &[(String, String)],
 ) -> (bool, Vec<String>, Vec<String>) {
     let host = spec.build(dir).unwrap();
@@ -53,19 +53,19 @@ fn the_dreamzero_contract_on_fixture_hosts() {
     let tmp = tempfile::tempdir().unwrap();
 
     // The seed's host: driver 535.104.05 (CUDA 12.2), an H100 (9.0).
-    let (blocked, codes, _) = judge(&tmp.path().join("seed"), FixtureSpec::healthy_h100(), &reqs);
+    let (blocked, codes, _) = judge(&tmp.path().join("seed"), &FixtureSpec::healthy_h100(), &reqs);
     assert!(!blocked, "the seed's host refuses it: {codes:?}");
 
     // A driver below the minimum: 470 (CUDA 11.4) cannot run CUDA 12 wheels at all.
     let old = FixtureSpec::healthy_h100().driver("470.256.02");
-    let (blocked, codes, remedies) = judge(&tmp.path().join("r470"), old, &reqs);
+    let (blocked, codes, remedies) = judge(&tmp.path().join("r470"), &old, &reqs);
     assert!(blocked, "a 470 driver is allowed");
     assert!(codes.iter().any(|c| c.ends_with("-REQUIREMENT")), "{codes:?}");
     assert!(remedies.iter().any(|r| r.contains("525.60.13") || r.contains("driver")), "{remedies:?}");
 
     // A GPU its kernels lack: a Tesla P100 (6.0) under torch 2.8's cubins for 7.0 and up.
     let pascal = FixtureSpec::healthy_h100().gpus_of(1, 0x15f8, "Tesla P100-PCIE-16GB");
-    let (blocked, codes, remedies) = judge(&tmp.path().join("p100"), pascal, &reqs);
+    let (blocked, codes, remedies) = judge(&tmp.path().join("p100"), &pascal, &reqs);
     assert!(blocked, "a compute capability 6.0 GPU is allowed");
     assert!(codes.iter().any(|c| c.contains("ARCH") || c.ends_with("-REQUIREMENT")), "{codes:?}");
     assert!(!remedies.is_empty(), "a refusal without a remedy: {codes:?}");

@@ -519,8 +519,8 @@ fn a_url_dependency_is_locked_fetched_and_verified() {
         vec![("tinyurl/__init__.py".into(), b"VALUE = 'from a URL'\n".to_vec())],
     );
     let sha = test_support::digest::sha256_file(&wheel).unwrap();
-    let server = test_support::server::FileServer::start(&served);
-    let url = server.url("tinyurl-1.0-py3-none-any.whl");
+    let files = test_support::server::FileServer::start(&served);
+    let url = files.url("tinyurl-1.0-py3-none-any.whl");
     let recipe = tmp.path().join("url.toml");
     std::fs::write(
         &recipe,

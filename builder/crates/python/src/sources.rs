@@ -111,30 +111,7 @@ pub fn resolve_with_sources(
         plan.direct.push((req.name.clone(), sdist.path.clone(), sdist.sha256.clone()));
         commits.insert(req.name.clone(), commit);
     }
-    // Direct URL dependencies: the file, verified by the recipe's digest; a wheel as it is, an
-    // sdist with its metadata like any other.
-    let fail = |message: String| SolveError::Uv { target: target.clone(), message };
-    for artifact in crate::url_deps::fetch_url_dependencies(python, None, fetch.artifacts, fetch.memo)
-        .map_err(|e| fail(e.to_string()))?
-    {
-        if !stackbuild_common::is_sdist(&artifact.filename) {
-            plan.direct.push((artifact.name.clone(), artifact.path.clone(), artifact.sha256.clone()));
-            continue;
-        }
-        let text = match crate::pkg_info::sdist_pkg_info(&artifact.path) {
-            Ok(text) if crate::pkg_info::is_static(&text) => Ok(text),
-            _ => metadata.metadata(&artifact),
-        };
-        let text = text.map_err(|why| {
-            fail(format!(
-                "{} {} (a URL dependency): preparing its metadata failed: {why}",
-                artifact.name, artifact.version
-            ))
-        })?;
-        entries.push(MetadataEntry::parse(&artifact.name, &artifact.version, &text));
-        plan.no_binary.push(artifact.name.clone());
-        plan.direct.push((artifact.name.clone(), artifact.path.clone(), artifact.sha256.clone()));
-    }
+    url_packages(python, target, metadata, fetch, &mut plan, &mut entries)?;
     let mut projects = std::collections::BTreeMap::new();
     for project in projects_in {
         let fail = |why: String| SolveError::Uv {
@@ -206,6 +183,41 @@ pub fn resolve_with_sources(
         plan.config = Some(write_config(&dir, &entries, target)?);
     }
     compile(python, target, prefer, &plan).map(|pins| Resolution { pins, commits, projects })
+}
+
+/// Direct URL dependencies: the file, verified by the recipe's digest; a wheel as it is, an sdist
+/// with its metadata like any other.
+fn url_packages(
+    python: &PythonSection,
+    target: &Target,
+    metadata: &dyn SdistMetadata,
+    fetch: SourceFetch<'_>,
+    plan: &mut FromSource,
+    entries: &mut Vec<MetadataEntry>,
+) -> Result<(), SolveError> {
+    let fail = |message: String| SolveError::Uv { target: target.clone(), message };
+    for artifact in crate::url_deps::fetch_url_dependencies(python, None, fetch.artifacts, fetch.memo)
+        .map_err(|e| fail(e.to_string()))?
+    {
+        if !stackbuild_common::is_sdist(&artifact.filename) {
+            plan.direct.push((artifact.name.clone(), artifact.path.clone(), artifact.sha256.clone()));
+            continue;
+        }
+        let text = match crate::pkg_info::sdist_pkg_info(&artifact.path) {
+            Ok(text) if crate::pkg_info::is_static(&text) => Ok(text),
+            _ => metadata.metadata(&artifact),
+        };
+        let text = text.map_err(|why| {
+            fail(format!(
+                "{} {} (a URL dependency): preparing its metadata failed: {why}",
+                artifact.name, artifact.version
+            ))
+        })?;
+        entries.push(MetadataEntry::parse(&artifact.name, &artifact.version, &text));
+        plan.no_binary.push(artifact.name.clone());
+        plan.direct.push((artifact.name.clone(), artifact.path.clone(), artifact.sha256.clone()));
+    }
+    Ok(())
 }
 
 /// The `uv.toml` that hands uv the metadata of every sdist.
