@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 /// The `libc6` of each suite: (distribution, suite, glibc minor). Sources, one per row: the
 /// suite's `libc6` page on packages.debian.org or packages.ubuntu.com.
-const SUITES: [(&str, &str, u32); 7] = [
+const SUITES: [(&str, &str, u32); 8] = [
     // https://packages.debian.org/buster/libc6 (2.28-10+deb10u*)
     ("debian", "buster", 28),
     // https://packages.debian.org/bullseye/libc6 (2.31-13+deb11u*)
@@ -20,6 +20,8 @@ const SUITES: [(&str, &str, u32); 7] = [
     ("debian", "bookworm", 36),
     // https://packages.debian.org/trixie/libc6 (2.41-12)
     ("debian", "trixie", 41),
+    // https://packages.ubuntu.com/bionic/libc6 (2.27-3ubuntu1.*): below manylinux_2_28
+    ("ubuntu", "bionic", 27),
     // https://packages.ubuntu.com/focal/libc6 (2.31-0ubuntu9.*)
     ("ubuntu", "focal", 31),
     // https://packages.ubuntu.com/jammy/libc6 (2.35-0ubuntu3.*)
@@ -116,6 +118,7 @@ mod tests {
         assert_eq!(Glibc::of_suite("debian", "trixie"), Some(Glibc { minor: 41 }));
         assert_eq!(Glibc::of_suite("ubuntu", "jammy"), Some(Glibc { minor: 35 }));
         assert_eq!(Glibc::of_suite("ubuntu", "noble"), Some(Glibc { minor: 39 }));
+        assert_eq!(Glibc::of_suite("ubuntu", "bionic"), Some(Glibc { minor: 27 }));
         assert_eq!(Glibc::of_suite("debian", "sid"), None);
         assert_eq!(Glibc::of_deb_version("2.36-9+deb12u9"), Some(Glibc { minor: 36 }));
         assert_eq!(Glibc::of_deb_version("2.35-0ubuntu3.8"), Some(Glibc { minor: 35 }));

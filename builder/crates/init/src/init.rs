@@ -370,6 +370,7 @@ const PYTHONS: [(&str, &str, &str); 5] = [
 /// The `python3` of a release, when init knows it.
 fn release_python(suite: &str) -> Option<&'static str> {
     match suite {
+        "bionic" => Some("3.6"),
         "focal" => Some("3.8"),
         _ => PYTHONS.iter().find(|(_, _, s)| *s == suite).map(|(v, _, _)| *v),
     }

@@ -200,6 +200,7 @@ fn read_from(rest: &str, origin: &Origin<'_>, found: &mut Found) {
     let repo =
         repo.trim_start_matches("docker.io/").trim_start_matches("library/").trim_start_matches("nvcr.io/");
     let ubuntu = |v: &str| match v {
+        "18.04" => Some("bionic"),
         "20.04" => Some("focal"),
         "22.04" => Some("jammy"),
         "24.04" => Some("noble"),
@@ -262,7 +263,7 @@ fn read_from(rest: &str, origin: &Origin<'_>, found: &mut Found) {
                 "its conda Python and packages; the recipe installs torch's wheel on a Debian base instead",
             ));
         }
-        "ubuntu" => match ubuntu(tag).or_else(|| ["focal", "jammy", "noble"].into_iter().find(|s| *s == tag)) {
+        "ubuntu" => match ubuntu(tag).or_else(|| ["bionic", "focal", "jammy", "noble"].into_iter().find(|s| *s == tag)) {
             Some(suite) => found.distro = Some(("ubuntu".into(), suite.into(), format!("{at}: FROM {image}"))),
             None => found.untranslated.push(Untranslated::new(origin.path, origin.line, &format!("FROM {image}"), "an Ubuntu release this init does not know")),
         },
