@@ -113,7 +113,12 @@ const MAX_ROUNDS: usize = 6;
 /// resolver names as the cause of a failure is left out and said once, with uv's reason, so
 /// that the others are still pinned.
 fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
-    let Ok(version) = plan.python().parse() else { return Outcome::offline() };
+    let Ok(version) = plan.python().parse() else {
+        return Outcome {
+            why_not: format!("Python {:?} is not a version", plan.python()),
+            ..Outcome::offline()
+        };
+    };
     let mut packages: Vec<pep508_rs::Requirement> = plan
         .requirements()
         .iter()
