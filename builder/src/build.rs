@@ -61,14 +61,13 @@ pub enum BuildError {
     },
     /// The base's glibc is older than the one the lock chose wheels for.
     #[error(
-        "the lock chose wheels for glibc {locked} (manylinux_2_{locked_minor}), but the base has glibc {found}; \
-         run `stackbuild lock` again to choose wheels this base runs"
+        "the lock chose wheels for glibc {locked} (manylinux_2_{minor}), but the base has glibc {found}; \
+         run `stackbuild lock` again to choose wheels this base runs",
+        minor = .locked.minor
     )]
     GlibcBelowLock {
         /// The lock's glibc.
         locked: stackbuild_common::Glibc,
-        /// Its minor version, for the wheel tag.
-        locked_minor: u32,
         /// The base's.
         found: stackbuild_common::Glibc,
     },

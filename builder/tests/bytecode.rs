@@ -4,10 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 mod common;
-use common::{build_ok as build, debian_builds_ready, have, six_patch, Built, BOOKWORM_PYTHON};
+use common::{
+    build_ok as build, debian_builds_ready, have, runc_output, six_patch, unpack_bundle, Built,
+    BOOKWORM_PYTHON,
+};
 use test_support::digest::sha256_hex;
 
 fn recipe(dir: &Path, bytecode: &str) -> PathBuf {
@@ -63,30 +65,6 @@ fn pyc_hashes(dir: &Path) -> BTreeMap<PathBuf, String> {
     out
 }
 
-fn unpack(layout: &Path, bundle: &Path) {
-    let out = Command::new("umoci")
-        .args(["unpack", "--image"])
-        .arg(format!("{}:test", layout.display()))
-        .arg(bundle)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "umoci unpack: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn run_in(bundle: &Path, args: &[&str]) -> String {
-    let config_path = bundle.join("config.json");
-    let mut config: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
-    config["process"]["terminal"] = false.into();
-    config["process"]["args"] = serde_json::json!(args);
-    std::fs::write(&config_path, serde_json::to_vec(&config).unwrap()).unwrap();
-    let id = format!("stackbuild-bytecode-{}", std::process::id());
-    let out = Command::new("runc").arg("run").arg("--bundle").arg(bundle).arg(&id).output().unwrap();
-    let _ = Command::new("runc").args(["delete", "--force", &id]).output();
-    assert!(out.status.success(), "runc run: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 #[test]
 fn hash_based_bytecode_the_same_in_two_caches_and_never_rewritten() {
     if !debian_builds_ready(&["unshare"]) {
@@ -121,7 +99,7 @@ fn hash_based_bytecode_the_same_in_two_caches_and_never_rewritten() {
         return;
     }
     let bundle = tmp.path().join("bundle");
-    unpack(&layout, &bundle);
+    unpack_bundle(&layout, "test", &bundle);
     let site = bundle.join("rootfs/usr/local/lib/python3.11/dist-packages");
     let pyc = site.join("__pycache__/six.cpython-311.pyc");
     let bytes = std::fs::read(&pyc).unwrap();
@@ -133,8 +111,9 @@ fn hash_based_bytecode_the_same_in_two_caches_and_never_rewritten() {
     // A fresh container imports the modules: the patched text runs, and no .pyc is written or
     // rewritten (a stale or mismatched one would be recompiled and written back).
     let before = pyc_hashes(&bundle.join("rootfs"));
-    let printed = run_in(
+    let printed = runc_output(
         &bundle,
+        "stackbuild-bytecode",
         &["python3", "-c", "import six, idna, idna.core; print(six.__version__, idna.core.__name__)"],
     );
     assert_eq!(printed, "1.16.0+patched idna.core");

@@ -33,7 +33,8 @@ const DRIVER_LIBRARIES: [&str; 2] = ["libcuda.so.", "libnvidia-ml.so."];
 pub struct StaleProcess {
     /// Its pid (in the host's pid namespace).
     pub pid: u32,
-    /// `/proc/<pid>/comm`.
+    /// `/proc/<pid>/comm`, as read (reports quote it through `Evidence`, which escapes control
+    /// characters).
     pub comm: String,
     /// The library as mapped (`/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.54.03 (deleted)`).
     pub library: String,
@@ -101,8 +102,8 @@ pub fn scan(probe: &HostProbe, module: &str) -> DriftScan {
         let cgroup = fs.read_text(&format!("proc/{pid}/cgroup"), 16 << 10).unwrap_or_default();
         out.stale.push(StaleProcess {
             pid,
-            comm: printable(&comm),
-            library: printable(&library),
+            comm,
+            library,
             version,
             container: container_id(&cgroup),
             pod: pod_uid(&cgroup),
@@ -173,10 +174,6 @@ fn pod_uid(cgroup: &str) -> Option<String> {
         }
     }
     None
-}
-
-fn printable(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() { '?' } else { c }).take(256).collect()
 }
 
 /// Whether GPUs can vanish from running containers at `systemctl daemon-reload`: the host's
@@ -322,9 +319,7 @@ mod host_tests {
         }
         let p = crate::probe::probe(&root);
         assert!(super::exposure(&p).is_empty(), "cgroup v1 or no systemd: not exposed");
-        std::fs::create_dir_all(root.join("sys/fs/cgroup")).unwrap();
-        std::fs::write(root.join("sys/fs/cgroup/cgroup.controllers"), "cpu io memory pids\n").unwrap();
-        std::fs::create_dir_all(root.join("run/systemd/system")).unwrap();
+        host.systemd_cgroup2().unwrap();
         let p = crate::probe::probe(&root);
         let exposed = super::exposure(&p);
         assert!(exposed.iter().any(|n| n == "/dev/nvidia0"), "{exposed:?}");

@@ -447,6 +447,14 @@ impl FixtureHost {
     pub fn real_device_nodes(&self) -> bool {
         self.real_device_nodes
     }
+
+    /// Makes the host one whose cgroups systemd manages on the unified hierarchy: cgroup v2's
+    /// `cgroup.controllers` and systemd's `run/systemd/system` (what `sd_booted()` checks).
+    pub fn systemd_cgroup2(&self) -> std::io::Result<()> {
+        std::fs::create_dir_all(self.root.join("sys/fs/cgroup"))?;
+        std::fs::write(self.root.join("sys/fs/cgroup/cgroup.controllers"), "cpu io memory pids\n")?;
+        std::fs::create_dir_all(self.root.join("run/systemd/system"))
+    }
 }
 
 #[cfg(test)]

@@ -256,18 +256,37 @@ impl<'a> PlatformBuilder<'a> {
     /// without glibc (scratch, musl) is left to the audit.
     pub(super) fn check_glibc(&self, facts: &BaseFacts) -> Result<(), BuildError> {
         let (Some(_), Some(locked)) = (&self.recipe.python, self.lock.glibc) else { return Ok(()) };
-        let found = if let Some(found) = facts.glibc() {
-            Some(found)
-        } else {
-            let base: Vec<LayerBlob> = self.layers.iter().map(|(_, blob, _)| blob.clone()).collect();
-            stackbuild_image::glibc_of_layers(&base)?
-        };
+        let found = if let Some(found) = facts.glibc() { Some(found) } else { self.layers_glibc()? };
         match found {
-            Some(found) if found < locked => {
-                Err(BuildError::GlibcBelowLock { locked, locked_minor: locked.minor, found })
-            }
+            Some(found) if found < locked => Err(BuildError::GlibcBelowLock { locked, found }),
             _ => Ok(()),
         }
+    }
+
+    /// The glibc of the layers so far (the base's), read from its `libc.so.6` once per set of
+    /// layers and remembered in the cache: a no-change rebuild on a multi-GB OCI base must not
+    /// decompress it again.
+    fn layers_glibc(&self) -> Result<Option<stackbuild_common::Glibc>, BuildError> {
+        #[derive(serde::Serialize)]
+        struct BaseGlibcKey<'k> {
+            /// The base's layers, lowest first: what the answer depends on.
+            diff_ids: Vec<&'k str>,
+        }
+        let diff_ids = self.layers.iter().map(|(_, blob, _)| blob.diff_id.as_str()).collect();
+        let key = LayerKey::of("base-glibc", &BaseGlibcKey { diff_ids });
+        let path = self.cache.root().join("facts").join(format!("base-glibc-{}", key.as_hex()));
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            // `none`: the base has no glibc (scratch, musl).
+            return Ok(text.trim().parse().ok());
+        }
+        let base: Vec<LayerBlob> = self.layers.iter().map(|(_, blob, _)| blob.clone()).collect();
+        let found = stackbuild_image::glibc_of_layers(&base)?;
+        let text = found.map_or_else(|| "none".to_owned(), |g| g.to_string());
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+        }
+        stackbuild_common::write_atomic(&path, text.as_bytes()).map_err(io("writing", &path))?;
+        Ok(found)
     }
 
     /// The locked wheels for this platform, checked against the base's interpreter and the

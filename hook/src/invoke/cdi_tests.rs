@@ -269,9 +269,7 @@ fn a_legacy_gpu_container_under_systemd_cgroups_is_warned_about_daemon_reload() 
         eprintln!("skipped: mknod is not permitted here, so the fixture has no device nodes");
         return;
     }
-    std::fs::create_dir_all(root.join("sys/fs/cgroup")).unwrap();
-    std::fs::write(root.join("sys/fs/cgroup/cgroup.controllers"), "cpu memory\n").unwrap();
-    std::fs::create_dir_all(root.join("run/systemd/system")).unwrap();
+    host.systemd_cgroup2().unwrap();
     let config = |cgroups: &str| {
         json!({ "ociVersion": "1.0.2", "process": { "env": ["NVIDIA_VISIBLE_DEVICES=0"] },
                 "root": { "path": "rootfs" }, "linux": { "cgroupsPath": cgroups } })

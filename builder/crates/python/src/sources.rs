@@ -164,12 +164,7 @@ pub fn resolve_with_sources(
                 "{name} {}: no wheel for {target}; resolving its source distribution",
                 sdist.version
             );
-            // Static metadata (PEP 643) is used as it is: no build.
-            let text = match crate::pkg_info::sdist_pkg_info(&sdist.path) {
-                Ok(text) if crate::pkg_info::is_static(&text) => Ok(text),
-                _ => metadata.metadata(&sdist),
-            };
-            let text = text.map_err(|why| SolveError::Uv {
+            let text = sdist_metadata(metadata, &sdist).map_err(|why| SolveError::Uv {
                 target: target.clone(),
                 message: format!(
                     "{name} {} has no wheel for {target}; preparing its metadata failed: {why}",
@@ -183,6 +178,15 @@ pub fn resolve_with_sources(
         plan.config = Some(write_config(&dir, &entries, target)?);
     }
     compile(python, target, prefer, &plan).map(|pins| Resolution { pins, commits, projects })
+}
+
+/// The metadata of a downloaded sdist: its `PKG-INFO` where that is static (PEP 643), used as it
+/// is with no build; else what `metadata` prepares.
+fn sdist_metadata(metadata: &dyn SdistMetadata, sdist: &Artifact) -> Result<String, String> {
+    match crate::pkg_info::sdist_pkg_info(&sdist.path) {
+        Ok(text) if crate::pkg_info::is_static(&text) => Ok(text),
+        _ => metadata.metadata(sdist),
+    }
 }
 
 /// Direct URL dependencies: the file, verified by the recipe's digest; a wheel as it is, an sdist
@@ -203,11 +207,7 @@ fn url_packages(
             plan.direct.push((artifact.name.clone(), artifact.path.clone(), artifact.sha256.clone()));
             continue;
         }
-        let text = match crate::pkg_info::sdist_pkg_info(&artifact.path) {
-            Ok(text) if crate::pkg_info::is_static(&text) => Ok(text),
-            _ => metadata.metadata(&artifact),
-        };
-        let text = text.map_err(|why| {
+        let text = sdist_metadata(metadata, &artifact).map_err(|why| {
             fail(format!(
                 "{} {} (a URL dependency): preparing its metadata failed: {why}",
                 artifact.name, artifact.version

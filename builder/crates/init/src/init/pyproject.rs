@@ -38,13 +38,6 @@ pub(super) fn read_file(
     if !with_dependencies {
         return Ok(());
     }
-    let strings = |v: Option<&toml::Value>| -> Vec<String> {
-        v.and_then(toml::Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|x| x.as_str().map(str::to_owned))
-            .collect()
-    };
     let dir = path.parent().unwrap_or(Path::new("."));
     let o = super::requirements::Origin { path, line: 0, dir, project: dir };
     let mut stack = Vec::new();
@@ -100,13 +93,6 @@ pub(super) fn read_file(
 /// `dynamic` list (only the project's build tells it).
 fn dependencies(path: &Path, doc: &toml::Table, found: &mut Found) -> Vec<String> {
     let project = doc.get("project").and_then(toml::Value::as_table);
-    let strings = |v: Option<&toml::Value>| -> Vec<String> {
-        v.and_then(toml::Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|x| x.as_str().map(str::to_owned))
-            .collect()
-    };
     let dynamic = strings(project.and_then(|p| p.get("dynamic")));
     if dynamic.iter().any(|d| d == "dependencies") {
         found.dynamic_dependencies = true;
@@ -143,6 +129,15 @@ fn dependencies(path: &Path, doc: &toml::Table, found: &mut Found) -> Vec<String
     }
 }
 
+/// The strings of a TOML array (other items, and a value that is not an array, give none).
+fn strings(v: Option<&toml::Value>) -> Vec<String> {
+    v.and_then(toml::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_str().map(str::to_owned))
+        .collect()
+}
+
 /// Poetry's dependency table as PEP 508 requirements
 /// (<https://python-poetry.org/docs/dependency-specification/>): version constraints with `^`
 /// and `~`, tables with `version`, `extras` and `markers`; `optional` ones are extras, left out
@@ -172,13 +167,7 @@ fn poetry_dependencies(path: &Path, table: &toml::Table, found: &mut Found) -> V
                     ));
                     continue;
                 }
-                let extras: Vec<String> = t
-                    .get("extras")
-                    .and_then(toml::Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|e| e.as_str().map(str::to_owned))
-                    .collect();
+                let extras = strings(t.get("extras"));
                 let markers = t.get("markers").and_then(toml::Value::as_str).map(str::to_owned);
                 (t.get("version").and_then(toml::Value::as_str).unwrap_or("*").to_owned(), extras, markers)
             }
@@ -276,18 +265,10 @@ fn read_uv_indexes(path: &Path, tool_uv: Option<&toml::Table>, found: &mut Found
     // uv's `override-dependencies` and `constraint-dependencies`: the recipe's overrides and
     // constraints.
     let at = format!("{}: [tool.uv]", path.display());
-    for o in uv.get("override-dependencies").and_then(toml::Value::as_array).into_iter().flatten() {
-        if let Some(o) = o.as_str() {
-            found.overrides.push((o.to_owned(), format!("{at} override-dependencies")));
-        }
+    for o in strings(uv.get("override-dependencies")) {
+        found.overrides.push((o, format!("{at} override-dependencies")));
     }
-    let constraints: Vec<String> = uv
-        .get("constraint-dependencies")
-        .and_then(toml::Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.as_str().map(str::to_owned))
-        .collect();
+    let constraints = strings(uv.get("constraint-dependencies"));
     if !constraints.is_empty() {
         let mut stack = Vec::new();
         super::requirements::read_tokens(&constraints, &o, found, &mut stack, true).ok();
@@ -295,19 +276,15 @@ fn read_uv_indexes(path: &Path, tool_uv: Option<&toml::Table>, found: &mut Found
     if let Some(url) = uv.get("index-url").and_then(toml::Value::as_str) {
         found.set_index(url.to_owned(), &o);
     }
-    for url in uv.get("extra-index-url").and_then(toml::Value::as_array).into_iter().flatten() {
-        if let Some(url) = url.as_str() {
-            found.add_extra_index(url.to_owned(), &o);
-        }
+    for url in strings(uv.get("extra-index-url")) {
+        found.add_extra_index(url, &o);
     }
-    for links in uv.get("find-links").and_then(toml::Value::as_array).into_iter().flatten() {
-        if let Some(l) = links.as_str() {
-            found.find_links.push(if l.contains("://") {
-                l.to_owned()
-            } else {
-                origin_dir.join(l).to_string_lossy().into_owned()
-            });
-        }
+    for l in strings(uv.get("find-links")) {
+        found.find_links.push(if l.contains("://") {
+            l
+        } else {
+            origin_dir.join(l).to_string_lossy().into_owned()
+        });
     }
     if let Some(sources) = uv.get("sources").and_then(toml::Value::as_table) {
         for (package, source) in sources {
