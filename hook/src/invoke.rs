@@ -88,7 +88,6 @@ pub struct Report<'a> {
 
 /// Runs one hook invocation. Never panics on bad input: any error blocks (fail closed) under
 /// `enforce`, with a message saying what was wrong.
-#[allow(clippy::too_many_lines)] // the hook's one pass: read, fast path, probe, verdict, report
 pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     let started = Instant::now();
     let state = match State::read(stdin) {
@@ -107,6 +106,22 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     // Annotations from the state (the runtime's view) and from config.json (the bundle's).
     let mut annotations = bundle_config.annotations.clone();
     annotations.extend(state.annotations.clone());
+    let rootfs = bundle_config.rootfs(&bundle);
+    judge(id, &bundle_config, &annotations, rootfs.as_deref(), config, started)
+}
+
+/// The decision on one container from its spec: what the hook does once it has read the
+/// bundle, and what the NRI plugin does with the container NRI hands it (`rootfs` absent: NRI
+/// shows no root filesystem at creation, so the image's own `stack.json` is not read there).
+#[allow(clippy::too_many_lines)] // the hook's one pass: fast path, probe, verdict, report
+pub fn judge(
+    id: &str,
+    bundle_config: &Config,
+    annotations: &BTreeMap<String, String>,
+    rootfs: Option<&Path>,
+    config: &HookConfig,
+    started: Instant,
+) -> HookOutcome {
     let mount_devices = bundle_config.volume_mount_devices();
     let privileged = bundle_config.privileged();
 
@@ -119,7 +134,7 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     } else {
         probe::char_majors(&config.host_root)
     };
-    let mut given = Given::read(&bundle_config, &annotations, &majors);
+    let mut given = Given::read(bundle_config, annotations, &majors);
     let nodes_count = !given.by_privilege(privileged);
     let mut host = None;
     let mut given_selection = given.annotated_selection();
@@ -130,7 +145,7 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
     }
     let request = match ContainerRequest::for_start(
         bundle_config.env(),
-        &annotations,
+        annotations,
         &mount_devices,
         given_selection,
         privileged,
@@ -151,9 +166,9 @@ pub fn run(stdin: impl Read, config: &HookConfig) -> HookOutcome {
         return HookOutcome { code: 0, stderr: String::new() };
     }
 
-    let stack = bundle_config.rootfs(&bundle).map(|root| read_stack(&root));
+    let stack = rootfs.map(read_stack);
     let host = host.unwrap_or_else(|| probe::probe(&config.host_root));
-    let env_value = environment_value(&bundle_config, &mount_devices);
+    let env_value = environment_value(bundle_config, &mount_devices);
     let sources = given.sources(env_value.as_ref().map(|(v, m)| (v.as_str(), *m)), Some(&host), nodes_count);
     if !nodes_count {
         given.nodes.clear();

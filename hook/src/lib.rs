@@ -35,6 +35,7 @@ pub mod given;
 pub mod install;
 pub mod invoke;
 pub mod labels;
+pub mod nri;
 pub mod oci;
 pub mod probe;
 pub mod record;

@@ -7,6 +7,7 @@ mod doctor;
 mod hook;
 mod install;
 mod labels;
+mod nri;
 pub(crate) mod runtime;
 
 /// Checks, at container start, that a GPU host satisfies what the image needs.
@@ -34,6 +35,10 @@ enum Command {
     /// adds the hook to the bundle's config.json, then execs runc with the same arguments.
     #[command(after_help = examples::RUNTIME)]
     Runtime(runtime::Args),
+    /// Run as an NRI plugin: the same checks at `CreateContainer`, on containerd 1.7+ and CRI-O
+    /// 1.26+, with no runtime handler, RuntimeClass or change to the runtime's configuration.
+    #[command(after_help = examples::NRI)]
+    Nri(nri::Args),
     /// Wire the hook into an engine: docker, podman, crio or containerd.
     #[command(after_help = examples::INSTALL)]
     Install(install::Args),
@@ -61,6 +66,9 @@ mod examples {
   stackhook labels --format nfd    the same as a Node Feature Discovery features file";
     pub(super) const RUNTIME: &str = "Examples:
   stackhook runtime create --bundle DIR ID   (Docker and containerd run this) runc with the hook added";
+    pub(super) const NRI: &str = "Examples:
+  stackhook nri                                   register on /var/run/nri/nri.sock as 10-stackhook
+  stackhook nri --host-root /host --policy warn   in a DaemonSet, logging what it would refuse";
     pub(super) const INSTALL: &str = "Examples:
   sudo stackhook install podman       a hooks.d file for Podman and CRI-O
   sudo stackhook install docker       the stackhook runtime in Docker's daemon.json
@@ -80,6 +88,7 @@ const EXAMPLES: &str = "Examples:
   sudo stackhook install podman                 a hooks.d file for Podman and CRI-O (also docker, crio, containerd)
   sudo stackhook uninstall podman               remove what install added
   stackhook cdi check                           the CDI specs in /etc/cdi and /var/run/cdi against this host
+  stackhook nri                                 refuse GPU containers at CreateContainer through NRI
   stackhook hook < state.json                   (the runtime runs this) check one container's start
   stackhook runtime create ...                  (Docker and containerd run this) runc with the hook added";
 
@@ -100,6 +109,7 @@ impl Cli {
             Command::Install(args) | Command::Uninstall(args) => args.anchor(cwd),
             Command::Labels(args) => args.anchor(cwd),
             Command::Cdi(args) => args.anchor(cwd),
+            Command::Nri(args) => args.anchor(cwd),
             Command::GenerateDocs(args) => args.dir = cwd.join(&args.dir),
             Command::Hook(_) | Command::Runtime(_) => {}
         }
@@ -114,6 +124,7 @@ impl Cli {
             Command::Uninstall(args) => args.run(false),
             Command::Labels(args) => args.run(),
             Command::Cdi(args) => args.run(),
+            Command::Nri(args) => args.run(),
             Command::GenerateDocs(args) => match cli_docs::write(Cli::command(), &args.dir) {
                 Ok(paths) => {
                     for path in paths {
