@@ -17,8 +17,9 @@
 //! Skipped (with a message, not passed) without root, containerd, ctr, runc or the builder.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
+use e2e::containerd::{install_handler, Containerd, SHIM};
 use e2e::{binary, have, installed_copy, is_root, text, write_config};
 use stackhook::fixture::Preset;
 
@@ -28,8 +29,6 @@ use stackhook::fixture::Preset;
 const IMAGE: &str = "stackhook-e2e-containerd:test";
 /// The broken host, and the code its verdict names.
 const BROKEN: Preset = Preset::UvmMissing;
-/// containerd's runc v2 shim, the `runtime_type` of a Kubernetes runtime handler.
-const SHIM: &str = "io.containerd.runc.v2";
 /// The containerd namespace the tests use (Kubernetes uses `k8s.io`).
 const NAMESPACE: &str = "stackhook-e2e";
 
@@ -51,131 +50,6 @@ fn runnable() -> bool {
     }
     eprintln!("skipped: containerd tests need {}", missing.join(", "));
     false
-}
-
-/// A containerd of the test's own, stopped (SIGTERM, then SIGKILL) on drop.
-struct Containerd {
-    socket: PathBuf,
-    config: PathBuf,
-    log: PathBuf,
-    child: std::process::Child,
-}
-
-impl Containerd {
-    /// The top of a private configuration (version 2): everything under `dir`, the overlayfs
-    /// snapshotter, no TCP, debug or metrics listener, and the `runc` runtime as `containerd
-    /// config default` writes it: containerd 1.6 decodes `containerd.runtimes` as a whole, so a
-    /// config that declares any runtime (ours) and not `runc` loses the built-in default and the
-    /// CRI plugin refuses to load ("no corresponding runtime configured ... runc").
-    fn base_config(dir: &Path) -> String {
-        let d = dir.display();
-        format!(
-            "version = 2\nroot = \"{d}/root\"\nstate = \"{d}/state\"\n\n[grpc]\n  address = \"{d}/c.sock\"\n\n\
-             [ttrpc]\n  address = \"{d}/c.sock.ttrpc\"\n\n[debug]\n  address = \"\"\n\n[metrics]\n  address = \"\"\n\n\
-             [plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n\n\
-             [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"overlayfs\"\n  default_runtime_name = \"runc\"\n\n\
-             [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"{SHIM}\"\n\n"
-        )
-    }
-
-    /// Starts containerd with `config` (written to `<dir>/config.toml`) and `env` added to its
-    /// environment; waits up to 30 s for it to answer. `Err` carries its log.
-    fn start(dir: &Path, config: &str, env: &[(&str, &Path)]) -> Result<Self, String> {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        let path = dir.join("config.toml");
-        std::fs::write(&path, config).map_err(|e| e.to_string())?;
-        let log = dir.join("containerd.log");
-        let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
-        let mut cmd = Command::new("containerd");
-        cmd.arg("--config").arg(&path).stdin(Stdio::null()).stdout(out).stderr(err);
-        for (key, value) in env {
-            cmd.env(key, value);
-        }
-        let child = cmd.spawn().map_err(|e| format!("containerd: {e}"))?;
-        let mut daemon = Self { socket: dir.join("c.sock"), config: path, log, child };
-        for _ in 0..120 {
-            if let Ok(Some(status)) = daemon.child.try_wait() {
-                return Err(format!("containerd exited ({status}):\n{}", daemon.log_tail(30)));
-            }
-            if daemon.ctr().arg("version").output().is_ok_and(|o| o.status.success()) {
-                return Ok(daemon);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-        Err(format!("containerd did not answer within 30 s:\n{}", daemon.log_tail(30)))
-    }
-
-    /// `ctr --address <this daemon> --namespace NAMESPACE`.
-    fn ctr(&self) -> Command {
-        let mut cmd = Command::new("ctr");
-        cmd.arg("--address").arg(&self.socket).args(["--namespace", NAMESPACE]);
-        cmd
-    }
-
-    fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
-    }
-
-    /// Imports a `docker load`/OCI archive.
-    fn import(&self, archive: &Path) {
-        let out = self.ctr().args(["images", "import"]).arg(archive).output().unwrap();
-        assert!(out.status.success(), "ctr images import: {}\n{}", text(&out.stderr), self.log_tail(20));
-    }
-
-    /// `ctr run --rm` of IMAGE through the runc v2 shim with `runc_binary` as its runc.
-    fn run(&self, runc_binary: &Path, id: &str, args: &[&str]) -> Output {
-        self.run_with(runc_binary, &[], id, args)
-    }
-
-    /// [`Containerd::run`] with `options` for `ctr run` (`--mount ...`).
-    fn run_with(&self, runc_binary: &Path, options: &[&str], id: &str, args: &[&str]) -> Output {
-        self.ctr()
-            .args(["run", "--rm", "--runtime", SHIM, "--runc-binary"])
-            .arg(runc_binary)
-            .args(options)
-            .args([IMAGE, id])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        test_support::process::stop(&mut self.child, std::time::Duration::from_secs(20));
-    }
-}
-
-/// `stackhook install containerd`: links the wrapper and returns the runtime handler table it
-/// prints (the lines from `[plugins.` to the blank line, as deploy/kubernetes/daemonset.yaml
-/// cuts them out).
-fn install(stackhook: &Path, prefix: &Path, config: &Path) -> (PathBuf, String) {
-    let out = Command::new(stackhook)
-        .args(["install", "containerd", "--prefix"])
-        .arg(prefix)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "stackhook install containerd: {}", text(&out.stderr));
-    let printed = text(&out.stdout);
-    let mut table = String::new();
-    let mut inside = false;
-    for line in printed.lines() {
-        inside = (inside && !line.trim().is_empty()) || line.starts_with("[plugins.");
-        if inside {
-            table.push_str(line);
-            table.push('\n');
-        }
-    }
-    assert!(table.contains("BinaryName"), "no runtime handler in:\n{printed}");
-    let wrapper = stackhook.with_file_name(stackhook::runtime::WRAPPER_NAME);
-    assert!(wrapper.symlink_metadata().is_ok(), "{} was not linked", wrapper.display());
-    (wrapper, table)
 }
 
 /// Builds the test image with stackbuild; returns its archive.
@@ -208,11 +82,11 @@ fn setup() -> Setup {
     let config = dir.path().join("stackhook.toml");
     let reports = dir.path().join("reports");
     write_config(&config, &dir.path().join("no-host-yet"), "enforce", &reports);
-    let (wrapper, table) = install(&stackhook, &dir.path().join("prefix"), &config);
+    let (wrapper, table) = install_handler(&stackhook, &dir.path().join("prefix"), &config);
     let archive = build_image(&dir.path().join("image"));
     let ctd = dir.path().join("ctd");
     let toml = format!("{}{table}", Containerd::base_config(&ctd));
-    let daemon = Containerd::start(&ctd, &toml, &[("STACKHOOK_CONFIG", &config)]).unwrap();
+    let daemon = Containerd::start(&ctd, &toml, &[("STACKHOOK_CONFIG", &config)], NAMESPACE).unwrap();
     daemon.import(&archive);
     Setup { dir, wrapper, table, config, reports, daemon }
 }
@@ -224,7 +98,7 @@ impl Setup {
         let host = preset.build(&self.dir.path().join(format!("host-{}", preset.name()))).unwrap();
         write_config(&self.config, host.root(), "enforce", &self.reports);
         let id = format!("ctd-{}-{}", preset.name().replace('_', "-"), std::process::id());
-        let out = self.daemon.run(&self.wrapper, &id, &["echo", "container-ran"]);
+        let out = self.daemon.run_with(&self.wrapper, &[], IMAGE, &id, &["echo", "container-ran"]);
         let report = self.reports.join(format!("{id}.json"));
         let decision = std::fs::read(&report)
             .ok()
@@ -305,7 +179,7 @@ fn the_wrapper_diagnoses_a_stale_cdi_mount_before_runc() {
         gone.display()
     );
     let id = format!("ctd-stale-{}", std::process::id());
-    let out = s.daemon.run_with(&s.wrapper, &["--mount", &mount], &id, &["echo", "container-ran"]);
+    let out = s.daemon.run_with(&s.wrapper, &["--mount", &mount], IMAGE, &id, &["echo", "container-ran"]);
     let stderr = text(&out.stderr);
     assert!(!out.status.success() && !text(&out.stdout).contains("container-ran"), "started: {stderr}");
     assert!(stderr.contains("L2-CDI-STALE-LIBRARIES"), "no diagnosis in ctr's error: {stderr}");
@@ -406,7 +280,7 @@ fn the_node_image_installs_the_runtime_under_containerd() {
         .unwrap();
     assert!(out.status.success(), "stackbuild recipes/stackhook-node.toml: {}", text(&out.stderr));
     let daemon =
-        Containerd::start(&dir.path().join("ctd"), &Containerd::base_config(&dir.path().join("ctd")), &[])
+        Containerd::start(&dir.path().join("ctd"), &Containerd::base_config(&dir.path().join("ctd")), &[], NAMESPACE)
             .unwrap();
     daemon.import(&archive);
     let image = node_image_reference();

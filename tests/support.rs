@@ -6,6 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+#[path = "support/containerd.rs"]
+pub mod containerd;
+
 pub use test_support::digest::sha256_file;
 pub use test_support::dockerd::Dockerd;
 pub use test_support::process::{kill_group, text};
@@ -374,16 +377,31 @@ pub fn stackbuild_bin() -> PathBuf {
 /// tree at `dir/rootfs/bin` as `/bin`, `[host] modules = ["nvidia_uvm"]`. Returns its `docker load`
 /// archive under `dir`, or what went wrong.
 pub fn build_gpu_test_image(dir: &Path, reference: &str) -> Result<PathBuf, String> {
+    build_busybox_image(dir, reference, "", "\n[host]\nmodules = [\"nvidia_uvm\"]\n")
+}
+
+/// An image built by stackbuild from scratch and `<dir>/rootfs/bin` (a static busybox with its
+/// applets, made here when absent), with `image_keys` added to its `[image]` table and `tail`
+/// to the recipe; returns its archive.
+pub fn build_busybox_image(dir: &Path, reference: &str, image_keys: &str, tail: &str) -> Result<PathBuf, String> {
     let (name, tag) = reference.split_once(':').ok_or("the reference has no tag")?;
+    let bin = dir.join("rootfs/bin");
+    if !bin.join("busybox").is_file() {
+        std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
+        std::fs::copy("/bin/busybox", bin.join("busybox")).map_err(|e| format!("/bin/busybox: {e}"))?;
+        for applet in ["sh", "echo", "cat", "sleep", "true"] {
+            std::os::unix::fs::symlink("busybox", bin.join(applet)).map_err(|e| e.to_string())?;
+        }
+    }
     std::fs::write(
         dir.join("recipe.toml"),
         format!(
-            "[image]\nname = \"{name}\"\ntag = \"{tag}\"\n\n[base]\nscratch = true\n\n[[source]]\n\
-             name = \"busybox\"\npath = \"rootfs/bin\"\ndest = \"/bin\"\n\n[host]\nmodules = [\"nvidia_uvm\"]\n"
+            "[image]\nname = \"{name}\"\ntag = \"{tag}\"\n{image_keys}\n[base]\nscratch = true\n\n[[source]]\n\
+             name = \"busybox\"\npath = \"rootfs/bin\"\ndest = \"/bin\"\n{tail}"
         ),
     )
     .map_err(|e| e.to_string())?;
-    let archive = dir.join("gpu-image.tar");
+    let archive = dir.join(format!("{}.tar", name.replace('/', "_")));
     let out = Command::new(stackbuild_bin())
         .args(["build", "--quiet", "--out"])
         .arg(dir.join("layout"))
