@@ -207,7 +207,7 @@ fn the_ci_and_kubernetes_files_use_real_flags_and_validate() {
         .map_or_else(|| workspace().join("target/k8s-validators"), PathBuf::from);
     let kubernetes_validate = venv.join("bin/kubernetes-validate");
     if kubernetes_validate.is_file() {
-        let versions = k8s_versions(&venv);
+        let versions = e2e::k8s_versions(&venv);
         assert!(!versions.is_empty(), "no schema from 1.34 on in {}", venv.display());
         let bad = misspelt(&job, "appArmorProfile:", "apparmorProfile:");
         for v in &versions {
@@ -229,25 +229,6 @@ fn the_ci_and_kubernetes_files_use_real_flags_and_validate() {
             venv.display()
         );
     }
-}
-
-/// Every Kubernetes version kubernetes-validate bundles from 1.34 on.
-fn k8s_versions(venv: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for py in std::fs::read_dir(venv.join("lib")).into_iter().flatten().flatten() {
-        let schemas = py.path().join("site-packages/kubernetes_validate/kubernetes-json-schema");
-        for e in std::fs::read_dir(schemas).into_iter().flatten().flatten() {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if let Some(v) = n.strip_prefix('v').and_then(|v| v.strip_suffix("-local-strict")) {
-                let minor: u32 = v.split('.').nth(1).and_then(|m| m.parse().ok()).unwrap_or(0);
-                if v.starts_with("1.") && minor >= 34 {
-                    out.push(v.to_owned());
-                }
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 // ---------------------------------------------------------------------------------------------

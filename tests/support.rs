@@ -418,3 +418,22 @@ pub fn build_busybox_image(dir: &Path, reference: &str, image_keys: &str, tail: 
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
 }
+
+/// Every Kubernetes version kubernetes-validate bundles from 1.34 on.
+pub fn k8s_versions(venv: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for py in std::fs::read_dir(venv.join("lib")).into_iter().flatten().flatten() {
+        let schemas = py.path().join("site-packages/kubernetes_validate/kubernetes-json-schema");
+        for e in std::fs::read_dir(schemas).into_iter().flatten().flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if let Some(v) = n.strip_prefix('v').and_then(|v| v.strip_suffix("-local-strict")) {
+                let minor: u32 = v.split('.').nth(1).and_then(|m| m.parse().ok()).unwrap_or(0);
+                if v.starts_with("1.") && minor >= 34 {
+                    out.push(v.to_owned());
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
