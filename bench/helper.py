@@ -10,7 +10,6 @@ writing the Docker build context of "the usual way", and timing short process ru
     helper.py layout LAYOUT
     helper.py bundle --dir BUNDLE --args ARG... [--env K=V]... [--hook PATH [--hook-env K=V]...]
     helper.py timeline --log FILE [--mark NAME=TEXT]... -- PROGRAM ARG...
-    helper.py cri-pull --socket PATH --image REF [--timeout SECONDS]
 
 Only the standard library (Python 3.11: tomllib), so it runs with Debian bookworm's python3.
 """
@@ -329,141 +328,6 @@ def cmd_timeline(args):
     print(json.dumps({"seconds": time.monotonic() - start, "exit": code, "marks": seen}))
 
 
-# --- a CRI image pull, as the kubelet asks for one ------------------------------------------
-# One unary gRPC call, runtime.v1.ImageService/PullImage, over HTTP/2 on containerd's socket:
-# the path a Kubernetes node pulls by (the kubelet's PullImage), in which containerd's CRI
-# plugin unpacks each layer as soon as it and the layers below it have arrived. No gRPC or
-# HTTP/2 library is in Debian's python3, and one call needs little of either: the frames of RFC
-# 9113 section 4.1, request headers as HPACK literals (RFC 7541 section 6.2.2, no Huffman, no
-# table), gRPC's 5-byte message prefix, and protobuf's varints. The answer's headers are not
-# decoded: a call that succeeded has a DATA frame carrying PullImageResponse; one that failed
-# has none (gRPC's "Trailers-Only" answer), and containerd logs why.
-H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-H2_DATA, H2_HEADERS, H2_RST, H2_SETTINGS, H2_PING, H2_GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
-H2_END_STREAM, H2_ACK, H2_END_HEADERS = 0x1, 0x1, 0x4
-
-
-def h2_frame(kind, flags, stream, payload=b""):
-    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
-
-
-def hpack_int(value, prefix_bits, first=0):
-    """RFC 7541 section 5.1."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes([first | value])
-    out = [first | limit]
-    value -= limit
-    while value >= 128:
-        out.append(value % 128 + 128)
-        value //= 128
-    return bytes(out + [value])
-
-
-def hpack_literal(name, value):
-    """A literal header field without indexing, new name (RFC 7541 section 6.2.2)."""
-    n, v = name.encode(), value.encode()
-    return b"\x00" + hpack_int(len(n), 7) + n + hpack_int(len(v), 7) + v
-
-
-def pb_varint(value):
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def pb_bytes(field, data):
-    return pb_varint(field << 3 | 2) + pb_varint(len(data)) + data
-
-
-def pb_fields(data):
-    """The length-delimited fields of a protobuf message: {number: bytes} (the last of each)."""
-    fields, i = {}, 0
-    while i < len(data):
-        key, i = pb_read_varint(data, i)
-        kind = key & 7
-        if kind == 0:
-            _, i = pb_read_varint(data, i)
-        elif kind == 2:
-            n, i = pb_read_varint(data, i)
-            fields[key >> 3] = data[i:i + n]
-            i += n
-        elif kind in (1, 5):
-            i += 8 if kind == 1 else 4
-        else:
-            raise ValueError(f"protobuf wire type {kind}")
-    return fields
-
-
-def pb_read_varint(data, i):
-    value = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, i
-
-
-def read_exact(sock, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("containerd closed the connection")
-        buf += chunk
-    return buf
-
-
-def cmd_cri_pull(args):
-    """Pulls --image through the CRI socket; prints JSON: {"seconds": ..., "image_ref": ...}."""
-    import socket
-    # PullImageRequest{image: ImageSpec{image: REF}} (k8s.io/cri-api runtime/v1 api.proto).
-    request = pb_bytes(1, pb_bytes(1, args.image.encode()))
-    headers = b"".join(hpack_literal(k, v) for k, v in [
-        (":method", "POST"), (":scheme", "http"), (":path", "/runtime.v1.ImageService/PullImage"),
-        (":authority", "localhost"), ("content-type", "application/grpc"), ("te", "trailers"),
-    ])
-    start = time.monotonic()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(args.timeout)
-    sock.connect(args.socket)
-    sock.sendall(H2_PREFACE + h2_frame(H2_SETTINGS, 0, 0)
-                 + h2_frame(H2_HEADERS, H2_END_HEADERS, 1, headers)
-                 + h2_frame(H2_DATA, H2_END_STREAM, 1, b"\x00" + len(request).to_bytes(4, "big") + request))
-    answer = b""
-    while True:
-        head = read_exact(sock, 9)
-        length, kind, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
-        stream = int.from_bytes(head[5:], "big") & 0x7FFFFFFF
-        payload = read_exact(sock, length)
-        if kind == H2_SETTINGS and not flags & H2_ACK:
-            sock.sendall(h2_frame(H2_SETTINGS, H2_ACK, 0))
-        elif kind == H2_PING and not flags & H2_ACK:
-            sock.sendall(h2_frame(H2_PING, H2_ACK, 0, payload))
-        elif kind == H2_GOAWAY:
-            die(f"cri-pull {args.image}: containerd ended the connection (GOAWAY)")
-        elif kind == H2_RST and stream == 1:
-            die(f"cri-pull {args.image}: containerd reset the call")
-        elif kind == H2_DATA and stream == 1:
-            answer += payload
-        if kind in (H2_HEADERS, H2_DATA) and stream == 1 and flags & H2_END_STREAM:
-            break
-    seconds = time.monotonic() - start
-    sock.close()
-    if len(answer) < 5:
-        die(f"cri-pull {args.image}: the pull failed (containerd's log says why)")
-    ref = pb_fields(answer[5:5 + int.from_bytes(answer[1:5], "big")]).get(1, b"").decode()
-    print(json.dumps({"seconds": seconds, "image_ref": ref}))
-
-
 def parse_pair(text, flag):
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -521,11 +385,6 @@ def main():
     c.add_argument("--mark", action="append", default=[])
     c.add_argument("argv", nargs=argparse.REMAINDER)
     c.set_defaults(func=cmd_timeline)
-    c = sub.add_parser("cri-pull")
-    c.add_argument("--socket", required=True)
-    c.add_argument("--image", required=True)
-    c.add_argument("--timeout", type=float, default=1800)
-    c.set_defaults(func=cmd_cri_pull)
     args = ap.parse_args()
     args.func(args)
 

@@ -132,6 +132,8 @@ stackbuild=$repo/target/release/stackbuild
 stackhook=$repo/target/release/stackhook
 pack_layer=$repo/target/release/examples/pack_layer
 fixture_host=$repo/target/release/examples/fixture_host
+# The kubelet's PullImage, through the CRI client the tests use (tonic, kubernetes/cri-api's proto).
+cri=$repo/target/release/cri
 if [[ ! -x $stackbuild ]]; then
   log "building target/release/stackbuild"
   (cd "$repo" && cargo build --release -p stackbuild --bin stackbuild) >&2
@@ -140,6 +142,10 @@ if [[ ! -x $stackhook ]]; then
   # Static, as every build of it is (hook/build.rs).
   log "building target/release/stackhook"
   (cd "$repo" && cargo build --release -p stackhook --bin stackhook) >&2
+fi
+if [[ ! -x $cri ]]; then
+  log "building target/release/cri"
+  (cd "$repo" && cargo build --release -p cri-client --bin cri) >&2
 fi
 if [[ ! -x $pack_layer ]]; then
   log "building target/release/examples/pack_layer"
@@ -736,7 +742,7 @@ node_shape() {
 # - ctr: `ctr images pull`. ctr 1.6 fetches every layer first and only then unpacks them (its
 #   help: "1. Fetch all resources into containerd. 2. Prepare the snapshot filesystem"), the
 #   worst case for an image of many layers; unpack_from_s is when its "unpacking" line came.
-# - cri: the kubelet's path, PullImage on the CRI plugin's socket (helper.py cri-pull), with the
+# - cri: the kubelet's path, PullImage on the CRI plugin's socket (target/release/cri pull), with the
 #   plugin's defaults (3 downloads at once): each layer is applied as soon as it and the layers
 #   below it are in (containerd 1.6's unpacker.go), so the unpack overlaps the download;
 #   unpack_from_s is not known (the pull's whole time is given).
@@ -795,7 +801,7 @@ TOML
   log "node: $how pull $name at $rate"
   if [[ $how == cri || $how == stargz ]]; then
     j=$(node_timeline "$work/logs/node-$how-pull-$name-$rate.log" -- \
-      python3 "$helper" cri-pull --socket "$dir/c.sock" --image "$ref") || exit 1
+      "$cri" pull "$dir/c.sock" "$ref") || exit 1
   else
     j=$(node_timeline "$work/logs/node-pull-$name-$rate.log" --mark unpack=unpacking -- \
       "${ctr[@]}" images pull --plain-http "$ref") || exit 1
