@@ -157,16 +157,10 @@ fn a_git_dependency_is_pinned_to_its_commit_and_built_from_it() {
     assert!(site.join("six.py").is_file());
 }
 
-/// The project itself: a `[[source]]` path with `install = "wheel"` is built into a wheel in the
-/// sandbox, its dependencies (from its metadata) resolved with the rest, its console script on
-/// PATH in the image; the tree is also at `dest`. A tree changed after the lock is refused.
-#[test]
-fn a_source_installed_as_a_wheel_puts_its_console_script_on_path() {
-    if !debian_builds_ready(&["bwrap", "prlimit"]) {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let project = tmp.path().join("hello");
+/// A setuptools project `sbhello` (a console script, a dependency on six) in `dir/hello`, and a
+/// recipe installing it with `install`; returns both paths.
+fn hello_project(dir: &std::path::Path, install: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let project = dir.join("hello");
     std::fs::create_dir_all(project.join("sbhello")).unwrap();
     std::fs::write(
         project.join("pyproject.toml"),
@@ -180,16 +174,29 @@ fn a_source_installed_as_a_wheel_puts_its_console_script_on_path() {
         "import sys, six\ndef main():\n    print('sbhello 0.3.0 with six', six.__version__, sys.argv[1:])\n",
     )
     .unwrap();
-    let recipe = tmp.path().join("project.toml");
+    let recipe = dir.join("project.toml");
     std::fs::write(
         &recipe,
         format!(
             "[image]\nname = \"project\"\ntag = \"test\"\n\n{BOOKWORM_PYTHON}\n[python]\nversion = \"3.11\"\n\
              packages = []\n\n[[source]]\nname = \"hello\"\npath = \"hello\"\ndest = \"/workspace/hello\"\n\
-             install = \"wheel\"\n"
+             install = \"{install}\"\n"
         ),
     )
     .unwrap();
+    (project, recipe)
+}
+
+/// The project itself: a `[[source]]` path with `install = "wheel"` is built into a wheel in the
+/// sandbox, its dependencies (from its metadata) resolved with the rest, its console script on
+/// PATH in the image; the tree is also at `dest`. A tree changed after the lock is refused.
+#[test]
+fn a_source_installed_as_a_wheel_puts_its_console_script_on_path() {
+    if !debian_builds_ready(&["bwrap", "prlimit"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (project, recipe) = hello_project(tmp.path(), "wheel");
     let layout = tmp.path().join("layout");
     build(&recipe, &tmp.path().join("cache"), &layout, &[]);
     let lock = std::fs::read_to_string(recipe.with_extension("toml.lock")).unwrap();
@@ -215,4 +222,43 @@ fn a_source_installed_as_a_wheel_puts_its_console_script_on_path() {
     let err = String::from_utf8_lossy(&stale.out.stderr);
     assert!(err.contains("[[source]] hello: its tree makes sbhello-0.3.0.tar.gz"), "{err}");
     assert!(err.contains("lock again"), "{err}");
+}
+
+/// `install = "editable"`: the backend's editable wheel (PEP 660), built with the project at
+/// `dest`, so the image imports the tree at `dest` (no copy in site-packages) and the console
+/// script runs from it; the same lock as a wheel install.
+#[test]
+fn a_source_installed_editable_imports_the_tree_at_dest() {
+    if !debian_builds_ready(&["bwrap", "prlimit"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (_project, recipe) = hello_project(tmp.path(), "editable");
+    let layout = tmp.path().join("layout");
+    build(&recipe, &tmp.path().join("cache"), &layout, &[]);
+    let lock = std::fs::read_to_string(recipe.with_extension("toml.lock")).unwrap();
+    assert!(lock.contains("source = \"hello\""), "{lock}");
+    if !(have("umoci") && have("runc")) {
+        eprintln!("skipped the container half: umoci or runc not installed");
+        return;
+    }
+    let bundle = tmp.path().join("bundle");
+    unpack_bundle(&layout, "test", &bundle);
+    let site = bundle.join("rootfs/usr/local/lib/python3.11/dist-packages");
+    assert!(!site.join("sbhello/__init__.py").exists(), "an editable install copied the package");
+    let pth: Vec<String> = std::fs::read_dir(&site)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".pth") && n.contains("sbhello"))
+        .collect();
+    assert!(!pth.is_empty(), "no editable .pth in site-packages");
+    let printed = runc_output(
+        &bundle,
+        "stackbuild-editable",
+        &["python3", "-c", "import sbhello; print(sbhello.__file__)"],
+    );
+    assert_eq!(printed, "/workspace/hello/sbhello/__init__.py");
+    let printed = runc_output(&bundle, "stackbuild-editable-script", &["sbhello", "--help"]);
+    assert_eq!(printed, "sbhello 0.3.0 with six 1.16.0 ['--help']");
 }

@@ -111,6 +111,7 @@ impl stackbuild_python::SdistMetadata for SandboxMetadata<'_> {
             extra_requires: extra_requires(self.python, &sdist.name),
             runtime: Vec::new(),
             cuda: None,
+            editable: None,
         };
         builder
             .metadata(&pkg, &mut |line| tracing::debug!("{}: {line}", sdist.name))
@@ -164,19 +165,9 @@ impl PlatformBuilder<'_> {
             };
             let isolated = !python.build.no_isolation.contains(&name);
             // A build against the image's torch gets the CUDA toolchain of the image's CUDA
-            // runtime (`nvidia-cuda-runtime`), where NVIDIA's wheels carry one.
-            let cuda = if isolated {
-                None
-            } else {
-                py.wheels
-                    .iter()
-                    .find(|w| {
-                        matches!(w.pin.name.as_ref(), "nvidia-cuda-runtime" | "nvidia-cuda-runtime-cu13")
-                    })
-                    .and_then(|w| {
-                        stackbuild_wheelbuild::CudaToolchain::for_runtime(&w.pin.version.to_string())
-                    })
-            };
+            // runtime (`nvidia-cuda-runtime`): NVIDIA's wheels from CUDA 13 on, Debian's
+            // toolkit for CUDA 12.
+            let cuda = if isolated { None } else { self.cuda_toolchain(py)? };
             let runtime = if isolated {
                 Vec::new()
             } else {
@@ -186,6 +177,11 @@ impl PlatformBuilder<'_> {
                     py.wheels.iter().filter(|w| !stackbuild_common::is_sdist(&w.filename)).collect();
                 py.fetcher().fetch(self.cache, &others)?.into_values().collect()
             };
+            // A `[[source]]` installed editable: its editable wheel, made with the project at
+            // the tree's `dest`.
+            let editable = py.wheels[i].source.as_ref().and_then(|source| {
+                self.recipe.sources.iter().find(|s| &s.name == source && s.editable).map(|s| s.dest.as_str())
+            });
             let pkg = SourcePackage {
                 name: &sdist.name,
                 version: &sdist.version,
@@ -193,6 +189,7 @@ impl PlatformBuilder<'_> {
                 extra_requires: extra_requires(python, &name),
                 runtime,
                 cuda,
+                editable,
             };
             let label = format!("{} {}", sdist.name, sdist.version);
             let started = std::time::Instant::now();
@@ -312,6 +309,63 @@ impl PlatformBuilder<'_> {
 }
 
 /// The tree of a `[[source]]` installed as a wheel (`exclude`: the cache, never part of it).
+impl PlatformBuilder<'_> {
+    /// The CUDA toolchain for a build against the image's locked CUDA runtime, if it has one.
+    fn cuda_toolchain(&self, py: &PythonPlan<'_>) -> Result<Option<stackbuild_wheelbuild::CudaToolchain>, BuildError> {
+        let Some(runtime) = py.wheels.iter().find(|w| {
+            matches!(w.pin.name.as_ref(), "nvidia-cuda-runtime" | "nvidia-cuda-runtime-cu13" | "nvidia-cuda-runtime-cu12")
+        }) else {
+            return Ok(None);
+        };
+        let version = runtime.pin.version.to_string();
+        if let Some(wheels) = stackbuild_wheelbuild::CudaToolchain::for_runtime(&version) {
+            return Ok(Some(wheels));
+        }
+        if !version.starts_with("12.") {
+            return Ok(None);
+        }
+        let toolkit = debian_mirror(self.recipe)
+            .ok_or_else(|| "no Debian mirror in the recipe's `[base] mirror` nor in this machine's apt sources".to_owned())
+            .and_then(|mirror| {
+                stackbuild_wheelbuild::debian_cuda12(self.cache, &mirror, debian_arch(self.platform))
+                    .map_err(|e| e.to_string())
+            });
+        match toolkit {
+            Ok(t) => {
+                if !version.starts_with(&format!("{}.", t.release)) {
+                    tracing::info!(
+                        "CUDA extensions are compiled with Debian's nvcc {} against the image's CUDA {version}                          (torch accepts another minor of the same major)",
+                        t.release
+                    );
+                }
+                Ok(stackbuild_wheelbuild::CudaToolchain::debian(&version, t))
+            }
+            Err(e) => Err(BuildError::Unsupported(format!(
+                "a CUDA 12 extension needs nvcc, and NVIDIA's CUDA 12 wheels do not carry it: {e}"
+            ))),
+        }
+    }
+}
+
+/// The Debian mirror the toolkit comes from: the recipe's `[base] mirror` when it is a URL of a
+/// Debian archive, else the first Debian (non-security) URI of this machine's apt sources.
+fn debian_mirror(recipe: &Recipe) -> Option<String> {
+    if let Base::Bootstrap(b) = &recipe.base {
+        if let Some(m) = b.mirror.as_deref().filter(|m| m.starts_with("http") && m.trim_end_matches('/').ends_with("/debian")) {
+            return Some(m.trim_end_matches('/').to_owned());
+        }
+    }
+    let text = stackbuild_image::host_apt_sources().ok()?;
+    text.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("URIs:").map(str::trim).or_else(|| l.strip_prefix("deb ").and_then(|r| r.split_whitespace().find(|w| w.starts_with("http"))))
+        })
+        .flat_map(str::split_whitespace)
+        .find(|u| u.starts_with("http") && u.trim_end_matches('/').ends_with("/debian"))
+        .map(|u| u.trim_end_matches('/').to_owned())
+}
+
 pub(super) fn tree_of<'a>(
     src: &'a stackbuild_recipe::Source,
     exclude: &'a [&'a std::path::Path],

@@ -185,7 +185,7 @@ impl DebianBase {
     ) -> Result<PreparedBase, BaseError> {
         let sources = match &self.mirror {
             Some(m) => m.clone(),
-            None => host_apt_sources()?,
+            None => for_suite(&host_apt_sources()?, &self.distribution, &self.suite),
         };
         let key = self.key(&sources, epoch, compression);
         let facts_path = cache.root().join("facts").join(format!("{}.json", key.as_hex()));
@@ -261,6 +261,72 @@ impl DebianBase {
     }
 }
 
+/// The host's apt `sources` made to name `suite`: mmdebstrap takes sources given on stdin as
+/// they are, whatever its suite argument says, so a trixie base built on a bookworm host from
+/// the host's sources would be bookworm. Each suite of the host's Debian archive (`bookworm`,
+/// `bookworm-updates`, `bookworm-security`) becomes the same of `suite`, in deb822
+/// (`Suites:`) and one-line (`deb URI SUITE ...`) entries. Sources of another distribution
+/// than the base's (an Ubuntu base on a Debian host) are left as they are.
+pub(crate) fn for_suite(sources: &str, distribution: &str, suite: &str) -> String {
+    let host = host_suite(sources);
+    let Some(host) = host.filter(|h| h != suite && distribution == "debian") else {
+        return sources.to_owned();
+    };
+    let map = |token: &str| -> String {
+        match token.strip_prefix(host.as_str()) {
+            Some("") => suite.to_owned(),
+            Some(rest) if rest.starts_with('-') || rest.starts_with('/') => format!("{suite}{rest}"),
+            _ => token.to_owned(),
+        }
+    };
+    let mut out = String::new();
+    for line in sources.lines() {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix("Suites:") {
+            let suites: Vec<String> = rest.split_whitespace().map(map).collect();
+            out.push_str(&format!("Suites: {}", suites.join(" ")));
+        } else if trimmed.starts_with("deb ") || trimmed.starts_with("deb-src ") {
+            // `deb [options] URI SUITE COMPONENT...`: the suite is the token after the URI.
+            let mut tokens: Vec<String> = trimmed.split_whitespace().map(str::to_owned).collect();
+            let mut i = 1;
+            if tokens.get(i).is_some_and(|t| t.starts_with('[')) {
+                while i < tokens.len() && !tokens[i].ends_with(']') {
+                    i += 1;
+                }
+                i += 1;
+            }
+            if let Some(t) = tokens.get_mut(i + 1) {
+                *t = map(t);
+            }
+            out.push_str(&tokens.join(" "));
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The suite the host's sources are of: the first `Suites:` or one-line suite of the Debian
+/// archive that names no pocket (`bookworm`, not `bookworm-updates`).
+fn host_suite(sources: &str) -> Option<String> {
+    const DEBIAN: &[&str] = &["buster", "bullseye", "bookworm", "trixie", "forky", "sid"];
+    sources
+        .lines()
+        .flat_map(|l| {
+            let l = l.trim_start();
+            let tokens: Vec<&str> = if let Some(rest) = l.strip_prefix("Suites:") {
+                rest.split_whitespace().collect()
+            } else if l.starts_with("deb ") {
+                l.split_whitespace().filter(|t| !t.starts_with('[') && !t.ends_with(']')).skip(2).take(1).collect()
+            } else {
+                Vec::new()
+            };
+            tokens.into_iter().map(str::to_owned).collect::<Vec<_>>()
+        })
+        .find(|t| DEBIAN.contains(&t.as_str()))
+}
+
 /// The host's apt sources in deb822 or one-line format, which mmdebstrap reads on stdin.
 pub fn host_apt_sources() -> Result<String, BaseError> {
     let mut text = String::new();
@@ -332,6 +398,22 @@ pub(crate) fn dpkg_status(text: &str) -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_hosts_sources_are_made_to_name_the_bases_suite() {
+        let deb822 = "Types: deb\nURIs: http://deb.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\n\
+                      Types: deb\nURIs: http://deb.example/debian-security\nSuites: bookworm-security\nComponents: main\n";
+        let got = super::for_suite(deb822, "debian", "trixie");
+        assert!(got.contains("Suites: trixie trixie-updates\n"), "{got}");
+        assert!(got.contains("Suites: trixie-security\n"), "{got}");
+        assert!(got.contains("URIs: http://deb.example/debian\n"), "{got}");
+        let one_line = "deb [signed-by=/k.gpg] http://deb.example/debian bookworm main\ndeb http://deb.example/debian-security bookworm-security main\n";
+        let got = super::for_suite(one_line, "debian", "trixie");
+        assert_eq!(got, "deb [signed-by=/k.gpg] http://deb.example/debian trixie main\ndeb http://deb.example/debian-security trixie-security main\n");
+        // The same suite, or another distribution: unchanged.
+        assert_eq!(super::for_suite(deb822, "debian", "bookworm"), deb822);
+        assert_eq!(super::for_suite(deb822, "ubuntu", "noble"), deb822);
+    }
     use super::*;
 
     #[test]

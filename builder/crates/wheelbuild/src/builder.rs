@@ -16,6 +16,7 @@ use crate::frontend::{Hook, DRIVER};
 pub use crate::root::BuildRoot;
 use crate::sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BWRAP_ARGS, KERNEL_FS};
 use crate::sdist::{self, BuildSystem};
+use crate::toolkit::DebianCuda;
 
 /// How an environment is laid out (`env/site`, `env/bin`, the CUDA development names): part of
 /// its key, changed when the layout does.
@@ -87,34 +88,50 @@ pub struct SourcePackage<'a> {
     pub runtime: Vec<Artifact>,
     /// The CUDA toolchain the build gets (a CUDA extension against the image's torch).
     pub cuda: Option<CudaToolchain>,
+    /// Build the editable wheel (PEP 660 `build_editable`) with the project at this absolute
+    /// path, where the image has its tree: the wheel's `.pth` (or import finder) points there.
+    pub editable: Option<&'a str>,
 }
 
-/// nvcc and the CUDA headers of one CUDA release, from NVIDIA's wheels on the Python package
-/// index. From CUDA 13 on they carry the whole compiler: `nvidia-cuda-nvcc` (nvcc, cudafe++,
+/// nvcc and the CUDA headers of one CUDA release. From CUDA 13 on, NVIDIA's wheels on the
+/// Python package index carry the whole compiler: `nvidia-cuda-nvcc` (nvcc, cudafe++,
 /// fatbinary, nvlink, ptxas), `nvidia-nvvm` (cicc, libdevice), `nvidia-cuda-crt` (the
 /// compiler's headers), `nvidia-cuda-runtime` (the runtime's headers and library) and
 /// `nvidia-cuda-cccl` (Thrust, CUB, libcu++). CUDA 12's `nvidia-cuda-nvcc-cu12` carries only
-/// ptxas and headers, so CUDA 12 extensions need nvcc from elsewhere (not supported yet).
+/// ptxas and headers, so CUDA 12 extensions get Debian's toolkit ([`crate::debian_cuda12`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CudaToolchain {
     /// The CUDA major (13): torch's `cpp_extension` refuses an nvcc of another major.
     pub major: u32,
     /// The minor of the image's CUDA runtime: the toolchain of the same release.
     pub minor: u32,
+    /// Debian's toolkit, assembled as a `CUDA_HOME`, in place of NVIDIA's wheels.
+    pub debian: Option<DebianCuda>,
 }
+
+/// Where the sandbox sees Debian's toolkit.
+const DEBIAN_CUDA_HOME: &str = "/build/cuda";
 
 impl CudaToolchain {
     /// The toolchain for the image's CUDA runtime `version` (`13.0.96` from the locked
     /// `nvidia-cuda-runtime`), when its wheels have nvcc (CUDA 13 and later).
     pub fn for_runtime(version: &str) -> Option<Self> {
-        let mut parts = version.split('.');
-        let major: u32 = parts.next()?.parse().ok()?;
-        let minor: u32 = parts.next()?.parse().ok()?;
-        (major >= 13).then_some(Self { major, minor })
+        let (major, minor) = major_minor(version)?;
+        (major >= 13).then_some(Self { major, minor, debian: None })
     }
 
-    /// The requirements that install it.
+    /// The toolchain for a CUDA 12 runtime `version` (`12.8.90` from `nvidia-cuda-runtime-cu12`):
+    /// Debian's `toolkit`, whose nvcc may be of another minor (torch only warns).
+    pub fn debian(version: &str, toolkit: DebianCuda) -> Option<Self> {
+        let (major, minor) = major_minor(version)?;
+        (major == 12).then_some(Self { major, minor, debian: Some(toolkit) })
+    }
+
+    /// The requirements that install it (none for Debian's: it is mounted, not installed).
     pub fn requirements(&self) -> Vec<String> {
+        if self.debian.is_some() {
+            return Vec::new();
+        }
         let release = format!("{}.{}.*", self.major, self.minor);
         ["nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-runtime"]
             .iter()
@@ -123,6 +140,30 @@ impl CudaToolchain {
             .chain(std::iter::once(format!("nvidia-cuda-cccl>={}.0,<{}", self.major, self.major + 1)))
             .collect()
     }
+
+    /// What identifies it in a key: the wheels' requirements, or Debian's packages.
+    fn identity(&self) -> String {
+        match &self.debian {
+            Some(d) => format!("debian {}", crate::toolkit::identity(&d.packages)),
+            None => self.requirements().join(","),
+        }
+    }
+
+    /// `CUDA_HOME` inside the sandbox.
+    fn home(&self) -> String {
+        if self.debian.is_some() {
+            DEBIAN_CUDA_HOME.to_owned()
+        } else {
+            // The toolchain wheels lay out one CUDA tree under site-packages
+            // (`nvidia/cu13/{bin,include,lib,nvvm}`).
+            format!("{BUILD_DIR}/env/site/nvidia/cu{}", self.major)
+        }
+    }
+}
+
+fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
 impl SourcePackage<'_> {
@@ -164,6 +205,10 @@ pub struct BuiltWheelKey<'a> {
     env: Vec<(String, String)>,
     /// The frontend's code.
     driver: String,
+    /// The CUDA toolchain: NVIDIA's wheels (in `environment`) or Debian's packages.
+    toolchain: Option<String>,
+    /// Where an editable wheel's project is (its paths are in the wheel).
+    editable: Option<&'a str>,
     /// The sandbox's options and where the build directory is (paths are compiled in).
     sandbox: (&'static [&'static str], &'static [&'static str], &'static str),
 }
@@ -180,6 +225,8 @@ pub struct WheelBuilder<'a> {
 /// A prepared build directory: the unpacked project, its build system, the installed environment.
 struct Prepared {
     work: tempfile::TempDir,
+    /// The unpacked project on this machine.
+    project: PathBuf,
     project_in_sandbox: String,
     system: BuildSystem,
     /// The build requirements resolved into `environment`.
@@ -234,7 +281,8 @@ impl<'a> WheelBuilder<'a> {
         std::fs::create_dir_all(&out).map_err(io("creating", &out))?;
         tracing::info!("{}: building a wheel from {}", pkg.label(), pkg.sdist.filename);
         let run_log = prepared.work.path().join("log");
-        let result = self.run_hook(pkg, &prepared, Hook::Wheel, &run_log, on_line);
+        let hook = if pkg.editable.is_some() { Hook::Editable } else { Hook::Wheel };
+        let result = self.run_hook(pkg, &prepared, hook, &run_log, on_line);
         // The log is kept whatever happened: a failure names it.
         if let Some(parent) = log.parent() {
             std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
@@ -288,7 +336,7 @@ impl<'a> WheelBuilder<'a> {
                 self.target.to_string(),
                 &pkg.extra_requires,
                 runtime,
-                pkg.cuda.as_ref().map(CudaToolchain::requirements),
+                pkg.cuda.as_ref().map(CudaToolchain::identity),
                 hex::encode(sha2::Sha256::digest(DRIVER)),
             ),
         );
@@ -341,9 +389,39 @@ impl<'a> WheelBuilder<'a> {
                 build_system: &prepared.system,
                 env,
                 driver: hex::encode(sha2::Sha256::digest(DRIVER)),
+                toolchain: pkg.cuda.as_ref().map(CudaToolchain::identity),
+                editable: pkg.editable,
                 sandbox: (&BWRAP_ARGS, &KERNEL_FS, BUILD_DIR),
             },
         )
+    }
+
+    /// Makes `dest` exist in a build root mounted read-only as `/` (bwrap cannot make a mount
+    /// point there): an empty directory, made without following any link of the root, since an
+    /// absolute link in it would lead out to this machine's files.
+    fn mount_point(&self, dest: &str) -> Result<(), WheelBuildError> {
+        let Some(root) = self.root.mounts.iter().find_map(|m| match m {
+            Mount::ReadOnly(host, inside) if inside == "/" => Some(host),
+            _ => None,
+        }) else {
+            return Ok(());
+        };
+        let mut at = root.clone();
+        for part in Path::new(dest).components() {
+            let std::path::Component::Normal(part) = part else { continue };
+            at.push(part);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(output(
+                        dest,
+                        format!("the build root has a link or file at {}, where the editable project goes", at.display()),
+                    ))
+                }
+                Err(_) => std::fs::create_dir(&at).map_err(io("creating", &at))?,
+            }
+        }
+        Ok(())
     }
 
     /// The wheel kept in `dir`, verified, if there is one.
@@ -384,13 +462,17 @@ impl<'a> WheelBuilder<'a> {
         let system = sdist::build_system(&project)
             .map_err(|source| WheelBuildError::Sdist { package: pkg.label(), source })?;
         let rel = project.strip_prefix(work.path()).unwrap_or(Path::new("src"));
-        let project_in_sandbox = format!("{BUILD_DIR}/{}", rel.display());
+        // An editable build runs with the project where the image has it: the backend writes
+        // that path into the wheel.
+        let project_in_sandbox =
+            pkg.editable.map_or_else(|| format!("{BUILD_DIR}/{}", rel.display()), str::to_owned);
         let mut requires: Vec<String> = system.requires.clone();
         requires.extend(pkg.extra_requires.iter().cloned());
         if let Some(cuda) = &pkg.cuda {
             requires.extend(cuda.requirements());
         }
         let mut prepared = Prepared {
+            project: project.clone(),
             work,
             project_in_sandbox,
             system,
@@ -415,7 +497,8 @@ impl<'a> WheelBuilder<'a> {
         let out = prepared.work.path().join("requires");
         std::fs::create_dir_all(&out).map_err(io("creating", &out))?;
         let log = prepared.work.path().join("requires.log");
-        self.run_hook_in(pkg, prepared, Hook::Requires, "requires", &log, on_line)?;
+        let requires = if pkg.editable.is_some() { Hook::RequiresEditable } else { Hook::Requires };
+        self.run_hook_in(pkg, prepared, requires, "requires", &log, on_line)?;
         let more: Vec<String> = read_result(&out, &pkg.label())?;
         let have: Vec<String> = prepared.environment.iter().map(|a| a.name.to_string()).collect();
         let missing: Vec<String> = more
@@ -505,7 +588,7 @@ impl<'a> WheelBuilder<'a> {
                     source: Box::new(source),
                 })?;
             }
-            if let Some(cuda) = &pkg.cuda {
+            if let Some(cuda) = pkg.cuda.as_ref().filter(|c| c.debian.is_none()) {
                 link_development_names(&env.join("site").join(format!("nvidia/cu{}/lib", cuda.major)))?;
             }
             std::fs::write(tmp.path().join(".complete"), b"").map_err(io("writing", tmp.path()))?;
@@ -517,6 +600,10 @@ impl<'a> WheelBuilder<'a> {
         }
         let mount = prepared.work.path().join("env");
         std::fs::create_dir_all(&mount).map_err(io("creating", &mount))?;
+        if pkg.cuda.as_ref().is_some_and(|c| c.debian.is_some()) {
+            let cuda = prepared.work.path().join("cuda");
+            std::fs::create_dir_all(&cuda).map_err(io("creating", &cuda))?;
+        }
         prepared.env_dir = Some(dir.join("env"));
         Ok(())
     }
@@ -545,10 +632,8 @@ impl<'a> WheelBuilder<'a> {
             env.push(("TORCH_CUDA_ARCH_LIST".to_owned(), arch.clone()));
         }
         if let Some(cuda) = &pkg.cuda {
-            // The toolchain wheels lay out one CUDA tree under site-packages
-            // (`nvidia/cu13/{bin,include,lib,nvvm}`), which is the CUDA_HOME that
-            // `torch.utils.cpp_extension` looks for nvcc in.
-            let home = format!("{BUILD_DIR}/env/site/nvidia/cu{}", cuda.major);
+            // The CUDA_HOME that `torch.utils.cpp_extension` looks for nvcc in.
+            let home = cuda.home();
             env[0].1 = format!("{home}/bin:{}", env[0].1);
             env.push(("CUDA_HOME".to_owned(), home.clone()));
             env.push(("CUDA_PATH".to_owned(), home));
@@ -595,19 +680,32 @@ impl<'a> WheelBuilder<'a> {
             prepared.system.backend.clone(),
             serde_json::to_string(&prepared.system.backend_path).unwrap_or_else(|_| "[]".to_owned()),
         ];
+        if let Some(dest) = pkg.editable {
+            self.mount_point(dest)?;
+        }
         let sandbox = Sandbox {
             root: self.root.mounts.clone(),
             over_build: prepared
                 .env_dir
                 .iter()
                 .map(|d| Mount::ReadOnly(d.clone(), format!("{BUILD_DIR}/env")))
+                .chain(
+                    pkg.cuda
+                        .as_ref()
+                        .and_then(|c| c.debian.as_ref())
+                        .map(|d| Mount::ReadOnly(d.home.clone(), DEBIAN_CUDA_HOME.to_owned())),
+                )
+                .chain(pkg.editable.map(|dest| Mount::Writable(prepared.project.clone(), dest.to_owned())))
                 .collect(),
             build_dir: prepared.work.path().to_owned(),
             memory: self.settings.memory,
             timeout: self.settings.timeout,
         };
         let what = match hook {
-            Hook::Requires => format!("asking {}'s build backend what it needs", pkg.label()),
+            Hook::Requires | Hook::RequiresEditable => {
+                format!("asking {}'s build backend what it needs", pkg.label())
+            }
+            Hook::Editable => format!("building {}'s editable wheel (PEP 660)", pkg.label()),
             Hook::Metadata => format!("preparing the metadata of {}", pkg.label()),
             Hook::Wheel => format!("building {}", pkg.label()),
         };

@@ -8,7 +8,8 @@
 //! which variables are set) is prepared outside; nothing of the recipe or the package is an
 //! option of the interpreter: the values follow `-c CODE` as `sys.argv`.
 
-/// The frontend: `argv[1]` the hook (`requires`, `metadata`, `wheel`), `argv[2]` the project
+/// The frontend: `argv[1]` the hook (`requires`, `metadata`, `wheel`, and for editable installs
+/// `requires-editable` and `editable`), `argv[2]` the project
 /// directory, `argv[3]` the output directory, `argv[4]` the backend, `argv[5]` `backend-path` as
 /// JSON. Python 3.6 and later.
 pub(crate) const DRIVER: &str = r#"import importlib, json, os, sys
@@ -22,6 +23,14 @@ for part in filter(None, attr.split(".")):
 if hook == "requires":
     f = getattr(hooks, "get_requires_for_build_wheel", None)
     result = list(f({})) if f else []
+elif hook == "requires-editable":
+    f = getattr(hooks, "get_requires_for_build_editable", None)
+    result = list(f({})) if f else []
+elif hook == "editable":
+    f = getattr(hooks, "build_editable", None)
+    if f is None:
+        sys.exit("the build backend %s has no build_editable (PEP 660): install it as a wheel" % backend)
+    result = {"wheel": f(out, {})}
 elif hook == "metadata":
     f = getattr(hooks, "prepare_metadata_for_build_wheel", None)
     result = {"dist_info": f(out, {})} if f else {"wheel": hooks.build_wheel(out, {})}
@@ -40,6 +49,10 @@ pub(crate) enum Hook {
     Metadata,
     /// `build_wheel`.
     Wheel,
+    /// `get_requires_for_build_editable` (PEP 660).
+    RequiresEditable,
+    /// `build_editable` (PEP 660).
+    Editable,
 }
 
 impl Hook {
@@ -48,6 +61,8 @@ impl Hook {
             Self::Requires => "requires",
             Self::Metadata => "metadata",
             Self::Wheel => "wheel",
+            Self::RequiresEditable => "requires-editable",
+            Self::Editable => "editable",
         }
     }
 }

@@ -11,6 +11,7 @@
 //! - `root`: the build root, unpacked from its layer into the cache.
 //! - `share`: built wheels as blobs of the layer store, so `--cache-registry` shares them.
 //! - `error`: why a package could not be built.
+//! - `toolkit`: CUDA 12's nvcc from Debian's `nvidia-cuda-toolkit`, laid out as a `CUDA_HOME`.
 //! - `builder`: one package from sdist to a verified wheel in the cache, keyed by every input.
 
 mod builder;
@@ -20,11 +21,13 @@ mod root;
 mod sandbox;
 mod sdist;
 mod share;
+mod toolkit;
 
 pub use builder::{
     index_resolver, BuildRoot, Built, BuiltWheelKey, CudaToolchain, ResolveRequires, Settings, SourcePackage,
     WheelBuilder,
 };
 pub use error::WheelBuildError;
+pub use toolkit::{debian_cuda12, DebianCuda, DebianPackage, ToolkitError, DEBIAN_CUDA12_PACKAGES};
 pub use sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BUILD_UID};
 pub use sdist::{build_system, unpack, BuildSystem, SdistError};

@@ -92,6 +92,8 @@ pub enum Mount {
     ReadOnly(PathBuf, String),
     /// A symlink inside (`/bin` -> `usr/bin`).
     Symlink(String, String),
+    /// A host directory the run may write, at a path inside (an editable build's project).
+    Writable(PathBuf, String),
 }
 
 impl Mount {
@@ -138,6 +140,7 @@ impl Sandbox {
         for mount in &self.root {
             match mount {
                 Mount::ReadOnly(host, inside) => cmd.arg("--ro-bind").arg(host).arg(inside),
+                Mount::Writable(host, inside) => cmd.arg("--bind").arg(host).arg(inside),
                 Mount::Symlink(target, inside) => cmd.args(["--symlink", target, inside]),
             };
         }
@@ -146,6 +149,7 @@ impl Sandbox {
         for mount in &self.over_build {
             match mount {
                 Mount::ReadOnly(host, inside) => cmd.arg("--ro-bind").arg(host).arg(inside),
+                Mount::Writable(host, inside) => cmd.arg("--bind").arg(host).arg(inside),
                 Mount::Symlink(target, inside) => cmd.args(["--symlink", target, inside]),
             };
         }

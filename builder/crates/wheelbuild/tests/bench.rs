@@ -41,6 +41,7 @@ fn cuda_extension_against_pip_wheel_without_isolation() {
             extra_requires: Vec::new(),
             runtime: runtime.clone(),
             cuda: Some(cuda.clone()),
+            editable: None,
         };
         let started = Instant::now();
         let built = builder.build(&pkg, &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));

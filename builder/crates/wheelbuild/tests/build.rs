@@ -174,6 +174,7 @@ fn a_cuda_extension_builds_against_the_image_torch_with_nvcc_from_wheels() {
         extra_requires: Vec::new(),
         runtime,
         cuda: Some(cuda),
+        editable: None,
     };
     let artifacts = f.cache.root().join("artifacts");
     let resolve = index_resolver(&f.python, &f.target, &artifacts, None);
@@ -193,4 +194,44 @@ fn a_cuda_extension_builds_against_the_image_torch_with_nvcc_from_wheels() {
     let again = builder.build(&pkg, &mut |_| {}).unwrap();
     assert!(!again.compiled);
     f.settings.cuda_arch_list = None;
+}
+
+/// The same extension against a CUDA 12 torch (PyPI's torch 2.8.0, CUDA 12.8), compiled by
+/// Debian's nvcc 12.4 (trixie non-free, laid out as a CUDA_HOME): torch accepts another minor
+/// of the same major, and the fat binary carries cubins for both architectures.
+#[test]
+fn a_cuda_extension_builds_against_a_cuda_12_torch_with_debians_nvcc() {
+    if !ready() {
+        return;
+    }
+    let mut f = Fixture::new();
+    f.settings.cuda_arch_list = Some("8.0;9.0".into());
+    f.settings.memory = 8 << 30;
+    f.settings.timeout = Duration::from_mins(30);
+    let Some((runtime, cuda)) = common::cuda12_runtime(&f) else { return };
+    let toolkit = cuda.debian.clone().unwrap();
+    assert_eq!(toolkit.release, "12.4");
+    assert!(toolkit.home.join("bin/nvcc").is_file() && toolkit.home.join("include/cuda_runtime.h").is_file());
+    let ext = common::cuda_extension(&f.work, "sbcuda12", "0.1");
+    let pkg = SourcePackage {
+        name: &ext.name,
+        version: &ext.version,
+        sdist: &ext,
+        extra_requires: Vec::new(),
+        runtime,
+        cuda: Some(cuda),
+        editable: None,
+    };
+    let artifacts = f.cache.root().join("artifacts");
+    let resolve = index_resolver(&f.python, &f.target, &artifacts, None);
+    let builder = WheelBuilder::new(&f.cache, &f.root, &f.settings, &f.target, &resolve);
+    let built = builder.build(&pkg, &mut |line| eprintln!("  | {line}")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(built.wheel.filename.starts_with("sbcuda12-0.1-cp311-cp311-linux_x86_64"), "{}", built.wheel.filename);
+    let tmp = f.work.join("fatbin");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let code = stackbuild_check::extension_wheel_code(&built.wheel.path, &tmp).unwrap().expect("GPU code");
+    let cubins: Vec<String> = code.cubins.iter().map(ToString::to_string).collect();
+    assert_eq!(cubins, ["8.0", "9.0"], "{}", code.describe());
+    let again = builder.build(&pkg, &mut |_| {}).unwrap();
+    assert!(!again.compiled);
 }

@@ -359,9 +359,13 @@ pub struct Source {
     pub origin: SourceOrigin,
     /// The absolute path in the image.
     pub dest: String,
-    /// `install = "wheel"`: the tree is a Python project, also built into a wheel and installed
-    /// with its dependencies.
+    /// `install = "wheel"` or `"editable"`: the tree is a Python project, also built into a
+    /// wheel and installed with its dependencies.
     pub install_wheel: bool,
+    /// `install = "editable"`: that wheel is the backend's editable one (PEP 660), built with the
+    /// project at `dest`, so the image imports the tree at `dest` (a development image: edit the
+    /// tree in a bind mount, no reinstall).
+    pub editable: bool,
 }
 
 /// Where a [`Source`] comes from.

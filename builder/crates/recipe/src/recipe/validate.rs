@@ -550,25 +550,18 @@ pub(super) fn validate_sources(
             }
         };
         if let (Some(origin), true) = (origin, ctx.diags.len() == before) {
-            let install_wheel = match raw.install.as_ref().map(|i| (i.get_ref().as_str(), i.span())) {
-                None => false,
-                Some(("wheel", _)) => true,
-                Some(("editable", span)) => {
-                    ctx.error_help(
-                        span,
-                        "editable installs (PEP 660) are not supported yet",
-                        "install = \"wheel\" builds the tree into a wheel; the tree is also at `dest`",
-                    );
-                    false
-                }
+            let (install_wheel, editable) = match raw.install.as_ref().map(|i| (i.get_ref().as_str(), i.span())) {
+                None => (false, false),
+                Some(("wheel", _)) => (true, false),
+                Some(("editable", _)) => (true, true),
                 Some((other, span)) => {
-                    ctx.error(span, format!("invalid install {other:?}: expected \"wheel\""));
-                    false
+                    ctx.error(span, format!("invalid install {other:?}: expected \"wheel\" or \"editable\""));
+                    (false, false)
                 }
             };
             out.push((
                 span,
-                Source { name: raw.name.into_inner(), origin, dest: raw.dest.into_inner(), install_wheel },
+                Source { name: raw.name.into_inner(), origin, dest: raw.dest.into_inner(), install_wheel, editable },
             ));
         }
     }

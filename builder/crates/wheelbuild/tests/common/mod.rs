@@ -106,6 +106,7 @@ pub(crate) fn package(a: &Artifact) -> SourcePackage<'_> {
         extra_requires: Vec::new(),
         runtime: Vec::new(),
         cuda: None,
+        editable: None,
     }
 }
 
@@ -126,6 +127,46 @@ pub(crate) fn cuda_runtime(f: &Fixture) -> (Vec<Artifact>, stackbuild_wheelbuild
         .expect("torch 2.15.0 pulls nvidia-cuda-runtime (CUDA 13)");
     let cuda = stackbuild_wheelbuild::CudaToolchain::for_runtime(&cuda_runtime.version.to_string()).unwrap();
     (runtime, cuda)
+}
+
+/// torch 2.8.0 (PyPI's build is CUDA 12.8) and its CUDA 12 wheels, with Debian's CUDA 12
+/// toolkit (trixie non-free) assembled in the fixture's cache; `None` (said) when Debian's
+/// archive cannot be reached.
+pub(crate) fn cuda12_runtime(f: &Fixture) -> Option<(Vec<Artifact>, stackbuild_wheelbuild::CudaToolchain)> {
+    let artifacts = f.cache.root().join("artifacts");
+    let runtime = index_resolver(&f.python, &f.target, &artifacts, None)(&["torch==2.8.0".to_owned()])
+        .expect("torch 2.8.0 and its CUDA 12 wheels from the index");
+    let cuda_runtime = runtime
+        .iter()
+        .find(|a| a.name.as_ref() == "nvidia-cuda-runtime-cu12")
+        .expect("torch 2.8.0 pulls nvidia-cuda-runtime-cu12")
+        .version
+        .to_string();
+    let mirror = debian_mirror()?;
+    let toolkit = match stackbuild_wheelbuild::debian_cuda12(&f.cache, &mirror, "amd64") {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("skipped: Debian's CUDA 12 toolkit cannot be had here: {e}");
+            return None;
+        }
+    };
+    Some((runtime, stackbuild_wheelbuild::CudaToolchain::debian(&cuda_runtime, toolkit).unwrap()))
+}
+
+/// The first Debian (non-security) mirror of this machine's apt sources.
+fn debian_mirror() -> Option<String> {
+    let mut text = std::fs::read_to_string("/etc/apt/sources.list").unwrap_or_default();
+    for e in std::fs::read_dir("/etc/apt/sources.list.d").into_iter().flatten().flatten() {
+        text.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+    }
+    let found = text
+        .split_whitespace()
+        .find(|w| w.starts_with("http") && w.trim_end_matches('/').ends_with("/debian"))
+        .map(|u| u.trim_end_matches('/').to_owned());
+    if found.is_none() {
+        eprintln!("skipped: no Debian mirror in this machine's apt sources");
+    }
+    found
 }
 
 /// A CUDA extension's sdist: one kernel that doubles a tensor, and its binding, built with
