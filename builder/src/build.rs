@@ -397,6 +397,7 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
             )?;
             lock.set_packages(target.platform, &artifacts);
             lock.set_origins(target.platform, &resolution);
+            from_source::lock_build_environments(python, &target, cache, &artifacts, &mut lock)?;
         }
     }
     lock.save(&lock_path)?;

@@ -203,6 +203,9 @@ fn a_source_installed_as_a_wheel_puts_its_console_script_on_path() {
     assert!(lock.contains("filename = \"sbhello-0.3.0.tar.gz\""), "{lock}");
     assert!(lock.contains("source = \"hello\""), "{lock}");
     assert!(lock.contains("name = \"six\""), "{lock}");
+    // Its build environment is locked too: what `[build-system] requires` resolved to.
+    assert!(lock.contains("build_requires = [\"setuptools>=61\"]"), "{lock}");
+    assert!(lock.contains("[[package.build]]\nname = \"setuptools\""), "{lock}");
 
     if have("umoci") && have("runc") {
         let bundle = tmp.path().join("bundle");

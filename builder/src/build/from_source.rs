@@ -152,7 +152,6 @@ impl PlatformBuilder<'_> {
         let artifacts = artifact_dir(self.cache);
         let memo = pip_settings_dir(self.cache);
         let resolve = stackbuild_wheelbuild::index_resolver(python, &target, &artifacts, Some(&memo));
-        let builder = WheelBuilder::new(self.cache, &root, &settings, &target, &resolve);
         for i in sdists {
             if py.wheels[i].commit.is_some() || py.wheels[i].source.is_some() {
                 self.tree_sdist(python, &mut py.wheels[i])?;
@@ -191,6 +190,25 @@ impl PlatformBuilder<'_> {
                 cuda,
                 editable,
             };
+            // The lock's build environment, where the requirements start with the ones it was
+            // resolved from: those wheels exactly, and anything asked beyond them resolved now.
+            let (locked_requires, locked_wheels) = &py.wheels[i].build;
+            let locked = |requires: &[String]| -> Result<Vec<Artifact>, String> {
+                if locked_wheels.is_empty() || !requires.starts_with(locked_requires) {
+                    return resolve(requires);
+                }
+                let pins: Vec<stackbuild_python::Pinned> =
+                    locked_wheels.iter().map(stackbuild_python::LockedBuildWheel::pinned).collect();
+                let mut wheels =
+                    stackbuild_python::fetch_wheels(&pins, &target, python.sources(), &artifacts, Some(&memo))
+                        .map_err(|e| e.to_string())?;
+                let rest = &requires[locked_requires.len()..];
+                if !rest.is_empty() {
+                    wheels.extend(resolve(rest)?);
+                }
+                Ok(wheels)
+            };
+            let builder = WheelBuilder::new(self.cache, &root, &settings, &target, &locked);
             let label = format!("{} {}", sdist.name, sdist.version);
             let started = std::time::Instant::now();
             let mut last = std::time::Instant::now();
@@ -345,6 +363,45 @@ impl PlatformBuilder<'_> {
             ))),
         }
     }
+}
+
+/// Resolves and records, for each package of `target` built from source, its build
+/// environment: the `[build-system] requires` read from its sdist (nothing of it runs) and the
+/// recipe's `extra_requires`, resolved for the image's Python and platform into wheels with
+/// their hashes (`[[package.build]]` of the lock). A build then installs exactly those; what a
+/// backend asks for beyond them at build time (`get_requires_for_build_wheel`) is resolved then.
+pub(super) fn lock_build_environments(
+    python: &PythonSection,
+    target: &Target,
+    cache: &Cache,
+    artifacts: &[Artifact],
+    lock: &mut stackbuild_python::Lock,
+) -> Result<(), BuildError> {
+    let sdists: Vec<&Artifact> = artifacts.iter().filter(|a| stackbuild_common::is_sdist(&a.filename)).collect();
+    if sdists.is_empty() {
+        return Ok(());
+    }
+    let dir = artifact_dir(cache);
+    let memo = pip_settings_dir(cache);
+    let resolve = stackbuild_wheelbuild::index_resolver(python, target, &dir, Some(&memo));
+    let tmp_root = cache.root().join("tmp");
+    std::fs::create_dir_all(&tmp_root).map_err(|e| BuildError::Unsupported(format!("{}: {e}", tmp_root.display())))?;
+    for a in sdists {
+        let label = format!("{} {}", a.name, a.version);
+        let tmp = tempfile::tempdir_in(&tmp_root).map_err(|e| BuildError::Unsupported(format!("{}: {e}", tmp_root.display())))?;
+        let read = stackbuild_wheelbuild::unpack(&a.path, tmp.path()).and_then(|p| stackbuild_wheelbuild::build_system(&p));
+        let system = read.map_err(|e| BuildError::Unsupported(format!("{label}: {e}")))?;
+        let mut requires = system.requires.clone();
+        requires.extend(extra_requires(python, &a.name));
+        if requires.is_empty() {
+            continue;
+        }
+        let wheels = resolve(&requires)
+            .map_err(|e| BuildError::Unsupported(format!("{label}: its build requirements {requires:?}: {e}")))?;
+        tracing::info!("{label}: build environment locked ({} wheel(s) for {})", wheels.len(), requires.join(", "));
+        lock.set_build(target.platform, &a.name, requires, &wheels);
+    }
+    Ok(())
 }
 
 /// The Debian mirror the toolkit comes from: the recipe's `[base] mirror` when it is a URL of a

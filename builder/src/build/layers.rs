@@ -794,6 +794,7 @@ mod tests {
             size: 1 << 20,
             commit: None,
             source: None,
+            build: (Vec::new(), Vec::new()),
         }
     }
 

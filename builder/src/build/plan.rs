@@ -75,6 +75,8 @@ pub(super) struct Wheel {
     pub(super) commit: Option<String>,
     /// The `[[source]]` a project installed as a wheel is built from.
     pub(super) source: Option<String>,
+    /// A source package's locked build environment: the requirements, and their wheels.
+    pub(super) build: (Vec<String>, Vec<stackbuild_python::LockedBuildWheel>),
 }
 
 /// A wheel as a key has it.
@@ -315,6 +317,7 @@ impl<'a> PlatformBuilder<'a> {
                 size: p.size,
                 commit: p.commit.clone(),
                 source: p.source.clone(),
+                build: (p.build_requires.clone(), p.build.clone()),
             })
             .collect();
         let scheme = python.map(|py| Scheme::debian_local(&py.version));
@@ -519,6 +522,7 @@ mod tests {
             size,
             commit: None,
             source: None,
+            build: (Vec::new(), Vec::new()),
         }
     }
 

@@ -111,6 +111,38 @@ pub struct LockedPackage {
     /// `filename` again where the cache lacks it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// For a package built from source: the requirements of its build environment as they
+    /// were resolved (its `[build-system] requires`, read from the sdist without running it,
+    /// and the recipe's `extra_requires`), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub build_requires: Vec<String>,
+    /// The wheels those resolved to, with their hashes (`[[package.build]]`): a build installs
+    /// exactly these, from any cache, on any day.
+    #[serde(default, rename = "build", skip_serializing_if = "Vec::is_empty")]
+    pub build: Vec<LockedBuildWheel>,
+}
+
+/// `[[package.build]]`: one wheel of a source package's build environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockedBuildWheel {
+    /// Normalized name.
+    pub name: PackageName,
+    /// Exact version.
+    pub version: PackageVersion,
+    /// The wheel's file name.
+    pub filename: String,
+    /// Lowercase hex sha256 of the file.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+impl LockedBuildWheel {
+    /// The pin that fetches exactly this file.
+    pub fn pinned(&self) -> Pinned {
+        Pinned { name: self.name.clone(), version: self.version.clone(), hashes: vec![self.sha256.clone()] }
+    }
 }
 
 impl LockedPackage {
@@ -235,6 +267,8 @@ impl Lock {
             size: a.size,
             commit: None,
             source: None,
+            build_requires: Vec::new(),
+            build: Vec::new(),
         }));
         self.sort();
     }
@@ -246,6 +280,25 @@ impl Lock {
         for p in self.packages.iter_mut().filter(|p| p.platform == platform) {
             p.commit = resolution.commits.get(&p.name).cloned();
             p.source = resolution.projects.get(&p.name).cloned();
+        }
+    }
+
+    /// Records the build environment of `platform`'s source package `name`: the requirements
+    /// and the wheels they resolved to.
+    pub fn set_build(&mut self, platform: Platform, name: &PackageName, requires: Vec<String>, wheels: &[Artifact]) {
+        if let Some(p) = self.packages.iter_mut().find(|p| p.platform == platform && &p.name == name) {
+            p.build_requires = requires;
+            p.build = wheels
+                .iter()
+                .map(|a| LockedBuildWheel {
+                    name: a.name.clone(),
+                    version: a.version.clone(),
+                    filename: a.filename.clone(),
+                    sha256: a.sha256.clone(),
+                    size: a.size,
+                })
+                .collect();
+            p.build.sort_by(|a, b| a.name.cmp(&b.name));
         }
     }
 
@@ -353,6 +406,20 @@ impl Lock {
             }
             if !seen.insert((p.platform, p.name.clone())) {
                 return Err(format!("package {} is locked twice for {}", p.name, p.platform));
+            }
+            if !p.build.is_empty() && !stackbuild_common::is_sdist(&p.filename) {
+                return Err(format!("package {} {}: a wheel has no build environment", p.name, p.version));
+            }
+            for b in &p.build {
+                let wheel = !b.filename.starts_with('.')
+                    && !b.filename.contains(['/', '\\', '\0'])
+                    && stackbuild_common::parse_wheel_name(&b.filename).is_some();
+                if !is_sha256(&b.sha256) || !wheel {
+                    return Err(format!(
+                        "package {} {}: its build wheel {:?} needs a wheel file name and a lowercase hex sha256",
+                        p.name, p.version, b.filename
+                    ));
+                }
             }
         }
         let mut names = std::collections::BTreeSet::new();
