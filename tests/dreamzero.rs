@@ -71,3 +71,36 @@ fn the_dreamzero_contract_on_fixture_hosts() {
     assert!(!remedies.is_empty(), "a refusal without a remedy: {codes:?}");
     eprintln!("P100 refused: {codes:?}: {remedies:?}");
 }
+
+/// `recipes/dreamzero-flash-attn.toml` is `recipes/dreamzero.toml` plus flash-attn, and nothing
+/// else: the same base, Python packages but one, sources, host rules and audit exceptions; it
+/// differs in the image's tag, the flash-attn pin and the `[python.build]` knobs its compile
+/// needs. Both locks are fresh.
+#[test]
+fn the_flash_attn_recipe_is_dreamzero_plus_flash_attn() {
+    let dir = test_support::tools::workspace().join("recipes");
+    let read = |name: &str| -> toml::Table { std::fs::read_to_string(dir.join(name)).unwrap().parse().unwrap() };
+    let plain = read("dreamzero.toml");
+    let mut flash = read("dreamzero-flash-attn.toml");
+    let python = flash["python"].as_table_mut().unwrap();
+    let packages = python["packages"].as_array_mut().unwrap();
+    let before = packages.len();
+    packages.retain(|p| p.as_str() != Some("flash-attn==2.8.3"));
+    assert_eq!(packages.len() + 1, before, "no flash-attn==2.8.3 in the packages");
+    let build = python["build"].as_table_mut().unwrap();
+    let isolation = build["no_isolation"].as_array_mut().unwrap();
+    isolation.retain(|p| p.as_str() != Some("flash-attn"));
+    for knob in ["cuda_arch_list", "memory_mib", "timeout_s", "extra_requires", "dependency_metadata"] {
+        assert!(build.remove(knob).is_some(), "no [python.build] {knob}");
+    }
+    let tag = flash["image"]["tag"].as_str().unwrap().to_owned();
+    assert_eq!(tag, format!("{}-flash-attn", plain["image"]["tag"].as_str().unwrap()));
+    flash["image"].as_table_mut().unwrap().insert("tag".into(), plain["image"]["tag"].clone());
+    assert_eq!(flash, plain, "the recipes differ beyond flash-attn");
+
+    for name in ["dreamzero.toml", "dreamzero-flash-attn.toml"] {
+        let recipe = stackbuild_recipe::Recipe::load(&dir.join(name)).unwrap();
+        let lock = stackbuild_python::Lock::load(stackbuild_python::Lock::path_for(&recipe.path)).unwrap();
+        assert!(!lock.is_stale(&recipe), "{name}: the lock is stale: {:?}", lock.stale_reason(&recipe));
+    }
+}

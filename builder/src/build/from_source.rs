@@ -91,6 +91,17 @@ pub(super) struct SandboxMetadata<'a> {
 
 impl stackbuild_python::SdistMetadata for SandboxMetadata<'_> {
     fn metadata(&self, sdist: &Artifact) -> Result<String, String> {
+        // Given by the recipe (uv's `dependency-metadata`): nothing is prepared. For packages
+        // whose setup.py imports torch before it says what it needs, which an isolated
+        // metadata build cannot run and a build against the image's torch cannot run before
+        // torch is resolved.
+        if let Some(requires) = self.python.build.dependency_metadata.get(&sdist.name) {
+            let mut text = format!("Metadata-Version: 2.1\nName: {}\nVersion: {}\n", sdist.name, sdist.version);
+            for r in requires {
+                text.push_str(&format!("Requires-Dist: {r}\n"));
+            }
+            return Ok(text);
+        }
         let root = if let Some(root) = self.root.get() {
             root
         } else {

@@ -46,6 +46,9 @@ impl Recipe {
             /// `[python.build] no_build`: which packages may resolve to their source.
             #[serde(skip_serializing_if = "Vec::is_empty")]
             no_build: Vec<String>,
+            /// `[python.build] dependency_metadata`: dependencies given instead of prepared.
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            dependency_metadata: Vec<(String, Vec<String>)>,
         }
         let rel = |p: &Path| p.strip_prefix(&self.dir).unwrap_or(p).to_string_lossy().into_owned();
         let mut base = BTreeMap::new();
@@ -114,6 +117,12 @@ impl Recipe {
                     (rel(l), digest)
                 }),
                 no_build: sorted_names(&py.build.no_build),
+                dependency_metadata: py
+                    .build
+                    .dependency_metadata
+                    .iter()
+                    .map(|(name, reqs)| (name.to_string(), reqs.iter().map(ToString::to_string).collect()))
+                    .collect(),
             }),
         };
         // Serializing plain structs, strings and a BTreeMap cannot fail.

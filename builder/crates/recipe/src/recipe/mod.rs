@@ -264,6 +264,8 @@ pub struct BuildSection {
     pub no_isolation: Vec<PackageName>,
     /// Build requirements a package does not declare, by package.
     pub extra_requires: BTreeMap<PackageName, Vec<Requirement>>,
+    /// A source package's dependencies, given instead of prepared (uv's `dependency-metadata`).
+    pub dependency_metadata: BTreeMap<PackageName, Vec<Requirement>>,
     /// `TORCH_CUDA_ARCH_LIST` for CUDA extensions.
     pub cuda_arch_list: Option<String>,
     /// Memory cap of one build, MiB.

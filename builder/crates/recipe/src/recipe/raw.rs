@@ -189,6 +189,12 @@ pub(super) struct RawBuild {
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, Vec<String>>")]
     pub(super) extra_requires: BTreeMap<String, Vec<S>>,
+    /// The dependencies of a source package, given, so resolution does not prepare its metadata
+    /// (uv's `dependency-metadata`): packages whose `setup.py` imports torch before it can say
+    /// what it requires (flash-attn), by package.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, Vec<String>>")]
+    pub(super) dependency_metadata: BTreeMap<String, Vec<S>>,
     /// `TORCH_CUDA_ARCH_LIST` of CUDA extensions (`"8.0;9.0+PTX"`).
     #[schemars(with = "Option<String>")]
     pub(super) cuda_arch_list: Option<S>,

@@ -144,16 +144,21 @@ fn validate_build(ctx: &mut Ctx, raw: RawBuild) -> BuildSection {
     };
     let no_build = names(&raw.no_build);
     let no_isolation = names(&raw.no_isolation);
-    let mut extra_requires = BTreeMap::new();
-    for (name, reqs) in &raw.extra_requires {
-        let Ok(name) = PackageName::from_str(name) else {
-            let span = reqs.first().map_or(0..0, Spanned::span);
-            ctx.error(span, format!("invalid package name {name:?} in extra_requires"));
-            continue;
-        };
-        let parsed: Vec<Requirement> = reqs.iter().filter_map(|r| parse_requirement(ctx, r)).collect();
-        extra_requires.insert(name, parsed);
-    }
+    let mut by_package = |table: &BTreeMap<String, Vec<Spanned<String>>>, what: &str| {
+        let mut out = BTreeMap::new();
+        for (name, reqs) in table {
+            let Ok(name) = PackageName::from_str(name) else {
+                let span = reqs.first().map_or(0..0, Spanned::span);
+                ctx.error(span, format!("invalid package name {name:?} in {what}"));
+                continue;
+            };
+            let parsed: Vec<Requirement> = reqs.iter().filter_map(|r| parse_requirement(ctx, r)).collect();
+            out.insert(name, parsed);
+        }
+        out
+    };
+    let extra_requires = by_package(&raw.extra_requires, "extra_requires");
+    let dependency_metadata = by_package(&raw.dependency_metadata, "dependency_metadata");
     let cuda_arch_list = raw.cuda_arch_list.and_then(|a| {
         // `8.0;9.0+PTX` or `8.0 9.0`: what torch.utils.cpp_extension reads.
         let ok = !a.get_ref().is_empty()
@@ -179,6 +184,7 @@ fn validate_build(ctx: &mut Ctx, raw: RawBuild) -> BuildSection {
         no_build,
         no_isolation,
         extra_requires,
+        dependency_metadata,
         cuda_arch_list,
         memory_mib: raw.memory_mib,
         timeout_s: raw.timeout_s,
