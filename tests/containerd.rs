@@ -279,9 +279,13 @@ fn the_node_image_installs_the_runtime_under_containerd() {
         .output()
         .unwrap();
     assert!(out.status.success(), "stackbuild recipes/stackhook-node.toml: {}", text(&out.stderr));
-    let daemon =
-        Containerd::start(&dir.path().join("ctd"), &Containerd::base_config(&dir.path().join("ctd")), &[], NAMESPACE)
-            .unwrap();
+    let daemon = Containerd::start(
+        &dir.path().join("ctd"),
+        &Containerd::base_config(&dir.path().join("ctd")),
+        &[],
+        NAMESPACE,
+    )
+    .unwrap();
     daemon.import(&archive);
     let image = node_image_reference();
     let host = dir.path().join("host");
@@ -333,18 +337,26 @@ fn the_node_image_installs_the_runtime_under_containerd() {
     assert!(out.status.success() && text(&out.stdout).starts_with("stackhook "), "{}", text(&out.stderr));
 }
 
-/// The NRI mode's DaemonSet: the node image, `stackhook nri` with flags the binary takes, the
+/// The NRI mode's `DaemonSet`: the node image, `stackhook nri` with flags the binary takes, the
 /// NRI socket mounted, and nothing that edits the runtime (no init container, no privilege, no
-/// RuntimeClass in its kustomization). Both DaemonSets validate with kubernetes-validate
+/// `RuntimeClass` in its kustomization). Both `DaemonSets` validate with kubernetes-validate
 /// `--strict` for every Kubernetes it bundles from 1.34 on.
 #[test]
 fn the_nri_daemonset_edits_no_runtime_and_both_modes_validate() {
     let root = e2e::workspace().join("deploy/kubernetes");
     let nri = std::fs::read_to_string(root.join("nri/daemonset.yaml")).unwrap();
     let reference = node_image_reference();
-    let images: Vec<&str> = nri.lines().filter_map(|l| l.trim().strip_prefix("image:")).map(str::trim).collect();
+    let images: Vec<&str> =
+        nri.lines().filter_map(|l| l.trim().strip_prefix("image:")).map(str::trim).collect();
     assert!(!images.is_empty() && images.iter().all(|i| *i == reference), "{images:?} is not {reference}");
-    for absent in ["initContainers", "privileged: true", "install containerd", "conf.d", "kind: RuntimeClass", "runtimeClassName"] {
+    for absent in [
+        "initContainers",
+        "privileged: true",
+        "install containerd",
+        "conf.d",
+        "kind: RuntimeClass",
+        "runtimeClassName",
+    ] {
         assert!(!nri.contains(absent), "the NRI DaemonSet has {absent:?}");
     }
     assert!(!std::fs::read_to_string(root.join("nri/kustomization.yaml")).unwrap().contains("runtimeclass"));
@@ -360,7 +372,10 @@ fn the_nri_daemonset_edits_no_runtime_and_both_modes_validate() {
     assert_eq!(args.first().map(String::as_str), Some("nri"), "{args:?}");
     let out = Command::new(binary("stackhook")).args(&args).arg("--once").output().unwrap();
     let stderr = text(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("cannot connect to the NRI socket /nonexistent/nri.sock"), "{stderr}");
+    assert!(
+        !out.status.success() && stderr.contains("cannot connect to the NRI socket /nonexistent/nri.sock"),
+        "{stderr}"
+    );
 
     let venv = std::env::var_os("STACKBUILD_K8S_VENV")
         .map_or_else(|| e2e::workspace().join("target/k8s-validators"), PathBuf::from);
@@ -372,10 +387,21 @@ fn the_nri_daemonset_edits_no_runtime_and_both_modes_validate() {
     let versions = e2e::k8s_versions(&venv);
     assert!(!versions.is_empty(), "no schema from 1.34 on in {}", venv.display());
     for v in &versions {
-        for file in [root.join("daemonset.yaml"), root.join("nri/daemonset.yaml"), root.join("runtimeclass.yaml")] {
+        for file in
+            [root.join("daemonset.yaml"), root.join("nri/daemonset.yaml"), root.join("runtimeclass.yaml")]
+        {
             let out = Command::new(&validate).args(["--strict", "-k", v]).arg(&file).output().unwrap();
-            assert!(out.status.success(), "kubernetes-validate --strict -k {v} {}: {}{}", file.display(), text(&out.stdout), text(&out.stderr));
+            assert!(
+                out.status.success(),
+                "kubernetes-validate --strict -k {v} {}: {}{}",
+                file.display(),
+                text(&out.stdout),
+                text(&out.stderr)
+            );
         }
     }
-    eprintln!("kubernetes-validate --strict: both DaemonSets and the RuntimeClass, Kubernetes {}", versions.join(", "));
+    eprintln!(
+        "kubernetes-validate --strict: both DaemonSets and the RuntimeClass, Kubernetes {}",
+        versions.join(", ")
+    );
 }

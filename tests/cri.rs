@@ -21,6 +21,7 @@
 //! Skipped (with a message, not passed) without root, runc, busybox, our binaries or the
 //! containerd each path needs.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -45,7 +46,8 @@ fn runnable(path: &str, containerd: &Path) -> bool {
         (!is_root()).then(|| "root".to_owned()),
         (!have("runc")).then(|| "runc".to_owned()),
         (!Path::new("/bin/busybox").is_file()).then(|| "busybox-static".to_owned()),
-        (!e2e::stackbuild_bin().is_file()).then(|| "target/release/stackbuild (or STACKBUILD_BIN)".to_owned()),
+        (!e2e::stackbuild_bin().is_file())
+            .then(|| "target/release/stackbuild (or STACKBUILD_BIN)".to_owned()),
         (!containerd.is_file()).then(|| containerd.display().to_string()),
     ]
     .into_iter()
@@ -137,7 +139,8 @@ fn run_pod<'a>(cri: &'a mut Cri, dir: &Path, handler: &str) -> Pod<'a> {
     let logs = dir.join("pod-logs");
     std::fs::create_dir_all(&logs).unwrap();
     let config = pod_config("ml", "trainer-0", &format!("uid-{}", std::process::id()), &logs);
-    let id = cri.run_pod_sandbox(&config, handler).unwrap_or_else(|s| panic!("RunPodSandbox: {}", s.message()));
+    let id =
+        cri.run_pod_sandbox(&config, handler).unwrap_or_else(|s| panic!("RunPodSandbox: {}", s.message()));
     Pod { cri, id, config }
 }
 
@@ -200,11 +203,11 @@ fn for_this_machine(toml: &str, daemon_bin: Option<&Path>, dir: &Path) -> String
         out.push_str(line);
         out.push('\n');
         if line == "[plugins.\"io.containerd.grpc.v1.cri\"]" {
-            out.push_str(&format!("  sandbox_image = \"{PAUSE}\"\n  restrict_oom_score_adj = true\n"));
+            let _ = write!(out, "  sandbox_image = \"{PAUSE}\"\n  restrict_oom_score_adj = true\n");
         } else if line.starts_with("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.")
             && !line.ends_with(".options]")
         {
-            out.push_str(&format!("  base_runtime_spec = \"{}\"\n", base.display()));
+            let _ = writeln!(out, "  base_runtime_spec = \"{}\"", base.display());
         }
     }
     out

@@ -79,7 +79,8 @@ fn the_dreamzero_contract_on_fixture_hosts() {
 #[test]
 fn the_flash_attn_recipe_is_dreamzero_plus_flash_attn() {
     let dir = test_support::tools::workspace().join("recipes");
-    let read = |name: &str| -> toml::Table { std::fs::read_to_string(dir.join(name)).unwrap().parse().unwrap() };
+    let read =
+        |name: &str| -> toml::Table { std::fs::read_to_string(dir.join(name)).unwrap().parse().unwrap() };
     let plain = read("dreamzero.toml");
     let mut flash = read("dreamzero-flash-attn.toml");
     let python = flash["python"].as_table_mut().unwrap();
@@ -99,7 +100,7 @@ fn the_flash_attn_recipe_is_dreamzero_plus_flash_attn() {
     assert_eq!(flash, plain, "the recipes differ beyond flash-attn");
 
     for name in ["dreamzero.toml", "dreamzero-flash-attn.toml"] {
-        let recipe = stackbuild_recipe::Recipe::load(&dir.join(name)).unwrap();
+        let recipe = stackbuild_recipe::Recipe::load(dir.join(name)).unwrap();
         let lock = stackbuild_python::Lock::load(stackbuild_python::Lock::path_for(&recipe.path)).unwrap();
         assert!(!lock.is_stale(&recipe), "{name}: the lock is stale: {:?}", lock.stale_reason(&recipe));
     }

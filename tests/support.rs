@@ -383,7 +383,12 @@ pub fn build_gpu_test_image(dir: &Path, reference: &str) -> Result<PathBuf, Stri
 /// An image built by stackbuild from scratch and `<dir>/rootfs/bin` (a static busybox with its
 /// applets, made here when absent), with `image_keys` added to its `[image]` table and `tail`
 /// to the recipe; returns its archive.
-pub fn build_busybox_image(dir: &Path, reference: &str, image_keys: &str, tail: &str) -> Result<PathBuf, String> {
+pub fn build_busybox_image(
+    dir: &Path,
+    reference: &str,
+    image_keys: &str,
+    tail: &str,
+) -> Result<PathBuf, String> {
     let (name, tag) = reference.split_once(':').ok_or("the reference has no tag")?;
     let bin = dir.join("rootfs/bin");
     if !bin.join("busybox").is_file() {

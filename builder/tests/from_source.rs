@@ -253,7 +253,7 @@ fn a_source_installed_editable_imports_the_tree_at_dest() {
         .unwrap()
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".pth") && n.contains("sbhello"))
+        .filter(|n| std::path::Path::new(n).extension().is_some_and(|e| e == "pth") && n.contains("sbhello"))
         .collect();
     assert!(!pth.is_empty(), "no editable .pth in site-packages");
     let printed = runc_output(

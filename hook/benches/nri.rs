@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use stackhook::fixture::Preset;
-use stackhook::nri::{api, encode, ttrpc, Demux, Message, MessageKind, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
+use stackhook::nri::{
+    api, encode, ttrpc, Demux, Message, MessageKind, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN,
+};
 
 const RUNS: usize = 500;
 
@@ -45,7 +47,8 @@ impl Runtime {
             payload: payload.to_vec(),
             ..Default::default()
         };
-        let bytes = encode(PLUGIN_SERVICE_CONN, self.next, MessageKind::Request, &request.encode_to_vec()).expect("encode");
+        let bytes = encode(PLUGIN_SERVICE_CONN, self.next, MessageKind::Request, &request.encode_to_vec())
+            .expect("encode");
         self.next += 2;
         let start = Instant::now();
         self.stream.write_all(&bytes).expect("write");
@@ -57,7 +60,11 @@ impl Runtime {
 
 fn create(env: &[String]) -> Vec<u8> {
     api::CreateContainerRequest {
-        pod: Some(api::PodSandbox { name: "bench".into(), namespace: "default".into(), ..Default::default() }),
+        pod: Some(api::PodSandbox {
+            name: "bench".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        }),
         container: Some(api::Container { name: "c".into(), env: env.to_vec(), ..Default::default() }),
     }
     .encode_to_vec()
@@ -67,8 +74,13 @@ fn summary(name: &str, mut times: Vec<Duration>, baseline: Option<Duration>) -> 
     times.sort();
     let median = times[times.len() / 2];
     let p90 = times[times.len() * 9 / 10];
-    let ratio = baseline.map_or(String::new(), |b| format!("  {:.1}x the baseline", median.as_secs_f64() / b.as_secs_f64()));
-    println!("{name:<44} median {:>8.3} ms  p90 {:>8.3} ms{ratio}", median.as_secs_f64() * 1e3, p90.as_secs_f64() * 1e3);
+    let ratio = baseline
+        .map_or(String::new(), |b| format!("  {:.1}x the baseline", median.as_secs_f64() / b.as_secs_f64()));
+    println!(
+        "{name:<44} median {:>8.3} ms  p90 {:>8.3} ms{ratio}",
+        median.as_secs_f64() * 1e3,
+        p90.as_secs_f64() * 1e3
+    );
     median
 }
 
@@ -91,12 +103,18 @@ fn main() {
     let register = rt.read();
     assert_eq!(register.conn, RUNTIME_SERVICE_CONN);
     let ok = ttrpc::Response { status: None, payload: Vec::new() }.encode_to_vec();
-    rt.stream.write_all(&encode(RUNTIME_SERVICE_CONN, register.stream, MessageKind::Response, &ok).expect("encode")).expect("write");
+    rt.stream
+        .write_all(
+            &encode(RUNTIME_SERVICE_CONN, register.stream, MessageKind::Response, &ok).expect("encode"),
+        )
+        .expect("write");
     rt.call("Configure", &api::ConfigureRequest::default().encode_to_vec());
     rt.call("Synchronize", &api::SynchronizeRequest::default().encode_to_vec());
 
     let mut gpu_env = vec!["NVIDIA_VISIBLE_DEVICES=all".to_owned()];
-    gpu_env.extend(Preset::EightGpus.requires().iter().enumerate().map(|(i, r)| format!("STACKBUILD_REQUIRE_R{i}={r}")));
+    gpu_env.extend(
+        Preset::EightGpus.requires().iter().enumerate().map(|(i, r)| format!("STACKBUILD_REQUIRE_R{i}={r}")),
+    );
     let gpu = create(&gpu_env);
     let plain = create(&["PATH=/bin".to_owned()]);
     let (mut base, mut with_gpu, mut without) = (Vec::new(), Vec::new(), Vec::new());

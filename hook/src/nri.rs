@@ -1,6 +1,6 @@
 //! `stackhook nri`: the same checks as the hook, as a Node Resource Interface plugin, so a
 //! Kubernetes node refuses an incompatible GPU container at `CreateContainer` without a runtime
-//! handler, a RuntimeClass or an edit of the runtime's configuration.
+//! handler, a `RuntimeClass` or an edit of the runtime's configuration.
 //!
 //! NRI (github.com/containerd/nri) is spoken from its published API: `api.proto` for the
 //! messages, ttrpc's `request.proto` for the envelope, and NRI's connection multiplexer

@@ -117,7 +117,14 @@ impl Containerd {
 
     /// `ctr run --rm IMAGE ID ARGS` through the runc v2 shim with `runc_binary` as its runc,
     /// and `options` for `ctr run` (`--mount ...`).
-    pub fn run_with(&self, runc_binary: &Path, options: &[&str], image: &str, id: &str, args: &[&str]) -> Output {
+    pub fn run_with(
+        &self,
+        runc_binary: &Path,
+        options: &[&str],
+        image: &str,
+        id: &str,
+        args: &[&str],
+    ) -> Output {
         self.ctr()
             .args(["run", "--rm", "--runtime", SHIM, "--runc-binary"])
             .arg(runc_binary)
@@ -168,4 +175,3 @@ pub fn install_handler(stackhook: &Path, prefix: &Path, config: &Path) -> (PathB
     assert!(wrapper.symlink_metadata().is_ok(), "{} was not linked", wrapper.display());
     (wrapper, table)
 }
-

@@ -96,9 +96,12 @@ impl stackbuild_python::SdistMetadata for SandboxMetadata<'_> {
         // metadata build cannot run and a build against the image's torch cannot run before
         // torch is resolved.
         if let Some(requires) = self.python.build.dependency_metadata.get(&sdist.name) {
-            let mut text = format!("Metadata-Version: 2.1\nName: {}\nVersion: {}\n", sdist.name, sdist.version);
+            let mut text =
+                format!("Metadata-Version: 2.1\nName: {}\nVersion: {}\n", sdist.name, sdist.version);
             for r in requires {
-                text.push_str(&format!("Requires-Dist: {r}\n"));
+                text.push_str("Requires-Dist: ");
+                text.push_str(&r.to_string());
+                text.push('\n');
             }
             return Ok(text);
         }
@@ -210,9 +213,14 @@ impl PlatformBuilder<'_> {
                 }
                 let pins: Vec<stackbuild_python::Pinned> =
                     locked_wheels.iter().map(stackbuild_python::LockedBuildWheel::pinned).collect();
-                let mut wheels =
-                    stackbuild_python::fetch_wheels(&pins, &target, python.sources(), &artifacts, Some(&memo))
-                        .map_err(|e| e.to_string())?;
+                let mut wheels = stackbuild_python::fetch_wheels(
+                    &pins,
+                    &target,
+                    python.sources(),
+                    &artifacts,
+                    Some(&memo),
+                )
+                .map_err(|e| e.to_string())?;
                 let rest = &requires[locked_requires.len()..];
                 if !rest.is_empty() {
                     wheels.extend(resolve(rest)?);
@@ -340,9 +348,15 @@ impl PlatformBuilder<'_> {
 /// The tree of a `[[source]]` installed as a wheel (`exclude`: the cache, never part of it).
 impl PlatformBuilder<'_> {
     /// The CUDA toolchain for a build against the image's locked CUDA runtime, if it has one.
-    fn cuda_toolchain(&self, py: &PythonPlan<'_>) -> Result<Option<stackbuild_wheelbuild::CudaToolchain>, BuildError> {
+    fn cuda_toolchain(
+        &self,
+        py: &PythonPlan<'_>,
+    ) -> Result<Option<stackbuild_wheelbuild::CudaToolchain>, BuildError> {
         let Some(runtime) = py.wheels.iter().find(|w| {
-            matches!(w.pin.name.as_ref(), "nvidia-cuda-runtime" | "nvidia-cuda-runtime-cu13" | "nvidia-cuda-runtime-cu12")
+            matches!(
+                w.pin.name.as_ref(),
+                "nvidia-cuda-runtime" | "nvidia-cuda-runtime-cu13" | "nvidia-cuda-runtime-cu12"
+            )
         }) else {
             return Ok(None);
         };
@@ -354,7 +368,10 @@ impl PlatformBuilder<'_> {
             return Ok(None);
         }
         let toolkit = debian_mirror(self.recipe)
-            .ok_or_else(|| "no Debian mirror in the recipe's `[base] mirror` nor in this machine's apt sources".to_owned())
+            .ok_or_else(|| {
+                "no Debian mirror in the recipe's `[base] mirror` nor in this machine's apt sources"
+                    .to_owned()
+            })
             .and_then(|mirror| {
                 stackbuild_wheelbuild::debian_cuda12(self.cache, &mirror, debian_arch(self.platform))
                     .map_err(|e| e.to_string())
@@ -388,7 +405,8 @@ pub(super) fn lock_build_environments(
     artifacts: &[Artifact],
     lock: &mut stackbuild_python::Lock,
 ) -> Result<(), BuildError> {
-    let sdists: Vec<&Artifact> = artifacts.iter().filter(|a| stackbuild_common::is_sdist(&a.filename)).collect();
+    let sdists: Vec<&Artifact> =
+        artifacts.iter().filter(|a| stackbuild_common::is_sdist(&a.filename)).collect();
     if sdists.is_empty() {
         return Ok(());
     }
@@ -396,20 +414,28 @@ pub(super) fn lock_build_environments(
     let memo = pip_settings_dir(cache);
     let resolve = stackbuild_wheelbuild::index_resolver(python, target, &dir, Some(&memo));
     let tmp_root = cache.root().join("tmp");
-    std::fs::create_dir_all(&tmp_root).map_err(|e| BuildError::Unsupported(format!("{}: {e}", tmp_root.display())))?;
+    std::fs::create_dir_all(&tmp_root)
+        .map_err(|e| BuildError::Unsupported(format!("{}: {e}", tmp_root.display())))?;
     for a in sdists {
         let label = format!("{} {}", a.name, a.version);
-        let tmp = tempfile::tempdir_in(&tmp_root).map_err(|e| BuildError::Unsupported(format!("{}: {e}", tmp_root.display())))?;
-        let read = stackbuild_wheelbuild::unpack(&a.path, tmp.path()).and_then(|p| stackbuild_wheelbuild::build_system(&p));
+        let tmp = tempfile::tempdir_in(&tmp_root)
+            .map_err(|e| BuildError::Unsupported(format!("{}: {e}", tmp_root.display())))?;
+        let read = stackbuild_wheelbuild::unpack(&a.path, tmp.path())
+            .and_then(|p| stackbuild_wheelbuild::build_system(&p));
         let system = read.map_err(|e| BuildError::Unsupported(format!("{label}: {e}")))?;
         let mut requires = system.requires.clone();
         requires.extend(extra_requires(python, &a.name));
         if requires.is_empty() {
             continue;
         }
-        let wheels = resolve(&requires)
-            .map_err(|e| BuildError::Unsupported(format!("{label}: its build requirements {requires:?}: {e}")))?;
-        tracing::info!("{label}: build environment locked ({} wheel(s) for {})", wheels.len(), requires.join(", "));
+        let wheels = resolve(&requires).map_err(|e| {
+            BuildError::Unsupported(format!("{label}: its build requirements {requires:?}: {e}"))
+        })?;
+        tracing::info!(
+            "{label}: build environment locked ({} wheel(s) for {})",
+            wheels.len(),
+            requires.join(", ")
+        );
         lock.set_build(target.platform, &a.name, requires, &wheels);
     }
     Ok(())
@@ -419,7 +445,11 @@ pub(super) fn lock_build_environments(
 /// Debian archive, else the first Debian (non-security) URI of this machine's apt sources.
 fn debian_mirror(recipe: &Recipe) -> Option<String> {
     if let Base::Bootstrap(b) = &recipe.base {
-        if let Some(m) = b.mirror.as_deref().filter(|m| m.starts_with("http") && m.trim_end_matches('/').ends_with("/debian")) {
+        if let Some(m) = b
+            .mirror
+            .as_deref()
+            .filter(|m| m.starts_with("http") && m.trim_end_matches('/').ends_with("/debian"))
+        {
             return Some(m.trim_end_matches('/').to_owned());
         }
     }
@@ -427,7 +457,9 @@ fn debian_mirror(recipe: &Recipe) -> Option<String> {
     text.lines()
         .filter_map(|l| {
             let l = l.trim();
-            l.strip_prefix("URIs:").map(str::trim).or_else(|| l.strip_prefix("deb ").and_then(|r| r.split_whitespace().find(|w| w.starts_with("http"))))
+            l.strip_prefix("URIs:").map(str::trim).or_else(|| {
+                l.strip_prefix("deb ").and_then(|r| r.split_whitespace().find(|w| w.starts_with("http")))
+            })
         })
         .flat_map(str::split_whitespace)
         .find(|u| u.starts_with("http") && u.trim_end_matches('/').ends_with("/debian"))

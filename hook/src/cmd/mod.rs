@@ -36,7 +36,7 @@ enum Command {
     #[command(after_help = examples::RUNTIME)]
     Runtime(runtime::Args),
     /// Run as an NRI plugin: the same checks at `CreateContainer`, on containerd 1.7+ and CRI-O
-    /// 1.26+, with no runtime handler, RuntimeClass or change to the runtime's configuration.
+    /// 1.26+, with no runtime handler, `RuntimeClass` or change to the runtime's configuration.
     #[command(after_help = examples::NRI)]
     Nri(nri::Args),
     /// Wire the hook into an engine: docker, podman, crio or containerd.

@@ -1,4 +1,4 @@
-//! `stackhook nri`: the NRI plugin, a long-running process on the node (a DaemonSet's
+//! `stackhook nri`: the NRI plugin, a long-running process on the node (a `DaemonSet`'s
 //! container, or a systemd unit).
 
 use std::io::Write;
@@ -61,10 +61,10 @@ impl Args {
             hook: HookConfig { host_root: self.host_root, policy: self.policy, report_dir: self.report_dir },
         };
         let mut log = |line: &str| {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            let _ = writeln!(std::io::stderr().lock(), "{} stackhook nri: {line}", stackhook::time::rfc3339(now));
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            let _ =
+                writeln!(std::io::stderr().lock(), "{} stackhook nri: {line}", stackhook::time::rfc3339(now));
         };
         // Said once per outage, not once per second.
         let mut waiting = false;

@@ -110,7 +110,11 @@ pub fn serve(config: &NriConfig, log: &mut dyn FnMut(&str)) -> Result<Served, Nr
     serve_stream(stream, config, log)
 }
 
-fn serve_stream(stream: UnixStream, config: &NriConfig, log: &mut dyn FnMut(&str)) -> Result<Served, NriError> {
+fn serve_stream(
+    stream: UnixStream,
+    config: &NriConfig,
+    log: &mut dyn FnMut(&str),
+) -> Result<Served, NriError> {
     match session(stream, config, log) {
         // The runtime went away while the plugin was writing: the same end as a read of 0.
         Err(NriError::Io(e))
@@ -181,7 +185,11 @@ fn session(stream: UnixStream, config: &NriConfig, log: &mut dyn FnMut(&str)) ->
 }
 
 /// The answer to one call of the runtime, and whether it was `Shutdown`.
-fn handle(request: &ttrpc::Request, config: &NriConfig, log: &mut dyn FnMut(&str)) -> (ttrpc::Response, bool) {
+fn handle(
+    request: &ttrpc::Request,
+    config: &NriConfig,
+    log: &mut dyn FnMut(&str),
+) -> (ttrpc::Response, bool) {
     if request.service != PLUGIN_SERVICE {
         return (status(UNIMPLEMENTED, format!("service {} is not served", request.service)), false);
     }
@@ -231,7 +239,10 @@ fn handle(request: &ttrpc::Request, config: &NriConfig, log: &mut dyn FnMut(&str
 }
 
 fn status(code: i32, message: String) -> ttrpc::Response {
-    ttrpc::Response { status: Some(ttrpc::Status { code, message, details: Vec::new() }), payload: Vec::new() }
+    ttrpc::Response {
+        status: Some(ttrpc::Status { code, message, details: Vec::new() }),
+        payload: Vec::new(),
+    }
 }
 
 /// The refusal as the pod's events show it: the verdict line and each remedy, not the whole

@@ -217,10 +217,10 @@ mod tests {
         stream.extend(encode(PLUGIN_SERVICE_CONN, 5, MessageKind::Request, b"x").unwrap());
         stream.extend(frame(2, body));
         let got = Demux::default().push(&stream).unwrap();
-        assert_eq!(got.iter().map(|m| (m.conn, m.payload.clone())).collect::<Vec<_>>(), vec![
-            (1, b"x".to_vec()),
-            (2, b"abcdef".to_vec())
-        ]);
+        assert_eq!(
+            got.iter().map(|m| (m.conn, m.payload.clone())).collect::<Vec<_>>(),
+            vec![(1, b"x".to_vec()), (2, b"abcdef".to_vec())]
+        );
     }
 
     #[test]

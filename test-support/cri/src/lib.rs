@@ -28,7 +28,8 @@ pub type Status = tonic::Status;
 impl Cri {
     /// Connects to `socket` (containerd's `grpc.address`, CRI-O's `crio.sock`).
     pub fn connect(socket: &Path) -> Result<Self, String> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
         let path: PathBuf = socket.to_path_buf();
         let channel = rt
             .block_on(
@@ -58,7 +59,11 @@ impl Cri {
     }
 
     /// `RunPodSandbox` with `config` on the runtime handler `handler` (empty: the default).
-    pub fn run_pod_sandbox(&mut self, config: &v1::PodSandboxConfig, handler: &str) -> Result<String, Status> {
+    pub fn run_pod_sandbox(
+        &mut self,
+        config: &v1::PodSandboxConfig,
+        handler: &str,
+    ) -> Result<String, Status> {
         let call = self.runtime.run_pod_sandbox(v1::RunPodSandboxRequest {
             config: Some(config.clone()),
             runtime_handler: handler.into(),
@@ -90,7 +95,9 @@ impl Cri {
 
     /// `ContainerStatus`: the container's state and exit code.
     pub fn container_status(&mut self, id: &str) -> Result<v1::ContainerStatus, Status> {
-        let call = self.runtime.container_status(v1::ContainerStatusRequest { container_id: id.into(), verbose: false });
+        let call = self
+            .runtime
+            .container_status(v1::ContainerStatusRequest { container_id: id.into(), verbose: false });
         self.rt
             .block_on(call)?
             .into_inner()
@@ -102,7 +109,8 @@ impl Cri {
     pub fn remove_pod(&mut self, pod: &str) -> Result<(), Status> {
         let stop = self.runtime.stop_pod_sandbox(v1::StopPodSandboxRequest { pod_sandbox_id: pod.into() });
         self.rt.block_on(stop)?;
-        let remove = self.runtime.remove_pod_sandbox(v1::RemovePodSandboxRequest { pod_sandbox_id: pod.into() });
+        let remove =
+            self.runtime.remove_pod_sandbox(v1::RemovePodSandboxRequest { pod_sandbox_id: pod.into() });
         self.rt.block_on(remove)?;
         Ok(())
     }

@@ -284,7 +284,8 @@ pub(crate) fn for_suite(sources: &str, distribution: &str, suite: &str) -> Strin
         let trimmed = line.trim_start();
         if let Some(rest) = trimmed.strip_prefix("Suites:") {
             let suites: Vec<String> = rest.split_whitespace().map(map).collect();
-            out.push_str(&format!("Suites: {}", suites.join(" ")));
+            out.push_str("Suites: ");
+            out.push_str(&suites.join(" "));
         } else if trimmed.starts_with("deb ") || trimmed.starts_with("deb-src ") {
             // `deb [options] URI SUITE COMPONENT...`: the suite is the token after the URI.
             let mut tokens: Vec<String> = trimmed.split_whitespace().map(str::to_owned).collect();
@@ -318,7 +319,11 @@ fn host_suite(sources: &str) -> Option<String> {
             let tokens: Vec<&str> = if let Some(rest) = l.strip_prefix("Suites:") {
                 rest.split_whitespace().collect()
             } else if l.starts_with("deb ") {
-                l.split_whitespace().filter(|t| !t.starts_with('[') && !t.ends_with(']')).skip(2).take(1).collect()
+                l.split_whitespace()
+                    .filter(|t| !t.starts_with('[') && !t.ends_with(']'))
+                    .skip(2)
+                    .take(1)
+                    .collect()
             } else {
                 Vec::new()
             };

@@ -285,7 +285,13 @@ impl Lock {
 
     /// Records the build environment of `platform`'s source package `name`: the requirements
     /// and the wheels they resolved to.
-    pub fn set_build(&mut self, platform: Platform, name: &PackageName, requires: Vec<String>, wheels: &[Artifact]) {
+    pub fn set_build(
+        &mut self,
+        platform: Platform,
+        name: &PackageName,
+        requires: Vec<String>,
+        wheels: &[Artifact],
+    ) {
         if let Some(p) = self.packages.iter_mut().find(|p| p.platform == platform && &p.name == name) {
             p.build_requires = requires;
             p.build = wheels

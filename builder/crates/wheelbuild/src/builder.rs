@@ -415,7 +415,10 @@ impl<'a> WheelBuilder<'a> {
                 Ok(_) => {
                     return Err(output(
                         dest,
-                        format!("the build root has a link or file at {}, where the editable project goes", at.display()),
+                        format!(
+                            "the build root has a link or file at {}, where the editable project goes",
+                            at.display()
+                        ),
                     ))
                 }
                 Err(_) => std::fs::create_dir(&at).map_err(io("creating", &at))?,

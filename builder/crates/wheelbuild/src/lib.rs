@@ -28,6 +28,6 @@ pub use builder::{
     WheelBuilder,
 };
 pub use error::WheelBuildError;
-pub use toolkit::{debian_cuda12, DebianCuda, DebianPackage, ToolkitError, DEBIAN_CUDA12_PACKAGES};
 pub use sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BUILD_UID};
 pub use sdist::{build_system, unpack, BuildSystem, SdistError};
+pub use toolkit::{debian_cuda12, DebianCuda, DebianPackage, ToolkitError, DEBIAN_CUDA12_PACKAGES};

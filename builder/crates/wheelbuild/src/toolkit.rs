@@ -16,7 +16,7 @@
 //! nvcc, so a trixie build root needs `g++-13` and `CC`/`CXX` set).
 //!
 //! torch's `cpp_extension` refuses an nvcc of another CUDA major than torch's and only warns on
-//! another minor, so the 12.4 toolkit builds against any CUDA 12 torch (PyPI's torch 2.8 is
+//! another minor, so the 12.4 toolkit builds against any CUDA 12 torch (`PyPI`'s torch 2.8 is
 //! 12.8). What 12.4 cannot do is compile for architectures newer than 9.0 (Blackwell's 10.0 and
 //! 12.0 came with CUDA 12.8); nvcc says so, naming the architecture.
 
@@ -31,8 +31,15 @@ use stackbuild_cache::{Cache, LayerKey};
 /// The Debian packages the toolkit is made of: nvcc and its tools, the headers and link
 /// libraries of every CUDA library (torch's headers include cuBLAS', cuSPARSE's, cuSOLVER's),
 /// libnvvm, the runtime, and CCCL (Thrust, CUB, libcu++).
-pub const DEBIAN_CUDA12_PACKAGES: &[&str] =
-    &["nvidia-cuda-toolkit", "nvidia-cuda-dev", "libnvvm4", "libcudart12", "libcu++-dev", "libcub-dev", "libthrust-dev"];
+pub const DEBIAN_CUDA12_PACKAGES: &[&str] = &[
+    "nvidia-cuda-toolkit",
+    "nvidia-cuda-dev",
+    "libnvvm4",
+    "libcudart12",
+    "libcu++-dev",
+    "libcub-dev",
+    "libthrust-dev",
+];
 
 /// The suite and components they are in.
 const SUITE: &str = "trixie";
@@ -160,15 +167,31 @@ fn index(apt: &Path, mirror: &str, arch: &str) -> Result<Vec<DebianPackage>, Too
     );
     stackbuild_common::write_atomic(&sources, text.as_bytes()).map_err(io("writing", &sources))?;
     let opts = apt_options(apt);
-    run(Command::new("apt-get").args(&opts).args(["-o", &format!("APT::Architecture={arch}"), "update", "-qq"]), "apt-get update")?;
+    run(
+        Command::new("apt-get").args(&opts).args([
+            "-o",
+            &format!("APT::Architecture={arch}"),
+            "update",
+            "-qq",
+        ]),
+        "apt-get update",
+    )?;
     let mut out = Vec::new();
     for name in DEBIAN_CUDA12_PACKAGES {
         let text = run(
-            Command::new("apt-cache").args(&opts).args(["-o", &format!("APT::Architecture={arch}"), "show", "--no-all-versions", name]),
+            Command::new("apt-cache").args(&opts).args([
+                "-o",
+                &format!("APT::Architecture={arch}"),
+                "show",
+                "--no-all-versions",
+                name,
+            ]),
             &format!("apt-cache show {name}"),
         )?;
         let field = |f: &str| {
-            text.lines().find_map(|l| l.strip_prefix(f).and_then(|r| r.strip_prefix(':')).map(|v| v.trim().to_owned()))
+            text.lines().find_map(|l| {
+                l.strip_prefix(f).and_then(|r| r.strip_prefix(':')).map(|v| v.trim().to_owned())
+            })
         };
         match (field("Version"), field("SHA256")) {
             (Some(version), Some(sha256)) if sha256.len() == 64 => {
@@ -198,7 +221,10 @@ fn run(cmd: &mut Command, what: &str) -> Result<String, ToolkitError> {
 fn assemble(apt: &Path, arch: &str, packages: &[DebianPackage], home: &Path) -> Result<(), ToolkitError> {
     let parent = home.parent().unwrap_or(home);
     std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
-    let tmp = tempfile::Builder::new().prefix(".cuda12-").tempdir_in(parent).map_err(io("creating a directory in", parent))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".cuda12-")
+        .tempdir_in(parent)
+        .map_err(io("creating a directory in", parent))?;
     let debs = tmp.path().join("debs");
     let tree = tmp.path().join("home");
     std::fs::create_dir_all(&debs).map_err(io("creating", &debs))?;
@@ -206,7 +232,11 @@ fn assemble(apt: &Path, arch: &str, packages: &[DebianPackage], home: &Path) -> 
     let wanted: Vec<String> = packages.iter().map(|p| format!("{}={}", p.name, p.version)).collect();
     tracing::info!("fetching the CUDA 12 toolkit from Debian {SUITE} non-free ({})", wanted.join(", "));
     run(
-        Command::new("apt-get").current_dir(&debs).args(&opts).args(["-o", &format!("APT::Architecture={arch}"), "download", "-qq"]).args(&wanted),
+        Command::new("apt-get")
+            .current_dir(&debs)
+            .args(&opts)
+            .args(["-o", &format!("APT::Architecture={arch}"), "download", "-qq"])
+            .args(&wanted),
         "apt-get download",
     )?;
     for p in packages {
@@ -218,7 +248,11 @@ fn assemble(apt: &Path, arch: &str, packages: &[DebianPackage], home: &Path) -> 
             .ok_or_else(|| ToolkitError::Apt(format!("apt-get download left no {}", p.name)))?;
         let got = stackbuild_common::sha256_file(&file).map_err(io("hashing", &file))?;
         if got != p.sha256 {
-            return Err(ToolkitError::Digest { file: file.display().to_string(), got, want: p.sha256.clone() });
+            return Err(ToolkitError::Digest {
+                file: file.display().to_string(),
+                got,
+                want: p.sha256.clone(),
+            });
         }
         extract(&file, &tree)?;
     }
@@ -228,13 +262,20 @@ fn assemble(apt: &Path, arch: &str, packages: &[DebianPackage], home: &Path) -> 
                 INCLUDES += \"-I$(TOP)/include\" $(_SPACE_)\n\n\
                 LIBRARIES =+ $(_SPACE_) \"-L$(TOP)/lib64/stubs\" \"-L$(TOP)/lib64\"\n\nCUDAFE_FLAGS +=\nPTXAS_FLAGS +=\n";
     std::fs::write(&profile, text).map_err(io("writing", &profile))?;
-    if !tree.join("bin/nvcc").is_file() || !tree.join("bin/cicc").is_file() || !tree.join("include/cuda_runtime.h").is_file() {
-        return Err(ToolkitError::Apt("the packages did not hold nvcc, cicc and cuda_runtime.h where Debian puts them".into()));
+    if !tree.join("bin/nvcc").is_file()
+        || !tree.join("bin/cicc").is_file()
+        || !tree.join("include/cuda_runtime.h").is_file()
+    {
+        return Err(ToolkitError::Apt(
+            "the packages did not hold nvcc, cicc and cuda_runtime.h where Debian puts them".into(),
+        ));
     }
     std::fs::write(tree.join(".complete"), b"").map_err(io("writing", &tree))?;
     std::fs::remove_dir_all(&debs).map_err(io("removing", &debs))?;
     if std::fs::rename(&tree, home).is_err() && !home.join(".complete").is_file() {
-        return Err(ToolkitError::Io(stackbuild_common::io_err("placing", home)(std::io::Error::other("rename failed"))));
+        return Err(ToolkitError::Io(stackbuild_common::io_err("placing", home)(std::io::Error::other(
+            "rename failed",
+        ))));
     }
     Ok(())
 }
@@ -250,13 +291,25 @@ fn place(path: &str) -> Option<String> {
         return Some(format!("nvvm/libdevice/{rest}"));
     }
     if let Some(rest) = p.strip_prefix("usr/bin/") {
-        let tools = ["ptxas", "fatbinary", "nvlink", "cudafe++", "bin2c", "nvprune", "cuobjdump", "nvdisasm", "cu++filt"];
+        let tools = [
+            "ptxas",
+            "fatbinary",
+            "nvlink",
+            "cudafe++",
+            "bin2c",
+            "nvprune",
+            "cuobjdump",
+            "nvdisasm",
+            "cu++filt",
+        ];
         return tools.contains(&rest).then(|| format!("bin/{rest}"));
     }
     if let Some(rest) = p.strip_prefix("usr/include/") {
         return Some(format!("include/{rest}"));
     }
-    let lib = p.strip_prefix("usr/lib/x86_64-linux-gnu/").or_else(|| p.strip_prefix("usr/lib/aarch64-linux-gnu/"))?;
+    let lib = p
+        .strip_prefix("usr/lib/x86_64-linux-gnu/")
+        .or_else(|| p.strip_prefix("usr/lib/aarch64-linux-gnu/"))?;
     if let Some(stub) = lib.strip_prefix("stubs/") {
         return Some(format!("lib64/stubs/{stub}"));
     }
@@ -302,7 +355,8 @@ fn extract(deb: &Path, tree: &Path) -> Result<(), ToolkitError> {
         }
         let kind = entry.header().entry_type();
         if kind.is_symlink() {
-            let target = entry.link_name().map_err(bad)?.map(|t| t.to_string_lossy().into_owned()).unwrap_or_default();
+            let target =
+                entry.link_name().map_err(bad)?.map(|t| t.to_string_lossy().into_owned()).unwrap_or_default();
             if target.starts_with('/') || target.is_empty() {
                 continue;
             }
@@ -310,7 +364,10 @@ fn extract(deb: &Path, tree: &Path) -> Result<(), ToolkitError> {
             std::os::unix::fs::symlink(&target, &dest).map_err(io("linking", &dest))?;
         } else if kind.is_file() {
             if entry.header().size().map_err(bad)? > MAX_FILE {
-                return Err(ToolkitError::Apt(format!("{}: {name} is larger than {MAX_FILE} bytes", deb.display())));
+                return Err(ToolkitError::Apt(format!(
+                    "{}: {name} is larger than {MAX_FILE} bytes",
+                    deb.display()
+                )));
             }
             let mode = entry.header().mode().map_err(bad)? & 0o755;
             let mut bytes = Vec::new();
@@ -323,7 +380,11 @@ fn extract(deb: &Path, tree: &Path) -> Result<(), ToolkitError> {
     }
     let out = child.wait_with_output().map_err(|e| ToolkitError::Apt(format!("dpkg-deb: {e}")))?;
     if !out.status.success() {
-        return Err(ToolkitError::Apt(format!("dpkg-deb --fsys-tarfile {} failed: {}", deb.display(), String::from_utf8_lossy(&out.stderr).trim())));
+        return Err(ToolkitError::Apt(format!(
+            "dpkg-deb --fsys-tarfile {} failed: {}",
+            deb.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
     Ok(())
 }
@@ -350,7 +411,10 @@ mod tests {
             ("./usr/lib/nvidia-cuda-toolkit/bin/g++", None),
             ("./usr/bin/nvcc", None),
             ("./usr/bin/ptxas", Some("bin/ptxas")),
-            ("./usr/lib/nvidia-cuda-toolkit/libdevice/libdevice.10.bc", Some("nvvm/libdevice/libdevice.10.bc")),
+            (
+                "./usr/lib/nvidia-cuda-toolkit/libdevice/libdevice.10.bc",
+                Some("nvvm/libdevice/libdevice.10.bc"),
+            ),
             ("./usr/include/cuda_runtime.h", Some("include/cuda_runtime.h")),
             ("./usr/include/thrust/version.h", Some("include/thrust/version.h")),
             ("./usr/lib/x86_64-linux-gnu/libcudart.so.12.4.127", Some("lib64/libcudart.so.12.4.127")),

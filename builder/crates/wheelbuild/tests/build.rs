@@ -196,8 +196,8 @@ fn a_cuda_extension_builds_against_the_image_torch_with_nvcc_from_wheels() {
     f.settings.cuda_arch_list = None;
 }
 
-/// The same extension against a CUDA 12 torch (PyPI's torch 2.8.0, CUDA 12.8), compiled by
-/// Debian's nvcc 12.4 (trixie non-free, laid out as a CUDA_HOME): torch accepts another minor
+/// The same extension against a CUDA 12 torch (`PyPI`'s torch 2.8.0, CUDA 12.8), compiled by
+/// Debian's nvcc 12.4 (trixie non-free, laid out as a `CUDA_HOME`): torch accepts another minor
 /// of the same major, and the fat binary carries cubins for both architectures.
 #[test]
 fn a_cuda_extension_builds_against_a_cuda_12_torch_with_debians_nvcc() {
@@ -226,7 +226,11 @@ fn a_cuda_extension_builds_against_a_cuda_12_torch_with_debians_nvcc() {
     let resolve = index_resolver(&f.python, &f.target, &artifacts, None);
     let builder = WheelBuilder::new(&f.cache, &f.root, &f.settings, &f.target, &resolve);
     let built = builder.build(&pkg, &mut |line| eprintln!("  | {line}")).unwrap_or_else(|e| panic!("{e}"));
-    assert!(built.wheel.filename.starts_with("sbcuda12-0.1-cp311-cp311-linux_x86_64"), "{}", built.wheel.filename);
+    assert!(
+        built.wheel.filename.starts_with("sbcuda12-0.1-cp311-cp311-linux_x86_64"),
+        "{}",
+        built.wheel.filename
+    );
     let tmp = f.work.join("fatbin");
     std::fs::create_dir_all(&tmp).unwrap();
     let code = stackbuild_check::extension_wheel_code(&built.wheel.path, &tmp).unwrap().expect("GPU code");

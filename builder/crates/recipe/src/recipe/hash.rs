@@ -117,12 +117,7 @@ impl Recipe {
                     (rel(l), digest)
                 }),
                 no_build: sorted_names(&py.build.no_build),
-                dependency_metadata: py
-                    .build
-                    .dependency_metadata
-                    .iter()
-                    .map(|(name, reqs)| (name.to_string(), reqs.iter().map(ToString::to_string).collect()))
-                    .collect(),
+                dependency_metadata: by_package(&py.build.dependency_metadata),
             }),
         };
         // Serializing plain structs, strings and a BTreeMap cannot fail.
@@ -136,4 +131,12 @@ fn sorted_names(names: &[pep508_rs::PackageName]) -> Vec<String> {
     let mut v: Vec<String> = names.iter().map(ToString::to_string).collect();
     v.sort();
     v
+}
+
+/// A table of requirements by package, as strings (`[python.build] dependency_metadata`).
+fn by_package(table: &BTreeMap<pep508_rs::PackageName, Vec<Requirement>>) -> Vec<(String, Vec<String>)> {
+    table
+        .iter()
+        .map(|(name, reqs)| (name.to_string(), reqs.iter().map(ToString::to_string).collect()))
+        .collect()
 }

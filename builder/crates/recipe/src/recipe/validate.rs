@@ -550,7 +550,11 @@ pub(super) fn validate_sources(
             }
         };
         if let (Some(origin), true) = (origin, ctx.diags.len() == before) {
-            let (install_wheel, editable) = match raw.install.as_ref().map(|i| (i.get_ref().as_str(), i.span())) {
+            let (install_wheel, editable) = match raw
+                .install
+                .as_ref()
+                .map(|i| (i.get_ref().as_str(), i.span()))
+            {
                 None => (false, false),
                 Some(("wheel", _)) => (true, false),
                 Some(("editable", _)) => (true, true),
@@ -561,7 +565,13 @@ pub(super) fn validate_sources(
             };
             out.push((
                 span,
-                Source { name: raw.name.into_inner(), origin, dest: raw.dest.into_inner(), install_wheel, editable },
+                Source {
+                    name: raw.name.into_inner(),
+                    origin,
+                    dest: raw.dest.into_inner(),
+                    install_wheel,
+                    editable,
+                },
             ));
         }
     }

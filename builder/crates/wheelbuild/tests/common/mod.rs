@@ -129,7 +129,7 @@ pub(crate) fn cuda_runtime(f: &Fixture) -> (Vec<Artifact>, stackbuild_wheelbuild
     (runtime, cuda)
 }
 
-/// torch 2.8.0 (PyPI's build is CUDA 12.8) and its CUDA 12 wheels, with Debian's CUDA 12
+/// torch 2.8.0 (`PyPI`'s build is CUDA 12.8) and its CUDA 12 wheels, with Debian's CUDA 12
 /// toolkit (trixie non-free) assembled in the fixture's cache; `None` (said) when Debian's
 /// archive cannot be reached.
 pub(crate) fn cuda12_runtime(f: &Fixture) -> Option<(Vec<Artifact>, stackbuild_wheelbuild::CudaToolchain)> {
