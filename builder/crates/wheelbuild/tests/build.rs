@@ -239,3 +239,47 @@ fn a_cuda_extension_builds_against_a_cuda_12_torch_with_debians_nvcc() {
     let again = builder.build(&pkg, &mut |_| {}).unwrap();
     assert!(!again.compiled);
 }
+
+/// An editable build (PEP 660): the backend's `build_editable` runs with the project at the
+/// path the image has its tree at, so what the wheel points to (setuptools' `.pth` or import
+/// finder) names that path, not the sandbox's build directory; another path is another key.
+#[test]
+fn an_editable_build_points_at_the_trees_path_in_the_image() {
+    if !ready() {
+        return;
+    }
+    let f = Fixture::new();
+    let project = sdist(
+        &f.work,
+        "sbedit",
+        "1.0",
+        &[
+            (
+                "pyproject.toml",
+                "[build-system]\nrequires = [\"setuptools>=64\"]\nbuild-backend = \"setuptools.build_meta\"\n\n\
+                 [project]\nname = \"sbedit\"\nversion = \"1.0\"\n",
+            ),
+            ("sbedit/__init__.py", "VALUE = 1\n"),
+        ],
+    );
+    let mut pkg = package(&project);
+    pkg.editable = Some("/workspace/sbedit");
+    let built = f.build(&pkg).unwrap();
+    let names = members(&built.wheel.path);
+    assert!(!names.iter().any(|n| n == "sbedit/__init__.py"), "the code was copied: {names:?}");
+    let file = std::fs::File::open(&built.wheel.path).unwrap();
+    let mut zip = zip::ZipArchive::new(file).unwrap();
+    let mut pointers = String::new();
+    for i in 0..zip.len() {
+        let mut entry = zip.by_index(i).unwrap();
+        let name = entry.name().to_owned();
+        if !name.contains('/') && (name.ends_with(".pth") || name.ends_with(".py")) {
+            std::io::Read::read_to_string(&mut entry, &mut pointers).unwrap();
+        }
+    }
+    assert!(pointers.contains("/workspace/sbedit"), "{names:?}\n{pointers}");
+    assert!(!pointers.contains("/build/"), "{pointers}");
+    let mut elsewhere = package(&project);
+    elsewhere.editable = Some("/srv/sbedit");
+    assert!(f.build(&elsewhere).unwrap().compiled, "another path must be another build");
+}
