@@ -273,7 +273,9 @@ fn an_editable_build_points_at_the_trees_path_in_the_image() {
     for i in 0..zip.len() {
         let mut entry = zip.by_index(i).unwrap();
         let name = entry.name().to_owned();
-        if !name.contains('/') && (name.ends_with(".pth") || name.ends_with(".py")) {
+        let ext =
+            std::path::Path::new(&name).extension().and_then(|e| e.to_str()).unwrap_or_default().to_owned();
+        if !name.contains('/') && (ext == "pth" || ext == "py") {
             std::io::Read::read_to_string(&mut entry, &mut pointers).unwrap();
         }
     }
