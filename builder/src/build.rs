@@ -345,12 +345,32 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
         // The project's own lock: its wheels, as they are; nothing is resolved.
         let given = stackbuild_python::GivenLock::load(given)?;
         for target in stackbuild_python::targets_with(recipe, glibc) {
-            let chosen = given.select(&target)?;
+            let (chosen, git) = given.select_all(&target)?;
             tracing::info!("{} wheel(s) from {} for {target}", chosen.len(), given.path.display());
-            let artifacts = stackbuild_python::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
-                stackbuild_python::Config::for_lock_urls(py.sources(), Some(&pip_settings_dir(cache)))
-            })?;
+            let mut artifacts =
+                stackbuild_python::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
+                    stackbuild_python::Config::for_lock_urls(py.sources(), Some(&pip_settings_dir(cache)))
+                })?;
+            // Its git packages: the tar of each locked commit, built from source like a recipe's
+            // git dependency (the lock records the commit; the tar is made again where missing).
+            let fetch = stackbuild_python::SourceFetch {
+                artifacts: &artifact_dir(cache),
+                memo: None,
+                cache: cache.root(),
+            };
+            for g in &git {
+                let tree = stackbuild_python::Tree::Git { url: &g.url, commit: &g.commit };
+                let made =
+                    stackbuild_python::tree_sdist(&g.name, tree, Some(&g.version), fetch).map_err(|e| {
+                        BuildError::Unsupported(format!("{}: {} from git: {e}", given.path.display(), g.name))
+                    })?;
+                artifacts.push(made);
+            }
             lock.set_packages(target.platform, &artifacts);
+            for g in &git {
+                lock.set_commit(target.platform, &g.name, &g.commit);
+            }
+            from_source::lock_build_environments(py, &target, cache, &artifacts, &mut lock)?;
         }
     } else if let Some(python) = &recipe.python {
         for target in stackbuild_python::targets_with(recipe, glibc) {

@@ -265,3 +265,77 @@ fn a_source_installed_editable_imports_the_tree_at_dest() {
     let printed = runc_output(&bundle, "stackbuild-editable-script", &["sbhello", "--help"]);
     assert_eq!(printed, "sbhello 0.3.0 with six 1.16.0 ['--help']");
 }
+
+/// The project's own `uv.lock` (`[python] lock`) with a git package: uv locks it at the full
+/// commit (`source = { git = "URL?tag=...#COMMIT" }`); stackbuild makes the tar of that commit,
+/// locks it with its commit, builds it from source and installs it with the lock's wheels.
+#[test]
+fn a_git_package_of_the_projects_uv_lock_is_built_from_its_commit() {
+    if !debian_builds_ready(&["bwrap", "prlimit", "git", "uv"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("sbuvgit");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(
+        repo.join("pyproject.toml"),
+        "[build-system]\nrequires = [\"setuptools>=61\"]\nbuild-backend = \"setuptools.build_meta\"\n\n\
+         [project]\nname = \"sbuvgit\"\nversion = \"0.4.0\"\ndependencies = [\"six==1.16.0\"]\n\n\
+         [tool.setuptools]\npy-modules = [\"sbuvgit\"]\n",
+    )
+    .unwrap();
+    std::fs::write(repo.join("sbuvgit.py"), "import six\nVALUE = 'from the uv.lock git'\n").unwrap();
+    test_support::tools::git(&repo, &["init", "-q"]);
+    test_support::tools::git(&repo, &["add", "."]);
+    test_support::tools::git(
+        &repo,
+        &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "v0.4"],
+    );
+    test_support::tools::git(&repo, &["tag", "v0.4.0"]);
+    let commit = test_support::tools::git(&repo, &["rev-parse", "HEAD"]).trim().to_owned();
+    let project = tmp.path().join("app");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("pyproject.toml"),
+        format!(
+            "[project]\nname = \"app\"\nversion = \"0.1.0\"\nrequires-python = \">=3.11\"\n\
+             dependencies = [\"sbuvgit @ git+file://{}@v0.4.0\"]\n\n[tool.uv]\npackage = false\n",
+            repo.display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new("uv")
+        .args(["lock", "--python", "3.11"])
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "uv lock: {}", String::from_utf8_lossy(&out.stderr));
+    let uv_lock = std::fs::read_to_string(project.join("uv.lock")).unwrap();
+    assert!(uv_lock.contains(&format!("#{commit}\"")), "{uv_lock}");
+    let recipe = project.join("image.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "[image]\nname = \"uvgit\"\ntag = \"test\"\n\n{BOOKWORM_PYTHON}\n[python]\nversion = \"3.11\"\n\
+             lock = \"uv.lock\"\n"
+        ),
+    )
+    .unwrap();
+    let layout = tmp.path().join("layout");
+    build(&recipe, &tmp.path().join("cache"), &layout, &[]);
+    let lock = std::fs::read_to_string(recipe.with_extension("toml.lock")).unwrap();
+    assert!(lock.contains(&format!("commit = \"{commit}\"")), "{lock}");
+    assert!(lock.contains("filename = \"sbuvgit-0.4.0.tar.gz\""), "{lock}");
+    if !(have("umoci") && have("runc")) {
+        eprintln!("skipped the container half: umoci or runc not installed");
+        return;
+    }
+    let bundle = tmp.path().join("bundle");
+    unpack_bundle(&layout, "test", &bundle);
+    let printed = runc_output(
+        &bundle,
+        "stackbuild-uvgit",
+        &["python3", "-c", "import sbuvgit, six; print(sbuvgit.VALUE, six.__version__)"],
+    );
+    assert_eq!(printed, "from the uv.lock git 1.16.0");
+}

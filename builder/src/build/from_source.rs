@@ -319,6 +319,11 @@ impl PlatformBuilder<'_> {
                 .iter()
                 .filter(|r| &r.name == name)
                 .find_map(stackbuild_recipe::git_dependency)
+                // A git package of the project's own lock (`[python] lock`): its URL is there.
+                .or_else(|| {
+                    let given = stackbuild_python::GivenLock::load(python.lock.as_deref()?).ok()?;
+                    Some((given.git_url(name, commit)?, String::new()))
+                })
                 .ok_or_else(|| {
                     BuildError::Unsupported(format!(
                         "the lock pins {name} to git commit {commit}, but the recipe has no git dependency of \

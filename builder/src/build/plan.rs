@@ -379,9 +379,24 @@ fn fetch_wheels(
             .into_iter()
             .filter(|c| wanted.iter().any(|w| w.pin.name == c.name && w.sha256 == c.wheel.sha256))
             .collect();
-        let artifacts = stackbuild_python::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
+        let mut artifacts = stackbuild_python::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
             stackbuild_python::Config::for_lock_urls(py.sources(), Some(&pip_settings_dir(cache)))
         })?;
+        // Its git packages are no file it serves: the tar of each commit, made into the cache
+        // before (`from_source`), by the lock's digest.
+        for w in wanted.iter().filter(|w| w.commit.is_some()) {
+            let path = artifact_dir(cache).join(&w.sha256).join(&w.filename);
+            if stackbuild_common::sha256_file(&path).is_ok_and(|h| h == w.sha256) {
+                artifacts.push(stackbuild_python::Artifact {
+                    name: w.pin.name.clone(),
+                    version: w.pin.version.clone(),
+                    filename: w.filename.clone(),
+                    sha256: w.sha256.clone(),
+                    size: w.size,
+                    path,
+                });
+            }
+        }
         return Ok(artifacts.into_iter().map(|a| (a.name.to_string(), a)).collect());
     }
     stackbuild_python::import_local_wheels(&py.wheels, &pins, target, &artifact_dir(cache))?;

@@ -162,6 +162,14 @@ enum Origin {
     Files,
     /// The project itself or a workspace member: the recipe's `[[source]]`.
     Project,
+    /// A git repository at a full commit: the tar stackbuild makes of that commit, built from
+    /// source like a recipe's git dependency.
+    Git {
+        /// The repository URL.
+        url: String,
+        /// The full commit id.
+        commit: String,
+    },
     /// Only something to build (an sdist, git, a directory that is not the project).
     Build(String),
 }
@@ -212,6 +220,19 @@ pub struct GivenLock {
     pub format: LockFormat,
     requires_python: Option<pep440_rs::VersionSpecifiers>,
     entries: Vec<Entry>,
+}
+
+/// A package the lock takes from git: built from the tar of its commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitChosen {
+    /// Normalized name.
+    pub name: PackageName,
+    /// Exact version.
+    pub version: PackageVersion,
+    /// The repository URL.
+    pub url: String,
+    /// The full commit id.
+    pub commit: String,
 }
 
 /// The wheel of one package chosen for a target.
@@ -277,6 +298,19 @@ impl GivenLock {
 
     /// The wheels to install for `target`, one per package, sorted by name.
     pub fn select(&self, target: &Target) -> Result<Vec<Chosen>, GivenLockError> {
+        self.select_all(target).map(|(files, _)| files)
+    }
+
+    /// The repository URL of the package `name` the lock takes from git at `commit`.
+    pub fn git_url(&self, name: &PackageName, commit: &str) -> Option<String> {
+        self.entries.iter().find_map(|e| match &e.origin {
+            Origin::Git { url, commit: c } if &e.name == name && c == commit => Some(url.clone()),
+            _ => None,
+        })
+    }
+
+    /// [`GivenLock::select`], and the packages that come from git (built from their commit).
+    pub fn select_all(&self, target: &Target) -> Result<(Vec<Chosen>, Vec<GitChosen>), GivenLockError> {
         let python = python_version(target);
         if let Some(spec) = &self.requires_python {
             if !spec.contains(&python) {
@@ -302,9 +336,26 @@ impl GivenLock {
             LockFormat::UvLock => self.uv_reachable(&holds)?,
         };
         let mut chosen: Vec<Chosen> = Vec::new();
+        let mut git: Vec<GitChosen> = Vec::new();
         for entry in applies {
             match &entry.origin {
                 Origin::Project => continue,
+                Origin::Git { url, commit } => {
+                    let Some(version) = entry.version.clone() else {
+                        return Err(GivenLockError::Package {
+                            path: self.path.clone(),
+                            package: entry.label(),
+                            why: "a git package needs its version in the lock".into(),
+                        });
+                    };
+                    git.push(GitChosen {
+                        name: entry.name.clone(),
+                        version,
+                        url: url.clone(),
+                        commit: commit.clone(),
+                    });
+                    continue;
+                }
                 Origin::Build(what) => {
                     return Err(GivenLockError::Package {
                         path: self.path.clone(),
@@ -366,7 +417,8 @@ impl GivenLock {
             chosen.push(Chosen { name: entry.name.clone(), version: name.version, wheel: wheel.clone() });
         }
         chosen.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(chosen)
+        git.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok((chosen, git))
     }
 
     /// The entries `uv sync --no-dev` installs: from the workspace members along every edge
@@ -599,8 +651,19 @@ impl Reader<'_> {
             let label = name.to_string();
             let origin = if table.contains_key("directory") {
                 Origin::Project
-            } else if table.contains_key("vcs") {
-                Origin::Build("a version-control checkout (vcs)".into())
+            } else if let Some(vcs) = table.get("vcs").and_then(toml::Value::as_table) {
+                // PEP 751 `[packages.vcs]`: `type`, `url`, `commit-id`.
+                let field = |k: &str| vcs.get(k).and_then(toml::Value::as_str);
+                match (field("type"), field("url"), field("commit-id")) {
+                    (Some("git"), Some(url), Some(commit))
+                        if is_commit(commit) && !vcs.contains_key("subdirectory") =>
+                    {
+                        Origin::Git { url: url.to_owned(), commit: commit.to_owned() }
+                    }
+                    _ => Origin::Build(
+                        "a version-control checkout (vcs) that is not git at a full commit".into(),
+                    ),
+                }
             } else if table.contains_key("archive") {
                 Origin::Build("an archive".into())
             } else {
@@ -665,8 +728,11 @@ impl Reader<'_> {
             let has = |key: &str| source.is_some_and(|s| s.contains_key(key));
             let origin = if has("editable") || has("virtual") {
                 Origin::Project
-            } else if has("git") {
-                Origin::Build("git".into())
+            } else if let Some(git) = source.and_then(|s| s.get("git")).and_then(toml::Value::as_str) {
+                uv_git(git).map_or_else(
+                    || Origin::Build("git, not at a full commit or with a subdirectory".into()),
+                    |(url, commit)| Origin::Git { url, commit },
+                )
             } else if has("directory") {
                 Origin::Build("a local directory".into())
             } else {
@@ -694,6 +760,23 @@ impl Reader<'_> {
         }
         Ok(GivenLock { path: self.path.to_owned(), format: LockFormat::UvLock, requires_python, entries })
     }
+}
+
+/// uv's git source, `URL?rev=REV#COMMIT` (or `?tag=`, `?branch=`): the URL and the full
+/// commit uv resolved, which its fragment holds; `None` with a subdirectory (not supported yet)
+/// or without a full commit.
+fn uv_git(source: &str) -> Option<(String, String)> {
+    let (rest, commit) = source.split_once('#')?;
+    let (url, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if query.split('&').any(|kv| kv.starts_with("subdirectory=")) || !is_commit(commit) || url.is_empty() {
+        return None;
+    }
+    Some((url.to_owned(), commit.to_owned()))
+}
+
+/// A full git commit id: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.
+fn is_commit(s: &str) -> bool {
+    matches!(s.len(), 40 | 64) && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn is_sha256(s: &str) -> bool {

@@ -41,7 +41,7 @@ pub use bytecode::stand_in;
 pub use bytecode::{Added, BytecodeError, BytecodeKey, Plan};
 pub use download::Config;
 pub use fetch::{fetch_wheels, import_local_wheels};
-pub use given_lock::{fetch, Chosen, GivenLock, GivenLockError};
+pub use given_lock::{fetch, Chosen, GitChosen, GivenLock, GivenLockError};
 pub use index::{configured_index, Index, IndexError, IndexFile};
 pub use lock::{Lock, LockError, LockedBuildWheel};
 pub use pkg_info::{is_static, sdist_pkg_info};

@@ -283,6 +283,13 @@ impl Lock {
         }
     }
 
+    /// Records that `platform`'s package `name` is the tar of git commit `commit`.
+    pub fn set_commit(&mut self, platform: Platform, name: &PackageName, commit: &str) {
+        if let Some(p) = self.packages.iter_mut().find(|p| p.platform == platform && &p.name == name) {
+            p.commit = Some(commit.to_owned());
+        }
+    }
+
     /// Records the build environment of `platform`'s source package `name`: the requirements
     /// and the wheels they resolved to.
     pub fn set_build(
