@@ -313,11 +313,19 @@ fn read_uv_indexes(path: &Path, tool_uv: Option<&toml::Table>, found: &mut Found
                     .into_iter()
                     .find(|k| e.contains_key(*k))
                     .unwrap_or("source");
+                let why = if kind == "workspace" {
+                    // uv installs workspace members editable from the project's tree; with
+                    // the project's uv.lock the image gets their dependencies, and their code
+                    // is in the tree the [[source]] copies.
+                    "a uv workspace member: not installed as a package; its code is in the project's tree at its dest                      (add its directory to PYTHONPATH in [image] env), its dependencies come with uv.lock"
+                } else {
+                    "the recipe installs wheels from indexes; build a wheel and give it as [[python.wheel]], or lock with uv and use `lock = \"uv.lock\"`"
+                };
                 found.untranslated.push(Untranslated::new(
                     path,
                     0,
                     &format!("[tool.uv.sources] {package} = {{ {kind} = ... }}"),
-                    "the recipe installs wheels from indexes; build a wheel and give it as [[python.wheel]], or lock with uv and use `lock = \"uv.lock\"`",
+                    why,
                 ));
             }
         }
