@@ -355,3 +355,19 @@ fn url_dependencies_need_their_digest_and_their_own_file() {
         assert!(e.contains(said), "{bad}: {e}");
     }
 }
+
+#[test]
+fn a_patch_on_a_source_installed_editable_is_taken_and_on_a_wheel_install_refused() {
+    let text = |install: &str| {
+        format!(
+            "[image]\nname = \"p\"\n[base]\ndebian = \"bookworm\"\n[python]\nversion = \"3.11\"\n\
+             [[source]]\nname = \"app\"\npath = \"app\"\ndest = \"/workspace/app\"\ninstall = \"{install}\"\n\
+             [[patch]]\nname = \"fix\"\nsource = \"app\"\nfile = \"app/x.py\"\nfind = \"a\"\nreplace = \"b\"\ncount = 1\n"
+        )
+    };
+    let r = Recipe::parse("r.toml", &text("editable")).unwrap();
+    assert!(r.sources[0].editable && r.sources[0].install_wheel);
+    let err = Recipe::parse("r.toml", &text("wheel")).unwrap_err().to_string();
+    assert!(err.contains("installed as a wheel, whose build does not see patches yet"), "{err}");
+    assert!(err.contains("install = \"editable\""), "{err}");
+}

@@ -616,8 +616,12 @@ pub(super) fn validate_patches(
                     None
                 }
             },
+            // An editable install imports the tree at `dest`, which the patch edits; a wheel
+            // install imports the wheel built from the unpatched tree.
             (None, Some(s))
-                if sources.iter().any(|(_, src)| src.name == *s.get_ref() && src.install_wheel) =>
+                if sources
+                    .iter()
+                    .any(|(_, src)| src.name == *s.get_ref() && src.install_wheel && !src.editable) =>
             {
                 ctx.error_help(
                     s.span(),
@@ -625,7 +629,8 @@ pub(super) fn validate_patches(
                         "source `{}` is installed as a wheel, whose build does not see patches yet",
                         s.get_ref()
                     ),
-                    "patch the installed package instead (`package = \"<its name>\"`), or drop `install`",
+                    "install it editable (`install = \"editable\"`: the image imports the patched tree), patch \
+                     the installed package instead (`package = \"<its name>\"`), or drop `install`",
                 );
                 None
             }
