@@ -526,7 +526,7 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
     }
     let mut found = Found { decisions: found_early, ..Found::default() };
     let has = |k: InputKind| inputs.iter().any(|(kind, _)| *kind == k);
-    let lock_kind = if has(InputKind::UvLock) {
+    let mut lock_kind = if has(InputKind::UvLock) {
         Some(InputKind::UvLock)
     } else if has(InputKind::Pylock) {
         Some(InputKind::Pylock)
@@ -560,7 +560,21 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
     // 2. A lock: the whole list of what is installed.
     for (kind, path) in inputs.iter().filter(|(k, _)| matches!(k, InputKind::UvLock | InputKind::Pylock)) {
         if Some(*kind) == lock_kind && found.lock.is_none() {
-            found.given = Some(stackbuild_python::GivenLock::load(path)?);
+            // A lock the image cannot install as it is (a wheel without a sha256, as an index
+            // of release links serves them): said, and the project's own manifests are read
+            // instead, as if there were no lock.
+            let given = match stackbuild_python::GivenLock::load(path) {
+                Ok(given) => given,
+                Err(e) => {
+                    found.decide(format!(
+                        "{}: not used as the image's lock ({e}); the packages are resolved from the project's \
+                         manifests instead",
+                        path.display()
+                    ));
+                    continue;
+                }
+            };
+            found.given = Some(given);
             found.inputs.push(path.clone());
             found.decide(format!(
                 "{}: the project's lock: the image installs exactly its wheels ([python] lock), nothing is resolved",
@@ -571,6 +585,10 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
             let lock = found.lock.as_ref().map_or_else(String::new, |l| l.display().to_string());
             found.decide(format!("{}: not used ({lock} is the lock)", path.display()));
         }
+    }
+    // A lock that could not be used is as no lock: the manifests say what is installed.
+    if found.lock.is_none() {
+        lock_kind = None;
     }
     // 3. A Dockerfile: its base, environment, and the `pip install` lines that made its image
     //    (those read the requirements files they name).
