@@ -213,19 +213,31 @@ fn for_this_machine(toml: &str, daemon_bin: Option<&Path>, dir: &Path) -> String
     out
 }
 
+/// The plugin's process, stopped when the test ends, passed or not (it would dial the
+/// removed socket every second otherwise).
+struct Plugin(Child);
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        test_support::process::stop(&mut self.0, Duration::from_secs(5));
+    }
+}
+
 /// `stackhook nri` on `socket`, its log in `log`.
-fn start_plugin(stackhook: &Path, socket: &Path, host: &Path, log: &Path) -> Child {
+fn start_plugin(stackhook: &Path, socket: &Path, host: &Path, log: &Path) -> Plugin {
     let out = std::fs::File::create(log).unwrap();
-    Command::new(stackhook)
-        .args(["nri", "--socket"])
-        .arg(socket)
-        .arg("--host-root")
-        .arg(host)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(out)
-        .spawn()
-        .unwrap()
+    Plugin(
+        Command::new(stackhook)
+            .args(["nri", "--socket"])
+            .arg(socket)
+            .arg("--host-root")
+            .arg(host)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .unwrap(),
+    )
 }
 
 /// Waits until the plugin's log has `needle` (the runtime configured it).
@@ -274,7 +286,7 @@ fn the_nri_plugin_refuses_through_cri_on_containerd_1_7() {
     import_images(&daemon, &dir.path().join("images"));
     let stackhook = binary("stackhook");
     let log = dir.path().join("nri.log");
-    let mut plugin = start_plugin(&stackhook, &nri_socket, host.root(), &log);
+    let plugin = start_plugin(&stackhook, &nri_socket, host.root(), &log);
     wait_for(&log, "configured by", 1);
     let mut cri = Cri::connect(&daemon.socket).unwrap();
     let version = cri.version().unwrap();
@@ -295,17 +307,17 @@ fn the_nri_plugin_refuses_through_cri_on_containerd_1_7() {
     assert_refused("NRI, a CDI-given GPU", &by_cdi, "L4-CUDA-REQUIREMENT");
 
     // The plugin stopped mid-run: containerd 1.7 drops it and creates the container.
-    test_support::process::stop(&mut plugin, Duration::from_secs(5));
+    drop(plugin);
     let unguarded = pod.run("cuda13-unguarded", CUDA13, &[]);
     eprintln!("with the plugin stopped, CUDA 13 on R535: {unguarded:?}");
     assert!(unguarded.is_ok(), "containerd 1.7 refused without the plugin: {unguarded:?}");
     // Started again, it registers again and refuses again.
-    let mut plugin = start_plugin(&stackhook, &nri_socket, host.root(), &dir.path().join("nri2.log"));
+    let plugin = start_plugin(&stackhook, &nri_socket, host.root(), &dir.path().join("nri2.log"));
     wait_for(&dir.path().join("nri2.log"), "configured by", 1);
     let again = pod.run("cuda13-again", CUDA13, &[]).expect_err("refused again once the plugin is back");
     assert_refused("NRI, plugin restarted", &again, "L4-CUDA-REQUIREMENT");
     let id = pod.id.clone();
     cri.remove_pod(&id).unwrap();
-    test_support::process::stop(&mut plugin, Duration::from_secs(5));
+    drop(plugin);
     eprintln!("plugin log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
 }

@@ -322,3 +322,30 @@ fn the_shapes_real_projects_have() {
     stackbuild_recipe::Recipe::load(odd.join("stackbuild.toml")).unwrap();
     validates(&odd.join("stackbuild.toml"));
 }
+
+/// A project lock the image cannot install as it is, a wheel without a sha256 (as an index of
+/// release links serves them: cosmos-predict2's `uv.lock`), is said, and the project's
+/// manifests are read instead: the recipe lists the pyproject's dependencies and no lock.
+#[test]
+fn a_lock_without_digests_is_said_and_the_manifests_are_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(
+        dir,
+        "pyproject.toml",
+        "[project]\nname = \"app\"\nversion = \"0.1.0\"\nrequires-python = \">=3.11\"\ndependencies = [\"six==1.16.0\"]\n",
+    );
+    write(
+        dir,
+        "uv.lock",
+        "version = 1\nrequires-python = \">=3.11\"\n\n[[package]]\nname = \"app\"\nversion = \"0.1.0\"\n\
+         source = { editable = \".\" }\ndependencies = [{ name = \"six\" }]\n\n[[package]]\nname = \"six\"\n\
+         version = \"1.16.0\"\nsource = { registry = \"https://example.invalid/simple\" }\n\
+         wheels = [{ url = \"https://example.invalid/six-1.16.0-py2.py3-none-any.whl\" }]\n",
+    );
+    let (ok, said) = init(dir, &["--offline"]);
+    assert!(ok, "{said}");
+    assert!(said.contains("uv.lock: not used as the image's lock") && said.contains("no sha256"), "{said}");
+    let recipe = std::fs::read_to_string(dir.join("stackbuild.toml")).unwrap();
+    assert!(recipe.contains("\"six==1.16.0\"") && !recipe.contains("lock = "), "{recipe}");
+}
