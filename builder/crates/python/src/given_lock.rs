@@ -301,6 +301,17 @@ impl GivenLock {
         self.select_all(target).map(|(files, _)| files)
     }
 
+    fn git_chosen(&self, entry: &Entry, url: &str, commit: &str) -> Result<GitChosen, GivenLockError> {
+        let Some(version) = entry.version.clone() else {
+            return Err(GivenLockError::Package {
+                path: self.path.clone(),
+                package: entry.label(),
+                why: "a git package needs its version in the lock".into(),
+            });
+        };
+        Ok(GitChosen { name: entry.name.clone(), version, url: url.to_owned(), commit: commit.to_owned() })
+    }
+
     /// The repository URL of the package `name` the lock takes from git at `commit`.
     pub fn git_url(&self, name: &PackageName, commit: &str) -> Option<String> {
         self.entries.iter().find_map(|e| match &e.origin {
@@ -341,19 +352,7 @@ impl GivenLock {
             match &entry.origin {
                 Origin::Project => continue,
                 Origin::Git { url, commit } => {
-                    let Some(version) = entry.version.clone() else {
-                        return Err(GivenLockError::Package {
-                            path: self.path.clone(),
-                            package: entry.label(),
-                            why: "a git package needs its version in the lock".into(),
-                        });
-                    };
-                    git.push(GitChosen {
-                        name: entry.name.clone(),
-                        version,
-                        url: url.clone(),
-                        commit: commit.clone(),
-                    });
+                    git.push(self.git_chosen(entry, url, commit)?);
                     continue;
                 }
                 Origin::Build(what) => {
