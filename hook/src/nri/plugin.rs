@@ -51,7 +51,7 @@ pub struct NriConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum NriError {
     /// The socket cannot be reached.
-    #[error("cannot connect to the NRI socket {socket}: {source} (is NRI enabled in the runtime? containerd 1.7: [plugins.\"io.containerd.nri.v1.nri\"] disable = false; containerd 2.x and CRI-O 1.30+ enable it by default)")]
+    #[error("cannot connect to the NRI socket {socket}: {source} (is NRI enabled in the runtime? containerd 1.7: [plugins.\"io.containerd.nri.v1.nri\"] disable = false; containerd 2.x enables it by default; CRI-O: [crio.nri] enable_nri = true)")]
     Connect {
         /// The socket.
         socket: String,
