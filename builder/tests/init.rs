@@ -349,3 +349,43 @@ fn a_lock_without_digests_is_said_and_the_manifests_are_read() {
     let recipe = std::fs::read_to_string(dir.join("stackbuild.toml")).unwrap();
     assert!(recipe.contains("\"six==1.16.0\"") && !recipe.contains("lock = "), "{recipe}");
 }
+
+/// A uv workspace without a lock: the member `[tool.uv.sources]` names (`{ workspace = true }`)
+/// and a project at a `path` each become a `[[source]]` installed as a wheel, in place of their
+/// requirement; the rest are the recipe's packages.
+#[test]
+fn uv_workspace_members_and_path_projects_become_sources() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(
+        dir,
+        "pyproject.toml",
+        "[project]\nname = \"robot\"\nversion = \"0.1.0\"\nrequires-python = \">=3.11\"\n\
+         dependencies = [\"six==1.16.0\", \"robot-client\", \"vendored-kit\"]\n\n\
+         [tool.uv.sources]\nrobot-client = { workspace = true }\nvendored-kit = { path = \"third_party/kit\" }\n\n\
+         [tool.uv.workspace]\nmembers = [\"packages/*\"]\n",
+    );
+    write(
+        dir,
+        "packages/robot-client/pyproject.toml",
+        "[project]\nname = \"robot-client\"\nversion = \"0.2.0\"\ndependencies = [\"idna==3.7\"]\n",
+    );
+    write(
+        dir,
+        "third_party/kit/setup.py",
+        "from setuptools import setup\nsetup(name='vendored-kit', version='1.0')\n",
+    );
+    let (ok, said) = init(dir, &["--offline"]);
+    assert!(ok, "{said}");
+    let recipe = std::fs::read_to_string(dir.join("stackbuild.toml")).unwrap();
+    assert!(recipe.contains("\"six==1.16.0\""), "{recipe}");
+    assert!(!recipe.contains("  \"robot-client") && !recipe.contains("  \"vendored-kit"), "{recipe}");
+    assert!(
+        recipe.contains(
+            "[[source]]\nname = \"robot-client\"\npath = \"packages/robot-client\"\ndest = \"/workspace/robot-client\"\ninstall = \"wheel\""
+        ),
+        "{recipe}"
+    );
+    assert!(recipe.contains("name = \"vendored-kit\"\npath = \"third_party/kit\""), "{recipe}");
+    assert!(said.contains("is a [[source]] of its own"), "{said}");
+}

@@ -196,6 +196,10 @@ pub(crate) struct Found {
     /// `[tool.uv.sources]` git entries: (package, `name @ git+URL@REV`), which replace the
     /// package's requirement.
     pub(crate) git_sources: Vec<(String, String)>,
+    /// `[tool.uv.sources]` entries that are projects on disk (`{ path = "..." }` and workspace
+    /// members): (package, directory), each a `[[source]]` installed as a wheel, which
+    /// replaces the package's requirement.
+    pub(crate) local_projects: Vec<(String, PathBuf)>,
     /// What was decided on the way, and why.
     pub decisions: Vec<String>,
     /// What has no place in the recipe.
@@ -278,6 +282,12 @@ impl Found {
             self.index_cuda(local, &format!("{at}: {requirement}"));
         }
         let norm = stackbuild_python::normalize_name(&name);
+        if !constraint
+            && self.local_projects.iter().any(|(p, _)| stackbuild_python::normalize_name(p) == norm)
+        {
+            // The [[source]] of that project provides it, with its own dependencies.
+            return;
+        }
         let requirement =
             match self.git_sources.iter().find(|(p, _)| stackbuild_python::normalize_name(p) == norm) {
                 Some((_, git)) if !constraint => {
@@ -343,6 +353,8 @@ pub struct Plan {
     cuda: Option<(String, Option<String>)>,
     source_dest: String,
     project_wheel: bool,
+    /// Other projects on disk installed as wheels: (package, directory).
+    local_projects: Vec<(String, PathBuf)>,
     env: BTreeMap<String, String>,
     labels: Vec<(String, String)>,
     workdir: String,
@@ -836,6 +848,7 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
         cuda,
         source_dest,
         project_wheel: found.project_wheel.is_some(),
+        local_projects: found.local_projects.clone(),
         env: found.env,
         labels: found.labels,
         workdir,
@@ -1153,6 +1166,16 @@ impl Plan {
         );
         if self.project_wheel {
             out.push_str("install = \"wheel\"\n");
+        }
+        for (package, path) in &self.local_projects {
+            let rel = relative(path, recipe_dir);
+            let _ = writeln!(
+                out,
+                "\n[[source]]\nname = {}\npath = {}\ndest = {}\ninstall = \"wheel\"",
+                q(package),
+                q(if rel.is_empty() { "." } else { &rel }),
+                q(&format!("/workspace/{package}"))
+            );
         }
         if self.cuda.is_some() {
             out.push_str(

@@ -2,7 +2,7 @@
 //! optional dependencies and dependency groups (PEP 735), and uv's `[tool.uv]` indexes and
 //! sources (<https://docs.astral.sh/uv/concepts/indexes/>).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{Found, Untranslated};
 
@@ -313,11 +313,35 @@ fn read_uv_indexes(path: &Path, tool_uv: Option<&toml::Table>, found: &mut Found
                     .into_iter()
                     .find(|k| e.contains_key(*k))
                     .unwrap_or("source");
+                // A project on disk: a `path` to a directory with a pyproject.toml or setup.py,
+                // or a workspace member (`[tool.uv.workspace] members`): a [[source]] of its
+                // own, installed as a wheel built from its tree, as uv installs it (editable).
+                let dir = match kind {
+                    "path" => e.get("path").and_then(toml::Value::as_str).map(|p| origin_dir.join(p)),
+                    "workspace" => workspace_member(origin_dir, uv, package),
+                    _ => None,
+                };
+                // With the project's own lock the image installs what it lists, and a
+                // [[source]] project is not resolved beside it.
+                let dir = dir.filter(|_| found.lock.is_none());
+                if let Some(dir) =
+                    dir.filter(|d| d.join("pyproject.toml").is_file() || d.join("setup.py").is_file())
+                {
+                    found.decide(format!(
+                        "{}: [tool.uv.sources] {package} = {{ {kind} = ... }}: the project in {} is a [[source]] of \
+                         its own, installed as a wheel built from its tree (uv installs it editable; `install = \
+                         \"editable\"` does the same in a development image)",
+                        path.display(),
+                        dir.display()
+                    ));
+                    found.local_projects.push((package.clone(), dir));
+                    continue;
+                }
                 let why = if kind == "workspace" {
                     // uv installs workspace members editable from the project's tree; with
                     // the project's uv.lock the image gets their dependencies, and their code
                     // is in the tree the [[source]] copies.
-                    "a uv workspace member: not installed as a package; its code is in the project's tree at its dest                      (add its directory to PYTHONPATH in [image] env), its dependencies come with uv.lock"
+                    "a uv workspace member: not installed as a package; its code is in the project's tree at its dest (add its directory to PYTHONPATH in [image] env), its dependencies come with uv.lock"
                 } else {
                     "the recipe installs wheels from indexes; build a wheel and give it as [[python.wheel]], or lock with uv and use `lock = \"uv.lock\"`"
                 };
@@ -330,4 +354,34 @@ fn read_uv_indexes(path: &Path, tool_uv: Option<&toml::Table>, found: &mut Found
             }
         }
     }
+}
+
+/// The directory of workspace member `package`: the first of `[tool.uv.workspace] members`
+/// (a directory, or `dir/*`) whose pyproject names it.
+fn workspace_member(root: &Path, uv: &toml::Table, package: &str) -> Option<PathBuf> {
+    let members = uv.get("workspace").and_then(|w| w.get("members")).and_then(toml::Value::as_array)?;
+    let want = stackbuild_python::normalize_name(package);
+    let mut dirs = Vec::new();
+    for m in members.iter().filter_map(toml::Value::as_str) {
+        if let Some(parent) = m.strip_suffix("/*") {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(root.join(parent))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect();
+            found.sort();
+            dirs.extend(found);
+        } else if !m.contains(['*', '?', '[']) {
+            dirs.push(root.join(m));
+        }
+    }
+    dirs.into_iter().find(|d| {
+        std::fs::read_to_string(d.join("pyproject.toml"))
+            .ok()
+            .and_then(|t| t.parse::<toml::Table>().ok())
+            .and_then(|t| t.get("project")?.get("name")?.as_str().map(stackbuild_python::normalize_name))
+            .is_some_and(|n| n == want)
+    })
 }
