@@ -313,28 +313,7 @@ fn read_uv_indexes(path: &Path, tool_uv: Option<&toml::Table>, found: &mut Found
                     .into_iter()
                     .find(|k| e.contains_key(*k))
                     .unwrap_or("source");
-                // A project on disk: a `path` to a directory with a pyproject.toml or setup.py,
-                // or a workspace member (`[tool.uv.workspace] members`): a [[source]] of its
-                // own, installed as a wheel built from its tree, as uv installs it (editable).
-                let dir = match kind {
-                    "path" => e.get("path").and_then(toml::Value::as_str).map(|p| origin_dir.join(p)),
-                    "workspace" => workspace_member(origin_dir, uv, package),
-                    _ => None,
-                };
-                // With the project's own lock the image installs what it lists, and a
-                // [[source]] project is not resolved beside it.
-                let dir = dir.filter(|_| found.lock.is_none());
-                if let Some(dir) =
-                    dir.filter(|d| d.join("pyproject.toml").is_file() || d.join("setup.py").is_file())
-                {
-                    found.decide(format!(
-                        "{}: [tool.uv.sources] {package} = {{ {kind} = ... }}: the project in {} is a [[source]] of \
-                         its own, installed as a wheel built from its tree (uv installs it editable; `install = \
-                         \"editable\"` does the same in a development image)",
-                        path.display(),
-                        dir.display()
-                    ));
-                    found.local_projects.push((package.clone(), dir));
+                if local_project(path, origin_dir, uv, package, kind, e, found) {
                     continue;
                 }
                 let why = if kind == "workspace" {
@@ -384,4 +363,40 @@ fn workspace_member(root: &Path, uv: &toml::Table, package: &str) -> Option<Path
             .and_then(|t| t.get("project")?.get("name")?.as_str().map(stackbuild_python::normalize_name))
             .is_some_and(|n| n == want)
     })
+}
+
+/// A `[tool.uv.sources]` entry that is a project on disk, taken as a [[source]] of its own;
+/// whether it was.
+fn local_project(
+    path: &Path,
+    origin_dir: &Path,
+    uv: &toml::Table,
+    package: &str,
+    kind: &str,
+    e: &toml::Table,
+    found: &mut Found,
+) -> bool {
+    // A project on disk: a `path` to a directory with a pyproject.toml or setup.py,
+    // or a workspace member (`[tool.uv.workspace] members`): a [[source]] of its
+    // own, installed as a wheel built from its tree, as uv installs it (editable).
+    let dir = match kind {
+        "path" => e.get("path").and_then(toml::Value::as_str).map(|p| origin_dir.join(p)),
+        "workspace" => workspace_member(origin_dir, uv, package),
+        _ => None,
+    };
+    // With the project's own lock the image installs what it lists, and a
+    // [[source]] project is not resolved beside it.
+    let dir = dir.filter(|_| found.lock.is_none());
+    if let Some(dir) = dir.filter(|d| d.join("pyproject.toml").is_file() || d.join("setup.py").is_file()) {
+        found.decide(format!(
+            "{}: [tool.uv.sources] {package} = {{ {kind} = ... }}: the project in {} is a [[source]] of \
+             its own, installed as a wheel built from its tree (uv installs it editable; `install = \
+             \"editable\"` does the same in a development image)",
+            path.display(),
+            dir.display()
+        ));
+        found.local_projects.push((package.to_owned(), dir));
+        return true;
+    }
+    false
 }
