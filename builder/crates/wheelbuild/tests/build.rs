@@ -161,39 +161,9 @@ fn a_cuda_extension_builds_against_the_image_torch_with_nvcc_from_wheels() {
     if !ready() {
         return;
     }
-    let mut f = Fixture::new();
-    f.settings.cuda_arch_list = Some("8.0;9.0".into());
-    f.settings.memory = 8 << 30;
-    f.settings.timeout = Duration::from_mins(30);
+    let f = cuda_fixture();
     let (runtime, cuda) = common::cuda_runtime(&f);
-    let ext = common::cuda_extension(&f.work, "sbcuda", "0.1");
-    let pkg = SourcePackage {
-        name: &ext.name,
-        version: &ext.version,
-        sdist: &ext,
-        extra_requires: Vec::new(),
-        runtime,
-        cuda: Some(cuda),
-        editable: None,
-    };
-    let artifacts = f.cache.root().join("artifacts");
-    let resolve = index_resolver(&f.python, &f.target, &artifacts, None);
-    let builder = WheelBuilder::new(&f.cache, &f.root, &f.settings, &f.target, &resolve);
-    let built = builder.build(&pkg, &mut |line| eprintln!("  | {line}")).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        built.wheel.filename.starts_with("sbcuda-0.1-cp311-cp311-linux_x86_64"),
-        "{}",
-        built.wheel.filename
-    );
-    let tmp = f.work.join("fatbin");
-    std::fs::create_dir_all(&tmp).unwrap();
-    let code = stackbuild_check::extension_wheel_code(&built.wheel.path, &tmp).unwrap().expect("GPU code");
-    let cubins: Vec<String> = code.cubins.iter().map(ToString::to_string).collect();
-    assert_eq!(cubins, ["8.0", "9.0"], "{}", code.describe());
-    // Built again: nothing compiles.
-    let again = builder.build(&pkg, &mut |_| {}).unwrap();
-    assert!(!again.compiled);
-    f.settings.cuda_arch_list = None;
+    build_cuda_extension_twice(&f, "sbcuda", runtime, cuda);
 }
 
 /// The same extension against a CUDA 12 torch (`PyPI`'s torch 2.8.0, CUDA 12.8), compiled by
@@ -204,15 +174,32 @@ fn a_cuda_extension_builds_against_a_cuda_12_torch_with_debians_nvcc() {
     if !ready() {
         return;
     }
-    let mut f = Fixture::new();
-    f.settings.cuda_arch_list = Some("8.0;9.0".into());
-    f.settings.memory = 8 << 30;
-    f.settings.timeout = Duration::from_mins(30);
+    let f = cuda_fixture();
     let Some((runtime, cuda)) = common::cuda12_runtime(&f) else { return };
     let toolkit = cuda.debian.clone().unwrap();
     assert_eq!(toolkit.release, "12.4");
     assert!(toolkit.home.join("bin/nvcc").is_file() && toolkit.home.join("include/cuda_runtime.h").is_file());
-    let ext = common::cuda_extension(&f.work, "sbcuda12", "0.1");
+    build_cuda_extension_twice(&f, "sbcuda12", runtime, cuda);
+}
+
+/// A fixture for CUDA builds: 8.0 and 9.0, room for nvcc.
+fn cuda_fixture() -> Fixture {
+    let mut f = Fixture::new();
+    f.settings.cuda_arch_list = Some("8.0;9.0".into());
+    f.settings.memory = 8 << 30;
+    f.settings.timeout = Duration::from_mins(30);
+    f
+}
+
+/// Builds the one-kernel extension `name` against `runtime` with `cuda`: its wheel carries
+/// cubins for 8.0 and 9.0, read back by the fat-binary reader; built again, nothing compiles.
+fn build_cuda_extension_twice(
+    f: &Fixture,
+    name: &str,
+    runtime: Vec<Artifact>,
+    cuda: stackbuild_wheelbuild::CudaToolchain,
+) {
+    let ext = common::cuda_extension(&f.work, name, "0.1");
     let pkg = SourcePackage {
         name: &ext.name,
         version: &ext.version,
@@ -227,7 +214,7 @@ fn a_cuda_extension_builds_against_a_cuda_12_torch_with_debians_nvcc() {
     let builder = WheelBuilder::new(&f.cache, &f.root, &f.settings, &f.target, &resolve);
     let built = builder.build(&pkg, &mut |line| eprintln!("  | {line}")).unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        built.wheel.filename.starts_with("sbcuda12-0.1-cp311-cp311-linux_x86_64"),
+        built.wheel.filename.starts_with(&format!("{name}-0.1-cp311-cp311-linux_x86_64")),
         "{}",
         built.wheel.filename
     );
