@@ -428,8 +428,7 @@ pub(super) fn lock_build_environments(
         let read = stackbuild_wheelbuild::unpack(&a.path, tmp.path())
             .and_then(|p| stackbuild_wheelbuild::build_system(&p));
         let system = read.map_err(|e| BuildError::Unsupported(format!("{label}: {e}")))?;
-        let mut requires = system.requires.clone();
-        requires.extend(extra_requires(python, &a.name));
+        let requires = system.requires_with(&extra_requires(python, &a.name));
         if requires.is_empty() {
             continue;
         }
@@ -449,26 +448,12 @@ pub(super) fn lock_build_environments(
 /// The Debian mirror the toolkit comes from: the recipe's `[base] mirror` when it is a URL of a
 /// Debian archive, else the first Debian (non-security) URI of this machine's apt sources.
 fn debian_mirror(recipe: &Recipe) -> Option<String> {
-    if let Base::Bootstrap(b) = &recipe.base {
-        if let Some(m) = b
-            .mirror
-            .as_deref()
-            .filter(|m| m.starts_with("http") && m.trim_end_matches('/').ends_with("/debian"))
-        {
-            return Some(m.trim_end_matches('/').to_owned());
-        }
-    }
-    let text = stackbuild_image::host_apt_sources().ok()?;
-    text.lines()
-        .filter_map(|l| {
-            let l = l.trim();
-            l.strip_prefix("URIs:").map(str::trim).or_else(|| {
-                l.strip_prefix("deb ").and_then(|r| r.split_whitespace().find(|w| w.starts_with("http")))
-            })
-        })
-        .flat_map(str::split_whitespace)
-        .find(|u| u.starts_with("http") && u.trim_end_matches('/').ends_with("/debian"))
-        .map(|u| u.trim_end_matches('/').to_owned())
+    let given = match &recipe.base {
+        Base::Bootstrap(b) => b.mirror.clone().unwrap_or_default(),
+        _ => String::new(),
+    };
+    stackbuild_wheelbuild::debian_mirror(&given)
+        .or_else(|| stackbuild_wheelbuild::debian_mirror(&stackbuild_image::host_apt_sources().ok()?))
 }
 
 pub(super) fn tree_of<'a>(

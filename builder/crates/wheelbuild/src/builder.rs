@@ -144,7 +144,7 @@ impl CudaToolchain {
     /// What identifies it in a key: the wheels' requirements, or Debian's packages.
     fn identity(&self) -> String {
         match &self.debian {
-            Some(d) => format!("debian {}", crate::toolkit::identity(&d.packages)),
+            Some(d) => format!("debian {}", d.identity),
             None => self.requirements().join(","),
         }
     }
@@ -469,8 +469,7 @@ impl<'a> WheelBuilder<'a> {
         // that path into the wheel.
         let project_in_sandbox =
             pkg.editable.map_or_else(|| format!("{BUILD_DIR}/{}", rel.display()), str::to_owned);
-        let mut requires: Vec<String> = system.requires.clone();
-        requires.extend(pkg.extra_requires.iter().cloned());
+        let mut requires = system.requires_with(&pkg.extra_requires);
         if let Some(cuda) = &pkg.cuda {
             requires.extend(cuda.requirements());
         }

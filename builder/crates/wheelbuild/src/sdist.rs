@@ -48,6 +48,13 @@ pub struct BuildSystem {
 }
 
 impl BuildSystem {
+    /// The build environment's requirements: `requires` and then `extra` (the recipe's
+    /// `extra_requires`), in the order `stackbuild lock` records them and a build asks for them,
+    /// so the lock's `build_requires` are a prefix of what the build resolves.
+    pub fn requires_with(&self, extra: &[String]) -> Vec<String> {
+        self.requires.iter().chain(extra).cloned().collect()
+    }
+
     /// PEP 517's fallback for a project without `build-backend`: setuptools' legacy backend,
     /// which runs `setup.py`, and pip's and uv's `setuptools>=40.8.0`.
     fn legacy() -> Self {

@@ -24,8 +24,6 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use sha2::Digest as _;
-
 use stackbuild_cache::{Cache, LayerKey};
 
 /// The Debian packages the toolkit is made of: nvcc and its tools, the headers and link
@@ -94,6 +92,8 @@ pub struct DebianCuda {
     pub packages: Vec<DebianPackage>,
     /// nvcc's CUDA release (`12.4`).
     pub release: String,
+    /// What identifies it in a built wheel's key: the key of its packages, arch and layout.
+    pub identity: String,
 }
 
 /// The toolkit for `arch` (Debian's name: `amd64`, `arm64`), from the Debian mirror `mirror`
@@ -134,7 +134,7 @@ pub fn debian_cuda12(cache: &Cache, mirror: &str, arch: &str) -> Result<DebianCu
     if !home.join(".complete").is_file() {
         assemble(&apt, arch, &packages, &home)?;
     }
-    Ok(DebianCuda { home, packages, release })
+    Ok(DebianCuda { home, packages, release, identity: key.as_hex().to_owned() })
 }
 
 /// apt's options for the private configuration under `apt`.
@@ -389,18 +389,29 @@ fn extract(deb: &Path, tree: &Path) -> Result<(), ToolkitError> {
     Ok(())
 }
 
-/// The identity of an assembled toolkit in a built wheel's key.
-pub(crate) fn identity(packages: &[DebianPackage]) -> String {
-    let mut h = sha2::Sha256::new();
-    for p in packages {
-        h.update(format!("{} {} {}\n", p.name, p.version, p.sha256));
-    }
-    hex::encode(h.finalize())
+/// The first Debian archive (not its security archive) that apt `sources` name, in deb822
+/// (`URIs:`) or one-line (`deb [options] URI ...`) form, or that a bare mirror URL is.
+pub fn debian_mirror(sources: &str) -> Option<String> {
+    sources
+        .split_whitespace()
+        .map(|w| w.trim_end_matches('/'))
+        .find(|u| (u.starts_with("http://") || u.starts_with("https://")) && u.ends_with("/debian"))
+        .map(str::to_owned)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::place;
+    use super::{debian_mirror, place};
+
+    #[test]
+    fn the_debian_mirror_of_apt_sources() {
+        let deb822 = "Types: deb\nURIs: http://deb.example/debian-security\nSuites: bookworm-security\n\n\
+                      Types: deb\nURIs: http://deb.example/debian/\nSuites: bookworm\n";
+        assert_eq!(debian_mirror(deb822).as_deref(), Some("http://deb.example/debian"));
+        let one_line = "deb [signed-by=/k.gpg] https://mirror.example/debian bookworm main\n";
+        assert_eq!(debian_mirror(one_line).as_deref(), Some("https://mirror.example/debian"));
+        assert_eq!(debian_mirror("http://archive.ubuntu.example/ubuntu"), None);
+    }
 
     #[test]
     fn debians_paths_land_in_nvidias_layout() {

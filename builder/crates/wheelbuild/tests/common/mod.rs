@@ -159,10 +159,7 @@ fn debian_mirror() -> Option<String> {
     for e in std::fs::read_dir("/etc/apt/sources.list.d").into_iter().flatten().flatten() {
         text.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
     }
-    let found = text
-        .split_whitespace()
-        .find(|w| w.starts_with("http") && w.trim_end_matches('/').ends_with("/debian"))
-        .map(|u| u.trim_end_matches('/').to_owned());
+    let found = stackbuild_wheelbuild::debian_mirror(&text);
     if found.is_none() {
         eprintln!("skipped: no Debian mirror in this machine's apt sources");
     }
