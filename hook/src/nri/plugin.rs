@@ -94,6 +94,8 @@ pub enum Served {
 /// The decision on one container.
 #[derive(Debug, Clone)]
 pub struct Decision {
+    /// `namespace/pod/container`, as a person finds the pod.
+    pub container: String,
     /// Whether the container may be created.
     pub allowed: bool,
     /// The hook's text: the verdict, the diagnosis and remedies (empty when nothing to say).
@@ -214,7 +216,7 @@ fn handle(
                 return (status(INVALID_ARGUMENT, "CreateContainerRequest does not decode".into()), false);
             };
             let decision = decide(&create, &config.hook);
-            let who = who(&create);
+            let who = &decision.container;
             if decision.allowed {
                 if !decision.text.is_empty() {
                     log(&format!("{who}: {}", decision.text.trim_end()));
@@ -278,8 +280,14 @@ pub fn decide(create: &api::CreateContainerRequest, hook: &HookConfig) -> Decisi
     let started = Instant::now();
     let container = create.container.clone().unwrap_or_default();
     let (spec, annotations) = container_spec(&container);
-    let outcome = invoke::judge(&who(create), &spec, &annotations, None, hook, started);
-    Decision { allowed: outcome.code == 0, text: outcome.stderr, micros: started.elapsed().as_micros() }
+    let container = who(create);
+    let outcome = invoke::judge(&container, &spec, &annotations, None, hook, started);
+    Decision {
+        container,
+        allowed: outcome.code == 0,
+        text: outcome.stderr,
+        micros: started.elapsed().as_micros(),
+    }
 }
 
 /// The parts of the runtime spec the hook reads, from NRI's view of a container: its
