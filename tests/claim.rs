@@ -504,29 +504,10 @@ fn validator() -> Option<PathBuf> {
     }
 }
 
-/// Every Kubernetes version kubernetes-validate bundles from 1.34 on.
-fn k8s_versions(bin: &Path) -> Vec<String> {
-    let lib = bin.parent().unwrap().parent().unwrap().join("lib");
-    let mut out = Vec::new();
-    for py in std::fs::read_dir(lib).unwrap().filter_map(Result::ok) {
-        let schemas = py.path().join("site-packages/kubernetes_validate/kubernetes-json-schema");
-        for e in std::fs::read_dir(schemas).into_iter().flatten().filter_map(Result::ok) {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if let Some(v) = n.strip_prefix('v').and_then(|v| v.strip_suffix("-local-strict")) {
-                let minor: u32 = v.split('.').nth(1).and_then(|m| m.parse().ok()).unwrap_or(0);
-                if v.starts_with("1.") && minor >= 34 {
-                    out.push(v.to_owned());
-                }
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 fn kubernetes_validate(file: &Path) {
     let Some(bin) = validator() else { return };
-    let versions = k8s_versions(&bin);
+    // The venv of the validator: `<venv>/bin/kubernetes-validate`.
+    let versions = e2e::k8s_versions(bin.parent().unwrap().parent().unwrap());
     assert!(!versions.is_empty(), "no schema from 1.34 on in {}", bin.display());
     eprintln!("kubernetes-validate --strict {}: Kubernetes {}", file.display(), versions.join(", "));
     for v in versions {

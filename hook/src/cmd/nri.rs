@@ -5,7 +5,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use stackhook::invoke::{HookConfig, Policy};
 use stackhook::nri::{self, NriConfig, NriError, Served};
 
 #[derive(Debug, clap::Args)]
@@ -20,16 +19,8 @@ pub(crate) struct Args {
     /// before other plugins adjust a container that will not start.
     #[arg(long, default_value = "10", value_parser = two_digits)]
     index: String,
-    /// Host root to probe (the node's `/` mounted into the plugin's container).
-    #[arg(long, env = "STACKHOOK_HOST_ROOT", default_value = "/")]
-    host_root: PathBuf,
-    /// What to do when a check fails: refuse the container (enforce), log and allow (warn), or
-    /// only report (audit).
-    #[arg(long, env = "STACKHOOK_POLICY", default_value = "enforce")]
-    policy: Policy,
-    /// Write a JSON report per container into this directory.
-    #[arg(long, env = "STACKHOOK_REPORT_DIR")]
-    report_dir: Option<PathBuf>,
+    #[command(flatten)]
+    checks: super::hook::Checks,
     /// Exit when the runtime closes the connection, instead of dialing again every second (a
     /// runtime restart closes it; the plugin must come back without a pod restart).
     #[arg(long)]
@@ -47,19 +38,15 @@ fn two_digits(s: &str) -> Result<String, String> {
 impl Args {
     pub(crate) fn anchor(&mut self, cwd: &std::path::Path) {
         self.socket = cwd.join(&self.socket);
-        self.host_root = cwd.join(&self.host_root);
-        if let Some(dir) = &mut self.report_dir {
+        self.checks.host_root = cwd.join(&self.checks.host_root);
+        if let Some(dir) = &mut self.checks.report_dir {
             *dir = cwd.join(&*dir);
         }
     }
 
     pub(crate) fn run(self) -> i32 {
-        let config = NriConfig {
-            socket: self.socket,
-            name: self.name,
-            index: self.index,
-            hook: HookConfig { host_root: self.host_root, policy: self.policy, report_dir: self.report_dir },
-        };
+        let config =
+            NriConfig { socket: self.socket, name: self.name, index: self.index, hook: self.checks.config() };
         let mut log = |line: &str| {
             let now =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
