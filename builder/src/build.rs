@@ -401,6 +401,7 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
                 .map(|s| stackbuild_python::Project {
                     source: s.name.clone(),
                     tree: from_source::tree_of(s, &cache_root),
+                    extras: s.extras.clone(),
                 })
                 .collect();
             let resolution = stackbuild_python::resolve_with_sources(

@@ -310,6 +310,60 @@ fn the_shapes_real_projects_have() {
     assert!(said.contains("a setuptools project (setup.py / setup.cfg) with no requirements file"), "{said}");
     validates(&setup.join("stackbuild.toml"));
 
+    // LLaMA-Factory's shape: pyproject lists the dependencies and a console script, the package
+    // is under src/, and requirements/ holds optional features (vllm, npu, ...): the folder is
+    // not read, and the project is installed.
+    let features = tmp.path().join("features");
+    write(
+        &features,
+        "pyproject.toml",
+        "[build-system]\nrequires = [\"hatchling\"]\nbuild-backend = \"hatchling.build\"\n\
+         [project]\nname = \"lmf\"\nversion = \"1.0\"\ndependencies = [\"six==1.16.0\"]\n\
+         [project.scripts]\nlmf-cli = \"lmf.cli:main\"\n",
+    );
+    write(&features, "src/lmf/__init__.py", "");
+    write(
+        &features,
+        "requirements/npu.txt",
+        "--extra-index-url https://npu.example.invalid/simple\ntorch-npu==2.1.0\n",
+    );
+    write(&features, "requirements/vllm.txt", "vllm==0.9.0\n");
+    let (_, said) = init(&features, &["--offline"]);
+    let recipe = std::fs::read_to_string(features.join("stackbuild.toml")).unwrap();
+    assert!(!recipe.contains("vllm") && !recipe.contains("npu.example"), "{recipe}\n{said}");
+    assert!(said.contains("not read: pyproject.toml lists the project's dependencies"), "{said}");
+    assert!(said.contains("[project.scripts] declares lmf-cli"), "{said}");
+    assert!(recipe.contains("install = \"wheel\""), "{recipe}");
+    validates(&features.join("stackbuild.toml"));
+
+    // sam2's shape: the Dockerfile installs the project with an extra (`-e .[demo]`), and a
+    // requirements file that repeats pyproject word for word is said once, not per line.
+    let extras = tmp.path().join("extras");
+    write(
+        &extras,
+        "setup.py",
+        "from setuptools import setup\nsetup(name='x', extras_require={'demo': ['six']})\n",
+    );
+    write(
+        &extras,
+        "Dockerfile",
+        "FROM python:3.11\nWORKDIR /opt/x\nCOPY . .\nRUN pip install -e \".[demo]\"\n",
+    );
+    let (_, said) = init(&extras, &["--offline"]);
+    let recipe = std::fs::read_to_string(extras.join("stackbuild.toml")).unwrap();
+    assert!(recipe.contains("install = \"wheel\"\nextras = [\"demo\"]"), "{recipe}\n{said}");
+    validates(&extras.join("stackbuild.toml"));
+    let repeats = tmp.path().join("repeats");
+    write(&repeats, "requirements.txt", "six==1.16.0\nattrs==23.1.0\n");
+    write(
+        &repeats,
+        "pyproject.toml",
+        "[project]\nname = \"r\"\nversion = \"1\"\ndependencies = [\"six==1.16.0\", \"attrs==23.1.0\"]\n",
+    );
+    let (_, said) = init(&repeats, &["--offline"]);
+    assert!(said.contains("2 requirement(s) repeat"), "{said}");
+    assert!(!said.contains("` repeats `"), "{said}");
+
     // Text that would break out of a comment stays inside it.
     let odd = tmp.path().join("odd");
     write(&odd, "requirements.txt", "six==1.16.0\n--weird-option x\u{0b}y\n-r \"nested\n[image]\".txt\n");

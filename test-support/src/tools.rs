@@ -95,3 +95,9 @@ mod tests {
         assert_eq!(git(dir.path(), &["rev-parse", "--abbrev-ref", "HEAD"]), "main");
     }
 }
+
+/// Bytes free to an unprivileged writer on the filesystem that holds `path` (`statvfs`'s
+/// `f_bavail`), or `None` when it cannot be read.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    rustix::fs::statvfs(path).ok().map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+}

@@ -10,7 +10,7 @@ use stackbuild_recipe::{PythonSection, Recipe};
 
 #[derive(Debug, clap::Args)]
 pub(super) struct Args {
-    /// The project directory [default: .].
+    /// The project directory.
     #[arg(default_value = ".")]
     dir: PathBuf,
     /// Read these files instead of looking in DIR (requirements*.txt, pyproject.toml, uv.lock,

@@ -195,6 +195,8 @@ pub(crate) struct Found {
     /// The project itself is installed as a wheel built from its tree (`[[source]] install =
     /// "wheel"`), and why.
     pub(crate) project_wheel: Option<String>,
+    /// The extras it is installed with (`pip install -e ".[train]"`), normalized.
+    pub(crate) project_extras: Vec<String>,
     /// `pyproject.toml` lists its dependencies as `dynamic` (its build computes them).
     pub(crate) dynamic_dependencies: bool,
     /// `[tool.uv.sources]` git entries: (package, `name @ git+URL@REV`), which replace the
@@ -204,6 +206,9 @@ pub(crate) struct Found {
     /// members): (package, directory), each a `[[source]]` installed as a wheel, which
     /// replaces the package's requirement.
     pub(crate) local_projects: Vec<(String, PathBuf)>,
+    /// Requirements that repeat an earlier one word for word: (where the repeat is, where the
+    /// first is), files only; said once per pair of files, not once per line.
+    pub(crate) same_repeats: Vec<(String, String)>,
     /// What was decided on the way, and why.
     pub decisions: Vec<String>,
     /// What has no place in the recipe.
@@ -305,6 +310,14 @@ impl Found {
             // The first line's version stays; extras the repeat adds join it
             // (`imageio[ffmpeg]` and `imageio[pyav]` are `imageio[ffmpeg,pyav]`).
             let merged = merge_extras(&first.0, &requirement);
+            if merged.is_none() && first.0.replace(' ', "") == requirement.replace(' ', "") {
+                let file = |at: &str| match at.rsplit_once(':') {
+                    Some((f, line)) if line.bytes().all(|b| b.is_ascii_digit()) => f.to_owned(),
+                    _ => at.to_owned(),
+                };
+                self.same_repeats.push((origin.path.display().to_string(), file(&first.2)));
+                return;
+            }
             let text = match &merged {
                 Some(m) => format!(
                     "{at}: `{requirement}` repeats `{}` ({}); its extras join it: `{m}`",
@@ -357,6 +370,7 @@ pub struct Plan {
     cuda: Option<(String, Option<String>)>,
     source_dest: String,
     project_wheel: bool,
+    project_extras: Vec<String>,
     /// Other projects on disk installed as wheels: (package, directory).
     local_projects: Vec<(String, PathBuf)>,
     env: BTreeMap<String, String>,
@@ -411,10 +425,10 @@ const RUNTIME_STEMS: [&str; 12] = [
     "install",
 ];
 /// Words in a requirements file's stem that say it is not what the image runs on an NVIDIA GPU.
-const NOT_RUNTIME: [&str; 27] = [
+const NOT_RUNTIME: [&str; 33] = [
     "test", "dev", "doc", "lint", "ci", "bench", "style", "format", "typing", "mypy", "build", "release",
     "example", "notebook", "rocm", "cpu", "tpu", "xpu", "hpu", "neuron", "openvino", "nightly", "mac", "win",
-    "lock", "optional", "extra",
+    "lock", "optional", "extra", "npu", "ascend", "mlu", "musa", "mps", "intel",
 ];
 
 /// The runtime requirements files of a project's requirements folder, and why those.
@@ -514,8 +528,16 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
         let mut folder = Vec::new();
         if !top_level_requirements {
             if let Some((files, why)) = requirements_folder(dir) {
-                found_early.push(why);
-                folder = files;
+                if pyproject::lists_dependencies(dir) {
+                    found_early.push(format!(
+                        "{}: not read: pyproject.toml lists the project's dependencies, and `pip install .` \
+                         installs those; the folder's files are optional features (--from names one)",
+                        files[0].parent().unwrap_or(dir).display()
+                    ));
+                } else {
+                    found_early.push(why);
+                    folder = files;
+                }
             }
         }
         for path in folder {
@@ -687,6 +709,13 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
              `stackbuild lock` prepares its metadata in the build sandbox and resolves what it requires"
         ));
     }
+    // 7. A project that runs only once installed (console scripts, a src/ layout).
+    if lock_kind.is_none() && found.project_wheel.is_none() && opts.from.is_empty() {
+        if let Some(why) = pyproject::must_install(dir) {
+            found.decide(format!("the project is installed as a wheel built from its tree ([[source]] install = \"wheel\"): {why}"));
+            found.project_wheel = Some(why);
+        }
+    }
     // Requirements files nothing included: named, so that a reader knows they were seen.
     for (kind, path) in &inputs {
         let read = |p: &Path| {
@@ -699,6 +728,12 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
             );
             found.decide(text);
         }
+    }
+    let mut pairs: Vec<(String, String)> = found.same_repeats.clone();
+    pairs.dedup();
+    for (at, of) in pairs {
+        let n = found.same_repeats.iter().filter(|p| p.0 == at && p.1 == of).count();
+        found.decide(format!("{at}: {n} requirement(s) repeat {of}'s word for word; the first stays"));
     }
     decide(opts, found)
 }
@@ -852,6 +887,7 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
         cuda,
         source_dest,
         project_wheel: found.project_wheel.is_some(),
+        project_extras: found.project_extras,
         local_projects: found.local_projects.clone(),
         env: found.env,
         labels: found.labels,

@@ -323,6 +323,8 @@ pub(crate) struct FromSource {
     /// Git dependencies, each in place of the recipe's requirement of its name: the tar of its
     /// commit as a `name @ file://` requirement, and that file's sha256.
     pub(crate) direct: Vec<(PackageName, PathBuf, String)>,
+    /// The extras a recipe's project is installed with (`[[source]] extras`), by its name.
+    pub(crate) project_extras: Vec<(PackageName, Vec<String>)>,
 }
 
 #[allow(clippy::too_many_lines)] // one uv run in order: its inputs, its command line, its output
@@ -349,7 +351,18 @@ pub(crate) fn compile(
         .map(ToString::to_string)
         .collect();
     for (name, path, _) in &from_source.direct {
-        lines.push(format!("{name} @ {}", file_url(path)));
+        // The extras of the requirement it stands in for (`name[x] @ git+...`), or of the project.
+        let mut extras: Vec<String> = python
+            .packages
+            .iter()
+            .filter(|r| &r.name == name)
+            .flat_map(|r| r.extras.iter().map(ToString::to_string))
+            .chain(from_source.project_extras.iter().filter(|(n, _)| n == name).flat_map(|(_, e)| e.clone()))
+            .collect();
+        extras.sort();
+        extras.dedup();
+        let extras = if extras.is_empty() { String::new() } else { format!("[{}]", extras.join(",")) };
+        lines.push(format!("{name}{extras} @ {}", file_url(path)));
     }
     for wheel in python.wheels.iter().filter(|w| w.fits(target.platform)) {
         check_local_wheel(&wheel.path)?;

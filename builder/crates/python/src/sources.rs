@@ -71,6 +71,8 @@ pub struct Project<'a> {
     pub source: String,
     /// Its tree.
     pub tree: Tree<'a>,
+    /// The optional dependencies installed with it (`[[source]] extras`).
+    pub extras: Vec<String>,
 }
 
 /// [`crate::resolve`], with packages that have no wheel resolved to their sdists, git
@@ -132,6 +134,9 @@ pub fn resolve_with_sources(
         entries.push(entry);
         plan.no_binary.push(sdist.name.clone());
         plan.direct.push((sdist.name.clone(), sdist.path.clone(), sdist.sha256.clone()));
+        if !project.extras.is_empty() {
+            plan.project_extras.push((sdist.name.clone(), project.extras.clone()));
+        }
         projects.insert(sdist.name.clone(), project.source.clone());
     }
     if !entries.is_empty() {

@@ -161,6 +161,7 @@ fn a_cuda_extension_builds_against_the_image_torch_with_nvcc_from_wheels() {
     if !ready() {
         return;
     }
+    let Some(_one_at_a_time) = common::heavy(HEAVY_GIB) else { return };
     let f = cuda_fixture();
     let (runtime, cuda) = common::cuda_runtime(&f);
     build_cuda_extension_twice(&f, "sbcuda", runtime, cuda);
@@ -174,6 +175,7 @@ fn a_cuda_extension_builds_against_a_cuda_12_torch_with_debians_nvcc() {
     if !ready() {
         return;
     }
+    let Some(_one_at_a_time) = common::heavy(HEAVY_GIB) else { return };
     let f = cuda_fixture();
     let Some((runtime, cuda)) = common::cuda12_runtime(&f) else { return };
     let toolkit = cuda.debian.clone().unwrap();
@@ -181,6 +183,10 @@ fn a_cuda_extension_builds_against_a_cuda_12_torch_with_debians_nvcc() {
     assert!(toolkit.home.join("bin/nvcc").is_file() && toolkit.home.join("include/cuda_runtime.h").is_file());
     build_cuda_extension_twice(&f, "sbcuda12", runtime, cuda);
 }
+
+/// What one CUDA extension test writes at its peak (torch's wheels, their build environment, the
+/// toolkit), measured, with room to spare.
+const HEAVY_GIB: u64 = 16;
 
 /// A fixture for CUDA builds: 8.0 and 9.0, room for nvcc.
 fn cuda_fixture() -> Fixture {

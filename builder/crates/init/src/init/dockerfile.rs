@@ -47,7 +47,10 @@ pub(super) fn read_file(path: &Path, found: &mut Found, project: &Path) -> Resul
             read_arg(rest, &mut args);
         }
     }
-    let dir = path.parent().unwrap_or(Path::new("."));
+    // A RUN's relative paths are the image's, under a WORKDIR the project's files were copied
+    // to (`COPY . .`), from the build context, which is the project's directory as a rule
+    // (`docker build .`), also for a Dockerfile kept in `docker/`.
+    let dir = project;
     let mut stack = Vec::new();
     let ranges: Vec<(usize, usize)> =
         chain.iter().map(|&i| (starts[i], starts.get(i + 1).copied().unwrap_or(lines.len()))).collect();

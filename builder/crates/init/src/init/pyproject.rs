@@ -8,6 +8,59 @@ use super::{Found, Untranslated};
 
 const MAX_FILE: u64 = 4 << 20;
 
+/// Whether `dir/pyproject.toml` lists its dependencies itself (`[project] dependencies`, not
+/// `dynamic`): then `pip install .` installs those, and a requirements folder beside it holds
+/// optional features (LLaMA-Factory's `requirements/vllm.txt`, `npu.txt`, ...), not the runtime.
+pub(super) fn lists_dependencies(dir: &Path) -> bool {
+    let Ok(text) = stackbuild_common::read_text(&dir.join("pyproject.toml"), MAX_FILE, "pyproject.toml")
+    else {
+        return false;
+    };
+    let Ok(doc) = text.parse::<toml::Table>() else { return false };
+    let Some(project) = doc.get("project").and_then(toml::Value::as_table) else { return false };
+    let dynamic = project
+        .get("dynamic")
+        .and_then(toml::Value::as_array)
+        .is_some_and(|d| d.iter().any(|v| v.as_str() == Some("dependencies")));
+    !dynamic && project.get("dependencies").and_then(toml::Value::as_array).is_some_and(|d| !d.is_empty())
+}
+
+/// Why the project of `dir` must be installed to run, not only copied, when it must: its
+/// `pyproject.toml` declares console scripts (`[project.scripts]`, on PATH only once installed)
+/// or it keeps its package under `src/` (importable only once installed), and a build backend
+/// can build it. `None` for a tree that runs from its checkout (`python generate.py`).
+pub(super) fn must_install(dir: &Path) -> Option<String> {
+    let path = dir.join("pyproject.toml");
+    let text = stackbuild_common::read_text(&path, MAX_FILE, "pyproject.toml").ok()?;
+    let doc: toml::Table = text.parse().ok()?;
+    let project = doc.get("project").and_then(toml::Value::as_table)?;
+    project.get("name")?;
+    if doc.get("build-system").is_none() && !dir.join("setup.py").is_file() {
+        return None;
+    }
+    let scripts: Vec<&str> = ["scripts", "gui-scripts"]
+        .iter()
+        .filter_map(|t| project.get(*t).and_then(toml::Value::as_table))
+        .flat_map(|t| t.keys().map(String::as_str))
+        .collect();
+    if !scripts.is_empty() {
+        return Some(format!(
+            "{}: [project.scripts] declares {} (on PATH once the project is installed, as `pip install .` does)",
+            path.display(),
+            scripts.join(", ")
+        ));
+    }
+    let src = dir.join("src");
+    let src_package = std::fs::read_dir(&src)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.path().join("__init__.py").is_file());
+    src_package.then(|| {
+        format!("{}: its package is under src/ (importable once the project is installed, as `pip install .` does)", dir.display())
+    })
+}
+
 /// Reads `path` into `found`; `extras` and `groups` name the optional dependencies and
 /// dependency groups to install (none by default, as `pip install .` and `uv sync --no-dev`).
 pub(super) fn read_file(

@@ -114,6 +114,9 @@ impl Plan {
         );
         if self.project_wheel {
             out.push_str("install = \"wheel\"\n");
+            if !self.project_extras.is_empty() {
+                let _ = writeln!(out, "extras = {}", list(&self.project_extras));
+            }
         }
         for (package, path) in &self.local_projects {
             let rel = relative(path, recipe_dir);

@@ -168,10 +168,12 @@ pub(super) fn read_tokens(
                 add_requirement(&value, origin, found, constraints);
             }
             "-e" | "--editable" => {
-                let path = origin.dir.join(&value);
+                let (tree, extras) = split_extras(&value);
+                let path = origin.dir.join(tree);
                 let is_project =
                     std::fs::canonicalize(&path).ok() == std::fs::canonicalize(origin.project).ok();
                 if is_project {
+                    add_project_extras(found, &extras);
                     found.decide(format!(
                         "{}:{}: `-e {value}` is the project itself: it is installed as a wheel built from its \
                          tree ([[source]] install = \"wheel\"; not editable: an image has no checkout to edit)",
@@ -219,11 +221,13 @@ pub(super) fn read_tokens(
 /// One requirement (PEP 508), with its markers; paths, URLs other than wheels and VCS links are
 /// listed as not translated.
 fn add_requirement(text: &str, origin: &Origin<'_>, found: &mut Found, constraint: bool) {
-    // `.` / `./pkg` / `file:...` of the project itself.
-    let path = origin.dir.join(text);
+    // `.` / `./pkg` / `file:...` of the project itself, with its extras (`.[train]`).
+    let (tree, extras) = split_extras(text);
+    let path = origin.dir.join(tree);
     if (text.starts_with('.') || text.starts_with('/')) && path.exists() {
         let is_project = std::fs::canonicalize(&path).ok() == std::fs::canonicalize(origin.project).ok();
         if is_project {
+            add_project_extras(found, &extras);
             found.decide(format!(
                 "{}:{}: `{text}` is the project itself: it is installed as a wheel built from its tree \
                  ([[source]] install = \"wheel\")",
@@ -412,4 +416,26 @@ pub(super) fn split_words(line: &str) -> Vec<String> {
         words.push(word);
     }
     words
+}
+
+/// A local tree's requirement and its extras: `.[train,eval]` is `.` with `train` and `eval`;
+/// extras that are not valid names (PEP 685) are left in the path, which then names nothing.
+fn split_extras(text: &str) -> (&str, Vec<String>) {
+    let Some((tree, rest)) = text.split_once('[') else { return (text, Vec::new()) };
+    let Some(list) = rest.strip_suffix(']') else { return (text, Vec::new()) };
+    let extras: Option<Vec<String>> = list
+        .split(',')
+        .map(|e| <pep508_rs::ExtraName as std::str::FromStr>::from_str(e.trim()).ok().map(|n| n.to_string()))
+        .collect();
+    extras.map_or((text, Vec::new()), |e| (tree, e))
+}
+
+/// The project is installed with `extras` too (`[[source]] extras`).
+fn add_project_extras(found: &mut Found, extras: &[String]) {
+    for e in extras {
+        if !found.project_extras.contains(e) {
+            found.project_extras.push(e.clone());
+        }
+    }
+    found.project_extras.sort();
 }

@@ -90,7 +90,10 @@ impl Recipe {
                     super::SourceOrigin::Git { url, commit } => format!("{url}@{commit}"),
                     super::SourceOrigin::Path { path } => rel(path),
                 };
-                (s.name.clone(), origin)
+                // Extras change what is installed; none keeps the key locks had before them.
+                let extras =
+                    if s.extras.is_empty() { String::new() } else { format!("[{}]", s.extras.join(",")) };
+                (s.name.clone(), format!("{origin}{extras}"))
             })
             .collect();
         let canonical = Canonical {

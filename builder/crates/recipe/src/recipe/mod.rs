@@ -368,6 +368,9 @@ pub struct Source {
     /// project at `dest`, so the image imports the tree at `dest` (a development image: edit the
     /// tree in a bind mount, no reinstall).
     pub editable: bool,
+    /// `extras = [...]`: the project's optional dependencies installed with it, normalized
+    /// (PEP 685), sorted.
+    pub extras: Vec<String>,
 }
 
 /// Where a [`Source`] comes from.

@@ -247,6 +247,11 @@ pub(super) struct RawSource {
     /// with its dependencies (console scripts on PATH), besides being copied to `dest`.
     #[schemars(with = "Option<String>")]
     pub(super) install: Option<S>,
+    /// With `install`: the project's optional dependencies to install too (`pip install
+    /// ".[train,eval]"`), each a PEP 685 extra name.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub(super) extras: Vec<S>,
 }
 
 /// `[[patch]]`: a find/replace or unified diff applied to a package or a source.

@@ -371,3 +371,20 @@ fn a_patch_on_a_source_installed_editable_is_taken_and_on_a_wheel_install_refuse
     assert!(err.contains("installed as a wheel, whose build does not see patches yet"), "{err}");
     assert!(err.contains("install = \"editable\""), "{err}");
 }
+
+#[test]
+fn a_sources_extras_are_normalized_and_need_an_install() {
+    let text = |install: &str, extras: &str| {
+        format!(
+            "[image]\nname = \"p\"\n[base]\ndebian = \"bookworm\"\n[python]\nversion = \"3.11\"\n\
+             [[source]]\nname = \"app\"\npath = \"app\"\ndest = \"/workspace/app\"\n{install}extras = {extras}\n"
+        )
+    };
+    let r = Recipe::parse("r.toml", &text("install = \"wheel\"\n", "[\"Train_Extra\", \"eval\", \"eval\"]"))
+        .unwrap();
+    assert_eq!(r.sources[0].extras, ["eval", "train-extra"]);
+    let err = Recipe::parse("r.toml", &text("", "[\"train\"]")).unwrap_err().to_string();
+    assert!(err.contains("`extras` needs `install = \"wheel\"`"), "{err}");
+    let err = Recipe::parse("r.toml", &text("install = \"wheel\"\n", "[\"a b\"]")).unwrap_err().to_string();
+    assert!(err.contains("invalid extra \"a b\""), "{err}");
+}

@@ -563,6 +563,22 @@ pub(super) fn validate_sources(
                     (false, false)
                 }
             };
+            let mut extras: Vec<String> = Vec::new();
+            for extra in &raw.extras {
+                let text = extra.get_ref();
+                match <pep508_rs::ExtraName as std::str::FromStr>::from_str(text) {
+                    Err(_) => ctx.error(
+                        extra.span(),
+                        format!("invalid extra {text:?}: expected an extra's name (PEP 685)"),
+                    ),
+                    Ok(_) if !install_wheel => {
+                        ctx.error(extra.span(), "`extras` needs `install = \"wheel\"` or `\"editable\"`");
+                    }
+                    Ok(name) => extras.push(name.to_string()),
+                }
+            }
+            extras.sort();
+            extras.dedup();
             out.push((
                 span,
                 Source {
@@ -571,6 +587,7 @@ pub(super) fn validate_sources(
                     dest: raw.dest.into_inner(),
                     install_wheel,
                     editable,
+                    extras,
                 },
             ));
         }

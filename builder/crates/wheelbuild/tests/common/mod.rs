@@ -10,6 +10,24 @@ use stackbuild_common::Platform;
 use stackbuild_python::{Artifact, Target};
 use stackbuild_wheelbuild::{index_resolver, BuildRoot, Mount, Settings, SourcePackage, WheelBuilder};
 
+/// One disk-heavy build at a time in this test binary: a CUDA test's fixture cache holds torch's
+/// wheels and their unpacked build environment (about 12 GB); two side by side filled the disk
+/// of a CI machine (`No space left on device` while unpacking triton).
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits for the other disk-heavy tests of this binary, then checks that the temporary
+/// directory's filesystem has `gib` GiB free; `None` (said, as a skip) when it has not.
+pub(crate) fn heavy(gib: u64) -> Option<std::sync::MutexGuard<'static, ()>> {
+    let guard = HEAVY.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let tmp = std::env::temp_dir();
+    let free = test_support::tools::free_bytes(&tmp).unwrap_or(u64::MAX);
+    if free < gib << 30 {
+        eprintln!("skipped: needs {gib} GiB free in {}, has {} MiB", tmp.display(), free >> 20);
+        return None;
+    }
+    Some(guard)
+}
+
 pub(crate) fn ready() -> bool {
     let missing: Vec<&str> =
         ["bwrap", "prlimit", "uv", "gcc"].into_iter().filter(|t| !test_support::tools::have(t)).collect();
