@@ -62,6 +62,9 @@ impl Args {
             if let Some(resolved) = &outcome.resolved {
                 plan.reconcile_cuda(resolved);
             }
+            for pkg in outcome.torch_builds {
+                plan.build_against_torch(pkg);
+            }
         }
         let text = plan.to_toml(&recipe_path);
         // Validated before it is placed: what init writes must load as a recipe.
@@ -96,11 +99,19 @@ struct Outcome {
     why_not: String,
     /// What the resolution decided that the report says.
     notes: Vec<String>,
+    /// The packages it took from source whose build imports torch.
+    torch_builds: Vec<stackbuild_python::TorchAtBuild>,
 }
 
 impl Outcome {
     fn offline() -> Self {
-        Self { resolved: None, failed: BTreeMap::new(), why_not: "--offline".into(), notes: Vec::new() }
+        Self {
+            resolved: None,
+            failed: BTreeMap::new(),
+            why_not: "--offline".into(),
+            notes: Vec::new(),
+            torch_builds: Vec::new(),
+        }
     }
 }
 
@@ -166,7 +177,14 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
                 let notes = newest_releases(plan, index.as_deref(), &target, &mut resolved, |more| {
                     solve(&section_of(&packages, more)).ok()
                 });
-                return Outcome { resolved: Some(resolved), failed, why_not: String::new(), notes };
+                let torch_builds = torch_builds(scratch.path(), &resolved);
+                return Outcome {
+                    resolved: Some(resolved),
+                    failed,
+                    why_not: String::new(),
+                    notes,
+                    torch_builds,
+                };
             }
             Err(e) => e.to_string(),
         };
@@ -174,14 +192,38 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
         let culprits: Vec<String> =
             packages.iter().map(|r| r.name.to_string()).filter(|n| names(&err, n)).collect();
         if culprits.is_empty() || culprits.len() == packages.len() {
-            return Outcome { resolved: None, failed, why_not: reason, notes: Vec::new() };
+            return Outcome { why_not: reason, failed, ..Outcome::offline() };
         }
         for name in &culprits {
             failed.insert(name.clone(), format!("the resolver left it out: {reason}"));
         }
         packages.retain(|r| !culprits.contains(&r.name.to_string()));
     }
-    Outcome { resolved: None, failed, why_not: "the resolution did not converge".into(), notes: Vec::new() }
+    Outcome { why_not: "the resolution did not converge".into(), failed, ..Outcome::offline() }
+}
+
+/// The sdists the resolution fetched into `artifacts` (`<sha256>/<file>`) at the version it
+/// resolved whose build imports torch.
+fn torch_builds(
+    artifacts: &std::path::Path,
+    resolved: &BTreeMap<String, String>,
+) -> Vec<stackbuild_python::TorchAtBuild> {
+    let mut found = Vec::new();
+    for dir in std::fs::read_dir(artifacts).into_iter().flatten().flatten() {
+        for file in std::fs::read_dir(dir.path()).into_iter().flatten().flatten() {
+            let name = file.file_name().to_string_lossy().into_owned();
+            if !stackbuild_common::is_sdist(&name) || !file.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let Some(pkg) = stackbuild_python::torch_at_build(&file.path()) else { continue };
+            let norm = stackbuild_python::normalize_name(&pkg.name);
+            if resolved.get(&norm) == Some(&pkg.version) {
+                found.push(pkg);
+            }
+        }
+    }
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    found
 }
 
 /// Lifts the unpinned top-level packages that the resolution took older than their newest

@@ -33,6 +33,7 @@ mod dockerfile;
 mod pyproject;
 mod render;
 mod requirements;
+mod torch;
 
 /// Why `init` could not write a recipe.
 #[derive(Debug, thiserror::Error)]
@@ -371,6 +372,8 @@ pub struct Plan {
     source_dest: String,
     project_wheel: bool,
     project_extras: Vec<String>,
+    /// Packages from source built against the image's torch (`[python.build]`).
+    torch_builds: Vec<stackbuild_python::TorchAtBuild>,
     /// Other projects on disk installed as wheels: (package, directory).
     local_projects: Vec<(String, PathBuf)>,
     env: BTreeMap<String, String>,
@@ -888,6 +891,7 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
         source_dest,
         project_wheel: found.project_wheel.is_some(),
         project_extras: found.project_extras,
+        torch_builds: Vec::new(),
         local_projects: found.local_projects.clone(),
         env: found.env,
         labels: found.labels,

@@ -7,6 +7,7 @@
 //! - `sources`: resolution with source distributions, their metadata prepared in the build
 //!   sandbox.
 //! - `pkg_info`: an sdist's `PKG-INFO`, used without a build where it is static (PEP 643).
+//! - `torch_build`: sdists whose build imports torch (CUDA extensions), read from the sdist.
 //! - `url_deps`: direct URL dependencies, fetched and verified by the recipe's digest.
 //! - `lock`: the lock file that pins every artifact by sha256.
 //! - `given_lock`: a lock the user brings (`uv.lock`, `pylock.toml`), installed as it is.
@@ -32,6 +33,7 @@ mod pkg_info;
 mod pylock;
 mod solve;
 mod sources;
+mod torch_build;
 mod url_deps;
 mod wheel;
 
@@ -50,6 +52,7 @@ pub use solve::{glibc_baseline, resolve, targets, targets_with, Pinned, SolveErr
 pub use sources::{
     resolve_with_sources, tree_sdist, PkgInfoMetadata, Project, Resolution, SdistMetadata, SourceFetch, Tree,
 };
+pub use torch_build::{torch_at_build, TorchAtBuild};
 pub use url_deps::fetch_url_dependencies;
 pub use wheel::{
     dist_info_metadata, install_wheel_as, install_wheel_deferring, normalize_name, wheel_identity, Deferred,

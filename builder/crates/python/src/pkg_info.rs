@@ -15,42 +15,52 @@ const MAX_PKG_INFO: u64 = 4 << 20;
 
 /// The `PKG-INFO` at the top of the sdist at `path` (`.tar.gz`, `.tar` or `.zip`).
 pub fn sdist_pkg_info(path: &Path) -> Result<String, String> {
+    let bytes = sdist_top_member(path, "PKG-INFO", MAX_PKG_INFO)?
+        .ok_or_else(|| format!("{}: no PKG-INFO", path.display()))?;
+    String::from_utf8(bytes).map_err(|_| format!("{}: PKG-INFO is not UTF-8", path.display()))
+}
+
+/// The member `<top>/<name>` of the sdist at `path` (`.tar.gz`, `.tar` or `.zip`), its first
+/// `cap` bytes; `None` when the sdist has none.
+pub(crate) fn sdist_top_member(path: &Path, name: &str, cap: u64) -> Result<Option<Vec<u8>>, String> {
+    sdist_member(path, |rest| rest == name, cap)
+}
+
+/// The first member `<top>/<rest>` of the sdist at `path` whose `rest` is `wanted`, its first
+/// `cap` bytes; `None` when the sdist has none.
+pub(crate) fn sdist_member(
+    path: &Path,
+    wanted: impl Fn(&str) -> bool,
+    cap: u64,
+) -> Result<Option<Vec<u8>>, String> {
     let extension = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
     let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let is_top_pkg_info = |member: &str| {
+    let is_top = |member: &str| {
         let member = member.trim_start_matches("./");
-        member.split('/').count() == 2 && member.ends_with("/PKG-INFO")
+        member.split_once('/').is_some_and(|(_, rest)| wanted(rest))
     };
     let mut bytes = Vec::new();
     if extension == "zip" {
         let mut zip = zip::ZipArchive::new(file).map_err(|e| format!("{}: {e}", path.display()))?;
-        let Some(member) = zip.file_names().find(|m| is_top_pkg_info(m)).map(str::to_owned) else {
-            return Err(format!("{}: no PKG-INFO", path.display()));
+        let Some(member) = zip.file_names().find(|m| is_top(m)).map(str::to_owned) else {
+            return Ok(None);
         };
         let entry = zip.by_name(&member).map_err(|e| format!("{}: {e}", path.display()))?;
-        entry.take(MAX_PKG_INFO).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    } else {
-        let reader: Box<dyn Read> =
-            if extension == "tar" { Box::new(file) } else { Box::new(flate2::read::GzDecoder::new(file)) };
-        let mut archive = tar::Archive::new(reader);
-        let mut found = false;
-        for entry in archive.entries().map_err(|e| format!("{}: {e}", path.display()))? {
-            let entry = entry.map_err(|e| format!("{}: {e}", path.display()))?;
-            let member = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-            if entry.header().entry_type().is_file() && is_top_pkg_info(&member) {
-                entry
-                    .take(MAX_PKG_INFO)
-                    .read_to_end(&mut bytes)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-                found = true;
-                break;
-            }
-        }
-        if !found {
-            return Err(format!("{}: no PKG-INFO", path.display()));
+        entry.take(cap).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok(Some(bytes));
+    }
+    let reader: Box<dyn Read> =
+        if extension == "tar" { Box::new(file) } else { Box::new(flate2::read::GzDecoder::new(file)) };
+    let mut archive = tar::Archive::new(reader);
+    for entry in archive.entries().map_err(|e| format!("{}: {e}", path.display()))? {
+        let entry = entry.map_err(|e| format!("{}: {e}", path.display()))?;
+        let member = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        if entry.header().entry_type().is_file() && is_top(&member) {
+            entry.take(cap).read_to_end(&mut bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            return Ok(Some(bytes));
         }
     }
-    String::from_utf8(bytes).map_err(|_| format!("{}: PKG-INFO is not UTF-8", path.display()))
+    Ok(None)
 }
 
 /// Whether `pkg_info` is static where resolution looks (PEP 643): Metadata-Version 2.2 or

@@ -97,6 +97,7 @@ impl Plan {
                 .collect();
             let _ = writeln!(out, "find_links = {}", list(&links));
         }
+        self.render_build(&mut out);
         if let Some((v, cudnn)) = &self.cuda {
             let _ = writeln!(out, "\n[cuda]\nversion = {}", q(v));
             if let Some(c) = cudnn {

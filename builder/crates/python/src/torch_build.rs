@@ -1,0 +1,240 @@
+//! Source distributions whose build imports torch: CUDA and C++ extensions (flash-attn,
+//! mamba-ssm, causal-conv1d, apex, detectron2). Their `setup.py` runs `import torch` before it
+//! says what it needs, and their build system does not require torch, so an isolated build
+//! (PEP 517, pip's and uv's default) fails with `No module named 'torch'`. Their READMEs say
+//! `pip install --no-build-isolation`: they are built against the environment's torch
+//! (<https://github.com/Dao-AILab/flash-attention#installation-and-features>). Read from the
+//! sdist itself, as data: its top-level `setup.py`, `pyproject.toml` and `PKG-INFO`, capped.
+
+use std::path::Path;
+
+use crate::pkg_info::{is_static, sdist_pkg_info, sdist_top_member};
+
+/// The largest `setup.py` or `pyproject.toml` read.
+const MAX_SCRIPT: u64 = 1 << 20;
+
+/// Modules a `setup.py` imports that a build environment lacks unless asked for, and the
+/// distribution that provides each. Others (the standard library, the project's own) are not
+/// named.
+const BUILD_MODULES: [(&str, &str); 8] = [
+    ("packaging", "packaging"),
+    ("psutil", "psutil"),
+    ("wheel", "wheel"),
+    ("ninja", "ninja"),
+    ("numpy", "numpy"),
+    ("Cython", "cython"),
+    ("pybind11", "pybind11"),
+    ("setuptools", "setuptools"),
+];
+
+/// An sdist that builds against the environment's torch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TorchAtBuild {
+    /// Its name, as its `PKG-INFO` says.
+    pub name: String,
+    /// Its version, as its `PKG-INFO` says.
+    pub version: String,
+    /// The distributions its build needs besides torch, sorted: what `setup.py` imports of
+    /// [`BUILD_MODULES`], and ninja, which `torch.utils.cpp_extension` compiles in parallel
+    /// with (without it, one file at a time).
+    pub build_requires: Vec<String>,
+    /// Its `Requires-Dist` as `PKG-INFO` says, when that is not static (PEP 643): the lock
+    /// cannot prepare its metadata in isolation either, so these stand in for it. `None` when
+    /// `PKG-INFO` is static and the lock reads it as it is.
+    pub requires: Option<Vec<String>>,
+}
+
+/// Whether the sdist at `path` builds against the environment's torch, and what else it needs.
+pub fn torch_at_build(path: &Path) -> Option<TorchAtBuild> {
+    let setup = sdist_top_member(path, "setup.py", MAX_SCRIPT).ok()??;
+    let setup = String::from_utf8_lossy(&setup);
+    let modules: Vec<&str> = setup.lines().filter_map(imported_module).collect();
+    if !needs_torch(&setup) {
+        return None;
+    }
+    // A build system that requires torch gets it in its isolated environment.
+    if let Some(pyproject) = sdist_top_member(path, "pyproject.toml", MAX_SCRIPT).ok().flatten() {
+        let doc: toml::Table = String::from_utf8_lossy(&pyproject).parse().ok()?;
+        let requires =
+            doc.get("build-system").and_then(|b| b.get("requires")).and_then(toml::Value::as_array);
+        let requires_torch = requires.into_iter().flatten().filter_map(toml::Value::as_str).any(|r| {
+            let name: String =
+                r.chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')).collect();
+            crate::normalize_name(&name) == "torch"
+        });
+        if requires_torch {
+            return None;
+        }
+    }
+    let pkg_info = sdist_pkg_info(path).ok()?;
+    let field = |key: &str| {
+        pkg_info
+            .split("\n\n")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(k, _)| k.trim().eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.trim().to_owned())
+            .collect::<Vec<String>>()
+    };
+    let name = field("Name").into_iter().next()?;
+    let version = field("Version").into_iter().next()?;
+    let mut build_requires: Vec<String> = BUILD_MODULES
+        .iter()
+        .filter(|(module, _)| modules.contains(module))
+        .map(|(_, dist)| (*dist).to_owned())
+        .chain(std::iter::once("ninja".to_owned()))
+        .collect();
+    build_requires.sort();
+    build_requires.dedup();
+    let requires = (!is_static(&pkg_info)).then(|| {
+        let listed = field("Requires-Dist");
+        // Older setuptools wrote them only to the egg-info's requires.txt.
+        if listed.is_empty() {
+            egg_info_requires(path).unwrap_or_default()
+        } else {
+            listed
+        }
+    });
+    Some(TorchAtBuild { name, version, build_requires, requires })
+}
+
+/// Whether `setup` imports torch where its failure stops the build: an import inside a `try:`
+/// block (DeepSpeed's `try: import torch except ImportError: ...`) is the script's own
+/// fallback, and an isolated build runs.
+fn needs_torch(setup: &str) -> bool {
+    let lines: Vec<&str> = setup.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    lines.iter().enumerate().any(|(i, line)| {
+        if imported_module(line) != Some("torch") {
+            return false;
+        }
+        let own = indent(line);
+        let opener = lines[..i].iter().rev().find(|l| !l.trim().is_empty() && indent(l) < own);
+        !opener.is_some_and(|l| l.trim_start().starts_with("try:"))
+    })
+}
+
+/// The requirements of `<top>/<name>.egg-info/requires.txt` as `Requires-Dist` lines: its
+/// sections (`[extra]`, `[:marker]`, `[extra:marker]`) become markers.
+fn egg_info_requires(path: &Path) -> Option<Vec<String>> {
+    let text = crate::pkg_info::sdist_member(
+        path,
+        |rest| rest.ends_with(".egg-info/requires.txt") && rest.matches('/').count() == 1,
+        MAX_SCRIPT,
+    )
+    .ok()??;
+    let mut marker: Option<String> = None;
+    let mut out = Vec::new();
+    for line in String::from_utf8_lossy(&text).lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(section) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            let (extra, condition) = section.split_once(':').unwrap_or((section, ""));
+            marker = match (extra.is_empty(), condition.is_empty()) {
+                (true, true) => None,
+                (true, false) => Some(condition.to_owned()),
+                (false, true) => Some(format!("extra == \"{extra}\"")),
+                (false, false) => Some(format!("({condition}) and extra == \"{extra}\"")),
+            };
+            continue;
+        }
+        out.push(marker.as_ref().map_or_else(|| line.to_owned(), |m| format!("{line} ; {m}")));
+    }
+    Some(out)
+}
+
+/// The top-level module a line of Python imports (`import torch.utils`, `from wheel.bdist_wheel
+/// import x`), indented or not (setup scripts import in functions and `try` blocks too).
+fn imported_module(line: &str) -> Option<&str> {
+    let line = line.trim_start();
+    let rest = line.strip_prefix("import ").or_else(|| line.strip_prefix("from "))?;
+    let module = rest.trim_start().split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next()?;
+    (!module.is_empty()).then_some(module)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sdist(dir: &Path, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let path = dir.join("x-1.0.tar.gz");
+        let gz =
+            flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::fast());
+        let mut b = tar::Builder::new(gz);
+        for (name, body) in files {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(body.len() as u64);
+            h.set_mode(0o644);
+            b.append_data(&mut h, format!("x-1.0/{name}"), body.as_bytes()).unwrap();
+        }
+        b.into_inner().unwrap().finish().unwrap();
+        path
+    }
+
+    /// flash-attn 2.8.3's shape: `import torch` and build helpers at the top of setup.py, no
+    /// pyproject, a PKG-INFO of Metadata-Version 2.1.
+    #[test]
+    fn a_setup_py_that_imports_torch_builds_against_the_environments() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = sdist(
+            dir.path(),
+            &[
+                (
+                    "setup.py",
+                    "import os\nimport torch\nfrom packaging.version import parse\nimport psutil\n\
+                     from wheel.bdist_wheel import bdist_wheel\nfrom torch.utils.cpp_extension import CUDAExtension\n",
+                ),
+                ("PKG-INFO", "Metadata-Version: 2.1\nName: flash_attn\nVersion: 2.8.3\nRequires-Dist: torch\nRequires-Dist: einops\n"),
+            ],
+        );
+        let got = torch_at_build(&path).unwrap();
+        assert_eq!(got.name, "flash_attn");
+        assert_eq!(got.build_requires, ["ninja", "packaging", "psutil", "wheel"]);
+        assert_eq!(got.requires.as_deref(), Some(&["torch".to_owned(), "einops".to_owned()][..]));
+    }
+
+    #[test]
+    fn a_build_system_that_requires_torch_or_a_setup_py_without_it_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let info = ("PKG-INFO", "Metadata-Version: 2.2\nName: x\nVersion: 1.0\n");
+        let with_torch = sdist(
+            dir.path(),
+            &[
+                ("setup.py", "import torch\n"),
+                ("pyproject.toml", "[build-system]\nrequires = [\"setuptools\", \"torch>=2.5.1\"]\n"),
+                info,
+            ],
+        );
+        assert_eq!(torch_at_build(&with_torch), None);
+        let plain =
+            sdist(dir.path(), &[("setup.py", "from setuptools import setup\n# import torch later\n"), info]);
+        assert_eq!(torch_at_build(&plain), None);
+        // DeepSpeed: torch is optional at build (ops are compiled just in time without it).
+        let optional = sdist(
+            dir.path(),
+            &[("setup.py", "torch_available = True\ntry:\n    import torch\nexcept ImportError:\n    torch_available = False\n"), info],
+        );
+        assert_eq!(torch_at_build(&optional), None);
+    }
+
+    #[test]
+    fn requirements_only_in_the_egg_info_are_read_with_their_sections_as_markers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = sdist(
+            dir.path(),
+            &[
+                ("setup.py", "import torch\n"),
+                ("PKG-INFO", "Metadata-Version: 2.1\nName: x\nVersion: 1.0\n"),
+                (
+                    "x.egg-info/requires.txt",
+                    "einops\nninja\n\n[dev]\npytest\n\n[:sys_platform == \"linux\"]\ntriton\n",
+                ),
+            ],
+        );
+        let got = torch_at_build(&path).unwrap();
+        assert_eq!(
+            got.requires.unwrap(),
+            ["einops", "ninja", "pytest ; extra == \"dev\"", "triton ; sys_platform == \"linux\""]
+        );
+    }
+}
