@@ -148,7 +148,7 @@ fn a_pyproject_with_groups_and_a_python_version() {
             && !recipe.contains("pytest")
     );
     assert!(recipe.contains("[cuda]\nversion = \"12.1\""), "{recipe}");
-    assert!(said.contains("optional dependencies `viz` (1 package(s)) left out"), "{said}");
+    assert!(said.contains("optional dependencies `viz` (1) left out"), "{said}");
     assert!(said.contains("dependency group `dev` (1 package(s)) left out of the image"), "{said}");
     assert!(said.contains("Python 3.11: ./.python-version"), "{said}");
 }
@@ -442,4 +442,35 @@ fn uv_workspace_members_and_path_projects_become_sources() {
     );
     assert!(recipe.contains("name = \"vendored-kit\"\npath = \"third_party/kit\""), "{recipe}");
     assert!(said.contains("is a [[source]] of its own"), "{said}");
+}
+
+/// flash-attn from the index: it has no wheel, and its `setup.py` imports torch, which its
+/// build system does not require (an isolated build fails). The recipe init writes builds it
+/// against the image's torch, with the helpers its setup.py imports and its dependencies as
+/// its `PKG-INFO` says; the recipe validates.
+#[test]
+fn a_cuda_extension_from_source_is_built_against_the_images_torch() {
+    if !have_uv() {
+        eprintln!("SKIPPED: uv is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(dir, "requirements.txt", "torch==2.8.0\nflash-attn==2.8.3\n");
+    let (_, said) = init(dir, &[]);
+    if said.contains("could not reach the index") {
+        eprintln!("SKIPPED: the index cannot be reached: {said}");
+        return;
+    }
+    let recipe = std::fs::read_to_string(dir.join("stackbuild.toml")).unwrap_or_default();
+    for wanted in [
+        "no_isolation = [\"flash-attn\"]",
+        "\"flash-attn\" = [\"ninja\", \"packaging\", \"psutil\", \"setuptools\", \"wheel\"]",
+        "[python.build.dependency_metadata]",
+        "\"flash-attn\" = [\"torch\", \"einops\"]",
+    ] {
+        assert!(recipe.contains(wanted), "{wanted:?} not in\n{recipe}\n{said}");
+    }
+    assert!(said.contains("flash-attn 2.8.3: no wheel, and its setup.py imports torch"), "{said}");
+    validates(&dir.join("stackbuild.toml"));
 }

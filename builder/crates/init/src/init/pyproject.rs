@@ -97,6 +97,7 @@ pub(super) fn read_file(
     let deps = dependencies(path, &doc, found);
     super::requirements::read_tokens(&deps, &o, found, &mut stack, false)?;
     let optional = project.and_then(|p| p.get("optional-dependencies")).and_then(toml::Value::as_table);
+    let mut left_out: Vec<String> = Vec::new();
     for (extra, list) in optional.into_iter().flatten() {
         let list = strings(Some(list));
         if extras.contains(extra) {
@@ -107,12 +108,15 @@ pub(super) fn read_file(
             ));
             super::requirements::read_tokens(&list, &o, found, &mut stack, false)?;
         } else {
-            found.decide(format!(
-                "{}: optional dependencies `{extra}` ({} package(s)) left out, as `pip install .` does; `--extra {extra}` adds them",
-                path.display(),
-                list.len()
-            ));
+            left_out.push(format!("`{extra}` ({})", list.len()));
         }
+    }
+    if !left_out.is_empty() {
+        found.decide(format!(
+            "{}: optional dependencies {} left out, as `pip install .` does; `--extra NAME` adds one",
+            path.display(),
+            left_out.join(", ")
+        ));
     }
     let dep_groups = doc.get("dependency-groups").and_then(toml::Value::as_table);
     for (group, list) in dep_groups.into_iter().flatten() {
