@@ -364,6 +364,21 @@ fn the_shapes_real_projects_have() {
     assert!(said.contains("2 requirement(s) repeat"), "{said}");
     assert!(!said.contains("` repeats `"), "{said}");
 
+    // detectron2's shape: setup.py imports torch to build, and no requirement names torch.
+    let ext = tmp.path().join("ext");
+    write(
+        &ext,
+        "setup.py",
+        "import torch\nfrom torch.utils.cpp_extension import CUDAExtension\nfrom setuptools import setup\n\
+         setup(\n    name=\"det_ext\",\n    install_requires=[\"six\"],\n)\n",
+    );
+    let (_, said) = init(&ext, &["--offline"]);
+    let recipe = std::fs::read_to_string(ext.join("stackbuild.toml")).unwrap();
+    assert!(recipe.contains("no_isolation = [\"det-ext\"]"), "{recipe}\n{said}");
+    assert!(recipe.contains("\"det-ext\" = [\"ninja\", \"setuptools\"]"), "{recipe}");
+    assert!(said.contains("imports torch to build, and nothing lists torch"), "{said}");
+    validates(&ext.join("stackbuild.toml"));
+
     // Text that would break out of a comment stays inside it.
     let odd = tmp.path().join("odd");
     write(&odd, "requirements.txt", "six==1.16.0\n--weird-option x\u{0b}y\n-r \"nested\n[image]\".txt\n");

@@ -117,13 +117,32 @@ impl stackbuild_python::SdistMetadata for SandboxMetadata<'_> {
         let memo = pip_settings_dir(self.cache);
         let resolve =
             stackbuild_wheelbuild::index_resolver(self.python, self.target, &artifacts, Some(&memo));
+        // A build against the image's torch (`no_isolation`: its setup.py imports torch before
+        // it says what it needs, as detectron2's does) prepares its metadata with the recipe's
+        // torch importable, as pip's `--no-build-isolation` does after `pip install torch`.
+        let runtime = if self.python.build.no_isolation.contains(&sdist.name) {
+            let mut torch: Vec<String> = self
+                .python
+                .packages
+                .iter()
+                .filter(|r| r.name.as_ref() == "torch")
+                .map(ToString::to_string)
+                .collect();
+            if torch.is_empty() {
+                torch.push("torch".to_owned());
+            }
+            resolve(&torch)
+                .map_err(|e| format!("resolving {} for its metadata build: {e}", torch.join(", ")))?
+        } else {
+            Vec::new()
+        };
         let builder = WheelBuilder::new(self.cache, root, &settings, self.target, &resolve);
         let pkg = SourcePackage {
             name: &sdist.name,
             version: &sdist.version,
             sdist,
             extra_requires: extra_requires(self.python, &sdist.name),
-            runtime: Vec::new(),
+            runtime,
             cuda: None,
             editable: None,
         };

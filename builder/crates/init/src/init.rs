@@ -210,6 +210,8 @@ pub(crate) struct Found {
     /// Requirements that repeat an earlier one word for word: (where the repeat is, where the
     /// first is), files only; said once per pair of files, not once per line.
     pub(crate) same_repeats: Vec<(String, String)>,
+    /// The project itself builds against the image's torch (`torch::project`).
+    pub(crate) torch_project: Option<stackbuild_python::TorchAtBuild>,
     /// What was decided on the way, and why.
     pub decisions: Vec<String>,
     /// What has no place in the recipe.
@@ -719,6 +721,7 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
             found.project_wheel = Some(why);
         }
     }
+    torch::project(dir, &mut found);
     // Requirements files nothing included: named, so that a reader knows they were seen.
     for (kind, path) in &inputs {
         let read = |p: &Path| {
@@ -873,7 +876,7 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
         found.packages.iter().map(|(r, _, at)| (r.clone(), at.clone())).collect();
     let unpinned: Vec<String> =
         found.packages.iter().filter(|(r, _, _)| is_unpinned(r)).map(|(_, n, _)| n.clone()).collect();
-    Ok(Plan {
+    let mut plan = Plan {
         name,
         python,
         distro,
@@ -902,7 +905,11 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
         decisions: found.decisions,
         untranslated: found.untranslated,
         inputs: found.inputs,
-    })
+    };
+    if let Some(project) = found.torch_project {
+        plan.build_against_torch(project);
+    }
+    Ok(plan)
 }
 
 /// Whether a requirement has no version at all (`numpy`, `markdown2[all]`, `x ; sys_platform ==

@@ -47,25 +47,11 @@ pub struct TorchAtBuild {
 /// Whether the sdist at `path` builds against the environment's torch, and what else it needs.
 pub fn torch_at_build(path: &Path) -> Option<TorchAtBuild> {
     let setup = sdist_top_member(path, "setup.py", MAX_SCRIPT).ok()??;
-    let setup = String::from_utf8_lossy(&setup);
-    let modules: Vec<&str> = setup.lines().filter_map(imported_module).collect();
-    if !needs_torch(&setup) {
-        return None;
-    }
-    // A build system that requires torch gets it in its isolated environment.
-    if let Some(pyproject) = sdist_top_member(path, "pyproject.toml", MAX_SCRIPT).ok().flatten() {
-        let doc: toml::Table = String::from_utf8_lossy(&pyproject).parse().ok()?;
-        let requires =
-            doc.get("build-system").and_then(|b| b.get("requires")).and_then(toml::Value::as_array);
-        let requires_torch = requires.into_iter().flatten().filter_map(toml::Value::as_str).any(|r| {
-            let name: String =
-                r.chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')).collect();
-            crate::normalize_name(&name) == "torch"
-        });
-        if requires_torch {
-            return None;
-        }
-    }
+    let pyproject = sdist_top_member(path, "pyproject.toml", MAX_SCRIPT).ok().flatten();
+    let build_requires = build_against_torch(
+        &String::from_utf8_lossy(&setup),
+        pyproject.as_deref().map(String::from_utf8_lossy).as_deref(),
+    )?;
     let pkg_info = sdist_pkg_info(path).ok()?;
     let field = |key: &str| {
         pkg_info
@@ -80,14 +66,6 @@ pub fn torch_at_build(path: &Path) -> Option<TorchAtBuild> {
     };
     let name = field("Name").into_iter().next()?;
     let version = field("Version").into_iter().next()?;
-    let mut build_requires: Vec<String> = BUILD_MODULES
-        .iter()
-        .filter(|(module, _)| modules.contains(module))
-        .map(|(_, dist)| (*dist).to_owned())
-        .chain(std::iter::once("ninja".to_owned()))
-        .collect();
-    build_requires.sort();
-    build_requires.dedup();
     let requires = (!is_static(&pkg_info)).then(|| {
         let listed = field("Requires-Dist");
         // Older setuptools wrote them only to the egg-info's requires.txt.
@@ -98,6 +76,39 @@ pub fn torch_at_build(path: &Path) -> Option<TorchAtBuild> {
         }
     });
     Some(TorchAtBuild { name, version, build_requires, requires })
+}
+
+/// What a project whose `setup.py` is `setup` (and `pyproject.toml`, `pyproject`) needs in its
+/// build environment besides torch, when it builds against the environment's torch: its
+/// `setup.py` imports torch where a failure stops the build, and its build system does not
+/// require torch (an isolated build would get it). `None` when it builds in isolation.
+pub fn build_against_torch(setup: &str, pyproject: Option<&str>) -> Option<Vec<String>> {
+    if !needs_torch(setup) {
+        return None;
+    }
+    if let Some(pyproject) = pyproject {
+        let doc: toml::Table = pyproject.parse().ok()?;
+        let requires =
+            doc.get("build-system").and_then(|b| b.get("requires")).and_then(toml::Value::as_array);
+        let requires_torch = requires.into_iter().flatten().filter_map(toml::Value::as_str).any(|r| {
+            let name: String =
+                r.chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')).collect();
+            crate::normalize_name(&name) == "torch"
+        });
+        if requires_torch {
+            return None;
+        }
+    }
+    let modules: Vec<&str> = setup.lines().filter_map(imported_module).collect();
+    let mut build_requires: Vec<String> = BUILD_MODULES
+        .iter()
+        .filter(|(module, _)| modules.contains(module))
+        .map(|(_, dist)| (*dist).to_owned())
+        .chain(std::iter::once("ninja".to_owned()))
+        .collect();
+    build_requires.sort();
+    build_requires.dedup();
+    Some(build_requires)
 }
 
 /// Whether `setup` imports torch where its failure stops the build: an import inside a `try:`

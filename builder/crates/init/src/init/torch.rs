@@ -5,14 +5,71 @@
 //! as the metadata the lock cannot prepare before torch is resolved.
 
 use std::fmt::Write as _;
+use std::path::Path;
 
 use stackbuild_python::TorchAtBuild;
 
-use super::Plan;
+use super::{Found, Plan};
+
+/// The largest `setup.py` or `pyproject.toml` read.
+const MAX_SCRIPT: u64 = 1 << 20;
+
+/// The project itself, installed as a wheel, when its `setup.py` imports torch and its build
+/// system does not require it (detectron2, GroundingDINO: their install guides say to install
+/// torch first): it is built against the image's torch, and torch is one of the image's
+/// packages even where the project's own requirements leave it out.
+pub(super) fn project(dir: &Path, found: &mut Found) {
+    if found.project_wheel.is_none() {
+        return;
+    }
+    let setup_path = dir.join("setup.py");
+    let Ok(setup) = stackbuild_common::read_text(&setup_path, MAX_SCRIPT, "setup.py") else { return };
+    let pyproject =
+        stackbuild_common::read_text(&dir.join("pyproject.toml"), MAX_SCRIPT, "pyproject.toml").ok();
+    let Some(build_requires) = stackbuild_python::build_against_torch(&setup, pyproject.as_deref()) else {
+        return;
+    };
+    let name = setup_name(&setup)
+        .or_else(|| found.name.as_ref().map(|(n, _)| n.clone()))
+        .or_else(|| std::fs::canonicalize(dir).ok()?.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let Some(name) = name.map(|n| stackbuild_python::normalize_name(&n)) else { return };
+    if !found.packages.iter().any(|(_, n, _)| stackbuild_python::normalize_name(n) == "torch") {
+        found.packages.push(("torch".to_owned(), "torch".to_owned(), setup_path.display().to_string()));
+        found.decide(format!(
+            "{}: imports torch to build, and nothing lists torch: torch is added to the image's packages",
+            setup_path.display()
+        ));
+    }
+    found.torch_project = Some(TorchAtBuild { name, version: String::new(), build_requires, requires: None });
+}
+
+/// The literal `name="..."` a `setup(...)` call passes, when it passes one.
+fn setup_name(setup: &str) -> Option<String> {
+    let call = &setup[setup.find("setup(")?..];
+    let at = call.find("name")?;
+    let rest = call[at + 4..].trim_start().strip_prefix('=')?.trim_start();
+    let quote = rest.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+    let value = &rest[1..rest[1..].find(quote)? + 1];
+    let valid =
+        !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    valid.then(|| value.to_owned())
+}
 
 impl Plan {
     /// `pkg` builds against the image's torch: said, and written in `[python.build]`.
     pub fn build_against_torch(&mut self, pkg: TorchAtBuild) {
+        if pkg.version.is_empty() {
+            // The project itself (`project`), said when it was found.
+            self.decisions.push(format!(
+                "the project ({}) builds against the image's torch: its setup.py imports torch, which its build \
+                 system does not require ([python.build] no_isolation, as `pip install --no-build-isolation .`), \
+                 with {} in its build environment",
+                pkg.name,
+                pkg.build_requires.join(", ")
+            ));
+            self.torch_builds.push(pkg);
+            return;
+        }
         let name = stackbuild_python::normalize_name(&pkg.name);
         if self.torch_builds.iter().any(|b| stackbuild_python::normalize_name(&b.name) == name) {
             return;
@@ -42,6 +99,7 @@ impl Plan {
         let list =
             |items: &[String]| format!("[{}]", items.iter().map(|s| q(s)).collect::<Vec<_>>().join(", "));
         let names: Vec<String> = self.torch_builds.iter().map(|b| b.name.clone()).collect();
+        // (The project's own build needs no metadata given: the lock prepares it with torch.)
         out.push_str(
             "\n[python.build]\n# Their setup.py imports torch, which their build system does not require: built against\n\
              # the image's torch, as their READMEs' `pip install --no-build-isolation`. Each CUDA\n\
@@ -64,5 +122,19 @@ impl Plan {
                 let _ = writeln!(out, "{} = {}", q(&b.name), list(b.requires.as_deref().unwrap_or_default()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn setup_names_in_their_usual_spellings() {
+        assert_eq!(super::setup_name("setup(\n    name=\"detectron2\",\n)").as_deref(), Some("detectron2"));
+        assert_eq!(
+            super::setup_name("setup(name = 'groundingdino', version=v)").as_deref(),
+            Some("groundingdino")
+        );
+        assert_eq!(super::setup_name("setup(name=NAME)"), None);
+        assert_eq!(super::setup_name("name='x'"), None);
     }
 }
