@@ -359,7 +359,8 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
                 cache: cache.root(),
             };
             for g in &git {
-                let tree = stackbuild_python::Tree::Git { url: &g.url, commit: &g.commit };
+                let tree =
+                    stackbuild_python::Tree::Git { url: &g.url, commit: &g.commit, subdirectory: None };
                 let made =
                     stackbuild_python::tree_sdist(&g.name, tree, Some(&g.version), fetch).map_err(|e| {
                         BuildError::Unsupported(format!("{}: {} from git: {e}", given.path.display(), g.name))

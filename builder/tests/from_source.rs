@@ -120,6 +120,17 @@ fn a_git_dependency_is_pinned_to_its_commit_and_built_from_it() {
     )
     .unwrap();
     std::fs::write(repo.join("sbgit.py"), "import six\nVALUE = 'from git'\n").unwrap();
+    // A second project in a subdirectory of the same repository (`#subdirectory=`), as
+    // monorepos keep their clients (openpi's `packages/openpi-client`).
+    let client = repo.join("packages/client");
+    std::fs::create_dir_all(&client).unwrap();
+    std::fs::write(
+        client.join("pyproject.toml"),
+        "[build-system]\nrequires = [\"setuptools>=61\"]\nbuild-backend = \"setuptools.build_meta\"\n\n\
+         [project]\nname = \"sbclient\"\nversion = \"0.1.0\"\n\n[tool.setuptools]\npy-modules = [\"sbclient\"]\n",
+    )
+    .unwrap();
+    std::fs::write(client.join("sbclient.py"), "VALUE = 'from a subdirectory'\n").unwrap();
     test_support::tools::git(&repo, &["init", "-q"]);
     test_support::tools::git(&repo, &["add", "."]);
     test_support::tools::git(
@@ -133,7 +144,7 @@ fn a_git_dependency_is_pinned_to_its_commit_and_built_from_it() {
         &recipe,
         format!(
             "[image]\nname = \"git-dep\"\ntag = \"test\"\n\n{BOOKWORM_PYTHON}\n[python]\nversion = \"3.11\"\n\
-             packages = [\"sbgit @ git+file://{}@v1.2.3\"]\n",
+             packages = [\"sbgit @ git+file://{0}@v1.2.3\", \"sbclient @ git+file://{0}@v1.2.3#subdirectory=packages/client\"]\n",
             repo.display()
         ),
     )
@@ -144,6 +155,7 @@ fn a_git_dependency_is_pinned_to_its_commit_and_built_from_it() {
     assert!(lock.contains(&format!("commit = \"{}\"", commit.trim())), "{lock}");
     assert!(lock.contains("filename = \"sbgit-1.2.3.tar.gz\""), "{lock}");
     assert!(lock.contains("name = \"six\""), "its dependencies come from its metadata: {lock}");
+    assert!(lock.contains("filename = \"sbclient-0.1.0.tar.gz\""), "{lock}");
     let other = build(&recipe, &tmp.path().join("cache2"), &tmp.path().join("layout2"), &["--locked"]);
     assert_eq!(layer(&other, "python"), layer(&first, "python"), "the same tar, the same wheel");
     if !have("umoci") {
@@ -155,6 +167,8 @@ fn a_git_dependency_is_pinned_to_its_commit_and_built_from_it() {
     let site = bundle.join("rootfs/usr/local/lib/python3.11/dist-packages");
     assert_eq!(std::fs::read_to_string(site.join("sbgit.py")).unwrap(), "import six\nVALUE = 'from git'\n");
     assert!(site.join("six.py").is_file());
+    assert_eq!(std::fs::read_to_string(site.join("sbclient.py")).unwrap(), "VALUE = 'from a subdirectory'\n");
+    assert!(!site.join("packages").exists());
 }
 
 /// A setuptools project `sbhello` (a console script, a dependency on six) in `dir/hello`, and a

@@ -337,11 +337,14 @@ impl PlatformBuilder<'_> {
                 .packages
                 .iter()
                 .filter(|r| &r.name == name)
-                .find_map(stackbuild_recipe::git_dependency)
+                .find_map(|r| {
+                    let (url, _) = stackbuild_recipe::git_dependency(r)?;
+                    Some((url, stackbuild_recipe::git_subdirectory(r)))
+                })
                 // A git package of the project's own lock (`[python] lock`): its URL is there.
                 .or_else(|| {
                     let given = stackbuild_python::GivenLock::load(python.lock.as_deref()?).ok()?;
-                    Some((given.git_url(name, commit)?, String::new()))
+                    Some((given.git_url(name, commit)?, None))
                 })
                 .ok_or_else(|| {
                     BuildError::Unsupported(format!(
@@ -349,7 +352,8 @@ impl PlatformBuilder<'_> {
                          that name: lock again"
                     ))
                 })?;
-            (stackbuild_python::Tree::Git { url: &git.0, commit }, format!("{name} @ git+{}", git.0))
+            let tree = stackbuild_python::Tree::Git { url: &git.0, commit, subdirectory: git.1.as_deref() };
+            (tree, format!("{name} @ git+{}", git.0))
         };
         let fetch = stackbuild_python::SourceFetch {
             artifacts: &artifact_dir(self.cache),
@@ -480,7 +484,9 @@ pub(super) fn tree_of<'a>(
     exclude: &'a [&'a std::path::Path],
 ) -> stackbuild_python::Tree<'a> {
     match &src.origin {
-        stackbuild_recipe::SourceOrigin::Git { url, commit } => stackbuild_python::Tree::Git { url, commit },
+        stackbuild_recipe::SourceOrigin::Git { url, commit } => {
+            stackbuild_python::Tree::Git { url, commit, subdirectory: None }
+        }
         stackbuild_recipe::SourceOrigin::Path { path } => stackbuild_python::Tree::Path { path, exclude },
     }
 }

@@ -101,9 +101,9 @@ pub fn resolve_with_sources(
         };
         let commit =
             stackbuild_source::resolve_git_rev(&url, &rev, fetch.cache).map_err(|e| fail(e.to_string()))?;
-        let (sdist, entry) =
-            tree_package(&req.name, Tree::Git { url: &url, commit: &commit }, metadata, fetch)
-                .map_err(fail)?;
+        let subdirectory = stackbuild_recipe::git_subdirectory(req);
+        let tree = Tree::Git { url: &url, commit: &commit, subdirectory: subdirectory.as_deref() };
+        let (sdist, entry) = tree_package(&req.name, tree, metadata, fetch).map_err(fail)?;
         if sdist.name != req.name {
             return Err(fail(format!("its metadata names the project `{}`", sdist.name)));
         }
@@ -251,6 +251,8 @@ pub enum Tree<'a> {
         url: &'a str,
         /// The full commit.
         commit: &'a str,
+        /// The directory inside it the project is in (`#subdirectory=`), relative.
+        subdirectory: Option<&'a str>,
     },
     /// A directory, with what inside it is not part of the tree (the cache, the output).
     Path {
@@ -307,7 +309,9 @@ pub fn tree_sdist(
         .map_err(|e| format!("{}: {e}", fetch.artifacts.display()))?;
     let file = tmp.path().join(&filename);
     let sha256 = match tree {
-        Tree::Git { url, commit } => stackbuild_source::git_sdist(url, commit, fetch.cache, &stem, &file),
+        Tree::Git { url, commit, subdirectory } => {
+            stackbuild_source::git_sdist(url, commit, subdirectory, fetch.cache, &stem, &file)
+        }
         Tree::Path { path, exclude } => stackbuild_source::path_sdist(path, exclude, &stem, &file),
     }
     .map_err(|e| e.to_string())?;

@@ -7,7 +7,7 @@
 mod recipe;
 
 pub use recipe::{
-    git_dependency, lock_format_of_name, url_dependency, Base, Bootstrap, BuildSection, Comparison,
-    HostRules, IndexSources, LocalWheel, LockFormat, Patch, PatchChange, PatchTarget, PythonSection, Recipe,
-    Source, SourceOrigin, UrlDependency, VersionRange,
+    git_dependency, git_subdirectory, lock_format_of_name, url_dependency, Base, Bootstrap, BuildSection,
+    Comparison, HostRules, IndexSources, LocalWheel, LockFormat, Patch, PatchChange, PatchTarget,
+    PythonSection, Recipe, Source, SourceOrigin, UrlDependency, VersionRange,
 };

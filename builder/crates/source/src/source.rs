@@ -739,6 +739,7 @@ pub fn resolve_git_rev(url: &str, rev: &str, cache_dir: &Path) -> Result<String,
 pub fn git_sdist(
     url: &str,
     commit: &str,
+    subdirectory: Option<&str>,
     cache_dir: &Path,
     prefix: &str,
     out: &Path,
@@ -748,7 +749,21 @@ pub fn git_sdist(
         .tempdir_in(out.parent().unwrap_or(Path::new(".")))
         .map_err(io_err("creating a directory beside", out))?;
     stage_git(url, commit, "/tree", tmp.path(), cache_dir)?;
-    tree_sdist(&tmp.path().join("tree"), prefix, out)
+    let mut root = tmp.path().join("tree");
+    // `#subdirectory=`: a directory of the staged tree, reached through real directories only
+    // (a symlink in the repository could point anywhere on this machine).
+    for part in subdirectory.into_iter().flat_map(|s| s.split('/')) {
+        root.push(part);
+        let is_dir = fs::symlink_metadata(&root).is_ok_and(|m| m.is_dir());
+        if part == ".." || part.is_empty() || !is_dir {
+            return Err(SourceError::Unsafe {
+                origin: format!("{url}@{commit}"),
+                entry: subdirectory.unwrap_or_default().to_owned(),
+                reason: "the subdirectory is not a directory of the repository".to_owned(),
+            });
+        }
+    }
+    tree_sdist(&root, prefix, out)
 }
 
 /// The directory `src` (a `[[source]]` path, the project itself) as a source distribution, like

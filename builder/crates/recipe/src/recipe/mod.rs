@@ -34,7 +34,7 @@ mod hash;
 mod lock_format;
 mod raw;
 mod validate;
-pub use self::validate::{git_dependency, url_dependency, UrlDependency};
+pub use self::validate::{git_dependency, git_subdirectory, url_dependency, UrlDependency};
 
 #[cfg(test)]
 mod tests;

@@ -388,3 +388,20 @@ fn a_sources_extras_are_normalized_and_need_an_install() {
     let err = Recipe::parse("r.toml", &text("install = \"wheel\"\n", "[\"a b\"]")).unwrap_err().to_string();
     assert!(err.contains("invalid extra \"a b\""), "{err}");
 }
+
+#[test]
+fn a_git_dependencys_subdirectory_stays_inside_the_repository() {
+    let text = |sub: &str| {
+        format!(
+            "[image]\nname = \"p\"\n[base]\ndebian = \"bookworm\"\n[python]\nversion = \"3.11\"\n\
+             packages = [\"client @ git+https://example.invalid/repo@v1#subdirectory={sub}\"]\n"
+        )
+    };
+    let r = Recipe::parse("r.toml", &text("packages/client")).unwrap();
+    let req = &r.python.as_ref().unwrap().packages[0];
+    assert_eq!(crate::git_subdirectory(req).as_deref(), Some("packages/client"));
+    for bad in ["../outside", "/abs", "a//b"] {
+        let err = Recipe::parse("r.toml", &text(bad)).unwrap_err().to_string();
+        assert!(err.contains("invalid subdirectory"), "{bad}: {err}");
+    }
+}

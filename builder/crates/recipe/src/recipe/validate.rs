@@ -18,7 +18,7 @@ use stackbuild_common::Platform;
 mod python;
 
 pub(super) use python::validate_python;
-pub use python::{git_dependency, url_dependency, UrlDependency};
+pub use python::{git_dependency, git_subdirectory, url_dependency, UrlDependency};
 
 use super::raw::{
     RawBase, RawBuild, RawCuda, RawHost, RawImage, RawPatch, RawPython, RawSource, RawWheel, S,

@@ -296,7 +296,39 @@ fn parse_package(ctx: &mut Ctx, s: &S) -> Option<Requirement> {
         );
         return None;
     }
+    let fragment = written.split_once('#').map_or("", |(_, f)| f);
+    let subdirectory = fragment.split('&').find_map(|kv| kv.strip_prefix("subdirectory="));
+    if let Some(sub) = subdirectory {
+        if !is_relative_inside(sub) {
+            ctx.error_help(
+                s.span(),
+                format!("`{}`: invalid subdirectory {sub:?}", req.name),
+                "a path inside the repository, relative, without `..` (`#subdirectory=packages/client`)",
+            );
+            return None;
+        }
+    }
     Some(req)
+}
+
+/// Whether `path` is a relative path that stays inside its root: no `..`, not absolute, not
+/// empty.
+fn is_relative_inside(path: &str) -> bool {
+    !path.is_empty()
+        && !path.starts_with('/')
+        && path.split('/').all(|c| !c.is_empty() && c != ".." && c != ".")
+        && !path.chars().any(|c| c.is_control() || c == '\\')
+}
+
+/// The subdirectory of a git dependency's repository its project is in
+/// (`name @ git+URL@REV#subdirectory=packages/client`, pip's and uv's fragment), when it names
+/// one that stays inside the repository.
+pub fn git_subdirectory(req: &Requirement) -> Option<String> {
+    let Some(VersionOrUrl::Url(url)) = &req.version_or_url else { return None };
+    let written = url.given()?;
+    let fragment = written.strip_prefix("git+")?.split_once('#')?.1;
+    let sub = fragment.split('&').find_map(|kv| kv.strip_prefix("subdirectory="))?;
+    is_relative_inside(sub).then(|| sub.to_owned())
 }
 
 /// A direct URL dependency (`name @ https://host/path/file.whl#sha256=HEX`, a wheel or an sdist):
