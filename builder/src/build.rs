@@ -367,7 +367,29 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
                     })?;
                 artifacts.push(made);
             }
+            // The recipe's projects (`[[source]] install = "wheel"`): the tree's sdist at the
+            // version the lock gives the project of that directory (or name), its dependencies
+            // the lock's, as `uv sync` installs the workspace's members.
+            let projects = given_lock_projects(recipe, &given, fetch, cache)?;
+            artifacts.extend(projects.iter().map(|(a, _)| a.clone()));
             lock.set_packages(target.platform, &artifacts);
+            let origins = stackbuild_python::Resolution {
+                projects: projects.iter().map(|(a, source)| (a.name.clone(), source.clone())).collect(),
+                commits: recipe
+                    .sources
+                    .iter()
+                    .filter_map(|s| match &s.origin {
+                        stackbuild_recipe::SourceOrigin::Git { commit, .. } => Some((s, commit)),
+                        stackbuild_recipe::SourceOrigin::Path { .. } => None,
+                    })
+                    .filter_map(|(s, commit)| {
+                        let (a, _) = projects.iter().find(|(_, source)| source == &s.name)?;
+                        Some((a.name.clone(), commit.clone()))
+                    })
+                    .collect(),
+                pins: Vec::new(),
+            };
+            lock.set_origins(target.platform, &origins);
             for g in &git {
                 lock.set_commit(target.platform, &g.name, &g.commit);
             }
@@ -425,6 +447,54 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
     lock.save(&lock_path)?;
     tracing::info!("wrote {}", lock_path.display());
     Ok(lock)
+}
+
+/// The sdists of the recipe's projects (`[[source]] install = "wheel"`) beside a project's own
+/// lock, each with the name of its source: the lock's project whose directory is the source's
+/// (a path source), else whose name is the source's name, at the version the lock records.
+fn given_lock_projects(
+    recipe: &Recipe,
+    given: &stackbuild_python::GivenLock,
+    fetch: stackbuild_python::SourceFetch<'_>,
+    cache: &Cache,
+) -> Result<Vec<(stackbuild_python::Artifact, String)>, BuildError> {
+    let members = given.projects();
+    let cache_root = [cache.root()];
+    let mut out = Vec::new();
+    for src in recipe.sources.iter().filter(|s| s.install_wheel) {
+        let same_dir = |dir: &std::path::Path| match &src.origin {
+            stackbuild_recipe::SourceOrigin::Path { path } => {
+                std::fs::canonicalize(path).ok().is_some_and(|p| std::fs::canonicalize(dir).ok() == Some(p))
+            }
+            stackbuild_recipe::SourceOrigin::Git { .. } => false,
+        };
+        let wanted = stackbuild_python::normalize_name(&src.name);
+        let member = members
+            .iter()
+            .find(|(_, _, dir)| same_dir(dir))
+            .or_else(|| members.iter().find(|(name, _, _)| name.as_ref() == wanted));
+        let Some((name, version, _)) = member else {
+            return Err(BuildError::Unsupported(format!(
+                "[[source]] {} (install = \"wheel\"): {} lists no project of its directory or name (uv's \
+                 `source = {{ editable = ... }}`); install = \"wheel\" needs the lock's version of it",
+                src.name,
+                given.path.display()
+            )));
+        };
+        let Some(version) = version else {
+            return Err(BuildError::Unsupported(format!(
+                "[[source]] {}: {} gives {name} no version (a dynamic one): lock the project with a static \
+                 version, or drop install = \"wheel\"",
+                src.name,
+                given.path.display()
+            )));
+        };
+        let tree = from_source::tree_of(src, &cache_root);
+        let made = stackbuild_python::tree_sdist(name, tree, Some(version), fetch)
+            .map_err(|e| BuildError::Unsupported(format!("[[source]] {}: {e}", src.name)))?;
+        out.push((made, src.name.clone()));
+    }
+    Ok(out)
 }
 
 /// The glibc the wheels are chosen for: a bootstrapped suite's from the table, an OCI layout's

@@ -353,3 +353,82 @@ fn a_git_package_of_the_projects_uv_lock_is_built_from_its_commit() {
     );
     assert_eq!(printed, "from the uv.lock git 1.16.0");
 }
+
+/// The project's own `uv.lock` beside the project and a workspace member, each a `[[source]]`
+/// installed as a wheel: as `uv sync --no-dev` installs them, the wheels of the lock and the two
+/// projects built from their trees at the versions the lock records, the project's console
+/// script on `PATH`. The lock records each project's source.
+#[test]
+fn a_projects_uv_lock_with_the_project_and_a_workspace_member_installed() {
+    if !debian_builds_ready(&["bwrap", "prlimit", "uv"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let app = tmp.path().join("app");
+    let member = app.join("packages/member");
+    std::fs::create_dir_all(&member).unwrap();
+    let setuptools =
+        "[build-system]\nrequires = [\"setuptools>=61\"]\nbuild-backend = \"setuptools.build_meta\"\n\n";
+    std::fs::write(
+        app.join("pyproject.toml"),
+        format!(
+            "{setuptools}[project]\nname = \"sbapp\"\nversion = \"0.2.0\"\nrequires-python = \">=3.11\"\n\
+             dependencies = [\"six==1.16.0\", \"sbmember\"]\n\n[project.scripts]\nsbapp = \"sbapp:main\"\n\n\
+             [tool.setuptools]\npy-modules = [\"sbapp\"]\n\n[tool.uv.sources]\nsbmember = {{ workspace = true }}\n\n\
+             [tool.uv.workspace]\nmembers = [\"packages/*\"]\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        app.join("sbapp.py"),
+        "import sbmember, six\ndef main():\n    print(sbmember.VALUE, six.__version__)\n",
+    )
+    .unwrap();
+    std::fs::write(
+        member.join("pyproject.toml"),
+        format!(
+            "{setuptools}[project]\nname = \"sbmember\"\nversion = \"0.1.0\"\nrequires-python = \">=3.11\"\n\n\
+             [tool.setuptools]\npy-modules = [\"sbmember\"]\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(member.join("sbmember.py"), "VALUE = 'member'\n").unwrap();
+    let out = std::process::Command::new("uv").args(["lock", "-q"]).current_dir(&app).output().unwrap();
+    if !out.status.success() {
+        eprintln!("skipped: uv lock could not reach the index: {}", String::from_utf8_lossy(&out.stderr));
+        return;
+    }
+    let recipe = tmp.path().join("locked-app.toml");
+    std::fs::write(
+        &recipe,
+        format!(
+            "[image]\nname = \"locked-app\"\ntag = \"test\"\n\n{BOOKWORM_PYTHON}\n[python]\nversion = \"3.11\"\n\
+             lock = \"app/uv.lock\"\n\n[[source]]\nname = \"sbapp\"\npath = \"app\"\ndest = \"/opt/app\"\n\
+             install = \"wheel\"\n\n[[source]]\nname = \"member\"\npath = \"app/packages/member\"\n\
+             dest = \"/opt/member\"\ninstall = \"wheel\"\n"
+        ),
+    )
+    .unwrap();
+    let layout = tmp.path().join("layout");
+    build(&recipe, &tmp.path().join("cache"), &layout, &[]);
+    let lock = std::fs::read_to_string(recipe.with_extension("toml.lock")).unwrap();
+    assert!(
+        lock.contains("filename = \"sbapp-0.2.0.tar.gz\"") && lock.contains("source = \"sbapp\""),
+        "{lock}"
+    );
+    assert!(
+        lock.contains("filename = \"sbmember-0.1.0.tar.gz\"") && lock.contains("source = \"member\""),
+        "{lock}"
+    );
+    if !have("umoci") {
+        eprintln!("skipped the image check: umoci not installed");
+        return;
+    }
+    let bundle = tmp.path().join("bundle");
+    unpack_bundle(&layout, "test", &bundle);
+    let site = bundle.join("rootfs/usr/local/lib/python3.11/dist-packages");
+    for file in ["sbapp.py", "sbmember.py", "six.py"] {
+        assert!(site.join(file).is_file(), "{file} not in the image");
+    }
+    assert!(bundle.join("rootfs/usr/local/bin/sbapp").is_file());
+}

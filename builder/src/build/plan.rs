@@ -382,9 +382,9 @@ fn fetch_wheels(
         let mut artifacts = stackbuild_python::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
             stackbuild_python::Config::for_lock_urls(py.sources(), Some(&pip_settings_dir(cache)))
         })?;
-        // Its git packages are no file it serves: the tar of each commit, made into the cache
-        // before (`from_source`), by the lock's digest.
-        for w in wanted.iter().filter(|w| w.commit.is_some()) {
+        // Its git packages and the recipe's projects are no file it serves: the tar of each
+        // commit or tree, made into the cache before (`from_source`), by the lock's digest.
+        for w in wanted.iter().filter(|w| w.commit.is_some() || w.source.is_some()) {
             let path = artifact_dir(cache).join(&w.sha256).join(&w.filename);
             if stackbuild_common::sha256_file(&path).is_ok_and(|h| h == w.sha256) {
                 artifacts.push(stackbuild_python::Artifact {

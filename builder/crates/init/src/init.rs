@@ -223,6 +223,16 @@ impl Found {
         self.decisions.push(text);
     }
 
+    /// Whether the project's own lock installs the project in `dir` from its tree at a version
+    /// it records (uv's `source = { editable = ... }`): then the recipe builds it as a
+    /// `[[source]]` installed as a wheel, its dependencies the lock's, as `uv sync` does.
+    fn lock_installs(&self, dir: &Path) -> bool {
+        let Some(given) = &self.given else { return false };
+        let want = std::fs::canonicalize(dir).ok();
+        want.is_some()
+            && given.projects().iter().any(|(_, v, d)| v.is_some() && std::fs::canonicalize(d).ok() == want)
+    }
+
     fn set_name(&mut self, name: &str, why: &str) {
         if self.name.is_none() {
             self.name = Some((name.to_owned(), why.to_owned()));
@@ -714,7 +724,17 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
              `stackbuild lock` prepares its metadata in the build sandbox and resolves what it requires"
         ));
     }
-    // 7. A project that runs only once installed (console scripts, a src/ layout).
+    // 7. The project's own lock installs the project from its tree (uv's editable root).
+    if lock_kind.is_some() && found.project_wheel.is_none() && found.lock_installs(dir) {
+        let what = format!(
+            "{} installs it from its tree (`source = {{ editable = ... }}`), as `uv sync` does; its \
+             dependencies are the lock's",
+            found.lock.as_ref().map(|l| l.display().to_string()).unwrap_or_default()
+        );
+        found.decide(format!("the project is installed as a wheel built from its tree ([[source]] install = \"wheel\"): {what}"));
+        found.project_wheel = Some(what);
+    }
+    // 8. A project that runs only once installed (console scripts, a src/ layout).
     if lock_kind.is_none() && found.project_wheel.is_none() && opts.from.is_empty() {
         if let Some(why) = pyproject::must_install(dir) {
             found.decide(format!("the project is installed as a wheel built from its tree ([[source]] install = \"wheel\"): {why}"));

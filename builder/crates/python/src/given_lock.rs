@@ -200,6 +200,9 @@ struct Entry {
     sdist_file: Option<GivenWheel>,
     dependencies: Vec<Edge>,
     optional: BTreeMap<String, Vec<Edge>>,
+    /// The directory of a project the lock installs from its tree (uv's `editable`, PEP 751's
+    /// `[packages.directory] path`), as written, relative to the lock's directory.
+    directory: Option<String>,
 }
 
 impl Entry {
@@ -318,6 +321,18 @@ impl GivenLock {
             Origin::Git { url, commit: c } if &e.name == name && c == commit => Some(url.clone()),
             _ => None,
         })
+    }
+
+    /// The projects the lock installs from their trees (the project itself and uv's workspace
+    /// members, `source = { editable = ... }`; PEP 751's `[packages.directory]`): name, version
+    /// (`None` where it is dynamic) and directory, resolved against the lock's. A `virtual`
+    /// project is not one: uv installs its dependencies only.
+    pub fn projects(&self) -> Vec<(PackageName, Option<PackageVersion>, PathBuf)> {
+        let base = self.path.parent().unwrap_or(Path::new("."));
+        self.entries
+            .iter()
+            .filter_map(|e| Some((e.name.clone(), e.version.clone(), base.join(e.directory.as_deref()?))))
+            .collect()
     }
 
     /// [`GivenLock::select`], and the packages that come from git (built from their commit).
@@ -675,6 +690,11 @@ impl Reader<'_> {
                 sdist: table.contains_key("sdist"),
                 sdist_file: self.sdist(table, &label)?,
                 source: None,
+                directory: table
+                    .get("directory")
+                    .and_then(|d| d.get("path"))
+                    .and_then(toml::Value::as_str)
+                    .map(str::to_owned),
                 origin,
                 dependencies: Vec::new(),
                 optional: BTreeMap::new(),
@@ -750,6 +770,10 @@ impl Reader<'_> {
                 sdist: table.contains_key("sdist"),
                 sdist_file: self.sdist(table, &label)?,
                 source: table.get("source").map(ToString::to_string),
+                directory: source
+                    .and_then(|s| s.get("editable"))
+                    .and_then(toml::Value::as_str)
+                    .map(str::to_owned),
                 origin,
                 dependencies: self.edges(table.get("dependencies"), &label)?,
                 optional,

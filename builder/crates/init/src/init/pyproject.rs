@@ -441,9 +441,9 @@ fn local_project(
         "workspace" => workspace_member(origin_dir, uv, package),
         _ => None,
     };
-    // With the project's own lock the image installs what it lists, and a
-    // [[source]] project is not resolved beside it.
-    let dir = dir.filter(|_| found.lock.is_none());
+    // With the project's own lock, only a project the lock installs from its tree (at a
+    // version it records): its dependencies are the lock's.
+    let dir = dir.filter(|d| found.lock.is_none() || found.lock_installs(d));
     if let Some(dir) = dir.filter(|d| d.join("pyproject.toml").is_file() || d.join("setup.py").is_file()) {
         found.decide(format!(
             "{}: [tool.uv.sources] {package} = {{ {kind} = ... }}: the project in {} is a [[source]] of \
