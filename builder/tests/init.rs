@@ -489,3 +489,62 @@ fn a_cuda_extension_from_source_is_built_against_the_images_torch() {
     assert!(said.contains("flash-attn 2.8.3: no wheel, and its setup.py imports torch"), "{said}");
     validates(&dir.join("stackbuild.toml"));
 }
+
+/// A `uv.lock` that installs the project and a workspace member from their trees (`source = {
+/// editable = ... }`, uv's default for a packaged project): both become `[[source]]`s installed as
+/// wheels beside `[python] lock`; a project without a build system is `virtual` in the lock and
+/// stays uninstalled, as `uv sync` leaves it.
+#[test]
+fn a_uv_lock_that_installs_the_project_and_a_member() {
+    if !have_uv() {
+        eprintln!("SKIPPED: uv is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("proj");
+    let setuptools =
+        "[build-system]\nrequires = [\"setuptools>=61\"]\nbuild-backend = \"setuptools.build_meta\"\n";
+    write(
+        &dir,
+        "pyproject.toml",
+        &format!(
+            "{setuptools}[project]\nname = \"app\"\nversion = \"0.1.0\"\nrequires-python = \">=3.11\"\n\
+             dependencies = [\"six==1.16.0\", \"client\"]\n[tool.uv.sources]\nclient = {{ workspace = true }}\n\
+             [tool.uv.workspace]\nmembers = [\"packages/client\"]\n"
+        ),
+    );
+    write(
+        &dir,
+        "packages/client/pyproject.toml",
+        &format!(
+            "{setuptools}[project]\nname = \"client\"\nversion = \"0.2.0\"\nrequires-python = \">=3.11\"\n"
+        ),
+    );
+    let out = Command::new("uv").args(["lock", "-q"]).current_dir(&dir).output().unwrap();
+    if !out.status.success() {
+        eprintln!("SKIPPED: uv lock could not reach the index: {}", text(&out.stderr));
+        return;
+    }
+    let (_, said) = init(&dir, &[]);
+    let recipe = std::fs::read_to_string(dir.join("stackbuild.toml")).unwrap_or_default();
+    assert!(recipe.contains("lock = \"uv.lock\""), "{recipe}\n{said}");
+    assert!(
+        recipe.contains("path = \".\"\ndest = \"/workspace/app\"\ninstall = \"wheel\""),
+        "{recipe}\n{said}"
+    );
+    assert!(recipe.contains("name = \"client\"\npath = \"packages/client\""), "{recipe}");
+    assert!(said.contains("installs it from its tree"), "{said}");
+    validates(&dir.join("stackbuild.toml"));
+
+    // Without a build system the root is virtual: not installed.
+    let virt = tmp.path().join("virtual");
+    write(
+        &virt,
+        "pyproject.toml",
+        "[project]\nname = \"v\"\nversion = \"0.1.0\"\nrequires-python = \">=3.11\"\ndependencies = [\"six==1.16.0\"]\n",
+    );
+    assert!(Command::new("uv").args(["lock", "-q"]).current_dir(&virt).output().unwrap().status.success());
+    let (_, said) = init(&virt, &[]);
+    let recipe = std::fs::read_to_string(virt.join("stackbuild.toml")).unwrap_or_default();
+    assert!(!recipe.contains("install = \"wheel\""), "{recipe}\n{said}");
+}
