@@ -370,25 +370,9 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
             // The recipe's projects (`[[source]] install = "wheel"`): the tree's sdist at the
             // version the lock gives the project of that directory (or name), its dependencies
             // the lock's, as `uv sync` installs the workspace's members.
-            let projects = given_lock_projects(recipe, &given, fetch, cache)?;
-            artifacts.extend(projects.iter().map(|(a, _)| a.clone()));
+            let (projects, origins) = given_lock_projects(recipe, &given, fetch, cache)?;
+            artifacts.extend(projects);
             lock.set_packages(target.platform, &artifacts);
-            let origins = stackbuild_python::Resolution {
-                projects: projects.iter().map(|(a, source)| (a.name.clone(), source.clone())).collect(),
-                commits: recipe
-                    .sources
-                    .iter()
-                    .filter_map(|s| match &s.origin {
-                        stackbuild_recipe::SourceOrigin::Git { commit, .. } => Some((s, commit)),
-                        stackbuild_recipe::SourceOrigin::Path { .. } => None,
-                    })
-                    .filter_map(|(s, commit)| {
-                        let (a, _) = projects.iter().find(|(_, source)| source == &s.name)?;
-                        Some((a.name.clone(), commit.clone()))
-                    })
-                    .collect(),
-                pins: Vec::new(),
-            };
             lock.set_origins(target.platform, &origins);
             for g in &git {
                 lock.set_commit(target.platform, &g.name, &g.commit);
@@ -450,17 +434,19 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
 }
 
 /// The sdists of the recipe's projects (`[[source]] install = "wheel"`) beside a project's own
-/// lock, each with the name of its source: the lock's project whose directory is the source's
-/// (a path source), else whose name is the source's name, at the version the lock records.
+/// lock, and where each comes from (its source, the commit of a git one): the lock's project
+/// whose directory is the source's (a path source), else whose name is the source's name, at
+/// the version the lock records.
 fn given_lock_projects(
     recipe: &Recipe,
     given: &stackbuild_python::GivenLock,
     fetch: stackbuild_python::SourceFetch<'_>,
     cache: &Cache,
-) -> Result<Vec<(stackbuild_python::Artifact, String)>, BuildError> {
+) -> Result<(Vec<stackbuild_python::Artifact>, stackbuild_python::Resolution), BuildError> {
     let members = given.projects();
     let cache_root = [cache.root()];
     let mut out = Vec::new();
+    let mut origins = stackbuild_python::Resolution::default();
     for src in recipe.sources.iter().filter(|s| s.install_wheel) {
         let same_dir = |dir: &std::path::Path| match &src.origin {
             stackbuild_recipe::SourceOrigin::Path { path } => {
@@ -492,9 +478,13 @@ fn given_lock_projects(
         let tree = from_source::tree_of(src, &cache_root);
         let made = stackbuild_python::tree_sdist(name, tree, Some(version), fetch)
             .map_err(|e| BuildError::Unsupported(format!("[[source]] {}: {e}", src.name)))?;
-        out.push((made, src.name.clone()));
+        origins.projects.insert(made.name.clone(), src.name.clone());
+        if let stackbuild_recipe::SourceOrigin::Git { commit, .. } = &src.origin {
+            origins.commits.insert(made.name.clone(), commit.clone());
+        }
+        out.push(made);
     }
-    Ok(out)
+    Ok((out, origins))
 }
 
 /// The glibc the wheels are chosen for: a bootstrapped suite's from the table, an OCI layout's

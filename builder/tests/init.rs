@@ -310,6 +310,25 @@ fn the_shapes_real_projects_have() {
     assert!(said.contains("a setuptools project (setup.py / setup.cfg) with no requirements file"), "{said}");
     validates(&setup.join("stackbuild.toml"));
 
+    // Text that would break out of a comment stays inside it.
+    let odd = tmp.path().join("odd");
+    write(&odd, "requirements.txt", "six==1.16.0\n--weird-option x\u{0b}y\n-r \"nested\n[image]\".txt\n");
+    let (_, said) = init(&odd, &["--offline"]);
+    let recipe = std::fs::read_to_string(odd.join("stackbuild.toml")).unwrap();
+    assert!(
+        recipe.contains("#   ./requirements.txt:4: [image]\".txt (not a PEP 508 requirement"),
+        "{recipe}\n{said}"
+    );
+    stackbuild_recipe::Recipe::load(odd.join("stackbuild.toml")).unwrap();
+    validates(&odd.join("stackbuild.toml"));
+}
+
+/// More shapes of real projects: LLaMA-Factory's optional-feature requirements folder, sam2's
+/// Dockerfile that installs the project with an extra, Wan2.1's requirements file that repeats
+/// its pyproject, detectron2's setup.py that imports torch.
+#[test]
+fn more_shapes_real_projects_have() {
+    let tmp = tempfile::tempdir().unwrap();
     // LLaMA-Factory's shape: pyproject lists the dependencies and a console script, the package
     // is under src/, and requirements/ holds optional features (vllm, npu, ...): the folder is
     // not read, and the project is installed.
@@ -378,18 +397,6 @@ fn the_shapes_real_projects_have() {
     assert!(recipe.contains("\"det-ext\" = [\"ninja\", \"setuptools\"]"), "{recipe}");
     assert!(said.contains("imports torch to build, and nothing lists torch"), "{said}");
     validates(&ext.join("stackbuild.toml"));
-
-    // Text that would break out of a comment stays inside it.
-    let odd = tmp.path().join("odd");
-    write(&odd, "requirements.txt", "six==1.16.0\n--weird-option x\u{0b}y\n-r \"nested\n[image]\".txt\n");
-    let (_, said) = init(&odd, &["--offline"]);
-    let recipe = std::fs::read_to_string(odd.join("stackbuild.toml")).unwrap();
-    assert!(
-        recipe.contains("#   ./requirements.txt:4: [image]\".txt (not a PEP 508 requirement"),
-        "{recipe}\n{said}"
-    );
-    stackbuild_recipe::Recipe::load(odd.join("stackbuild.toml")).unwrap();
-    validates(&odd.join("stackbuild.toml"));
 }
 
 /// A project lock the image cannot install as it is, a wheel without a sha256 (as an index of

@@ -65,6 +65,12 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// Bytes free to an unprivileged writer on the filesystem that holds `path` (`statvfs`'s
+/// `f_bavail`), or `None` when it cannot be read.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    rustix::fs::statvfs(path).ok().map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,10 +100,4 @@ mod tests {
         assert_eq!(git(dir.path(), &["log", "-1", "--format=%an <%ae>"]), "t <t@example.invalid>");
         assert_eq!(git(dir.path(), &["rev-parse", "--abbrev-ref", "HEAD"]), "main");
     }
-}
-
-/// Bytes free to an unprivileged writer on the filesystem that holds `path` (`statvfs`'s
-/// `f_bavail`), or `None` when it cannot be read.
-pub fn free_bytes(path: &Path) -> Option<u64> {
-    rustix::fs::statvfs(path).ok().map(|s| s.f_bavail.saturating_mul(s.f_frsize))
 }

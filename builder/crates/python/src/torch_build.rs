@@ -112,7 +112,7 @@ pub fn build_against_torch(setup: &str, pyproject: Option<&str>) -> Option<Vec<S
 }
 
 /// Whether `setup` imports torch where its failure stops the build: an import inside a `try:`
-/// block (DeepSpeed's `try: import torch except ImportError: ...`) is the script's own
+/// block (`DeepSpeed`'s `try: import torch except ImportError: ...`) is the script's own
 /// fallback, and an isolated build runs.
 fn needs_torch(setup: &str) -> bool {
     let lines: Vec<&str> = setup.lines().collect();

@@ -15,7 +15,7 @@ use super::{Found, Plan};
 const MAX_SCRIPT: u64 = 1 << 20;
 
 /// The project itself, installed as a wheel, when its `setup.py` imports torch and its build
-/// system does not require it (detectron2, GroundingDINO: their install guides say to install
+/// system does not require it (detectron2, `GroundingDINO`: their install guides say to install
 /// torch first): it is built against the image's torch, and torch is one of the image's
 /// packages even where the project's own requirements leave it out.
 pub(super) fn project(dir: &Path, found: &mut Found) {
@@ -49,7 +49,7 @@ fn setup_name(setup: &str) -> Option<String> {
     let at = call.find("name")?;
     let rest = call[at + 4..].trim_start().strip_prefix('=')?.trim_start();
     let quote = rest.chars().next().filter(|c| *c == '"' || *c == '\'')?;
-    let value = &rest[1..rest[1..].find(quote)? + 1];
+    let value = &rest[1..=rest[1..].find(quote)?];
     let valid =
         !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     valid.then(|| value.to_owned())

@@ -81,21 +81,7 @@ impl Recipe {
         };
         let mut platforms: Vec<&'static str> = self.image.platforms.iter().map(|p| p.as_str()).collect();
         platforms.sort_unstable();
-        let projects: Vec<(String, String)> = self
-            .sources
-            .iter()
-            .filter(|s| s.install_wheel)
-            .map(|s| {
-                let origin = match &s.origin {
-                    super::SourceOrigin::Git { url, commit } => format!("{url}@{commit}"),
-                    super::SourceOrigin::Path { path } => rel(path),
-                };
-                // Extras change what is installed; none keeps the key locks had before them.
-                let extras =
-                    if s.extras.is_empty() { String::new() } else { format!("[{}]", s.extras.join(",")) };
-                (s.name.clone(), format!("{origin}{extras}"))
-            })
-            .collect();
+        let projects = self.installed_projects(&rel);
         let canonical = Canonical {
             projects,
             format: 1,
@@ -126,6 +112,25 @@ impl Recipe {
         // Serializing plain structs, strings and a BTreeMap cannot fail.
         let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
         hex::encode(Sha256::digest(&bytes))
+    }
+
+    /// The projects installed from their trees, as the lock's key has them: (name, origin and
+    /// extras), paths through `rel`.
+    fn installed_projects(&self, rel: &dyn Fn(&Path) -> String) -> Vec<(String, String)> {
+        self.sources
+            .iter()
+            .filter(|s| s.install_wheel)
+            .map(|s| {
+                let origin = match &s.origin {
+                    super::SourceOrigin::Git { url, commit } => format!("{url}@{commit}"),
+                    super::SourceOrigin::Path { path } => rel(path),
+                };
+                // Extras change what is installed; none keeps the key locks had before them.
+                let extras =
+                    if s.extras.is_empty() { String::new() } else { format!("[{}]", s.extras.join(",")) };
+                (s.name.clone(), format!("{origin}{extras}"))
+            })
+            .collect()
     }
 }
 

@@ -550,35 +550,8 @@ pub(super) fn validate_sources(
             }
         };
         if let (Some(origin), true) = (origin, ctx.diags.len() == before) {
-            let (install_wheel, editable) = match raw
-                .install
-                .as_ref()
-                .map(|i| (i.get_ref().as_str(), i.span()))
-            {
-                None => (false, false),
-                Some(("wheel", _)) => (true, false),
-                Some(("editable", _)) => (true, true),
-                Some((other, span)) => {
-                    ctx.error(span, format!("invalid install {other:?}: expected \"wheel\" or \"editable\""));
-                    (false, false)
-                }
-            };
-            let mut extras: Vec<String> = Vec::new();
-            for extra in &raw.extras {
-                let text = extra.get_ref();
-                match <pep508_rs::ExtraName as std::str::FromStr>::from_str(text) {
-                    Err(_) => ctx.error(
-                        extra.span(),
-                        format!("invalid extra {text:?}: expected an extra's name (PEP 685)"),
-                    ),
-                    Ok(_) if !install_wheel => {
-                        ctx.error(extra.span(), "`extras` needs `install = \"wheel\"` or `\"editable\"`");
-                    }
-                    Ok(name) => extras.push(name.to_string()),
-                }
-            }
-            extras.sort();
-            extras.dedup();
+            let (install_wheel, editable) = install_of(ctx, raw.install.as_ref());
+            let extras = validate_extras(ctx, &raw.extras, install_wheel);
             out.push((
                 span,
                 Source {
@@ -593,6 +566,42 @@ pub(super) fn validate_sources(
         }
     }
     out
+}
+
+/// `[[source]] install`: (installed as a wheel, editable).
+fn install_of(ctx: &mut Ctx, install: Option<&S>) -> (bool, bool) {
+    match install.map(|i| (i.get_ref().as_str(), i.span())) {
+        None => (false, false),
+        Some(("wheel", _)) => (true, false),
+        Some(("editable", _)) => (true, true),
+        Some((other, span)) => {
+            ctx.error(span, format!("invalid install {other:?}: expected \"wheel\" or \"editable\""));
+            (false, false)
+        }
+    }
+}
+
+/// `[[source]] extras`: PEP 685 names, normalized, sorted, only with an `install`.
+fn validate_extras(ctx: &mut Ctx, raw: &[S], install_wheel: bool) -> Vec<String> {
+    let mut extras: Vec<String> = Vec::new();
+    for extra in raw {
+        let text = extra.get_ref();
+        match <pep508_rs::ExtraName as std::str::FromStr>::from_str(text) {
+            Err(_) => {
+                ctx.error(
+                    extra.span(),
+                    format!("invalid extra {text:?}: expected an extra's name (PEP 685)"),
+                );
+            }
+            Ok(_) if !install_wheel => {
+                ctx.error(extra.span(), "`extras` needs `install = \"wheel\"` or `\"editable\"`");
+            }
+            Ok(name) => extras.push(name.to_string()),
+        }
+    }
+    extras.sort();
+    extras.dedup();
+    extras
 }
 
 #[allow(clippy::too_many_lines)]
