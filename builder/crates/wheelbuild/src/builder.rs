@@ -639,6 +639,10 @@ impl<'a> WheelBuilder<'a> {
             env[0].1 = format!("{home}/bin:{}", env[0].1);
             env.push(("CUDA_HOME".to_owned(), home.clone()));
             env.push(("CUDA_PATH".to_owned(), home));
+            // The sandbox has no GPU, so `torch.cuda.is_available()` is false: setup scripts
+            // that gate their CUDA kernels on it take FORCE_CUDA=1 as the override (detectron2,
+            // mmcv, pytorch3d: the same variable their Docker builds set).
+            env.push(("FORCE_CUDA".to_owned(), "1".to_owned()));
         }
         if with_jobs {
             env.push(("MAX_JOBS".to_owned(), self.settings.jobs.to_string()));
