@@ -43,13 +43,29 @@ pub(super) fn project(dir: &Path, found: &mut Found) {
     found.torch_project = Some(TorchAtBuild { name, version: String::new(), build_requires, requires: None });
 }
 
-/// The literal `name="..."` a `setup(...)` call passes, when it passes one.
+/// The name a `setup(...)` call passes: a literal (`name="detectron2"`), or a variable the
+/// script assigns a literal to (flash-attention's `name=PACKAGE_NAME`).
 fn setup_name(setup: &str) -> Option<String> {
     let call = &setup[setup.find("setup(")?..];
     let at = call.find("name")?;
     let rest = call[at + 4..].trim_start().strip_prefix('=')?.trim_start();
-    let quote = rest.chars().next().filter(|c| *c == '"' || *c == '\'')?;
-    let value = &rest[1..=rest[1..].find(quote)?];
+    if let Some(value) = quoted(rest) {
+        return Some(value);
+    }
+    let variable: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    if variable.is_empty() {
+        return None;
+    }
+    setup.lines().find_map(|line| {
+        let value = line.strip_prefix(variable.as_str())?.trim_start().strip_prefix('=')?.trim_start();
+        quoted(value)
+    })
+}
+
+/// The string literal `text` starts with, when it is a plain project name.
+fn quoted(text: &str) -> Option<String> {
+    let quote = text.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+    let value = &text[1..=text[1..].find(quote)?];
     let valid =
         !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     valid.then(|| value.to_owned())
@@ -135,6 +151,10 @@ mod tests {
             Some("groundingdino")
         );
         assert_eq!(super::setup_name("setup(name=NAME)"), None);
+        assert_eq!(
+            super::setup_name("PACKAGE_NAME = \"flash_attn\"\nsetup(\n    name=PACKAGE_NAME,\n)").as_deref(),
+            Some("flash_attn")
+        );
         assert_eq!(super::setup_name("name='x'"), None);
     }
 }
