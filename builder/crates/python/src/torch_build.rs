@@ -1,16 +1,19 @@
 //! Source distributions whose build imports torch: CUDA and C++ extensions (flash-attn,
 //! mamba-ssm, causal-conv1d, apex, detectron2). Their `setup.py` runs `import torch` before it
-//! says what it needs, and their build system does not require torch, so an isolated build
-//! (PEP 517, pip's and uv's default) fails with `No module named 'torch'`. Their READMEs say
+//! says what it needs. Where their build system does not require torch, an isolated build
+//! (PEP 517, pip's and uv's default) fails with `No module named 'torch'`; where it does
+//! (mamba-ssm, sam2), an isolated build compiles against whatever torch it resolves, not the
+//! image's, and the extension fails to load against another torch's ABI. Their READMEs say
 //! `pip install --no-build-isolation`: they are built against the environment's torch
-//! (<https://github.com/Dao-AILab/flash-attention#installation-and-features>). Read from the
-//! sdist itself, as data: its top-level `setup.py`, `pyproject.toml` and `PKG-INFO`, capped.
+//! (<https://github.com/Dao-AILab/flash-attention#installation-and-features>,
+//! <https://github.com/state-spaces/mamba#installation>). Read from the sdist itself, as data:
+//! its top-level `setup.py` and `PKG-INFO`, capped.
 
 use std::path::Path;
 
 use crate::pkg_info::{is_static, sdist_pkg_info, sdist_top_member};
 
-/// The largest `setup.py` or `pyproject.toml` read.
+/// The largest `setup.py` read.
 const MAX_SCRIPT: u64 = 1 << 20;
 
 /// Modules a `setup.py` imports that a build environment lacks unless asked for, and the
@@ -47,11 +50,7 @@ pub struct TorchAtBuild {
 /// Whether the sdist at `path` builds against the environment's torch, and what else it needs.
 pub fn torch_at_build(path: &Path) -> Option<TorchAtBuild> {
     let setup = sdist_top_member(path, "setup.py", MAX_SCRIPT).ok()??;
-    let pyproject = sdist_top_member(path, "pyproject.toml", MAX_SCRIPT).ok().flatten();
-    let build_requires = build_against_torch(
-        &String::from_utf8_lossy(&setup),
-        pyproject.as_deref().map(String::from_utf8_lossy).as_deref(),
-    )?;
+    let build_requires = build_against_torch(&String::from_utf8_lossy(&setup))?;
     let pkg_info = sdist_pkg_info(path).ok()?;
     let field = |key: &str| {
         pkg_info
@@ -78,26 +77,13 @@ pub fn torch_at_build(path: &Path) -> Option<TorchAtBuild> {
     Some(TorchAtBuild { name, version, build_requires, requires })
 }
 
-/// What a project whose `setup.py` is `setup` (and `pyproject.toml`, `pyproject`) needs in its
-/// build environment besides torch, when it builds against the environment's torch: its
-/// `setup.py` imports torch where a failure stops the build, and its build system does not
-/// require torch (an isolated build would get it). `None` when it builds in isolation.
-pub fn build_against_torch(setup: &str, pyproject: Option<&str>) -> Option<Vec<String>> {
+/// What a project whose `setup.py` is `setup` needs in its build environment besides torch,
+/// when it builds against the environment's torch: its `setup.py` imports torch where a failure
+/// stops the build, whether or not its build system requires torch (see the module's comment).
+/// `None` when it builds in isolation.
+pub fn build_against_torch(setup: &str) -> Option<Vec<String>> {
     if !needs_torch(setup) {
         return None;
-    }
-    if let Some(pyproject) = pyproject {
-        let doc: toml::Table = pyproject.parse().ok()?;
-        let requires =
-            doc.get("build-system").and_then(|b| b.get("requires")).and_then(toml::Value::as_array);
-        let requires_torch = requires.into_iter().flatten().filter_map(toml::Value::as_str).any(|r| {
-            let name: String =
-                r.chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')).collect();
-            crate::normalize_name(&name) == "torch"
-        });
-        if requires_torch {
-            return None;
-        }
     }
     let modules: Vec<&str> = setup.lines().filter_map(imported_module).collect();
     let mut build_requires: Vec<String> = BUILD_MODULES
@@ -205,9 +191,11 @@ mod tests {
     }
 
     #[test]
-    fn a_build_system_that_requires_torch_or_a_setup_py_without_it_is_left_alone() {
+    fn a_setup_py_without_torch_or_with_it_optional_is_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         let info = ("PKG-INFO", "Metadata-Version: 2.2\nName: x\nVersion: 1.0\n");
+        // mamba-ssm's shape: the build system requires torch, and the extension still has to be
+        // compiled against the image's.
         let with_torch = sdist(
             dir.path(),
             &[
@@ -216,7 +204,7 @@ mod tests {
                 info,
             ],
         );
-        assert_eq!(torch_at_build(&with_torch), None);
+        assert_eq!(torch_at_build(&with_torch).unwrap().requires, None, "static PKG-INFO: read as it is");
         let plain =
             sdist(dir.path(), &[("setup.py", "from setuptools import setup\n# import torch later\n"), info]);
         assert_eq!(torch_at_build(&plain), None);

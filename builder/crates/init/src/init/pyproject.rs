@@ -26,10 +26,22 @@ pub(super) fn lists_dependencies(dir: &Path) -> bool {
 }
 
 /// Why the project of `dir` must be installed to run, not only copied, when it must: its
-/// `pyproject.toml` declares console scripts (`[project.scripts]`, on PATH only once installed)
+/// `setup.py` builds extension modules, its `pyproject.toml` declares console scripts (`[project.scripts]`, on PATH only once installed)
 /// or it keeps its package under `src/` (importable only once installed), and a build backend
 /// can build it. `None` for a tree that runs from its checkout (`python generate.py`).
 pub(super) fn must_install(dir: &Path) -> Option<String> {
+    // Compiled extensions (`ext_modules`: mamba's CUDA kernels) exist only once the project is
+    // built; a copy of the tree has their sources, not them.
+    let setup = dir.join("setup.py");
+    if let Ok(text) = stackbuild_common::read_text(&setup, MAX_FILE, "setup.py") {
+        if text.contains("ext_modules") {
+            return Some(format!(
+                "{}: it builds extension modules (`ext_modules`), which exist only once the project is built, \
+                 as `pip install .` does",
+                setup.display()
+            ));
+        }
+    }
     let path = dir.join("pyproject.toml");
     let text = stackbuild_common::read_text(&path, MAX_FILE, "pyproject.toml").ok()?;
     let doc: toml::Table = text.parse().ok()?;

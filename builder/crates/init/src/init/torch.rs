@@ -11,24 +11,21 @@ use stackbuild_python::TorchAtBuild;
 
 use super::{Found, Plan};
 
-/// The largest `setup.py` or `pyproject.toml` read.
+/// The largest `setup.py` read.
 const MAX_SCRIPT: u64 = 1 << 20;
 
-/// The project itself, installed as a wheel, when its `setup.py` imports torch and its build
-/// system does not require it (detectron2, `GroundingDINO`: their install guides say to install
-/// torch first): it is built against the image's torch, and torch is one of the image's
-/// packages even where the project's own requirements leave it out.
+/// The project itself, installed as a wheel, when its `setup.py` imports torch (detectron2,
+/// `GroundingDINO`: their install guides say to install torch first; mamba's build system
+/// requires torch, and its README says `--no-build-isolation`): it is built against the image's
+/// torch, and torch is one of the image's packages even where the project's own requirements
+/// leave it out.
 pub(super) fn project(dir: &Path, found: &mut Found) {
     if found.project_wheel.is_none() {
         return;
     }
     let setup_path = dir.join("setup.py");
     let Ok(setup) = stackbuild_common::read_text(&setup_path, MAX_SCRIPT, "setup.py") else { return };
-    let pyproject =
-        stackbuild_common::read_text(&dir.join("pyproject.toml"), MAX_SCRIPT, "pyproject.toml").ok();
-    let Some(build_requires) = stackbuild_python::build_against_torch(&setup, pyproject.as_deref()) else {
-        return;
-    };
+    let Some(build_requires) = stackbuild_python::build_against_torch(&setup) else { return };
     let name = setup_name(&setup)
         .or_else(|| found.name.as_ref().map(|(n, _)| n.clone()))
         .or_else(|| std::fs::canonicalize(dir).ok()?.file_name().map(|n| n.to_string_lossy().into_owned()));
@@ -77,9 +74,9 @@ impl Plan {
         if pkg.version.is_empty() {
             // The project itself (`project`), said when it was found.
             self.decisions.push(format!(
-                "the project ({}) builds against the image's torch: its setup.py imports torch, which its build \
-                 system does not require ([python.build] no_isolation, as `pip install --no-build-isolation .`), \
-                 with {} in its build environment",
+                "the project ({}) builds against the image's torch: its setup.py imports torch ([python.build] \
+                 no_isolation, as `pip install --no-build-isolation .`: an isolated build compiles against another \
+                 torch, or none), with {} in its build environment",
                 pkg.name,
                 pkg.build_requires.join(", ")
             ));
@@ -91,9 +88,9 @@ impl Plan {
             return;
         }
         self.decisions.push(format!(
-            "{name} {}: no wheel, and its setup.py imports torch, which its build system does not require: \
-             built against the image's torch ([python.build] no_isolation, as its `pip install \
-             --no-build-isolation`), with {} in its build environment{}",
+            "{name} {}: no wheel, and its setup.py imports torch: built against the image's torch \
+             ([python.build] no_isolation, as its `pip install --no-build-isolation`: an isolated build compiles \
+             against another torch, or none), with {} in its build environment{}",
             pkg.version,
             pkg.build_requires.join(", "),
             if pkg.requires.is_some() {
@@ -117,8 +114,9 @@ impl Plan {
         let names: Vec<String> = self.torch_builds.iter().map(|b| b.name.clone()).collect();
         // (The project's own build needs no metadata given: the lock prepares it with torch.)
         out.push_str(
-            "\n[python.build]\n# Their setup.py imports torch, which their build system does not require: built against\n\
-             # the image's torch, as their READMEs' `pip install --no-build-isolation`. Each CUDA\n\
+            "\n[python.build]\n# Their setup.py imports torch: built against the image's torch, as their READMEs'\n\
+             # `pip install --no-build-isolation` (an isolated build compiles against another torch, or\n\
+             # none, and the extension fails to load beside the image's). Each CUDA\n\
              # extension compiles for torch's own GPU architectures unless cuda_arch_list names fewer\n\
              # (e.g. \"8.0;9.0\" for the A100 and H100), and may need more memory_mib and timeout_s.\n",
         );
