@@ -25,6 +25,17 @@ fn recipe(dir: &Path) -> PathBuf {
     path
 }
 
+/// The image of `layout` (tag `test`) unpacked into `dir/bundle`; `None` (said) without umoci.
+fn unpacked(layout: &Path, dir: &Path) -> Option<PathBuf> {
+    if !have("umoci") {
+        eprintln!("skipped the image check: umoci not installed");
+        return None;
+    }
+    let bundle = dir.join("bundle");
+    unpack_bundle(layout, "test", &bundle);
+    Some(bundle)
+}
+
 fn layer(b: &Built, name: &str) -> serde_json::Value {
     b.report["layers"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap()["digest"].clone()
 }
@@ -158,12 +169,7 @@ fn a_git_dependency_is_pinned_to_its_commit_and_built_from_it() {
     assert!(lock.contains("filename = \"sbclient-0.1.0.tar.gz\""), "{lock}");
     let other = build(&recipe, &tmp.path().join("cache2"), &tmp.path().join("layout2"), &["--locked"]);
     assert_eq!(layer(&other, "python"), layer(&first, "python"), "the same tar, the same wheel");
-    if !have("umoci") {
-        eprintln!("skipped the image check: umoci not installed");
-        return;
-    }
-    let bundle = tmp.path().join("bundle");
-    unpack_bundle(&layout, "test", &bundle);
+    let Some(bundle) = unpacked(&layout, tmp.path()) else { return };
     let site = bundle.join("rootfs/usr/local/lib/python3.11/dist-packages");
     assert_eq!(std::fs::read_to_string(site.join("sbgit.py")).unwrap(), "import six\nVALUE = 'from git'\n");
     assert!(site.join("six.py").is_file());
@@ -420,12 +426,7 @@ fn a_projects_uv_lock_with_the_project_and_a_workspace_member_installed() {
         lock.contains("filename = \"sbmember-0.1.0.tar.gz\"") && lock.contains("source = \"member\""),
         "{lock}"
     );
-    if !have("umoci") {
-        eprintln!("skipped the image check: umoci not installed");
-        return;
-    }
-    let bundle = tmp.path().join("bundle");
-    unpack_bundle(&layout, "test", &bundle);
+    let Some(bundle) = unpacked(&layout, tmp.path()) else { return };
     let site = bundle.join("rootfs/usr/local/lib/python3.11/dist-packages");
     for file in ["sbapp.py", "sbmember.py", "six.py"] {
         assert!(site.join(file).is_file(), "{file} not in the image");
