@@ -441,6 +441,8 @@ pub(super) fn lock_build_environments(
     let dir = artifact_dir(cache);
     let memo = pip_settings_dir(cache);
     let resolve = stackbuild_wheelbuild::index_resolver(python, target, &dir, Some(&memo));
+    let wheels_of_image: Vec<Artifact> =
+        artifacts.iter().filter(|a| !stackbuild_common::is_sdist(&a.filename)).cloned().collect();
     let tmp_root = cache.root().join("tmp");
     std::fs::create_dir_all(&tmp_root)
         .map_err(|e| BuildError::Unsupported(format!("{}: {e}", tmp_root.display())))?;
@@ -451,7 +453,11 @@ pub(super) fn lock_build_environments(
         let read = stackbuild_wheelbuild::unpack(&a.path, tmp.path())
             .and_then(|p| stackbuild_wheelbuild::build_system(&p));
         let system = read.map_err(|e| BuildError::Unsupported(format!("{label}: {e}")))?;
-        let requires = system.requires_with(&extra_requires(python, &a.name));
+        // A build without isolation has the image's wheels (as the build's runtime: the locked
+        // wheels, not the sdists).
+        let provided: &[Artifact] =
+            if python.build.no_isolation.contains(&a.name) { &wheels_of_image } else { &[] };
+        let requires = system.requires_with(&extra_requires(python, &a.name), provided);
         if requires.is_empty() {
             continue;
         }

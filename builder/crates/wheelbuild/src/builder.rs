@@ -469,7 +469,7 @@ impl<'a> WheelBuilder<'a> {
         // that path into the wheel.
         let project_in_sandbox =
             pkg.editable.map_or_else(|| format!("{BUILD_DIR}/{}", rel.display()), str::to_owned);
-        let mut requires = system.requires_with(&pkg.extra_requires);
+        let mut requires = system.requires_with(&pkg.extra_requires, &pkg.runtime);
         if let Some(cuda) = &pkg.cuda {
             requires.extend(cuda.requirements());
         }

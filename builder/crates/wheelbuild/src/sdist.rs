@@ -50,9 +50,21 @@ pub struct BuildSystem {
 impl BuildSystem {
     /// The build environment's requirements: `requires` and then `extra` (the recipe's
     /// `extra_requires`), in the order `stackbuild lock` records them and a build asks for them,
-    /// so the lock's `build_requires` are a prefix of what the build resolves.
-    pub fn requires_with(&self, extra: &[String]) -> Vec<String> {
-        self.requires.iter().chain(extra).cloned().collect()
+    /// so the lock's `build_requires` are a prefix of what the build resolves. Those that
+    /// `provided` names are left out: a build without isolation has the image's wheels, as pip's
+    /// `--no-build-isolation` installs no build requirement (mamba's and causal-conv1d's
+    /// `requires = ["torch", ...]` is the image's torch, not another one resolved beside it).
+    pub fn requires_with(&self, extra: &[String], provided: &[stackbuild_python::Artifact]) -> Vec<String> {
+        self.requires
+            .iter()
+            .chain(extra)
+            .filter(|r| {
+                let name = <pep508_rs::Requirement<pep508_rs::VerbatimUrl> as std::str::FromStr>::from_str(r)
+                    .map(|req| req.name);
+                !name.is_ok_and(|n| provided.iter().any(|a| a.name == n))
+            })
+            .cloned()
+            .collect()
     }
 
     /// PEP 517's fallback for a project without `build-backend`: setuptools' legacy backend,
@@ -234,6 +246,34 @@ mod tests {
         )
         .unwrap();
         assert!(build_system(dir.path()).unwrap_err().to_string().contains("leaves the project"));
+    }
+
+    /// mamba-ssm's `requires = ["setuptools>=61.0.0", "wheel", "torch", "packaging", "ninja"]`,
+    /// built without isolation beside the image's torch and packaging: those two are the
+    /// image's, the rest resolved, in the order given.
+    #[test]
+    fn a_build_without_isolation_takes_what_the_image_has() {
+        let system = BuildSystem {
+            requires: ["setuptools>=61.0.0", "wheel", "torch", "packaging", "ninja"]
+                .map(str::to_owned)
+                .to_vec(),
+            backend: "setuptools.build_meta".to_owned(),
+            backend_path: Vec::new(),
+        };
+        let image = |name: &str| stackbuild_python::Artifact {
+            name: name.parse().unwrap(),
+            version: "1.0".parse().unwrap(),
+            filename: format!("{name}-1.0-py3-none-any.whl"),
+            sha256: "0".repeat(64),
+            size: 1,
+            path: PathBuf::new(),
+        };
+        let extra = ["psutil".to_owned()];
+        assert_eq!(
+            system.requires_with(&extra, &[image("torch"), image("packaging")]),
+            ["setuptools>=61.0.0", "wheel", "ninja", "psutil"]
+        );
+        assert_eq!(system.requires_with(&extra, &[]).len(), 6);
     }
 
     #[test]
