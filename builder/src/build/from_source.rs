@@ -142,6 +142,7 @@ impl stackbuild_python::SdistMetadata for SandboxMetadata<'_> {
             version: &sdist.version,
             sdist,
             extra_requires: extra_requires(self.python, &sdist.name),
+            env: build_env(self.python, &sdist.name),
             runtime,
             cuda: None,
             editable: None,
@@ -150,6 +151,11 @@ impl stackbuild_python::SdistMetadata for SandboxMetadata<'_> {
             .metadata(&pkg, &mut |line| tracing::debug!("{}: {line}", sdist.name))
             .map_err(|e| e.to_string())
     }
+}
+
+/// The recipe's variables of `name`'s build (`[python.build.env]`).
+fn build_env(python: &PythonSection, name: &pep508_rs::PackageName) -> Vec<(String, String)> {
+    python.build.env.get(name).map(|vars| vars.clone().into_iter().collect()).unwrap_or_default()
 }
 
 fn extra_requires(python: &PythonSection, name: &pep508_rs::PackageName) -> Vec<String> {
@@ -219,6 +225,7 @@ impl PlatformBuilder<'_> {
                 version: &sdist.version,
                 sdist: &sdist,
                 extra_requires: extra_requires(python, &name),
+                env: build_env(python, &name),
                 runtime,
                 cuda,
                 editable,

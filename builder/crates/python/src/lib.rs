@@ -52,7 +52,7 @@ pub use solve::{glibc_baseline, resolve, targets, targets_with, Pinned, SolveErr
 pub use sources::{
     resolve_with_sources, tree_sdist, PkgInfoMetadata, Project, Resolution, SdistMetadata, SourceFetch, Tree,
 };
-pub use torch_build::{build_against_torch, torch_at_build, TorchAtBuild};
+pub use torch_build::{build_against_torch, force_build_variable, torch_at_build, TorchAtBuild};
 pub use url_deps::fetch_url_dependencies;
 pub use wheel::{
     dist_info_metadata, install_wheel_as, install_wheel_deferring, normalize_name, wheel_identity, Deferred,

@@ -45,6 +45,11 @@ pub struct TorchAtBuild {
     /// cannot prepare its metadata in isolation either, so these stand in for it. `None` when
     /// `PKG-INFO` is static and the lock reads it as it is.
     pub requires: Option<Vec<String>>,
+    /// The variable its `setup.py` reads to compile instead of downloading a prebuilt wheel
+    /// from the project's releases (`CAUSAL_CONV1D_FORCE_BUILD`, `FLASH_ATTENTION_FORCE_BUILD`,
+    /// `MAMBA_FORCE_BUILD`: compared with `"TRUE"`), when it reads one. A build has no network;
+    /// causal-conv1d 1.5.2 falls back to compiling only on an HTTP error, not on a failed lookup.
+    pub force_build: Option<String>,
 }
 
 /// Whether the sdist at `path` builds against the environment's torch, and what else it needs.
@@ -74,7 +79,24 @@ pub fn torch_at_build(path: &Path) -> Option<TorchAtBuild> {
             listed
         }
     });
-    Some(TorchAtBuild { name, version, build_requires, requires })
+    let force_build = force_build_variable(&String::from_utf8_lossy(&setup));
+    Some(TorchAtBuild { name, version, build_requires, requires, force_build })
+}
+
+/// The `*_FORCE_BUILD` variable a setup script reads with `os.getenv("...")` or
+/// `os.environ.get("...")`, when it reads one.
+pub fn force_build_variable(setup: &str) -> Option<String> {
+    setup.match_indices("_FORCE_BUILD").find_map(|(at, _)| {
+        let before = &setup[..at];
+        let start = before.rfind(['"', '\''])?;
+        let name = &setup[start + 1..at + "_FORCE_BUILD".len()];
+        let closed = setup[at + "_FORCE_BUILD".len()..].starts_with(['"', '\'']);
+        let read = before[..start].trim_end().ends_with("getenv(")
+            || before[..start].trim_end().ends_with("environ.get(");
+        let valid = !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        (closed && read && valid).then(|| name.to_owned())
+    })
 }
 
 /// What a project whose `setup.py` is `setup` needs in its build environment besides torch,
@@ -179,7 +201,9 @@ mod tests {
                 (
                     "setup.py",
                     "import os\nimport torch\nfrom packaging.version import parse\nimport psutil\n\
-                     from wheel.bdist_wheel import bdist_wheel\nfrom torch.utils.cpp_extension import CUDAExtension\n",
+                     from wheel.bdist_wheel import bdist_wheel\nfrom torch.utils.cpp_extension import CUDAExtension\n\
+                     # FORCE_BUILD: Force a fresh build locally\n\
+                     FORCE_BUILD = os.getenv(\"FLASH_ATTENTION_FORCE_BUILD\", \"FALSE\") == \"TRUE\"\n",
                 ),
                 ("PKG-INFO", "Metadata-Version: 2.1\nName: flash_attn\nVersion: 2.8.3\nRequires-Dist: torch\nRequires-Dist: einops\n"),
             ],
@@ -188,6 +212,12 @@ mod tests {
         assert_eq!(got.name, "flash_attn");
         assert_eq!(got.build_requires, ["ninja", "packaging", "psutil", "wheel"]);
         assert_eq!(got.requires.as_deref(), Some(&["torch".to_owned(), "einops".to_owned()][..]));
+        assert_eq!(got.force_build.as_deref(), Some("FLASH_ATTENTION_FORCE_BUILD"));
+        assert_eq!(
+            force_build_variable("x = os.environ.get('MAMBA_FORCE_BUILD', 'FALSE')").as_deref(),
+            Some("MAMBA_FORCE_BUILD")
+        );
+        assert_eq!(force_build_variable("# FORCE_BUILD: a comment"), None);
     }
 
     #[test]

@@ -91,6 +91,8 @@ pub struct SourcePackage<'a> {
     /// Build the editable wheel (PEP 660 `build_editable`) with the project at this absolute
     /// path, where the image has its tree: the wheel's `.pth` (or import finder) points there.
     pub editable: Option<&'a str>,
+    /// Variables of its build the recipe sets (`[python.build.env]`), after the build's own.
+    pub env: Vec<(String, String)>,
 }
 
 /// nvcc and the CUDA headers of one CUDA release. From CUDA 13 on, NVIDIA's wheels on the
@@ -335,6 +337,7 @@ impl<'a> WheelBuilder<'a> {
                 &self.root.identity,
                 self.target.to_string(),
                 &pkg.extra_requires,
+                &pkg.env,
                 runtime,
                 pkg.cuda.as_ref().map(CudaToolchain::identity),
                 hex::encode(sha2::Sha256::digest(DRIVER)),
@@ -648,6 +651,8 @@ impl<'a> WheelBuilder<'a> {
             env.push(("MAX_JOBS".to_owned(), self.settings.jobs.to_string()));
             env.push(("CMAKE_BUILD_PARALLEL_LEVEL".to_owned(), self.settings.jobs.to_string()));
         }
+        // The recipe's (validated: none of the names above).
+        env.extend(pkg.env.iter().cloned());
         env
     }
 

@@ -42,6 +42,7 @@ fn cuda_extension_against_pip_wheel_without_isolation() {
             runtime: runtime.clone(),
             cuda: Some(cuda.clone()),
             editable: None,
+            env: Vec::new(),
         };
         let started = Instant::now();
         let built = builder.build(&pkg, &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));

@@ -214,6 +214,7 @@ fn build_cuda_extension_twice(
         runtime,
         cuda: Some(cuda),
         editable: None,
+        env: Vec::new(),
     };
     let artifacts = f.cache.root().join("artifacts");
     let resolve = index_resolver(&f.python, &f.target, &artifacts, None);

@@ -37,7 +37,9 @@ pub(super) fn project(dir: &Path, found: &mut Found) {
             setup_path.display()
         ));
     }
-    found.torch_project = Some(TorchAtBuild { name, version: String::new(), build_requires, requires: None });
+    let force_build = stackbuild_python::force_build_variable(&setup);
+    found.torch_project =
+        Some(TorchAtBuild { name, version: String::new(), build_requires, requires: None, force_build });
 }
 
 /// The name a `setup(...)` call passes: a literal (`name="detectron2"`), or a variable the
@@ -90,7 +92,7 @@ impl Plan {
         self.decisions.push(format!(
             "{name} {}: no wheel, and its setup.py imports torch: built against the image's torch \
              ([python.build] no_isolation, as its `pip install --no-build-isolation`: an isolated build compiles \
-             against another torch, or none), with {} in its build environment{}",
+             against another torch, or none), with {} in its build environment{}{}",
             pkg.version,
             pkg.build_requires.join(", "),
             if pkg.requires.is_some() {
@@ -98,7 +100,10 @@ impl Plan {
                  before torch is resolved)"
             } else {
                 ""
-            }
+            },
+            pkg.force_build.as_ref().map_or_else(String::new, |var| format!(
+                "; {var} = \"TRUE\" ([python.build.env]): compiled, not downloaded from the project's releases"
+            ))
         ));
         self.torch_builds.push(TorchAtBuild { name, ..pkg });
     }
@@ -134,6 +139,19 @@ impl Plan {
             );
             for b in with_metadata {
                 let _ = writeln!(out, "{} = {}", q(&b.name), list(b.requires.as_deref().unwrap_or_default()));
+            }
+        }
+        let forced: Vec<&TorchAtBuild> =
+            self.torch_builds.iter().filter(|b| b.force_build.is_some()).collect();
+        if !forced.is_empty() {
+            out.push_str("\n[python.build.env]\n");
+            out.push_str(
+                "# Compile, rather than download a prebuilt wheel from the project's releases: a build\n",
+            );
+            out.push_str("# has no network, and their setup.py reads this switch.\n");
+            for b in forced {
+                let var = b.force_build.as_deref().unwrap_or_default();
+                let _ = writeln!(out, "{} = {{ {var} = \"TRUE\" }}", q(&b.name));
             }
         }
     }

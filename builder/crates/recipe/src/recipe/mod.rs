@@ -266,6 +266,8 @@ pub struct BuildSection {
     pub extra_requires: BTreeMap<PackageName, Vec<Requirement>>,
     /// A source package's dependencies, given instead of prepared (uv's `dependency-metadata`).
     pub dependency_metadata: BTreeMap<PackageName, Vec<Requirement>>,
+    /// Environment variables of a package's build, by package (`[python.build.env]`).
+    pub env: BTreeMap<PackageName, BTreeMap<String, String>>,
     /// `TORCH_CUDA_ARCH_LIST` for CUDA extensions.
     pub cuda_arch_list: Option<String>,
     /// Memory cap of one build, MiB.

@@ -161,8 +161,10 @@ pub(super) struct RawPython {
     #[schemars(with = "Option<String>")]
     pub(super) lock: Option<S>,
     /// How packages without a wheel are built from source (docs/recipes.md, "Source builds").
+    // Not `Spanned`: toml gives no span to a table made implicitly by a header below it
+    // (`[python.build.env]` with no `[python.build]`), and fails to read it as one.
     #[schemars(with = "Option<RawBuild>")]
-    pub(super) build: Option<Spanned<RawBuild>>,
+    pub(super) build: Option<RawBuild>,
 }
 
 /// `[python.build]`: how packages that have no wheel for the image are built from source.
@@ -195,6 +197,11 @@ pub(super) struct RawBuild {
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, Vec<String>>")]
     pub(super) dependency_metadata: BTreeMap<String, Vec<S>>,
+    /// Environment variables of a package's build, by package: the switches its build script
+    /// reads (`FLASH_ATTENTION_FORCE_BUILD = "TRUE"`: compile, do not download a prebuilt wheel).
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, BTreeMap<String, String>>")]
+    pub(super) env: BTreeMap<String, Spanned<BTreeMap<String, String>>>,
     /// `TORCH_CUDA_ARCH_LIST` of CUDA extensions (`"8.0;9.0+PTX"`).
     #[schemars(with = "Option<String>")]
     pub(super) cuda_arch_list: Option<S>,

@@ -405,3 +405,35 @@ fn a_git_dependencys_subdirectory_stays_inside_the_repository() {
         assert!(err.contains("invalid subdirectory"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn a_builds_environment_takes_a_packages_switches_and_never_the_builds_own() {
+    let text = |vars: &str| {
+        format!(
+            "[image]\nname = \"p\"\n[base]\ndebian = \"bookworm\"\n[python]\nversion = \"3.11\"\n\
+             packages = [\"causal-conv1d==1.5.2\"]\n[python.build.env]\n\"causal-conv1d\" = {{ {vars} }}\n"
+        )
+    };
+    let r = Recipe::parse("r.toml", &text("CAUSAL_CONV1D_FORCE_BUILD = \"TRUE\"")).unwrap();
+    let build = &r.python.as_ref().unwrap().build;
+    assert_eq!(build.env.values().next().unwrap()["CAUSAL_CONV1D_FORCE_BUILD"], "TRUE");
+    for (bad, said) in [
+        ("PATH = \"/evil\"", "PATH is set by the build itself"),
+        ("ld_preload = \"x.so\"", "ld_preload is set by the build itself"),
+        ("\"A-B\" = \"1\"", "invalid variable name \"A-B\""),
+        ("X = \"a\\nb\"", "a value on one line"),
+    ] {
+        let err = Recipe::parse("r.toml", &text(bad)).unwrap_err().to_string();
+        assert!(err.contains(said), "{bad}: {err}");
+    }
+}
+
+/// `[python.build.extra_requires]` with no `[python.build]` header before it: the table made
+/// implicitly is read like any other.
+#[test]
+fn a_build_table_made_by_a_header_below_it() {
+    let t = "[image]\nname = \"p\"\n[base]\ndebian = \"bookworm\"\n[python]\nversion = \"3.11\"\n\
+             packages = [\"causal-conv1d==1.5.2\"]\n[python.build.extra_requires]\n\"causal-conv1d\" = [\"ninja\"]\n";
+    let r = Recipe::parse("r.toml", t).unwrap();
+    assert_eq!(r.python.unwrap().build.extra_requires.len(), 1);
+}

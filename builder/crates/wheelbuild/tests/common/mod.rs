@@ -125,6 +125,7 @@ pub(crate) fn package(a: &Artifact) -> SourcePackage<'_> {
         runtime: Vec::new(),
         cuda: None,
         editable: None,
+        env: Vec::new(),
     }
 }
 

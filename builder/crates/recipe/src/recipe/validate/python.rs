@@ -95,7 +95,7 @@ pub(in crate::recipe) fn validate_python(
         wheels.push(wheel);
     }
     let lock = validate_given_lock(ctx, dir, &raw);
-    let build = raw.build.map(|b| validate_build(ctx, b.into_inner())).unwrap_or_default();
+    let build = raw.build.map(|b| validate_build(ctx, b)).unwrap_or_default();
     (ctx.diags.len() == before).then_some(PythonSection {
         version: version?,
         packages,
@@ -159,6 +159,7 @@ fn validate_build(ctx: &mut Ctx, raw: RawBuild) -> BuildSection {
     };
     let extra_requires = by_package(&raw.extra_requires, "extra_requires");
     let dependency_metadata = by_package(&raw.dependency_metadata, "dependency_metadata");
+    let env = build_env(ctx, &raw.env);
     let cuda_arch_list = raw.cuda_arch_list.and_then(|a| {
         // `8.0;9.0+PTX` or `8.0 9.0`: what torch.utils.cpp_extension reads.
         let ok = !a.get_ref().is_empty()
@@ -185,11 +186,71 @@ fn validate_build(ctx: &mut Ctx, raw: RawBuild) -> BuildSection {
         no_isolation,
         extra_requires,
         dependency_metadata,
+        env,
         cuda_arch_list,
         memory_mib: raw.memory_mib,
         timeout_s: raw.timeout_s,
         jobs: raw.jobs,
     }
+}
+
+/// Variables the build sets itself, which `[python.build.env]` cannot replace: the sandbox's
+/// paths, the reproducibility settings, and what other fields say (`cuda_arch_list`, `jobs`).
+const RESERVED_ENV: [&str; 16] = [
+    "PATH",
+    "PYTHONPATH",
+    "HOME",
+    "TMPDIR",
+    "LC_ALL",
+    "PYTHONHASHSEED",
+    "PYTHONDONTWRITEBYTECODE",
+    "SOURCE_DATE_EPOCH",
+    "PIP_NO_INDEX",
+    "TORCH_CUDA_ARCH_LIST",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "MAX_JOBS",
+    "CMAKE_BUILD_PARALLEL_LEVEL",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+];
+
+/// `[python.build.env]`: by package, names as POSIX spells them (`[A-Z_][A-Z0-9_]*`, any case),
+/// not one the build sets itself, values without NUL or newlines.
+fn build_env(
+    ctx: &mut Ctx,
+    raw: &BTreeMap<String, Spanned<BTreeMap<String, String>>>,
+) -> BTreeMap<PackageName, BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for (package, vars) in raw {
+        let span = vars.span();
+        let Ok(name) = PackageName::from_str(package) else {
+            ctx.error(span, format!("invalid package name {package:?} in [python.build.env]"));
+            continue;
+        };
+        let mut list = BTreeMap::new();
+        for (var, value) in vars.get_ref() {
+            let valid_name = var.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !valid_name {
+                ctx.error(
+                    span.clone(),
+                    format!("invalid variable name {var:?}: expected letters, digits and `_`"),
+                );
+            } else if RESERVED_ENV.contains(&var.to_ascii_uppercase().as_str()) {
+                ctx.error(
+                    span.clone(),
+                    format!("{var} is set by the build itself; [python.build.env] cannot replace it"),
+                );
+            } else if value.contains(['\0', '\n', '\r']) {
+                ctx.error(span.clone(), format!("{var}: a value on one line, without NUL"));
+            } else {
+                list.insert(var.clone(), value.clone());
+            }
+        }
+        out.insert(name, list);
+    }
+    out
 }
 
 /// `[python] lock`: a `uv.lock` or `pylock.toml`, which then is the whole list of what is
