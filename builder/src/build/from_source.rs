@@ -234,7 +234,11 @@ impl PlatformBuilder<'_> {
             // resolved from: those wheels exactly, and anything asked beyond them resolved now.
             let (locked_requires, locked_wheels) = &py.wheels[i].build;
             let locked = |requires: &[String]| -> Result<Vec<Artifact>, String> {
-                if locked_wheels.is_empty() || !requires.starts_with(locked_requires) {
+                // Asked for the lock's requirements and maybe more after them, or for some of
+                // them only (a lock made before builds without isolation left out what the image
+                // has: the image's wheels win over the locked ones of the same name).
+                let within = !requires.is_empty() && requires.iter().all(|r| locked_requires.contains(r));
+                if locked_wheels.is_empty() || !(within || requires.starts_with(locked_requires)) {
                     return resolve(requires);
                 }
                 let pins: Vec<stackbuild_python::Pinned> =
@@ -247,7 +251,7 @@ impl PlatformBuilder<'_> {
                     Some(&memo),
                 )
                 .map_err(|e| e.to_string())?;
-                let rest = &requires[locked_requires.len()..];
+                let rest = requires.get(locked_requires.len()..).unwrap_or_default();
                 if !rest.is_empty() {
                     wheels.extend(resolve(rest)?);
                 }
