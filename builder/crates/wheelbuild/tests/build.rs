@@ -88,6 +88,34 @@ fn pure_and_c_extension_sdists_become_wheels_and_a_second_build_compiles_nothing
     assert_eq!(fresh.wheel.sha256, built.wheel.sha256, "two fresh caches build the same wheel");
 }
 
+/// A package's build variables (`[python.build.env]`) reach its `setup.py`, as causal-conv1d's
+/// `CAUSAL_CONV1D_FORCE_BUILD` must; another value is another wheel's key.
+#[test]
+fn a_packages_build_variables_reach_its_setup_py() {
+    if !ready() {
+        return;
+    }
+    let f = Fixture::new();
+    let switch = sdist(
+        &f.work,
+        "sbswitch",
+        "1.0",
+        &[(
+            "setup.py",
+            "import os\nfrom setuptools import setup\n\
+             if os.getenv('SBSWITCH_FORCE_BUILD', 'FALSE') != 'TRUE':\n    raise SystemExit('would download')\n\
+             setup(name='sbswitch', version='1.0', py_modules=[])\n",
+        )],
+    );
+    let err = f.build(&package(&switch)).unwrap_err();
+    assert!(err.contains("would download"), "{err}");
+    let mut pkg = package(&switch);
+    pkg.env = vec![("SBSWITCH_FORCE_BUILD".to_owned(), "TRUE".to_owned())];
+    let built = f.build(&pkg).unwrap();
+    assert!(built.compiled);
+    assert!(!f.build(&pkg).unwrap().compiled);
+}
+
 #[test]
 fn build_scripts_stay_in_the_sandbox() {
     if !ready() {
