@@ -4,13 +4,13 @@
 //! It depends only on `stackbuild-common`.
 //!
 //! - `source`: git commits and local directories staged into a tree, with a content digest.
+//! - `sdist`: a git commit or a directory as a reproducible source distribution.
 //! - `patch`: strict find/replace and unified-diff patches applied to a staged tree.
 
 mod patch;
+mod sdist;
 mod source;
 
 pub use patch::{apply, PatchError, PatchSpec};
-pub use source::{
-    digest_path_excluding, git_sdist, path_sdist, resolve_git_rev, stage_git, stage_path_excluding,
-    SourceError,
-};
+pub use sdist::{git_sdist, path_sdist};
+pub use source::{digest_path_excluding, resolve_git_rev, stage_git, stage_path_excluding, SourceError};
