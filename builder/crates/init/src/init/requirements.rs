@@ -190,6 +190,13 @@ pub(super) fn read_tokens(
                 }
             }
             "--hash" => found.hashes += 1,
+            "--no-build-isolation" => found.decide(format!(
+                "{}:{}: --no-build-isolation: the packages built from source whose setup.py imports torch are \
+                 built against the image's torch; init finds them in their sdists when it resolves (not with \
+                 --offline) and lists them in [python.build] no_isolation",
+                origin.path.display(),
+                origin.line
+            )),
             // What pip's own install takes that has no meaning for an image build.
             "-U"
             | "--upgrade"
