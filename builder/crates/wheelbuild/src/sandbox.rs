@@ -26,6 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// How long a build may print nothing before a line says it is still running.
+const QUIET: Duration = Duration::from_secs(120);
 /// Where the writable build directory is inside the sandbox; fixed, so the paths compiled into a
 /// wheel (debug info, `__FILE__`) are the same on every machine.
 pub const BUILD_DIR: &str = "/build";
@@ -190,9 +192,13 @@ impl Sandbox {
         let started = Instant::now();
         let mut pending = Vec::new();
         let mut timed_out = false;
+        // A compile step can print nothing for many minutes (nvcc on one kernel file): a line
+        // then says the build is alive, so a CI log never looks hung.
+        let mut heard = Instant::now();
         loop {
             match rx.recv_timeout(Duration::from_millis(200)) {
                 Ok(chunk) => {
+                    heard = Instant::now();
                     use std::io::Write as _;
                     file.write_all(&chunk)
                         .map_err(|source| SandboxError::Log { path: log.to_owned(), source })?;
@@ -206,7 +212,12 @@ impl Sandbox {
                     }
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if heard.elapsed() >= QUIET {
+                        on_line(&format!("(still running: nothing printed for {} s)", QUIET.as_secs()));
+                        heard = Instant::now();
+                    }
+                }
             }
             if started.elapsed() > self.timeout {
                 timed_out = true;
