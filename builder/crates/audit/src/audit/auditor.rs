@@ -7,7 +7,7 @@ use super::report::{AuditError, AuditReport, Finding, FindingKind};
 use super::search::{
     expand_string, expand_tokens, family_name, file_version, glob_match, is_driver_library, is_libcuda,
     is_python_module, lexical_clean, machine_name, parse_platform, Abi, Arch, ChainDir, Hit, Load, Loaded,
-    Noted, SearchDir, Severity, Via, Visit, DEVICE_MACHINES, PLUGIN_EXCUSE,
+    Noted, SearchDir, Severity, Via, Visit, DEVICE_MACHINES, OPTIONAL_LIBRARIES, PLUGIN_EXCUSE,
 };
 use goblin::elf::header::EM_386;
 use std::collections::btree_map::Entry;
@@ -775,6 +775,12 @@ impl<'a> Auditor<'a> {
                 && !linked_into.contains(dir)
             {
                 *excuse = Some(PLUGIN_EXCUSE.to_string());
+            }
+        }
+        for (load, excuse) in loads.iter().zip(&mut excuses).filter(|(l, e)| e.is_none() && l.dlopened) {
+            if let Some((_, why)) = OPTIONAL_LIBRARIES.iter().find(|(suffix, _)| load.root.ends_with(suffix))
+            {
+                *excuse = Some((*why).to_string());
             }
         }
         excuses

@@ -254,6 +254,16 @@ pub(super) struct Load {
 /// Why the unresolved errors in the closure of a plugin root are only warnings.
 pub(super) const PLUGIN_EXCUSE: &str = "a plugin nothing in the image links to; loaded only on demand";
 
+/// Libraries in Python packages that their package loads only when the host has what they
+/// need, by path suffix, with why and the public source. Knowledge the files do not carry:
+/// nothing links to them, but the library that `dlopen`s them sits beside them.
+pub(super) const OPTIONAL_LIBRARIES: [(&str, &str); 1] = [(
+    "/nvidia/cufile/lib/libcufile_rdma.so.1",
+    "cuFile's RDMA plugin, which libcufile loads only on hosts with InfiniBand verbs for GPUDirect Storage \
+     over RDMA; cuFile works without it (NVIDIA GPUDirect Storage troubleshooting guide, \
+     https://docs.nvidia.com/gpudirect-storage/troubleshooting-guide/)",
+)];
+
 /// Whether `path` is a Python extension module: in a directory of Python packages or the
 /// standard library's `lib-dynload`, or named with a CPython/PyPy ABI tag (PEP 3149) or the
 /// stable ABI's `.abi3.so`.

@@ -855,3 +855,32 @@ fn unknown_platform_is_an_error() {
     let t = Tree::debian();
     assert!(matches!(audit_dir(t.0.path(), &[], "linux/mips64"), Err(AuditError::Platform(_))));
 }
+
+/// torch 2.8.0's `nvidia-cufile-cu12`: `libcufile_rdma.so.1`, which libcufile loads only on
+/// hosts with InfiniBand verbs, needs libibverbs, libmlx5 and librdmacm, which an image does not
+/// carry: a warning with the reason, not an error. A library of the same directory that torch
+/// links keeps its errors.
+#[test]
+fn cufiles_rdma_plugin_is_optional() {
+    let t = Tree::debian();
+    let lib_dir = "/usr/local/lib/python3.11/dist-packages/nvidia/cufile/lib";
+    t.elf(
+        &format!("{lib_dir}/libcufile_rdma.so.1"),
+        &lib("libcufile_rdma.so.1").needs(&["libibverbs.so.1", "libc.so.6"]).runpath("$ORIGIN"),
+    );
+    t.elf(&format!("{lib_dir}/libcufile.so.0"), &lib("libcufile.so.0").needs(&["libgone.so.1"]));
+    t.elf(
+        "/usr/local/lib/python3.11/dist-packages/torch/_C.cpython-311-x86_64-linux-gnu.so",
+        &lib("_C.so").needs(&["libcufile.so.0"]).runpath("$ORIGIN/../nvidia/cufile/lib"),
+    );
+    let report = t.audit(&[]);
+    assert_eq!(
+        kinds(&report.warnings),
+        [(FindingKind::Unresolved, &*format!("{lib_dir}/libcufile_rdma.so.1"), Some("libibverbs.so.1"))]
+    );
+    assert!(report.warnings[0].message.contains("InfiniBand verbs"), "{}", report.render_human());
+    assert_eq!(
+        kinds(&report.errors),
+        [(FindingKind::Unresolved, &*format!("{lib_dir}/libcufile.so.0"), Some("libgone.so.1"))]
+    );
+}
