@@ -187,6 +187,44 @@ impl Term {
     pub fn has(&self, key: Key) -> bool {
         self.0.iter().any(|f| f.key == key)
     }
+
+    /// Whether no value can satisfy this term: on some key, a lower bound above an upper bound
+    /// (`arch>=7.0,arch<6.0`, what joining torch's architectures with an extension's 5.3 cubin
+    /// gives).
+    pub fn contradicts(&self) -> bool {
+        use std::cmp::Ordering;
+        let order = |a: &Value, b: &Value| match (a, b) {
+            (Value::Cuda(x), Value::Cuda(y)) => Some(x.cmp(y)),
+            (Value::Driver(x), Value::Driver(y)) => Some(x.cmp(y)),
+            (Value::Arch(x), Value::Arch(y)) => Some(x.cmp(y)),
+            (Value::Count(x), Value::Count(y)) => Some(x.cmp(y)),
+            _ => None,
+        };
+        // (value, inclusive) of each bound.
+        let lows = |key: Key| {
+            self.0.iter().filter(move |f| f.key == key).filter_map(|f| match f.op {
+                Op::Ge | Op::Eq => Some((&f.value, true)),
+                Op::Gt => Some((&f.value, false)),
+                _ => None,
+            })
+        };
+        let highs = |key: Key| {
+            self.0.iter().filter(move |f| f.key == key).filter_map(|f| match f.op {
+                Op::Le | Op::Eq => Some((&f.value, true)),
+                Op::Lt => Some((&f.value, false)),
+                _ => None,
+            })
+        };
+        self.0.iter().any(|f| {
+            lows(f.key).any(|(low, low_in)| {
+                highs(f.key).any(|(high, high_in)| match order(low, high) {
+                    Some(Ordering::Greater) => true,
+                    Some(Ordering::Equal) => !(low_in && high_in),
+                    _ => false,
+                })
+            })
+        })
+    }
 }
 
 /// Terms of which one must hold (OR): the parsed value of one variable.
@@ -201,7 +239,13 @@ impl Expr {
         match (self.0.is_empty(), other.0.is_empty()) {
             (_, true) => self.clone(),
             (true, false) => other.clone(),
-            (false, false) => Expr(self.0.iter().flat_map(|a| other.0.iter().map(|b| a.and(b))).collect()),
+            (false, false) => {
+                let all: Vec<Term> = self.0.iter().flat_map(|a| other.0.iter().map(|b| a.and(b))).collect();
+                // Alternatives nothing can satisfy say nothing; if every one is such, they stay,
+                // and the requirement holds nowhere, as it should.
+                let possible: Vec<Term> = all.iter().filter(|t| !t.contradicts()).cloned().collect();
+                Expr(if possible.is_empty() { all } else { possible })
+            }
         }
     }
 

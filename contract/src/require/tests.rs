@@ -355,3 +355,17 @@ fn multibyte_input_never_panics() {
         let _ = Expr::parse(s);
     }
 }
+
+/// torch's architectures joined with an extension's cubins (causal-conv1d 1.5.2: 5.3 ... 9.0):
+/// alternatives no GPU satisfies are dropped, what remains means the same; when none is
+/// possible, they stay, and the requirement holds nowhere.
+#[test]
+fn joined_alternatives_that_nothing_satisfies_are_dropped() {
+    let torch = Expr::parse("arch>=7.0,arch<11.0 arch>=12.0,arch<13.0").unwrap();
+    let ext = Expr::parse("arch>=5.3,arch<6.0 arch>=6.2,arch<10.0").unwrap();
+    assert_eq!(torch.and(&ext).to_string(), "arch>=7.0,arch<11.0,arch>=6.2,arch<10.0");
+    assert!(Expr::parse("arch>=9.0,arch<9.0").unwrap().0[0].contradicts());
+    assert!(!Expr::parse("arch>=9.0,arch<=9.0").unwrap().0[0].contradicts());
+    let none = Expr::parse("arch>=12.0").unwrap().and(&Expr::parse("arch<9.0").unwrap());
+    assert_eq!(none.to_string(), "arch>=12.0,arch<9.0");
+}
