@@ -27,7 +27,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a build may print nothing before a line says it is still running.
-const QUIET: Duration = Duration::from_secs(120);
+const QUIET: Duration = Duration::from_mins(2);
 /// Where the writable build directory is inside the sandbox; fixed, so the paths compiled into a
 /// wheel (debug info, `__FILE__`) are the same on every machine.
 pub const BUILD_DIR: &str = "/build";
@@ -198,8 +198,8 @@ impl Sandbox {
         loop {
             match rx.recv_timeout(Duration::from_millis(200)) {
                 Ok(chunk) => {
-                    heard = Instant::now();
                     use std::io::Write as _;
+                    heard = Instant::now();
                     file.write_all(&chunk)
                         .map_err(|source| SandboxError::Log { path: log.to_owned(), source })?;
                     pending.extend_from_slice(&chunk);
