@@ -63,16 +63,35 @@ pub(crate) fn sdist_member(
     Ok(None)
 }
 
+/// The header fields of core metadata (`METADATA`, `PKG-INFO`: RFC 822 headers, continuation
+/// lines indented; the body after the first empty line is not read), names lowercased.
+pub(crate) fn header_fields(text: &str) -> Vec<(String, String)> {
+    let mut fields: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        if line.is_empty() {
+            break;
+        }
+        if line.starts_with([' ', '\t']) {
+            if let Some((_, v)) = fields.last_mut() {
+                v.push(' ');
+                v.push_str(line.trim());
+            }
+            continue;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            fields.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+        }
+    }
+    fields
+}
+
 /// Whether `pkg_info` is static where resolution looks (PEP 643): Metadata-Version 2.2 or
 /// later, and neither `Requires-Dist` nor `Requires-Python` marked `Dynamic`.
 pub fn is_static(pkg_info: &str) -> bool {
-    let headers = pkg_info.split("\n\n").next().unwrap_or_default();
     let mut version = None;
     let mut dynamic = false;
-    for line in headers.lines() {
-        let Some((key, value)) = line.split_once(':') else { continue };
-        let value = value.trim();
-        match key.trim().to_ascii_lowercase().as_str() {
+    for (key, value) in header_fields(pkg_info) {
+        match key.as_str() {
             "metadata-version" => {
                 let mut parts = value.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
                 version = Some((parts.next().unwrap_or(0), parts.next().unwrap_or(0)));

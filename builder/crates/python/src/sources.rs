@@ -347,22 +347,7 @@ impl MetadataEntry {
     /// The `Requires-Dist`, `Requires-Python` and `Provides-Extra` of a `METADATA` (RFC 822
     /// headers, continuation lines indented; the body after the first empty line is not read).
     pub(crate) fn parse(name: &PackageName, version: &PackageVersion, text: &str) -> Self {
-        let mut fields: Vec<(String, String)> = Vec::new();
-        for line in text.lines() {
-            if line.is_empty() {
-                break;
-            }
-            if line.starts_with([' ', '\t']) {
-                if let Some((_, v)) = fields.last_mut() {
-                    v.push(' ');
-                    v.push_str(line.trim());
-                }
-                continue;
-            }
-            if let Some((k, v)) = line.split_once(':') {
-                fields.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
-            }
-        }
+        let fields = crate::pkg_info::header_fields(text);
         let all =
             |key: &str| fields.iter().filter(|(k, _)| k == key).map(|(_, v)| v.clone()).collect::<Vec<_>>();
         Self {

@@ -372,12 +372,11 @@ fn parse_package(ctx: &mut Ctx, s: &S) -> Option<Requirement> {
     Some(req)
 }
 
-/// Whether `path` is a relative path that stays inside its root: no `..`, not absolute, not
-/// empty.
+/// A subdirectory as [`super::is_contained_relative`] takes it, spelled as git's tree has it: no
+/// empty or `.` component (the builder walks it part by part), no control character.
 fn is_relative_inside(path: &str) -> bool {
-    !path.is_empty()
-        && !path.starts_with('/')
-        && path.split('/').all(|c| !c.is_empty() && c != ".." && c != ".")
+    super::is_contained_relative(path)
+        && !path.split('/').any(|c| c.is_empty() || c == ".")
         && !path.chars().any(|c| c.is_control() || c == '\\')
 }
 
