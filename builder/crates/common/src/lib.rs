@@ -35,6 +35,29 @@ mod progress;
 mod wheel_name;
 mod zip_member;
 
+/// The variables a source build sets itself (the sandbox's paths, reproducibility, what
+/// `[python.build]` fields say, the loader's): `wheelbuild` sets no other and checks it, and a
+/// recipe's `[python.build.env]` may not name one.
+pub const BUILD_OWN_ENV: [&str; 17] = [
+    "PATH",
+    "PYTHONPATH",
+    "HOME",
+    "TMPDIR",
+    "LC_ALL",
+    "PYTHONHASHSEED",
+    "PYTHONDONTWRITEBYTECODE",
+    "SOURCE_DATE_EPOCH",
+    "PIP_NO_INDEX",
+    "TORCH_CUDA_ARCH_LIST",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "FORCE_CUDA",
+    "MAX_JOBS",
+    "CMAKE_BUILD_PARALLEL_LEVEL",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+];
+
 pub use atomic::{sync_dir, unique_temp_name, write_atomic, write_atomic_in, write_atomic_mode};
 pub use base_facts::BaseFacts;
 pub use blob::{sha256_bytes, sha256_file, sha256_reader, LayerBlob};

@@ -651,7 +651,8 @@ impl<'a> WheelBuilder<'a> {
             env.push(("MAX_JOBS".to_owned(), self.settings.jobs.to_string()));
             env.push(("CMAKE_BUILD_PARALLEL_LEVEL".to_owned(), self.settings.jobs.to_string()));
         }
-        // The recipe's (validated: none of the names above).
+        // The list the recipe's validation refuses is this one's (`[python.build.env]`).
+        debug_assert!(env.iter().all(|(k, _)| stackbuild_common::BUILD_OWN_ENV.contains(&k.as_str())));
         env.extend(pkg.env.iter().cloned());
         env
     }

@@ -194,27 +194,6 @@ fn validate_build(ctx: &mut Ctx, raw: RawBuild) -> BuildSection {
     }
 }
 
-/// Variables the build sets itself, which `[python.build.env]` cannot replace: the sandbox's
-/// paths, the reproducibility settings, and what other fields say (`cuda_arch_list`, `jobs`).
-const RESERVED_ENV: [&str; 16] = [
-    "PATH",
-    "PYTHONPATH",
-    "HOME",
-    "TMPDIR",
-    "LC_ALL",
-    "PYTHONHASHSEED",
-    "PYTHONDONTWRITEBYTECODE",
-    "SOURCE_DATE_EPOCH",
-    "PIP_NO_INDEX",
-    "TORCH_CUDA_ARCH_LIST",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "MAX_JOBS",
-    "CMAKE_BUILD_PARALLEL_LEVEL",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-];
-
 /// `[python.build.env]`: by package, names as POSIX spells them (`[A-Z_][A-Z0-9_]*`, any case),
 /// not one the build sets itself, values without NUL or newlines.
 fn build_env(
@@ -237,7 +216,7 @@ fn build_env(
                     span.clone(),
                     format!("invalid variable name {var:?}: expected letters, digits and `_`"),
                 );
-            } else if RESERVED_ENV.contains(&var.to_ascii_uppercase().as_str()) {
+            } else if stackbuild_common::BUILD_OWN_ENV.contains(&var.to_ascii_uppercase().as_str()) {
                 ctx.error(
                     span.clone(),
                     format!("{var} is set by the build itself; [python.build.env] cannot replace it"),
