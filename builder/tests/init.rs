@@ -399,6 +399,55 @@ fn more_shapes_real_projects_have() {
     validates(&ext.join("stackbuild.toml"));
 }
 
+/// Research projects' conda environments (DiT's `environment.yml`, diffusion_policy's
+/// `conda_environment.yaml`): Python, torch under its index name, the CUDA the conda build is
+/// for, the `pip:` list read as a requirements file (and winning over a conda package of the
+/// same name, as pip runs after conda), conda's tools and C libraries left out, said once.
+/// A requirements file that is a symlink inside the project (torchtitan's) is read through it.
+#[test]
+fn a_conda_environment_and_a_symlinked_requirements_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let conda = tmp.path().join("conda");
+    write(
+        &conda,
+        "environment.yml",
+        "name: robodiff\nchannels:\n  - pytorch\n  - nvidia\ndependencies:\n  - python=3.11\n  - pip=22.2.2\n\
+         \x20 - cudatoolkit=11.6\n  - pytorch::pytorch=2.1.0\n  - py-opencv=4.6.0\n  - six==1.16.0\n\
+         \x20 - ffmpeg\n  - llvm-openmp=14\n  - attrs >= 23.1\n  - pip:\n    - six==1.15.0\n    - -r extra.txt\n",
+    );
+    write(&conda, "extra.txt", "idna==3.4\n");
+    write(&conda, "environment_macos.yml", "dependencies:\n  - python=3.9\n");
+    let (_, said) = init(&conda, &["--offline"]);
+    let recipe = std::fs::read_to_string(conda.join("stackbuild.toml")).unwrap();
+    for want in [
+        "\"torch==2.1.0.*\"",
+        "\"opencv-python==4.6.0.*\"",
+        "\"six==1.15.0\"",
+        "\"idna==3.4\"",
+        "\"attrs>=23.1\"",
+    ] {
+        assert!(recipe.contains(want), "{want}\n{recipe}\n{said}");
+    }
+    assert!(recipe.contains("\"ffmpeg\""), "{recipe}");
+    assert!(!recipe.contains("llvm") && !recipe.contains("\"pip"), "{recipe}");
+    assert!(recipe.contains("version = \"11.6\""), "{recipe}");
+    assert!(said.contains("Python 3.11") && said.contains("(pip, llvm-openmp)"), "{said}");
+    assert!(said.contains("conda's `pytorch` is `torch`"), "{said}");
+    validates(&conda.join("stackbuild.toml"));
+
+    let linked = tmp.path().join("linked");
+    write(&linked, ".ci/docker/requirements.txt", "six==1.16.0\n");
+    std::os::unix::fs::symlink(".ci/docker/requirements.txt", linked.join("requirements.txt")).unwrap();
+    let outside = tmp.path().join("outside.txt");
+    write(tmp.path(), "outside.txt", "idna==3.4\n");
+    std::os::unix::fs::symlink(&outside, linked.join("requirements-extra.txt")).unwrap();
+    let (_, said) = init(&linked, &["--offline"]);
+    let recipe = std::fs::read_to_string(linked.join("stackbuild.toml")).unwrap();
+    assert!(recipe.contains("six==1.16.0") && !recipe.contains("idna"), "{recipe}\n{said}");
+    assert!(said.contains("a symlink to .ci/docker/requirements.txt; that file is read"), "{said}");
+    assert!(said.contains("requirements-extra.txt: not read: a symlink"), "{said}");
+}
+
 /// A project lock the image cannot install as it is, a wheel without a sha256 (as an index of
 /// release links serves them: cosmos-predict2's `uv.lock`), is said, and the project's
 /// manifests are read instead: the recipe lists the pyproject's dependencies and no lock.

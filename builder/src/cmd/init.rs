@@ -253,15 +253,20 @@ fn newest_releases(
             continue;
         };
         let Some(newest) = newest_release(&mut idx, &norm, python.as_ref()) else { continue };
-        if newest > have {
+        // A pre-release above the newest final release is lagging too: uv, asked for wheels
+        // only, takes one when the final release needs an sdist below it (hydra-core 1.4.0rc3
+        // in place of 1.3.8, whose antlr4 has no wheel), which `pip install NAME` never does
+        // (pip takes a pre-release only when asked for one: pip's "Pre-release Versions").
+        if newest > have || (have.any_prerelease() && !newest.any_prerelease()) {
             lagging.push((norm, newest, have.to_string()));
         }
     }
     if lagging.is_empty() {
         return Vec::new();
     }
+    // `==`, not `>=`: above the newest final release there are only pre-releases.
     let floor = |(name, newest, _): &Lag| {
-        pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(&format!("{name}>={newest}")).ok()
+        pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(&format!("{name}=={newest}")).ok()
     };
     let mut notes = Vec::new();
     let all: Vec<pep508_rs::Requirement> = lagging.iter().filter_map(floor).collect();
@@ -289,6 +294,11 @@ fn newest_releases(
         kept
     };
     for (name, newest, had) in lifted {
+        let had = if pep508_rs::pep440_rs::Version::from_str(had).is_ok_and(|v| v.any_prerelease()) {
+            format!("the pre-release {had}")
+        } else {
+            had.clone()
+        };
         notes.push(format!(
             "{name}: its newest release {newest}, not {had}, which a wheels-only resolution fell back to (a \
              package below it has no wheel; the build makes one from source)"
@@ -345,6 +355,11 @@ fn names(message: &str, name: &str) -> bool {
 
 /// The resolver's reason in one line: uv's `Because ...` sentence when there is one.
 fn resolver_reason(message: &str) -> String {
+    // Our own paragraph, when the resolution stopped at a package's source (a wheel stub, an
+    // sdist that cannot be fetched), says more than uv's first clause.
+    if let Some(ours) = message.split("\n\n").find(|p| p.contains(", and its source cannot be used: ")) {
+        return ours.split_whitespace().collect::<Vec<_>>().join(" ");
+    }
     let flat: String = message.split_whitespace().collect::<Vec<_>>().join(" ");
     let reason = flat.find("Because ").map_or(flat.as_str(), |i| &flat[i..]);
     let reason = reason.split(" And because ").next().unwrap_or(reason);
@@ -367,5 +382,10 @@ mod tests {
         assert!(!super::names("Because torchvision==1 ...", "torch"));
         let r = super::resolver_reason("× No solution found:\n  ╰─▶ Because x was not found in the package registry and you require x, we can conclude...");
         assert!(r.starts_with("Because x was not found"), "{r}");
+        let r = super::resolver_reason(
+            "× No solution found:\n  Because a has no usable wheels and you require t, ...\n\na has no wheel for \
+             cp311/x86_64-manylinux_2_36, and its source cannot be used: a 1 is a wheel stub: ...",
+        );
+        assert!(r.starts_with("a has no wheel for cp311"), "{r}");
     }
 }

@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+mod conda;
 mod dockerfile;
 mod pyproject;
 mod render;
@@ -60,7 +61,7 @@ pub enum InitError {
     /// `--from` names a file of a kind init does not read.
     #[error(
         "{}: not an input init reads (requirements*.txt, pyproject.toml, uv.lock, pylock.toml, \
-         .python-version, Dockerfile / Containerfile)",
+         .python-version, Dockerfile / Containerfile, a conda environment .yml)",
         path.display()
     )]
     UnknownInput {
@@ -69,7 +70,7 @@ pub enum InitError {
     },
     /// The project directory has nothing to start from.
     #[error(
-        "{}: no requirements*.txt, pyproject.toml, uv.lock, pylock.toml or Dockerfile here; name \
+        "{}: no requirements*.txt, pyproject.toml, uv.lock, pylock.toml, environment.yml or Dockerfile here; name \
          one with --from FILE",
         dir.display()
     )]
@@ -114,6 +115,8 @@ pub(crate) enum InputKind {
     PythonVersion,
     /// `Dockerfile`, `Containerfile`, `*.Dockerfile`.
     Dockerfile,
+    /// A conda environment file (`environment.yml`, ...).
+    Conda,
     /// `setup.py` or `setup.cfg`: a setuptools project, whose dependencies only its build
     /// tells (PEP 517 metadata, prepared in the build sandbox when the recipe is locked).
     Setup,
@@ -129,6 +132,7 @@ pub(crate) fn input_kind(path: &Path) -> Option<InputKind> {
         None if name == "pyproject.toml" => InputKind::Pyproject,
         None if name == ".python-version" => InputKind::PythonVersion,
         None if name == "setup.py" || name == "setup.cfg" => InputKind::Setup,
+        None if conda::NAMES.contains(&lower.as_str()) => InputKind::Conda,
         None if lower.starts_with("dockerfile")
             || lower.ends_with(".dockerfile")
             || lower.starts_with("containerfile") =>
@@ -532,6 +536,36 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
             .filter(|p| p.is_file())
             .collect();
         names.sort();
+        // A symlinked input (torchtitan's requirements.txt -> .ci/docker/requirements.txt) is
+        // read as the file it names when that file is inside the project, as `pip install -r`
+        // and Docker's build context would have it; one pointing out of the project is not read.
+        let inside = std::fs::canonicalize(dir).ok();
+        names = names
+            .into_iter()
+            .filter_map(|p| {
+                if input_kind(&p).is_none() || !p.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink())
+                {
+                    return Some(p);
+                }
+                match std::fs::canonicalize(&p) {
+                    Ok(target)
+                        if inside.as_ref().is_some_and(|d| target.starts_with(d))
+                            && input_kind(&target) == input_kind(&p) =>
+                    {
+                        let shown = relative(&target, dir);
+                        found_early.push(format!("{}: a symlink to {shown}; that file is read", p.display()));
+                        Some(dir.join(shown))
+                    }
+                    _ => {
+                        found_early.push(format!(
+                            "{}: not read: a symlink to a file out of the project, or of another kind",
+                            p.display()
+                        ));
+                        None
+                    }
+                }
+            })
+            .collect();
         // Projects that keep their requirements in a folder (`requirements/cuda.txt`, ...): the
         // runtime ones, when the top level has none.
         let top_level_requirements = names.iter().any(|p| {
@@ -569,7 +603,10 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
         }
     } else {
         for path in &opts.from {
-            let kind = input_kind(path).ok_or_else(|| InitError::UnknownInput { path: path.clone() })?;
+            let yaml = path.extension().is_some_and(|e| e == "yml" || e == "yaml");
+            let kind = input_kind(path)
+                .or(yaml.then_some(InputKind::Conda))
+                .ok_or_else(|| InitError::UnknownInput { path: path.clone() })?;
             inputs.push((kind, path.clone()));
         }
     }
@@ -676,6 +713,21 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
             }
         } else {
             requirements::read_file(path, &mut found, dir)?;
+        }
+    }
+    // 4b. A conda environment, on the same terms: its conda packages as the index names them,
+    //     its `pip:` list as a requirements file (conda::read_file). One file: the first of
+    //     conda::NAMES (a project's `conda_environment_macos.yaml` is another machine's).
+    if let Some(path) = of(InputKind::Conda).next() {
+        if lock_kind.is_some() {
+            found.decide(format!("{}: not read: the lock lists what is installed", path.display()));
+        } else if from_dockerfile {
+            found.decide(format!(
+                "{}: not read: the Dockerfile's pip install lines say what is installed",
+                path.display()
+            ));
+        } else {
+            conda::read_file(path, &mut found, dir)?;
         }
     }
     // 5. pyproject.toml: the name and requires-python always; its dependencies unless a lock or
@@ -1049,6 +1101,30 @@ impl Plan {
                     )
                 };
                 self.untranslated.push(Untranslated { at, what: req, why });
+            }
+        }
+        // A pinned package the resolver left out stays out: the recipe must resolve as written
+        // (diffusion_policy's `pytorch3d=0.7.0` has no Linux wheel and no sdist on the index).
+        for (name, reason) in failed {
+            let norm = stackbuild_python::normalize_name(name);
+            while let Some(i) = self.packages.iter().position(|(r, _)| {
+                pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r)
+                    .is_ok_and(|req| req.name.to_string() == norm)
+            }) {
+                let (req, at) = self.packages.remove(i);
+                let why = format!("{reason}; add it back to [python] packages once it resolves");
+                self.untranslated.push(Untranslated { at, what: req, why });
+            }
+        }
+        // The installed project requires them again through its own metadata: an override
+        // keeps them out of the lock too (DreamZero's `tensorrt`, whose wheels are only on
+        // NVIDIA's index), said beside it.
+        if self.project_wheel {
+            for (name, reason) in failed {
+                self.overrides.push((
+                    format!("{name} ; sys_platform == 'never'"),
+                    format!("left out although the project requires it ({reason}); remove this line once it resolves"),
+                ));
             }
         }
     }

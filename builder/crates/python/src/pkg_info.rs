@@ -106,9 +106,56 @@ pub fn is_static(pkg_info: &str) -> bool {
     version.is_some_and(|v| v >= (2, 2)) && !dynamic
 }
 
+/// The index a *wheel stub* downloads its wheel from: an sdist whose build backend is
+/// `wheel_stub.buildapi` (NVIDIA's wheel-stub, <https://github.com/wheelnext/wheel-stub>) holds
+/// no code; building it fetches the real wheel from `[tool.wheel_stub] index_url` (TensorRT's
+/// `tensorrt-cu13-libs`, whose wheels live only on NVIDIA's index). A build here has no network,
+/// so such an sdist can never be built; `Some("")` when the stub names no index.
+pub(crate) fn wheel_stub_index(path: &Path) -> Option<String> {
+    let bytes = sdist_top_member(path, "pyproject.toml", 256 << 10).ok()??;
+    let doc: toml::Table = toml::from_str(std::str::from_utf8(&bytes).ok()?).ok()?;
+    let backend = doc.get("build-system")?.get("build-backend")?.as_str()?;
+    if backend.split([':', '.']).next() != Some("wheel_stub") {
+        return None;
+    }
+    let index = doc.get("tool").and_then(|t| t.get("wheel_stub")).and_then(|w| w.get("index_url"));
+    Some(index.and_then(toml::Value::as_str).unwrap_or_default().to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sdist(dir: &Path, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let path = dir.join("a-1.0.tar.gz");
+        let gz =
+            flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::fast());
+        let mut b = tar::Builder::new(gz);
+        for (name, body) in files {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(body.len() as u64);
+            h.set_mode(0o644);
+            b.append_data(&mut h, name, body.as_bytes()).unwrap();
+        }
+        b.into_inner().unwrap().finish().unwrap();
+        path
+    }
+
+    #[test]
+    fn a_wheel_stub_and_its_index() {
+        let dir = tempfile::tempdir().unwrap();
+        // As tensorrt_cu13_libs-11.4.0.106.tar.gz has it.
+        let stub = "[build-system]\nrequires = [\"wheel-stub\"]\nbuild-backend = \"wheel_stub.buildapi\"\n\n\
+                    [tool.wheel_stub]\nindex_url = \"https://example.invalid/simple/\"\n";
+        let path = sdist(dir.path(), &[("a-1.0/pyproject.toml", stub)]);
+        assert_eq!(wheel_stub_index(&path).as_deref(), Some("https://example.invalid/simple/"));
+        let plain =
+            "[build-system]\nrequires = [\"setuptools\"]\nbuild-backend = \"setuptools.build_meta\"\n";
+        let path = sdist(dir.path(), &[("a-1.0/pyproject.toml", plain)]);
+        assert_eq!(wheel_stub_index(&path), None);
+        let path = sdist(dir.path(), &[("a-1.0/setup.py", "")]);
+        assert_eq!(wheel_stub_index(&path), None);
+    }
 
     #[test]
     fn static_metadata_per_pep_643() {

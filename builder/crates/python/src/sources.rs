@@ -159,16 +159,21 @@ pub fn resolve_with_sources(
             return Err(err);
         }
         for name in wanted {
-            let sdist = fetch_sdist(python, target, &name, message, fetch).map_err(|why| SolveError::Uv {
-                target: target.clone(),
-                message: format!(
+            let sdist =
+                fetch_sdist(python, target, &name, message, fetch).and_then(refuse_stub).map_err(|why| {
+                    SolveError::Uv {
+                        target: target.clone(),
+                        message: format!(
                     "{message}\n\n{name} has no wheel for {target}, and its source cannot be used: {why}"
                 ),
-            })?;
-            tracing::info!(
-                "{name} {}: no wheel for {target}; resolving its source distribution",
-                sdist.version
-            );
+                    }
+                })?;
+            let line =
+                format!("{name} {}: no wheel for {target}; resolving its source distribution", sdist.version);
+            // `init` resolves several times (each lagging package asked again): say it once.
+            if SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(line.clone()) {
+                tracing::info!("{line}");
+            }
             let text = sdist_metadata(metadata, &sdist).map_err(|why| SolveError::Uv {
                 target: target.clone(),
                 message: format!(
@@ -184,6 +189,28 @@ pub fn resolve_with_sources(
     }
     compile(python, target, prefer, &plan).map(|pins| Resolution { pins, commits, projects })
 }
+
+/// `sdist`, unless it is a wheel stub ([`crate::pkg_info::wheel_stub_index`]): its build
+/// would download the wheel, and builds have no network.
+fn refuse_stub(sdist: Artifact) -> Result<Artifact, String> {
+    let Some(index) = crate::pkg_info::wheel_stub_index(&sdist.path) else { return Ok(sdist) };
+    let from = if index.is_empty() { "another index".to_owned() } else { index.clone() };
+    let add = if index.is_empty() {
+        String::new()
+    } else {
+        format!(" Where {index} is reachable, add it to [python] extra_index and its wheel is used instead;")
+    };
+    Err(format!(
+        "{} {} is a wheel stub: building it downloads the real wheel from {from} (wheel-stub), and a build \
+         has no network.{add} else leave out the requirement that brings it in (in [python] overrides: \
+         \"NAME ; sys_platform == 'never'\", with the reason in a comment).",
+        sdist.name, sdist.version
+    ))
+}
+
+/// The source-resolution lines this process has logged.
+static SAID: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
 
 /// The metadata of a downloaded sdist: its `PKG-INFO` where that is static (PEP 643), used as it
 /// is with no build; else what `metadata` prepares.

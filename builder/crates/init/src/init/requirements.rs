@@ -38,23 +38,35 @@ fn read_nested(
     let dir = path.parent().unwrap_or(Path::new("."));
     for (line_no, line) in logical_lines(&text) {
         let origin = Origin { path, line: line_no, dir, project };
-        // A requirement line is the requirement up to its first option (` --hash=...`), as pip
-        // reads it: its marker's quotes are the marker's, not a shell's.
-        let (requirement, options) = if line.starts_with('-') {
-            ("", line.as_str())
-        } else {
-            match line.find(" -").or_else(|| line.find("\t-")) {
-                Some(at) => (line[..at].trim(), &line[at..]),
-                None => (line.as_str(), ""),
-            }
-        };
-        if !requirement.is_empty() {
-            add_requirement(requirement, &origin, found, constraints);
-        }
-        read_tokens(&split_words(options), &origin, found, stack, constraints)?;
+        read_line(&line, &origin, found, stack, constraints)?;
     }
     stack.pop();
     Ok(())
+}
+
+/// Reads one logical line of a requirements file (or an item of a conda environment's `pip:`
+/// list, which pip writes to a requirements file and reads as one).
+pub(super) fn read_line(
+    line: &str,
+    origin: &Origin<'_>,
+    found: &mut Found,
+    stack: &mut Vec<PathBuf>,
+    constraints: bool,
+) -> Result<(), super::InitError> {
+    // A requirement line is the requirement up to its first option (` --hash=...`), as pip
+    // reads it: its marker's quotes are the marker's, not a shell's.
+    let (requirement, options) = if line.starts_with('-') {
+        ("", line)
+    } else {
+        match line.find(" -").or_else(|| line.find("\t-")) {
+            Some(at) => (line[..at].trim(), &line[at..]),
+            None => (line, ""),
+        }
+    };
+    if !requirement.is_empty() {
+        add_requirement(requirement, origin, found, constraints);
+    }
+    read_tokens(&split_words(options), origin, found, stack, constraints)
 }
 
 /// Where a line of requirements comes from.
