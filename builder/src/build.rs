@@ -630,7 +630,9 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
                 report.host_provided.len()
             );
             if report.has_errors() {
-                return Err(BuildError::Audit(report.render_human()));
+                let mut text = report.render_human();
+                text.push_str(&missing_packages(recipe, &cache, b.platform, &report));
+                return Err(BuildError::Audit(text));
             }
             audits[i] = Some(report);
         }
@@ -838,6 +840,72 @@ fn tempdir(cache: &Cache) -> Result<tempfile::TempDir, BuildError> {
     let dir = cache.root().join("tmp");
     std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
     tempfile::Builder::new().prefix("stage-").tempdir_in(&dir).map_err(io("creating a stage in", &dir))
+}
+
+/// The fix line of a failed audit: the Debian packages of the base's suite that ship the
+/// libraries nothing in the image provides (from the suite's Contents index), or nothing when
+/// the base is not a Debian suite or the index cannot be had.
+fn missing_packages(
+    recipe: &Recipe,
+    cache: &Cache,
+    platform: Platform,
+    report: &stackbuild_audit::AuditReport,
+) -> String {
+    let Base::Bootstrap(base) = &recipe.base else { return String::new() };
+    if base.distro.as_str() != "debian" {
+        return String::new();
+    }
+    let sonames: std::collections::BTreeSet<String> = report
+        .errors
+        .iter()
+        .filter(|f| f.kind == stackbuild_audit::FindingKind::Unresolved)
+        .filter_map(|f| f.soname.clone())
+        .collect();
+    let Some(mirror) = from_source::debian_mirror(recipe) else { return String::new() };
+    if sonames.is_empty() {
+        return String::new();
+    }
+    let found = match stackbuild_wheelbuild::debian_providers(
+        cache,
+        &mirror,
+        &base.suite,
+        debian_arch(platform),
+        &sonames,
+    ) {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!("which Debian packages ship the missing libraries is unknown: {e}");
+            return String::new();
+        }
+    };
+    let mut packages: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    let mut shipped = Vec::new();
+    for (soname, providers) in &found {
+        // The package named after the library first (libgl1 for libGL.so.1), else the first.
+        if let Some(p) = providers.iter().next() {
+            packages.insert(p);
+            shipped.push(format!("{soname} ({p})"));
+        }
+    }
+    let missing: Vec<&str> = sonames.iter().filter(|s| !found.contains_key(*s)).map(String::as_str).collect();
+    let mut out = String::new();
+    if !packages.is_empty() {
+        let list: Vec<String> = packages.iter().map(|p| format!("{p:?}")).collect();
+        out.push_str(&format!(
+            "fix: add {} to [base] packages: Debian {}'s packages that ship {}\n",
+            list.join(", "),
+            base.suite,
+            shipped.join(", ")
+        ));
+    }
+    if !missing.is_empty() {
+        out.push_str(&format!(
+            "no package of Debian {} main ships {}: a wheel that should carry it, or a plugin to accept with [[audit.ignore]] and its reason\n",
+            base.suite,
+            missing.join(", ")
+        ));
+    }
+    out
 }
 
 fn debian_arch(platform: Platform) -> &'static str {

@@ -487,7 +487,7 @@ pub(super) fn lock_build_environments(
 
 /// The Debian mirror the toolkit comes from: the recipe's `[base] mirror` when it is a URL of a
 /// Debian archive, else the first Debian (non-security) URI of this machine's apt sources.
-fn debian_mirror(recipe: &Recipe) -> Option<String> {
+pub(super) fn debian_mirror(recipe: &Recipe) -> Option<String> {
     let given = match &recipe.base {
         Base::Bootstrap(b) => b.mirror.clone().unwrap_or_default(),
         _ => String::new(),

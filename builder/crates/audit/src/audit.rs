@@ -64,7 +64,7 @@ mod report;
 mod search;
 mod tap;
 
-pub use report::{AuditError, AuditReport, POLICY_VERSION};
+pub use report::{AuditError, AuditReport, FindingKind, POLICY_VERSION};
 pub use tap::LayerTap;
 
 use self::auditor::Auditor;

@@ -7,4 +7,6 @@
 
 mod audit;
 
-pub use audit::{audit_image_cached, audit_layout, AuditError, AuditReport, LayerTap, POLICY_VERSION};
+pub use audit::{
+    audit_image_cached, audit_layout, AuditError, AuditReport, FindingKind, LayerTap, POLICY_VERSION,
+};

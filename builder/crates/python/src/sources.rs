@@ -403,7 +403,13 @@ pub(crate) fn without_wheels(message: &str) -> Vec<PackageName> {
             push(name);
         }
     }
-    for (i, _) in message.match_indices(" has no usable wheels") {
+    // "pathtools==0.1.2 has no usable wheels", and "all versions of pathtools have no usable
+    // wheels" (uv's wording when no release of the package has one).
+    let singular = message.match_indices(" has no usable wheels");
+    let plural = message
+        .match_indices(" have no usable wheels")
+        .filter(|(i, _)| message[..*i].rsplit([' ', '\n']).nth(1).is_some_and(|w| w == "of"));
+    for (i, _) in singular.chain(plural) {
         let before = &message[..i];
         let token = before.rsplit([' ', '\n', '(']).next().unwrap_or_default();
         let name = token.split(['=', '<', '>', '!', '~', '[']).next().unwrap_or_default();
@@ -543,6 +549,12 @@ mod tests {
         let message = "No solution found when resolving dependencies:\n  ╰─▶ Because docopt==0.6.2 has no usable wheels and you require docopt==0.6.2, we can conclude that your requirements are unsatisfiable.\n\n      hint: Wheels are required for `docopt` because building from source is disabled for all packages (i.e., with `--no-build`)";
         let names: Vec<String> = without_wheels(message).iter().map(ToString::to_string).collect();
         assert_eq!(names, ["docopt"]);
+        // diffusion_policy's wandb 0.13.3 (cp39): no release of pathtools has a wheel.
+        let message = "Because all versions of pathtools have no usable wheels and wandb==0.13.3 depends on \
+                       pathtools, we can conclude that wandb==0.13.3 cannot be used. And because all versions of \
+                       x have no usable wheels ...";
+        let names: Vec<String> = without_wheels(message).iter().map(ToString::to_string).collect();
+        assert_eq!(names, ["pathtools", "x"]);
     }
 
     #[test]

@@ -12,9 +12,11 @@
 //! - `share`: built wheels as blobs of the layer store, so `--cache-registry` shares them.
 //! - `error`: why a package could not be built.
 //! - `toolkit`: CUDA 12's nvcc from Debian's `nvidia-cuda-toolkit`, laid out as a `CUDA_HOME`.
+//! - `contents`: which Debian package ships a library (the suite's Contents index, through apt).
 //! - `builder`: one package from sdist to a verified wheel in the cache, keyed by every input.
 
 mod builder;
+mod contents;
 mod error;
 mod frontend;
 mod root;
@@ -27,6 +29,7 @@ pub use builder::{
     index_resolver, BuildRoot, Built, BuiltWheelKey, CudaToolchain, ResolveRequires, Settings, SourcePackage,
     WheelBuilder,
 };
+pub use contents::debian_providers;
 pub use error::WheelBuildError;
 pub use sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BUILD_UID};
 pub use sdist::{build_system, unpack, BuildSystem, SdistError};

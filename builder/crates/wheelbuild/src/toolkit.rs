@@ -138,7 +138,7 @@ pub fn debian_cuda12(cache: &Cache, mirror: &str, arch: &str) -> Result<DebianCu
 }
 
 /// apt's options for the private configuration under `apt`.
-fn apt_options(apt: &Path) -> Vec<String> {
+pub(crate) fn apt_options(apt: &Path) -> Vec<String> {
     let d = apt.display();
     [
         "Dir::Etc::sourcelist=-".to_owned(),
@@ -204,14 +204,19 @@ fn index(apt: &Path, mirror: &str, arch: &str) -> Result<Vec<DebianPackage>, Too
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<String, ToolkitError> {
+    apt_run(cmd, what).map_err(ToolkitError::Apt)
+}
+
+/// Runs apt (or dpkg) and returns its output, or what it said on failure.
+pub(crate) fn apt_run(cmd: &mut Command, what: &str) -> Result<String, String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| ToolkitError::Apt(format!("cannot run {what}: {e} (apt and dpkg come with Debian)")))?;
+        .map_err(|e| format!("cannot run {what}: {e} (apt and dpkg come with Debian)"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let last: Vec<&str> = err.lines().filter(|l| !l.starts_with("W:")).collect();
-        return Err(ToolkitError::Apt(format!("{what} failed: {}", last.join(" / "))));
+        return Err(format!("{what} failed: {}", last.join(" / ")));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
