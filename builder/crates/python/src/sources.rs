@@ -24,6 +24,8 @@ use stackbuild_recipe::PythonSection;
 
 /// Most rounds of "resolve, find packages without wheels, prepare their metadata".
 const MAX_ROUNDS: usize = 8;
+/// Most steps back to an older sdist of a package whose newest one conflicts.
+const MAX_BACKTRACK: usize = 6;
 
 /// Prepares the core metadata (`METADATA` text) of a source distribution.
 pub trait SdistMetadata {
@@ -145,7 +147,10 @@ pub fn resolve_with_sources(
     let prefer: Vec<Pinned> =
         prefer.iter().filter(|p| !plan.direct.iter().any(|(n, _, _)| n == &p.name)).cloned().collect();
     let prefer = prefer.as_slice();
-    for _ in 0..MAX_ROUNDS {
+    // The sdists taken, at their versions, and how many were stepped back.
+    let mut taken: Vec<(PackageName, PackageVersion)> = Vec::new();
+    let mut backtracked = 0;
+    for _ in 0..MAX_ROUNDS + MAX_BACKTRACK {
         let err = match compile(python, target, prefer, &plan) {
             Ok(pins) => return Ok(Resolution { pins, commits, projects }),
             Err(e) => e,
@@ -156,24 +161,47 @@ pub fn resolve_with_sources(
             .filter(|n| !python.build.no_build.contains(n) && !plan.no_binary.contains(n))
             .collect();
         if wanted.is_empty() {
-            return Err(err);
+            // A package taken from source at a version that uv's message now rules out
+            // ("moviepy>=2.2.1 depends on numpy>=1.25.0 and you require numpy==1.24.3"): its next
+            // older sdist, as uv would backtrack were it allowed to build (octo's moviepy>=1.0.3).
+            let Some((name, had)) = ruled_out(message, &taken).cloned() else { return Err(err) };
+            if backtracked >= MAX_BACKTRACK {
+                return Err(err);
+            }
+            backtracked += 1;
+            let Ok(sdist) =
+                fetch_sdist(python, target, &name, message, fetch, Some(&had)).and_then(refuse_stub)
+            else {
+                return Err(err);
+            };
+            let Ok(text) = sdist_metadata(metadata, &sdist) else { return Err(err) };
+            say(format!(
+                "{name} {had} conflicts with the rest; trying its source distribution {}",
+                sdist.version
+            ));
+            entries.retain(|e| PackageName::from_str(&e.name).ok().as_ref() != Some(&name));
+            entries.push(MetadataEntry::parse(&name, &sdist.version, &text));
+            let old = format!("{name}=={had}");
+            plan.constraints.retain(|c| c != &old);
+            plan.constraints.push(format!("{name}=={}", sdist.version));
+            taken.retain(|(n, _)| n != &name);
+            taken.push((name, sdist.version.clone()));
+            plan.config = Some(write_config(&dir, &entries, target)?);
+            continue;
         }
         for name in wanted {
-            let sdist =
-                fetch_sdist(python, target, &name, message, fetch).and_then(refuse_stub).map_err(|why| {
-                    SolveError::Uv {
-                        target: target.clone(),
-                        message: format!(
-                    "{message}\n\n{name} has no wheel for {target}, and its source cannot be used: {why}"
-                ),
-                    }
+            let sdist = fetch_sdist(python, target, &name, message, fetch, None)
+                .and_then(refuse_stub)
+                .map_err(|why| SolveError::Uv {
+                    target: target.clone(),
+                    message: format!(
+                        "{message}\n\n{name} has no wheel for {target}, and its source cannot be used: {why}"
+                    ),
                 })?;
-            let line =
-                format!("{name} {}: no wheel for {target}; resolving its source distribution", sdist.version);
-            // `init` resolves several times (each lagging package asked again): say it once.
-            if SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(line.clone()) {
-                tracing::info!("{line}");
-            }
+            say(format!(
+                "{name} {}: no wheel for {target}; resolving its source distribution",
+                sdist.version
+            ));
             let text = sdist_metadata(metadata, &sdist).map_err(|why| SolveError::Uv {
                 target: target.clone(),
                 message: format!(
@@ -184,6 +212,7 @@ pub fn resolve_with_sources(
             entries.push(MetadataEntry::parse(&name, &sdist.version, &text));
             plan.no_binary.push(name.clone());
             plan.constraints.push(format!("{name}=={}", sdist.version));
+            taken.push((name, sdist.version));
         }
         plan.config = Some(write_config(&dir, &entries, target)?);
     }
@@ -206,6 +235,25 @@ fn refuse_stub(sdist: Artifact) -> Result<Artifact, String> {
          \"NAME ; sys_platform == 'never'\", with the reason in a comment).",
         sdist.name, sdist.version
     ))
+}
+
+/// The sdist taken whose version uv's message rules out: uv names a package held to one
+/// version as `NAME>=VERSION` ("moviepy>=2.2.1 depends on numpy>=1.25.0") or `NAME==VERSION`.
+fn ruled_out<'a>(
+    message: &str,
+    taken: &'a [(PackageName, PackageVersion)],
+) -> Option<&'a (PackageName, PackageVersion)> {
+    taken.iter().find(|(n, v)| {
+        [format!("{n}>={v} "), format!("{n}=={v} ")].iter().any(|needle| message.contains(needle.as_str()))
+    })
+}
+
+/// Logs `line` once per process: `init` resolves several times (each lagging package asked
+/// again).
+fn say(line: String) {
+    if SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(line.clone()) {
+        tracing::info!("{line}");
+    }
 }
 
 /// The source-resolution lines this process has logged.
@@ -425,6 +473,7 @@ fn fetch_sdist(
     name: &PackageName,
     message: &str,
     fetch: SourceFetch<'_>,
+    below: Option<&PackageVersion>,
 ) -> Result<Artifact, String> {
     let pinned = python
         .packages
@@ -462,7 +511,15 @@ fn fetch_sdist(
             if &n != name || file.is_yanked() || !file.hashes.contains_key("sha256") {
                 continue;
             }
-            if wanted.is_some_and(|w| w != &v) {
+            // Stepping back goes a release series at a time (2.2.1, then 2.1's newest, then
+            // 2.0's): a dependency's bound moves with a series far more often than with a patch.
+            let series = |x: &PackageVersion| {
+                let r = x.release();
+                (r.first().copied().unwrap_or(0), r.get(1).copied().unwrap_or(0))
+            };
+            if wanted.is_some_and(|w| w != &v)
+                || below.is_some_and(|b| series(&v) >= series(b) || v.any_prerelease())
+            {
                 continue;
             }
             let admits = file.requires_python.as_deref().is_none_or(|spec| {
@@ -477,7 +534,8 @@ fn fetch_sdist(
         }
         best
     };
-    let wanted = pinned.clone().or(from_uv);
+    // Stepping back from a version: any older one, uv's hint being the version left.
+    let wanted = if below.is_some() { pinned.clone() } else { pinned.clone().or(from_uv) };
     let best = match (pick(wanted.as_ref()), &pinned) {
         (Some(found), _) => Some(found),
         (None, None) => pick(None),
@@ -542,6 +600,20 @@ mod tests {
         assert!(r[0].contains(&pep440_rs::Version::from_str("4.9.3").unwrap()));
         assert!(!r[0].contains(&pep440_rs::Version::from_str("4.13.2").unwrap()));
         assert!(ranges_in("x-antlr4-python3-runtime==1", &name).is_empty());
+    }
+
+    #[test]
+    fn the_sdist_a_conflict_rules_out() {
+        let taken = [
+            ("gym".parse().unwrap(), "0.26.2".parse().unwrap()),
+            ("moviepy".parse().unwrap(), "2.2.1".parse().unwrap()),
+        ];
+        let message =
+            "Because moviepy>=2.2.1 depends on numpy>=1.25.0 and you require numpy==1.24.3, we can \
+                       conclude that your requirements and moviepy>=2.2.1 are incompatible.";
+        assert_eq!(ruled_out(message, &taken).map(|(n, _)| n.to_string()).as_deref(), Some("moviepy"));
+        assert!(ruled_out("Because moviepy>=2.2.10 depends on x", &taken).is_none());
+        assert!(ruled_out("Because numpy==1.24.3 has no wheels", &taken).is_none());
     }
 
     #[test]
