@@ -14,7 +14,7 @@ pub(super) struct Args {
     #[arg(default_value = ".")]
     dir: PathBuf,
     /// Read these files instead of looking in DIR (requirements*.txt, pyproject.toml, uv.lock,
-    /// pylock.toml, .python-version, Dockerfile); repeat for several.
+    /// pylock.toml, .python-version, Dockerfile, a conda environment .yml); repeat for several.
     #[arg(long = "from", value_name = "FILE")]
     from: Vec<PathBuf>,
     /// Where to write the recipe [default: DIR/stackbuild.toml]; an existing file is never
@@ -57,6 +57,15 @@ impl Args {
             let outcome = if self.offline { Outcome::offline() } else { resolve(&plan) };
             for note in &outcome.notes {
                 plan.decide(note.clone());
+            }
+            for (url, why) in &outcome.unreachable {
+                plan.drop_extra_index(
+                    url,
+                    &format!(
+                        "not reachable from here, so the packages were resolved without it ({why}); add it back \
+                         to [python] extra_index where it is reachable"
+                    ),
+                );
             }
             plan.pin(outcome.resolved.as_ref(), &outcome.failed, &outcome.why_not);
             if let Some(resolved) = &outcome.resolved {
@@ -101,6 +110,8 @@ struct Outcome {
     notes: Vec<String>,
     /// The packages it took from source whose build imports torch.
     torch_builds: Vec<stackbuild_python::TorchAtBuild>,
+    /// Extra indexes this machine could not reach, resolved without, with uv's reason.
+    unreachable: Vec<(String, String)>,
 }
 
 impl Outcome {
@@ -111,6 +122,7 @@ impl Outcome {
             why_not: "--offline".into(),
             notes: Vec::new(),
             torch_builds: Vec::new(),
+            unreachable: Vec::new(),
         }
     }
 }
@@ -138,6 +150,8 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
         .filter(|r| stackbuild_recipe::git_dependency(r).is_none())
         .collect();
     let (index, extra_index, find_links) = plan.indexes();
+    let extra_index = std::cell::RefCell::new(extra_index);
+    let mut unreachable: Vec<(String, String)> = Vec::new();
     let parse = |list: Vec<String>| -> Vec<pep508_rs::Requirement> {
         list.iter()
             .filter_map(|r| pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r).ok())
@@ -158,7 +172,7 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
     let mut failed = BTreeMap::new();
     let section_of = |packages: &[pep508_rs::Requirement], more: &[pep508_rs::Requirement]| PythonSection {
         index: index.clone(),
-        extra_index: extra_index.clone(),
+        extra_index: extra_index.borrow().clone(),
         find_links: find_links.clone(),
         bytecode: true,
         overrides: overrides.clone(),
@@ -184,22 +198,44 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
                     why_not: String::new(),
                     notes,
                     torch_builds,
+                    unreachable,
                 };
             }
             Err(e) => e.to_string(),
         };
+        // An extra index this machine cannot reach fails every package it is asked about:
+        // resolved without it, not blamed on the packages (Isaac-GR00T's NVIDIA index).
+        if let Some(url) = unreachable_index(&err, &extra_index.borrow()) {
+            extra_index.borrow_mut().retain(|u| *u != url);
+            unreachable.push((url, resolver_reason(&err)));
+            continue;
+        }
         let reason = resolver_reason(&err);
         let culprits: Vec<String> =
             packages.iter().map(|r| r.name.to_string()).filter(|n| names(&err, n)).collect();
         if culprits.is_empty() || culprits.len() == packages.len() {
-            return Outcome { why_not: reason, failed, ..Outcome::offline() };
+            return Outcome { why_not: reason, failed, unreachable, ..Outcome::offline() };
         }
         for name in &culprits {
             failed.insert(name.clone(), format!("the resolver left it out: {reason}"));
         }
         packages.retain(|r| !culprits.contains(&r.name.to_string()));
     }
-    Outcome { why_not: "the resolution did not converge".into(), failed, ..Outcome::offline() }
+    Outcome { why_not: "the resolution did not converge".into(), failed, unreachable, ..Outcome::offline() }
+}
+
+/// The extra index of `extra` that uv's message says it could not fetch from ("Failed to
+/// fetch: https://pypi.nvidia.com/av/ ... dns error"), when the failure is the network's.
+fn unreachable_index(message: &str, extra: &[String]) -> Option<String> {
+    let network =
+        ["dns error", "client error (Connect)", "error sending request", "Connection refused", "timed out"]
+            .iter()
+            .any(|m| message.contains(m));
+    if !network {
+        return None;
+    }
+    let fetched = message.split("Failed to fetch: ").nth(1)?.split_whitespace().next()?;
+    extra.iter().find(|u| fetched.starts_with(u.trim_end_matches('/'))).cloned()
 }
 
 /// The sdists the resolution fetched into `artifacts` (`<sha256>/<file>`) at the version it
@@ -387,5 +423,9 @@ mod tests {
              cp311/x86_64-manylinux_2_36, and its source cannot be used: a 1 is a wheel stub: ...",
         );
         assert!(r.starts_with("a has no wheel for cp311"), "{r}");
+        let extra = ["https://pypi.nvidia.com".to_owned(), "https://download.example/whl/cu128".to_owned()];
+        let m = "Request failed after 3 retries\n  cause: Failed to fetch: https://pypi.nvidia.com/av/\n  cause: dns error";
+        assert_eq!(super::unreachable_index(m, &extra).as_deref(), Some("https://pypi.nvidia.com"));
+        assert_eq!(super::unreachable_index("Because av==1 has no wheels", &extra), None);
     }
 }

@@ -73,6 +73,7 @@ mod examples {
   stackbuild init                                  a recipe (./stackbuild.toml) from the project in .
   stackbuild init ~/src/lerobot --out lerobot.toml a recipe from another checkout, written elsewhere
   stackbuild init --from requirements/cuda.txt --from Dockerfile   only these inputs
+  stackbuild init --from conda_environment_real.yaml               a conda environment other than environment.yml
   stackbuild init --extra train --group dev        also pyproject's optional dependencies `train` and group `dev`
   stackbuild init --offline                        resolve nothing; unpinned packages are listed, not pinned";
     pub(super) const LOCK: &str = "Examples:

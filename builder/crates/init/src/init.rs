@@ -1205,6 +1205,17 @@ impl Plan {
     pub fn indexes(&self) -> (Option<String>, Vec<String>, Vec<String>) {
         (self.index.clone(), self.extra_index.clone(), self.find_links.clone())
     }
+
+    /// Takes the extra index `url` out of the recipe (it could not be reached when init ran),
+    /// listing it with `why`, so that the recipe resolves where init ran.
+    pub fn drop_extra_index(&mut self, url: &str, why: &str) {
+        self.extra_index.retain(|u| u != url);
+        self.untranslated.push(Untranslated {
+            at: "[python] extra_index".into(),
+            what: url.to_owned(),
+            why: why.to_owned(),
+        });
+    }
 }
 
 /// Writes `text` to `path` as a new file: never over anything that is there.

@@ -314,12 +314,23 @@ fn read_uv_indexes(path: &Path, tool_uv: Option<&toml::Table>, found: &mut Found
     let Some(uv) = tool_uv else { return };
     let origin_dir = path.parent().unwrap_or(Path::new("."));
     let o = super::requirements::Origin { path, line: 0, dir: origin_dir, project: origin_dir };
+    let used = indexes_sources_use(uv);
     for index in uv.get("index").and_then(toml::Value::as_array).into_iter().flatten() {
         let Some(t) = index.as_table() else { continue };
         let Some(url) = t.get("url").and_then(toml::Value::as_str) else { continue };
         let name = t.get("name").and_then(toml::Value::as_str).unwrap_or("(unnamed)");
+        let explicit = t.get("explicit").and_then(toml::Value::as_bool) == Some(true);
         if t.get("default").and_then(toml::Value::as_bool) == Some(true) {
             found.set_index(url.to_owned(), &o);
+        } else if explicit && !used.iter().any(|u| u == name) {
+            // uv asks an explicit index only for the packages [tool.uv.sources] pins to it
+            // (uv's "Package indexes": `explicit = true`); none does for linux/amd64 (Isaac-GR00T's
+            // `pytorch-cu128` serves torch on aarch64 only, its `nvidia-pypi` nothing).
+            found.decide(format!(
+                "{}: [[tool.uv.index]] `{name}` ({url}) is not used: it is explicit, and no [tool.uv.sources] \
+                 entry for linux/amd64 sends a package there",
+                path.display()
+            ));
         } else {
             found.add_extra_index(url.to_owned(), &o);
             if t.get("explicit").and_then(toml::Value::as_bool) == Some(true) {
@@ -402,6 +413,38 @@ fn read_uv_indexes(path: &Path, tool_uv: Option<&toml::Table>, found: &mut Found
             }
         }
     }
+}
+
+/// The names of the indexes `[tool.uv.sources]` sends a package to on linux/amd64: entries
+/// `{ index = "name" }` whose `marker` holds there (or has none).
+pub(super) fn indexes_sources_use(uv: &toml::Table) -> Vec<String> {
+    use std::str::FromStr as _;
+    // Platform markers are what these entries use; the Python version is any of the image's.
+    let env = "3.11".parse().ok().and_then(|py| {
+        stackbuild_python::Target::new(py, stackbuild_common::Platform::LinuxAmd64).marker_env()
+    });
+    let mut used = Vec::new();
+    let Some(sources) = uv.get("sources").and_then(toml::Value::as_table) else { return used };
+    for source in sources.values() {
+        let entries: Vec<&toml::Table> = match source {
+            toml::Value::Table(t) => vec![t],
+            toml::Value::Array(a) => a.iter().filter_map(toml::Value::as_table).collect(),
+            _ => Vec::new(),
+        };
+        for e in entries {
+            let Some(index) = e.get("index").and_then(toml::Value::as_str) else { continue };
+            let applies = e.get("marker").and_then(toml::Value::as_str).is_none_or(|m| {
+                match (pep508_rs::MarkerTree::from_str(m), &env) {
+                    (Ok(tree), Some(env)) => tree.evaluate(env, &[]),
+                    _ => true,
+                }
+            });
+            if applies && !used.iter().any(|u| u == index) {
+                used.push(index.to_owned());
+            }
+        }
+    }
+    used
 }
 
 /// The directory of workspace member `package`: the first of `[tool.uv.workspace] members`

@@ -92,3 +92,14 @@ fn unpinned_means_no_version_at_all() {
     assert_eq!(pin_requirement("markdown2[all]", "2.5.4"), "markdown2[all]==2.5.4");
     assert_eq!(pin_requirement("x ; sys_platform == 'linux'", "1"), "x==1 ; sys_platform == 'linux'");
 }
+
+#[test]
+fn an_explicit_index_counts_only_where_a_source_for_this_platform_sends_a_package() {
+    // Isaac-GR00T's: torch from the cu128 index on aarch64 only; a second index no source uses.
+    let uv: toml::Table = toml::from_str(
+        "[sources]\ntorch = [{ index = \"pytorch-cu128\", marker = \"sys_platform == 'linux' and platform_machine == 'aarch64'\" }]\n\
+         flash = { index = \"own\" }\nlib = [{ index = \"amd\", marker = \"platform_machine == 'x86_64'\" }]\n",
+    )
+    .unwrap();
+    assert_eq!(super::pyproject::indexes_sources_use(&uv), ["own", "amd"]);
+}
