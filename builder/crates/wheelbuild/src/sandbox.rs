@@ -307,6 +307,14 @@ fn hint(log: &str, memory: u64) -> String {
             memory >> 20
         );
     }
+    if log.contains("No module named 'pkg_resources'") {
+        // setuptools 82.0.0 ships no pkg_resources (80.10.2 and 81.0.0 do; read from their
+        // wheels), and an isolated build gets the newest setuptools, as pip's and uv's do.
+        return "\nhint: its setup.py imports pkg_resources, which setuptools 82 and later no longer \
+                ship; give its build an older one: `NAME = [\"setuptools<82\"]` in \
+                [python.build.extra_requires]"
+            .to_owned();
+    }
     if log.contains("Read-only file system") || log.contains("Permission denied") {
         return "\nhint: a build may write only below its build directory; everything else is read-only"
             .to_owned();
@@ -324,5 +332,8 @@ mod tests {
             .contains("no network"));
         assert!(hint("MemoryError", 1 << 30).contains("1024 MiB"));
         assert!(hint("error: some compile error", 1 << 30).is_empty());
+        assert!(
+            hint("ModuleNotFoundError: No module named 'pkg_resources'", 1 << 30).contains("setuptools<82")
+        );
     }
 }

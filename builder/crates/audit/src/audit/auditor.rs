@@ -6,8 +6,9 @@ use super::fs::{join, split_parent, ElfState, FileInfo, Kind, RootFs};
 use super::report::{AuditError, AuditReport, Finding, FindingKind};
 use super::search::{
     expand_string, expand_tokens, family_name, file_version, glob_match, is_driver_library, is_libcuda,
-    is_python_module, lexical_clean, machine_name, parse_platform, Abi, Arch, ChainDir, Hit, Load, Loaded,
-    Noted, SearchDir, Severity, Via, Visit, DEVICE_MACHINES, OPTIONAL_LIBRARIES, PLUGIN_EXCUSE,
+    is_python_module, is_qt_plugin, lexical_clean, machine_name, parse_platform, Abi, Arch, ChainDir, Hit,
+    Load, Loaded, Noted, SearchDir, Severity, Via, Visit, DEVICE_MACHINES, OPTIONAL_LIBRARIES, PLUGIN_EXCUSE,
+    QT_PLUGIN_EXCUSE,
 };
 use goblin::elf::header::EM_386;
 use std::collections::btree_map::Entry;
@@ -781,6 +782,8 @@ impl<'a> Auditor<'a> {
             if let Some((_, why)) = OPTIONAL_LIBRARIES.iter().find(|(suffix, _)| load.root.ends_with(suffix))
             {
                 *excuse = Some((*why).to_string());
+            } else if is_qt_plugin(&load.root) {
+                *excuse = Some(QT_PLUGIN_EXCUSE.to_string());
             }
         }
         excuses

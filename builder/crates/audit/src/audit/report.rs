@@ -117,7 +117,7 @@ pub(super) mod secs {
 
 /// Changes whenever the rules that decide a finding's severity change, so that reports cached
 /// by a builder (keyed by image digest) are not reused across policies.
-pub const POLICY_VERSION: u32 = 3;
+pub const POLICY_VERSION: u32 = 4;
 
 /// Most findings of one kind listed by [`AuditReport::render_human`].
 pub(super) const HUMAN_LIMIT: usize = 50;

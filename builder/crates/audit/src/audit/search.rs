@@ -264,6 +264,19 @@ pub(super) const OPTIONAL_LIBRARIES: [(&str, &str); 1] = [(
      https://docs.nvidia.com/gpudirect-storage/troubleshooting-guide/)",
 )];
 
+/// Why the unresolved errors in the closure of a Qt plugin are only warnings.
+pub(super) const QT_PLUGIN_EXCUSE: &str = "a Qt plugin (or QML module), which Qt loads on demand and skips \
+     when its libraries are missing; a GUI that needs it says so at start (Qt's \"Deploying Plugins\", \
+     https://doc.qt.io/qt-6/deployment-plugins.html)";
+
+/// Whether `path` is a plugin or QML module of a Qt tree that a wheel carries
+/// (`PyQt6/Qt6/plugins/platforms/libqxcb.so`, `PySide6/Qt/qml/...`, opencv-python's
+/// `cv2/qt/plugins/...`): Qt finds them by directory, nothing links to them.
+pub(super) fn is_qt_plugin(path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    parts.windows(2).any(|w| matches!(w[0], "Qt6" | "Qt5" | "Qt" | "qt") && matches!(w[1], "plugins" | "qml"))
+}
+
 /// Whether `path` is a Python extension module: in a directory of Python packages or the
 /// standard library's `lib-dynload`, or named with a CPython/PyPy ABI tag (PEP 3149) or the
 /// stable ABI's `.abi3.so`.

@@ -884,3 +884,25 @@ fn cufiles_rdma_plugin_is_optional() {
         [(FindingKind::Unresolved, &*format!("{lib_dir}/libcufile.so.0"), Some("libgone.so.1"))]
     );
 }
+
+/// Qt plugins that wheels carry (PyQt6's `Qt6/plugins/platforms/libqxcb.so`, opencv-python's
+/// `cv2/qt/plugins/...`) need X11 libraries a headless image lacks: Qt loads a plugin on demand
+/// and skips it, so those are warnings; what the extension module itself links stays an error.
+#[test]
+fn qt_plugins_are_loaded_on_demand() {
+    let t = Tree::debian();
+    let pkg = "/usr/local/lib/python3.11/dist-packages";
+    t.elf(
+        &format!("{pkg}/PyQt6/Qt6/plugins/platforms/libqxcb.so"),
+        &lib("libqxcb.so").needs(&["libxcb-cursor.so.0", "libc.so.6"]),
+    );
+    t.elf(&format!("{pkg}/cv2/qt/plugins/platforms/libqxcb.so"), &lib("libqxcb.so").needs(&["libxcb.so.1"]));
+    t.elf(&format!("{pkg}/cv2/cv2.abi3.so"), &lib("cv2.abi3.so").needs(&["libGL.so.1"]));
+    let report = t.audit(&[]);
+    assert_eq!(
+        kinds(&report.errors),
+        [(FindingKind::Unresolved, &*format!("{pkg}/cv2/cv2.abi3.so"), Some("libGL.so.1"))]
+    );
+    assert_eq!(report.warnings.len(), 2, "{}", report.render_human());
+    assert!(report.warnings.iter().all(|w| w.message.contains("a Qt plugin")), "{}", report.render_human());
+}
