@@ -151,6 +151,9 @@ pub enum BuildError {
     /// The audit found errors.
     #[error("the image's libraries do not resolve:\n{0}")]
     Audit(String),
+    /// An Ubuntu base's archive keyring could not be had.
+    #[error("an Ubuntu base on this machine needs Ubuntu's archive keyring: {0} (or install ubuntu-keyring, or set [base] mirror)")]
+    Keyring(String),
     /// The audit could not run.
     #[error(transparent)]
     AuditFailed(#[from] stackbuild_audit::AuditError),
@@ -906,6 +909,23 @@ fn missing_packages(
         ));
     }
     out
+}
+
+/// The keyring an Ubuntu base needs where the host has none and its apt is Debian's (no
+/// `[base] mirror`): Ubuntu's archive keys from Debian's `ubuntu-keyring` package
+/// ([`stackbuild_wheelbuild::ubuntu_keyring`]); `None` for every other base.
+fn archive_keyring(b: &stackbuild_recipe::Bootstrap, cache: &Cache) -> Result<Option<PathBuf>, BuildError> {
+    let host_has = Path::new("/usr/share/keyrings/ubuntu-archive-keyring.gpg").is_file();
+    if b.distro.as_str() != "ubuntu" || b.mirror.is_some() || host_has {
+        return Ok(None);
+    }
+    let sources = stackbuild_image::host_apt_sources().unwrap_or_default();
+    let mirror = stackbuild_wheelbuild::debian_mirror(&sources).ok_or_else(|| {
+        BuildError::Keyring(
+            "no Debian mirror in this machine's apt sources to fetch ubuntu-keyring from".into(),
+        )
+    })?;
+    stackbuild_wheelbuild::ubuntu_keyring(cache, &mirror).map(Some).map_err(BuildError::Keyring)
 }
 
 fn debian_arch(platform: Platform) -> &'static str {

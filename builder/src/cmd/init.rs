@@ -70,6 +70,7 @@ impl Args {
             plan.pin(outcome.resolved.as_ref(), &outcome.failed, &outcome.why_not);
             if let Some(resolved) = &outcome.resolved {
                 plan.reconcile_cuda(resolved);
+                plan.system_packages(resolved);
             }
             for pkg in outcome.torch_builds {
                 plan.build_against_torch(pkg);

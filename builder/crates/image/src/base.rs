@@ -109,7 +109,15 @@ pub struct DebianBase {
     pub variant: String,
     /// `linux/amd64` -> `amd64`.
     pub architecture: String,
+    /// The keyring that checks the archive, where the host's own lacks it (Ubuntu's on a Debian
+    /// host); it decides nothing of the content.
+    pub keyring: Option<PathBuf>,
 }
+
+/// The sources of an Ubuntu base with no mirror on a host whose apt is not Ubuntu's:
+/// mmdebstrap's own default for an Ubuntu suite (Ubuntu's archive, or its ports archive for
+/// other architectures; `-updates` and `-security` too), with these components.
+const UBUNTU_DEFAULT: &str = "mmdebstrap's Ubuntu archive for the suite, components main universe";
 
 /// A prepared base: its layer and facts, and whether it came from the cache.
 #[derive(Debug, Clone)]
@@ -185,7 +193,15 @@ impl DebianBase {
     ) -> Result<PreparedBase, BaseError> {
         let sources = match &self.mirror {
             Some(m) => m.clone(),
-            None => for_suite(&host_apt_sources()?, &self.distribution, &self.suite),
+            None => {
+                let host = host_apt_sources()?;
+                // The host's Debian sources cannot serve an Ubuntu suite.
+                if self.distribution == "ubuntu" && !host.contains("/ubuntu") {
+                    UBUNTU_DEFAULT.to_owned()
+                } else {
+                    for_suite(&host, &self.distribution, &self.suite)
+                }
+            }
         };
         let key = self.key(&sources, epoch, compression);
         let facts_path = cache.root().join("facts").join(format!("{}.json", key.as_hex()));
@@ -243,11 +259,19 @@ impl DebianBase {
         if !self.packages.is_empty() {
             cmd.arg(format!("--include={}", self.packages.join(",")));
         }
-        cmd.arg(&self.suite).arg(out).arg("-");
+        if let Some(keyring) = &self.keyring {
+            cmd.arg(format!("--keyring={}", keyring.display()));
+        }
+        let default_mirror = sources == UBUNTU_DEFAULT;
+        if default_mirror {
+            cmd.arg("--components=main,universe").arg(&self.suite).arg(out);
+        } else {
+            cmd.arg(&self.suite).arg(out).arg("-");
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| fail(format!("cannot run mmdebstrap: {e} (apt-get install mmdebstrap)")))?;
-        if let Some(mut stdin) = child.stdin.take() {
+        if let Some(mut stdin) = child.stdin.take().filter(|_| !default_mirror) {
             use std::io::Write;
             let _ = stdin.write_all(sources.as_bytes());
         }
@@ -430,6 +454,7 @@ mod tests {
             mirror: None,
             variant: "apt".into(),
             architecture: "amd64".into(),
+            keyring: None,
         };
         let sources = "deb http://deb.debian.org/debian bookworm main\n";
         let inputs = base.key_inputs(sources, 1_700_000_000, Compression::Gzip);

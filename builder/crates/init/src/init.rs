@@ -34,6 +34,7 @@ mod dockerfile;
 mod pyproject;
 mod render;
 mod requirements;
+mod system;
 mod torch;
 
 /// Why `init` could not write a recipe.

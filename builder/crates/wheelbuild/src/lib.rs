@@ -34,5 +34,6 @@ pub use error::WheelBuildError;
 pub use sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BUILD_UID};
 pub use sdist::{build_system, unpack, BuildSystem, SdistError};
 pub use toolkit::{
-    debian_cuda12, debian_mirror, DebianCuda, DebianPackage, ToolkitError, DEBIAN_CUDA12_PACKAGES,
+    debian_cuda12, debian_mirror, ubuntu_keyring, DebianCuda, DebianPackage, ToolkitError,
+    DEBIAN_CUDA12_PACKAGES,
 };

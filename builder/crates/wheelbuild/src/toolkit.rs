@@ -156,6 +156,12 @@ pub(crate) fn apt_options(apt: &Path) -> Vec<String> {
 
 /// Refreshes the private index and reads the candidate of each package.
 fn index(apt: &Path, mirror: &str, arch: &str) -> Result<Vec<DebianPackage>, ToolkitError> {
+    refresh(apt, mirror, arch)?;
+    DEBIAN_CUDA12_PACKAGES.iter().map(|name| candidate(apt, arch, name)).collect()
+}
+
+/// Writes the private sources of `mirror`'s trixie and runs `apt-get update` on them.
+fn refresh(apt: &Path, mirror: &str, arch: &str) -> Result<(), ToolkitError> {
     for dir in ["sources", "lists/partial", "cache/archives/partial"] {
         let d = apt.join(dir);
         std::fs::create_dir_all(&d).map_err(io("creating", &d))?;
@@ -176,31 +182,109 @@ fn index(apt: &Path, mirror: &str, arch: &str) -> Result<Vec<DebianPackage>, Too
         ]),
         "apt-get update",
     )?;
-    let mut out = Vec::new();
-    for name in DEBIAN_CUDA12_PACKAGES {
-        let text = run(
-            Command::new("apt-cache").args(&opts).args([
-                "-o",
-                &format!("APT::Architecture={arch}"),
-                "show",
-                "--no-all-versions",
-                name,
-            ]),
-            &format!("apt-cache show {name}"),
-        )?;
-        let field = |f: &str| {
-            text.lines().find_map(|l| {
-                l.strip_prefix(f).and_then(|r| r.strip_prefix(':')).map(|v| v.trim().to_owned())
-            })
-        };
-        match (field("Version"), field("SHA256")) {
-            (Some(version), Some(sha256)) if sha256.len() == 64 => {
-                out.push(DebianPackage { name: (*name).to_owned(), version, sha256 });
-            }
-            _ => return Err(ToolkitError::Apt(format!("{name} is not in {SUITE} non-free for {arch}"))),
+    Ok(())
+}
+
+/// The version and sha256 of the candidate of package `name` in the private index.
+fn candidate(apt: &Path, arch: &str, name: &str) -> Result<DebianPackage, ToolkitError> {
+    let opts = apt_options(apt);
+    let text = run(
+        Command::new("apt-cache").args(&opts).args([
+            "-o",
+            &format!("APT::Architecture={arch}"),
+            "show",
+            "--no-all-versions",
+            name,
+        ]),
+        &format!("apt-cache show {name}"),
+    )?;
+    let field = |f: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(f).and_then(|r| r.strip_prefix(':')).map(|v| v.trim().to_owned()))
+    };
+    match (field("Version"), field("SHA256")) {
+        (Some(version), Some(sha256)) if sha256.len() == 64 => {
+            Ok(DebianPackage { name: name.to_owned(), version, sha256 })
         }
+        _ => Err(ToolkitError::Apt(format!("{name} is not in {SUITE} for {arch}"))),
     }
-    Ok(out)
+}
+
+/// Downloads `packages` into `debs` and checks each against the index's sha256; their files.
+fn download(
+    apt: &Path,
+    arch: &str,
+    packages: &[DebianPackage],
+    debs: &Path,
+) -> Result<Vec<PathBuf>, ToolkitError> {
+    let wanted: Vec<String> = packages.iter().map(|p| format!("{}={}", p.name, p.version)).collect();
+    run(
+        Command::new("apt-get")
+            .current_dir(debs)
+            .args(apt_options(apt))
+            .args(["-o", &format!("APT::Architecture={arch}"), "download", "-qq"])
+            .args(&wanted),
+        "apt-get download",
+    )?;
+    let mut files = Vec::new();
+    for p in packages {
+        let file = std::fs::read_dir(debs)
+            .map_err(io("reading", debs))?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|f| f.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{}_", p.name))))
+            .ok_or_else(|| ToolkitError::Apt(format!("apt-get download left no {}", p.name)))?;
+        let got = stackbuild_common::sha256_file(&file).map_err(io("hashing", &file))?;
+        if got != p.sha256 {
+            return Err(ToolkitError::Digest {
+                file: file.display().to_string(),
+                got,
+                want: p.sha256.clone(),
+            });
+        }
+        files.push(file);
+    }
+    Ok(files)
+}
+
+/// Ubuntu's archive keys for an Ubuntu base built on a Debian host that lacks them: Debian's
+/// `ubuntu-keyring` package (trixie main; bookworm has none), which Debian's archive signs and
+/// apt checks, its `ubuntu-archive-keyring.gpg` kept in the cache. Returns that file.
+pub fn ubuntu_keyring(cache: &Cache, mirror: &str) -> Result<PathBuf, String> {
+    let plain = |e: ToolkitError| match e {
+        ToolkitError::Apt(m) => format!("Ubuntu's archive keyring from Debian {SUITE}: {m}"),
+        other => other.to_string(),
+    };
+    let apt = cache.root().join("apt").join(format!("{SUITE}-amd64"));
+    refresh(&apt, mirror, "amd64").map_err(plain)?;
+    let package = candidate(&apt, "amd64", "ubuntu-keyring").map_err(plain)?;
+    let dir = cache.root().join("toolchains").join(format!("ubuntu-keyring-{}", &package.sha256[..16]));
+    let keyring = dir.join("ubuntu-archive-keyring.gpg");
+    if keyring.is_file() {
+        return Ok(keyring);
+    }
+    let parent = dir.parent().unwrap_or(&dir);
+    std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".ubuntu-keyring-")
+        .tempdir_in(parent)
+        .map_err(|e| format!("creating a directory in {}: {e}", parent.display()))?;
+    let debs = tmp.path().join("debs");
+    let tree = tmp.path().join("tree");
+    std::fs::create_dir_all(&debs).map_err(|e| format!("creating {}: {e}", debs.display()))?;
+    let files = download(&apt, "amd64", std::slice::from_ref(&package), &debs).map_err(plain)?;
+    let name = "usr/share/keyrings/ubuntu-archive-keyring.gpg";
+    extract(&files[0], &tree, |p| {
+        (p.trim_start_matches("./") == name).then(|| "ubuntu-archive-keyring.gpg".into())
+    })
+    .map_err(plain)?;
+    if !tree.join("ubuntu-archive-keyring.gpg").is_file() {
+        return Err(format!("Debian's ubuntu-keyring {} holds no /{name}", package.version));
+    }
+    if std::fs::rename(&tree, &dir).is_err() && !keyring.is_file() {
+        return Err(format!("placing {}", dir.display()));
+    }
+    Ok(keyring)
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<String, ToolkitError> {
@@ -233,33 +317,10 @@ fn assemble(apt: &Path, arch: &str, packages: &[DebianPackage], home: &Path) -> 
     let debs = tmp.path().join("debs");
     let tree = tmp.path().join("home");
     std::fs::create_dir_all(&debs).map_err(io("creating", &debs))?;
-    let opts = apt_options(apt);
     let wanted: Vec<String> = packages.iter().map(|p| format!("{}={}", p.name, p.version)).collect();
     tracing::info!("fetching the CUDA 12 toolkit from Debian {SUITE} non-free ({})", wanted.join(", "));
-    run(
-        Command::new("apt-get")
-            .current_dir(&debs)
-            .args(&opts)
-            .args(["-o", &format!("APT::Architecture={arch}"), "download", "-qq"])
-            .args(&wanted),
-        "apt-get download",
-    )?;
-    for p in packages {
-        let file = std::fs::read_dir(&debs)
-            .map_err(io("reading", &debs))?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|f| f.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{}_", p.name))))
-            .ok_or_else(|| ToolkitError::Apt(format!("apt-get download left no {}", p.name)))?;
-        let got = stackbuild_common::sha256_file(&file).map_err(io("hashing", &file))?;
-        if got != p.sha256 {
-            return Err(ToolkitError::Digest {
-                file: file.display().to_string(),
-                got,
-                want: p.sha256.clone(),
-            });
-        }
-        extract(&file, &tree)?;
+    for file in download(apt, arch, packages, &debs)? {
+        extract(&file, &tree, place)?;
     }
     let profile = tree.join("bin/nvcc.profile");
     // NVIDIA's own profile, relative to nvcc: Debian's names /usr paths.
@@ -329,7 +390,7 @@ fn place(path: &str) -> Option<String> {
 /// Takes the files `place` wants out of one package. Entries are never written through a
 /// symbolic link: a link is made only as a leaf, with a relative target, and a path whose
 /// parent is a link is refused.
-fn extract(deb: &Path, tree: &Path) -> Result<(), ToolkitError> {
+fn extract(deb: &Path, tree: &Path, place: impl Fn(&str) -> Option<String>) -> Result<(), ToolkitError> {
     let mut child = Command::new("dpkg-deb")
         .arg("--fsys-tarfile")
         .arg(deb)
