@@ -21,6 +21,7 @@ mod plan;
 mod platform;
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -884,8 +885,11 @@ fn missing_packages(
     let mut packages: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
     let mut shipped = Vec::new();
     for (soname, providers) in &found {
-        // The package named after the library first (libgl1 for libGL.so.1), else the first.
-        if let Some(p) = providers.iter().next() {
+        // The plain runtime package before its variants (libavcodec59, not libavcodec-extra59;
+        // a -dev package only where it alone ships the name, as for an unversioned `.so`).
+        let rank =
+            |p: &&String| (["-dev", "-extra", "-dbg"].iter().any(|v| p.contains(v)), p.len(), (*p).clone());
+        if let Some(p) = providers.iter().min_by_key(rank) {
             packages.insert(p);
             shipped.push(format!("{soname} ({p})"));
         }
@@ -894,19 +898,21 @@ fn missing_packages(
     let mut out = String::new();
     if !packages.is_empty() {
         let list: Vec<String> = packages.iter().map(|p| format!("{p:?}")).collect();
-        out.push_str(&format!(
-            "fix: add {} to [base] packages: Debian {}'s packages that ship {}\n",
+        let _ = writeln!(
+            out,
+            "fix: add {} to [base] packages: Debian {}'s packages that ship {}",
             list.join(", "),
             base.suite,
             shipped.join(", ")
-        ));
+        );
     }
     if !missing.is_empty() {
-        out.push_str(&format!(
-            "no package of Debian {} main ships {}: a wheel that should carry it, or a plugin to accept with [[audit.ignore]] and its reason\n",
+        let _ = writeln!(
+            out,
+            "no package of Debian {} main ships {}: a wheel that should carry it, or a plugin to accept with [[audit.ignore]] and its reason",
             base.suite,
             missing.join(", ")
-        ));
+        );
     }
     out
 }

@@ -566,3 +566,53 @@ fn a_url_dependency_is_locked_fetched_and_verified() {
     let err = String::from_utf8_lossy(&refused.out.stderr);
     assert!(err.contains("tinyurl 1.0") && err.contains(&sha), "{err}");
 }
+
+/// An Ubuntu base on this Debian host with no `[base] mirror`: mmdebstrap's Ubuntu archive,
+/// checked with Ubuntu's keys from Debian's `ubuntu-keyring` package (fetched into the cache).
+/// And a wheel that links a library the base lacks (opencv-python's `libGL.so.1`): the audit
+/// stops the build and names the Debian packages that ship what is missing; with them it
+/// builds, and the Qt plugins opencv-python carries are only warnings.
+#[test]
+fn an_ubuntu_base_and_the_audits_package_fix() {
+    if !ready(&[]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let write = |name: &str, text: &str| {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let ubuntu = write(
+        "jammy.toml",
+        "[image]\nname = \"jammy\"\ntag = \"test\"\n\n[base]\nubuntu = \"jammy\"\npackages = [\"python3\"]\n\n\
+         [python]\nversion = \"3.10\"\npackages = [\"six==1.16.0\"]\n",
+    );
+    let jammy = build(&ubuntu, &cache, &tmp.path().join("jammy"), &[]);
+    let err = String::from_utf8_lossy(&jammy.out.stderr).into_owned();
+    let offline = ["Temporary failure resolving", "Could not resolve", "Failed to fetch"];
+    if !jammy.out.status.success() && offline.iter().any(|m| err.contains(m)) {
+        eprintln!("skipped the Ubuntu base: Ubuntu's archive is not reachable from here:\n{err}");
+    } else {
+        ok(&jammy);
+    }
+
+    let cv = |packages: &str| {
+        format!(
+            "[image]\nname = \"cv\"\ntag = \"test\"\n\n[base]\ndebian = \"bookworm\"\npackages = [{packages}]\n\n\
+             [python]\nversion = \"3.11\"\npackages = [\"opencv-python==4.8.0.74\", \"numpy==1.26.4\"]\n"
+        )
+    };
+    let bare = write("cv.toml", &cv("\"python3\""));
+    let failed = build(&bare, &cache, &tmp.path().join("cv"), &[]);
+    let err = String::from_utf8_lossy(&failed.out.stderr).into_owned();
+    assert!(!failed.out.status.success(), "{err}");
+    assert!(
+        err.contains("fix: add \"libgl1\", \"libglib2.0-0\" to [base] packages: Debian bookworm's packages that ship libGL.so.1 (libgl1)"),
+        "{err}"
+    );
+    assert!(err.contains("a Qt plugin"), "{err}");
+    let fixed = write("cv-fixed.toml", &cv("\"python3\", \"libgl1\", \"libglib2.0-0\""));
+    ok(&build(&fixed, &cache, &tmp.path().join("cv-fixed"), &[]));
+}

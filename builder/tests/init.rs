@@ -399,7 +399,7 @@ fn more_shapes_real_projects_have() {
     validates(&ext.join("stackbuild.toml"));
 }
 
-/// Research projects' conda environments (DiT's `environment.yml`, diffusion_policy's
+/// Research projects' conda environments (`DiT`'s `environment.yml`, `diffusion_policy`'s
 /// `conda_environment.yaml`): Python, torch under its index name, the CUDA the conda build is
 /// for, the `pip:` list read as a requirements file (and winning over a conda package of the
 /// same name, as pip runs after conda), conda's tools and C libraries left out, said once.

@@ -226,7 +226,7 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
 }
 
 /// The extra index of `extra` that uv's message says it could not fetch from ("Failed to
-/// fetch: https://pypi.nvidia.com/av/ ... dns error"), when the failure is the network's.
+/// fetch: <https://nvidia.example/av/> ... dns error"), when the failure is the network's.
 fn unreachable_index(message: &str, extra: &[String]) -> Option<String> {
     let network =
         ["dns error", "client error (Connect)", "error sending request", "Connection refused", "timed out"]
@@ -424,9 +424,9 @@ mod tests {
              cp311/x86_64-manylinux_2_36, and its source cannot be used: a 1 is a wheel stub: ...",
         );
         assert!(r.starts_with("a has no wheel for cp311"), "{r}");
-        let extra = ["https://pypi.nvidia.com".to_owned(), "https://download.example/whl/cu128".to_owned()];
-        let m = "Request failed after 3 retries\n  cause: Failed to fetch: https://pypi.nvidia.com/av/\n  cause: dns error";
-        assert_eq!(super::unreachable_index(m, &extra).as_deref(), Some("https://pypi.nvidia.com"));
+        let extra = ["https://nvidia.example".to_owned(), "https://download.example/whl/cu128".to_owned()];
+        let m = "Request failed after 3 retries\n  cause: Failed to fetch: https://nvidia.example/av/\n  cause: dns error";
+        assert_eq!(super::unreachable_index(m, &extra).as_deref(), Some("https://nvidia.example"));
         assert_eq!(super::unreachable_index("Because av==1 has no wheels", &extra), None);
     }
 }

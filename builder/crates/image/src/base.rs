@@ -191,16 +191,15 @@ impl DebianBase {
         epoch: u64,
         compression: Compression,
     ) -> Result<PreparedBase, BaseError> {
-        let sources = match &self.mirror {
-            Some(m) => m.clone(),
-            None => {
-                let host = host_apt_sources()?;
-                // The host's Debian sources cannot serve an Ubuntu suite.
-                if self.distribution == "ubuntu" && !host.contains("/ubuntu") {
-                    UBUNTU_DEFAULT.to_owned()
-                } else {
-                    for_suite(&host, &self.distribution, &self.suite)
-                }
+        let sources = if let Some(m) = &self.mirror {
+            m.clone()
+        } else {
+            let host = host_apt_sources()?;
+            // The host's Debian sources cannot serve an Ubuntu suite.
+            if self.distribution == "ubuntu" && !host.contains("/ubuntu") {
+                UBUNTU_DEFAULT.to_owned()
+            } else {
+                for_suite(&host, &self.distribution, &self.suite)
             }
         };
         let key = self.key(&sources, epoch, compression);

@@ -108,7 +108,7 @@ pub fn is_static(pkg_info: &str) -> bool {
 
 /// The index a *wheel stub* downloads its wheel from: an sdist whose build backend is
 /// `wheel_stub.buildapi` (NVIDIA's wheel-stub, <https://github.com/wheelnext/wheel-stub>) holds
-/// no code; building it fetches the real wheel from `[tool.wheel_stub] index_url` (TensorRT's
+/// no code; building it fetches the real wheel from `[tool.wheel_stub] index_url` (`TensorRT`'s
 /// `tensorrt-cu13-libs`, whose wheels live only on NVIDIA's index). A build here has no network,
 /// so such an sdist can never be built; `Some("")` when the stub names no index.
 pub(crate) fn wheel_stub_index(path: &Path) -> Option<String> {

@@ -81,6 +81,7 @@ pub struct Project<'a> {
 /// dependencies (`name @ git+URL@REV`) to the tar of their commit, and the recipe's projects
 /// (`[[source]] install = "wheel"`) to the tar of their tree, their dependencies resolved with
 /// the rest.
+#[allow(clippy::too_many_lines)] // one loop: resolve, then take sources or step one back
 pub fn resolve_with_sources(
     python: &PythonSection,
     target: &Target,
@@ -175,7 +176,7 @@ pub fn resolve_with_sources(
                 return Err(err);
             };
             let Ok(text) = sdist_metadata(metadata, &sdist) else { return Err(err) };
-            say(format!(
+            say(&format!(
                 "{name} {had} conflicts with the rest; trying its source distribution {}",
                 sdist.version
             ));
@@ -198,7 +199,7 @@ pub fn resolve_with_sources(
                         "{message}\n\n{name} has no wheel for {target}, and its source cannot be used: {why}"
                     ),
                 })?;
-            say(format!(
+            say(&format!(
                 "{name} {}: no wheel for {target}; resolving its source distribution",
                 sdist.version
             ));
@@ -250,8 +251,8 @@ fn ruled_out<'a>(
 
 /// Logs `line` once per process: `init` resolves several times (each lagging package asked
 /// again).
-fn say(line: String) {
-    if SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(line.clone()) {
+fn say(line: &str) {
+    if SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(line.to_owned()) {
         tracing::info!("{line}");
     }
 }

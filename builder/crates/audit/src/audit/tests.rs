@@ -885,7 +885,7 @@ fn cufiles_rdma_plugin_is_optional() {
     );
 }
 
-/// Qt plugins that wheels carry (PyQt6's `Qt6/plugins/platforms/libqxcb.so`, opencv-python's
+/// Qt plugins that wheels carry (`PyQt6`'s `Qt6/plugins/platforms/libqxcb.so`, opencv-python's
 /// `cv2/qt/plugins/...`) need X11 libraries a headless image lacks: Qt loads a plugin on demand
 /// and skips it, so those are warnings; what the extension module itself links stays an error.
 #[test]

@@ -1,6 +1,6 @@
 //! conda environment files (`environment.yml`, `conda_environment.yaml`, ...), as research
-//! projects ship them in place of a requirements file (DiT, diffusion_policy, Stable
-//! Diffusion): `dependencies:` lists conda packages as match specs, and a `pip:` list that conda
+//! projects ship them in place of a requirements file (`DiT`, `diffusion_policy`,
+//! Stable Diffusion): `dependencies:` lists conda packages as match specs, and a `pip:` list that conda
 //! hands to pip as a requirements file (conda's "Managing environments" guide,
 //! <https://docs.conda.io/projects/conda/en/latest/user-guide/tasks/manage-environments.html>).
 //!
@@ -56,7 +56,7 @@ const RENAMED: [(&str, &str); 9] = [
 ];
 
 /// conda packages that name the CUDA a conda torch is built for (conda-forge's
-/// `cuda-version` metapackage, PyTorch's `pytorch-cuda`, the older `cudatoolkit`).
+/// `cuda-version` metapackage, `PyTorch`'s `pytorch-cuda`, the older `cudatoolkit`).
 const CUDA_NAMES: [&str; 5] = ["pytorch-cuda", "cudatoolkit", "cuda-version", "cuda-toolkit", "cuda-runtime"];
 
 /// conda packages that are not Python packages the image installs: conda's and pip's own

@@ -17,7 +17,7 @@ const NEEDS: [(&str, &[&str], &str); 2] = [
     ("opencv-contrib-python", &["libgl1", "libglib2.0-0"], "cv2 links libGL.so.1 and GLib"),
 ];
 
-/// A Debian package's name in `suite`: the 64-bit time_t transition renamed GLib's library
+/// A Debian package's name in `suite`: the 64-bit `time_t` transition renamed `GLib`'s library
 /// package in trixie and noble (`libglib2.0-0t64`; Debian's "2038" transition).
 fn in_suite(package: &str, suite: &str) -> String {
     if package == "libglib2.0-0"
