@@ -315,6 +315,14 @@ fn hint(log: &str, memory: u64) -> String {
                 [python.build.extra_requires]"
             .to_owned();
     }
+    if log.contains("valid project/version requirement specifiers") {
+        // setuptools 67 made packaging's PEP 508 parser strict: gym 0.21's
+        // `extras_require` (`opencv-python>=3.`) no longer parses.
+        return "\nhint: its setup.py declares requirements that setuptools 67 and later refuse as \
+                invalid PEP 508; give its build an older one: `NAME = [\"setuptools<66\"]` in \
+                [python.build.extra_requires]"
+            .to_owned();
+    }
     if log.contains("Read-only file system") || log.contains("Permission denied") {
         return "\nhint: a build may write only below its build directory; everything else is read-only"
             .to_owned();
@@ -335,5 +343,9 @@ mod tests {
         assert!(
             hint("ModuleNotFoundError: No module named 'pkg_resources'", 1 << 30).contains("setuptools<82")
         );
+        let gym =
+            "error in gym setup command: 'extras_require' must be a dictionary whose values are strings \
+                   or lists of strings containing valid project/version requirement specifiers.";
+        assert!(hint(gym, 1 << 30).contains("setuptools<66"));
     }
 }
