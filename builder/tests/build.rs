@@ -587,7 +587,7 @@ fn an_ubuntu_base_and_the_audits_package_fix() {
     let ubuntu = write(
         "jammy.toml",
         "[image]\nname = \"jammy\"\ntag = \"test\"\n\n[base]\nubuntu = \"jammy\"\npackages = [\"python3\"]\n\n\
-         [python]\nversion = \"3.10\"\npackages = [\"six==1.16.0\"]\n",
+         [python]\nversion = \"3.10\"\npackages = [\"six==1.16.0\"]\nbytecode = false\n",
     );
     let jammy = build(&ubuntu, &cache, &tmp.path().join("jammy"), &[]);
     let err = String::from_utf8_lossy(&jammy.out.stderr).into_owned();
@@ -601,7 +601,8 @@ fn an_ubuntu_base_and_the_audits_package_fix() {
     let cv = |packages: &str| {
         format!(
             "[image]\nname = \"cv\"\ntag = \"test\"\n\n[base]\ndebian = \"bookworm\"\npackages = [{packages}]\n\n\
-             [python]\nversion = \"3.11\"\npackages = [\"opencv-python==4.8.0.74\", \"numpy==1.26.4\"]\n"
+             [python]\nversion = \"3.11\"\npackages = [\"opencv-python==4.8.0.74\", \"numpy==1.26.4\"]\n\
+             bytecode = false\n"
         )
     };
     let bare = write("cv.toml", &cv("\"python3\""));

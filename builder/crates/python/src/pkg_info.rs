@@ -123,13 +123,13 @@ pub(crate) fn wheel_stub_index(path: &Path) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn sdist(dir: &Path, files: &[(&str, &str)]) -> std::path::PathBuf {
-        let path = dir.join("a-1.0.tar.gz");
+    /// A `.tar.gz` at `path` holding `files` (member name, text): a stand-in sdist.
+    pub(crate) fn write_sdist(path: &Path, files: &[(&str, &str)]) {
         let gz =
-            flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::fast());
+            flate2::write::GzEncoder::new(std::fs::File::create(path).unwrap(), flate2::Compression::fast());
         let mut b = tar::Builder::new(gz);
         for (name, body) in files {
             let mut h = tar::Header::new_gnu();
@@ -138,6 +138,11 @@ mod tests {
             b.append_data(&mut h, name, body.as_bytes()).unwrap();
         }
         b.into_inner().unwrap().finish().unwrap();
+    }
+
+    fn sdist(dir: &Path, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let path = dir.join("a-1.0.tar.gz");
+        write_sdist(&path, files);
         path
     }
 
@@ -170,19 +175,10 @@ mod tests {
     #[test]
     fn reads_the_top_pkg_info_only() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a-1.0.tar.gz");
-        let gz =
-            flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::fast());
-        let mut b = tar::Builder::new(gz);
-        for (name, body) in
-            [("a-1.0/sub/PKG-INFO", "wrong"), ("a-1.0/PKG-INFO", "Metadata-Version: 2.2\nName: a\n")]
-        {
-            let mut h = tar::Header::new_gnu();
-            h.set_size(body.len() as u64);
-            h.set_mode(0o644);
-            b.append_data(&mut h, name, body.as_bytes()).unwrap();
-        }
-        b.into_inner().unwrap().finish().unwrap();
+        let path = sdist(
+            dir.path(),
+            &[("a-1.0/sub/PKG-INFO", "wrong"), ("a-1.0/PKG-INFO", "Metadata-Version: 2.2\nName: a\n")],
+        );
         assert_eq!(sdist_pkg_info(&path).unwrap(), "Metadata-Version: 2.2\nName: a\n");
     }
 }

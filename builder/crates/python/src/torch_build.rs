@@ -169,16 +169,9 @@ mod tests {
 
     fn sdist(dir: &Path, files: &[(&str, &str)]) -> std::path::PathBuf {
         let path = dir.join("x-1.0.tar.gz");
-        let gz =
-            flate2::write::GzEncoder::new(std::fs::File::create(&path).unwrap(), flate2::Compression::fast());
-        let mut b = tar::Builder::new(gz);
-        for (name, body) in files {
-            let mut h = tar::Header::new_gnu();
-            h.set_size(body.len() as u64);
-            h.set_mode(0o644);
-            b.append_data(&mut h, format!("x-1.0/{name}"), body.as_bytes()).unwrap();
-        }
-        b.into_inner().unwrap().finish().unwrap();
+        let named: Vec<(String, &str)> = files.iter().map(|(n, b)| (format!("x-1.0/{n}"), *b)).collect();
+        let named: Vec<(&str, &str)> = named.iter().map(|(n, b)| (n.as_str(), *b)).collect();
+        crate::pkg_info::tests::write_sdist(&path, &named);
         path
     }
 

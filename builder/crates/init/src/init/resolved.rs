@@ -1,0 +1,167 @@
+//! What a resolution of the plan's requirements tells it: the pins of the unpinned packages,
+//! what was left out, the CUDA the wheels carry, an index that could not be reached; and what
+//! the resolution needs of the plan.
+
+use std::collections::BTreeMap;
+
+use super::{pin_requirement, Plan, Untranslated};
+
+impl Plan {
+    /// Pins the unpinned requirements to what `resolved` (`name -> version`, from a resolution
+    /// of the recipe's requirements) says, and says so. Those it has no version for are listed
+    /// as not translated: with their own reason where `failed` has one (the package the
+    /// resolver named), else with `why_not`, the resolution's failure, said once.
+    pub fn pin(
+        &mut self,
+        resolved: Option<&BTreeMap<String, String>>,
+        failed: &BTreeMap<String, String>,
+        why_not: &str,
+    ) {
+        use std::str::FromStr as _;
+        let unpinned = std::mem::take(&mut self.unpinned);
+        let mut said = false;
+        for name in unpinned {
+            let norm = stackbuild_python::normalize_name(&name);
+            let Some(i) = self.packages.iter().position(|(r, _)| {
+                pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r)
+                    .is_ok_and(|req| req.name.to_string() == norm)
+            }) else {
+                continue;
+            };
+            if let Some(version) = resolved.and_then(|r| r.get(&norm)) {
+                let (req, at) = self.packages[i].clone();
+                let pinned = pin_requirement(&req, version);
+                self.decisions.push(format!(
+                    "{at}: `{req}` has no version; pinned to {version}, what uv resolves for the image today"
+                ));
+                self.packages[i] = (pinned, at);
+            } else {
+                let (req, at) = self.packages.remove(i);
+                let why = if let Some(reason) = failed.get(&norm) {
+                    format!("{reason}; add `{name}==VERSION` to [python] packages once it resolves")
+                } else if said {
+                    format!("no version, for the reason above; add `{name}==VERSION` to [python] packages")
+                } else {
+                    said = true;
+                    format!(
+                        "a recipe pins its top-level packages, and no version could be found: {why_not}; add \
+                         `{name}==VERSION` to [python] packages"
+                    )
+                };
+                self.untranslated.push(Untranslated { at, what: req, why });
+            }
+        }
+        // A pinned package the resolver left out stays out: the recipe must resolve as written
+        // (diffusion_policy's `pytorch3d=0.7.0` has no Linux wheel and no sdist on the index).
+        for (name, reason) in failed {
+            let norm = stackbuild_python::normalize_name(name);
+            while let Some(i) = self.packages.iter().position(|(r, _)| {
+                pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r)
+                    .is_ok_and(|req| req.name.to_string() == norm)
+            }) {
+                let (req, at) = self.packages.remove(i);
+                let why = format!("{reason}; add it back to [python] packages once it resolves");
+                self.untranslated.push(Untranslated { at, what: req, why });
+            }
+        }
+        // The installed project requires them again through its own metadata: an override
+        // keeps them out of the lock too (DreamZero's `tensorrt`, whose wheels are only on
+        // NVIDIA's index), said beside it.
+        if self.project_wheel {
+            for (name, reason) in failed {
+                self.overrides.push((
+                    format!("{name} ; sys_platform == 'never'"),
+                    format!("left out although the project requires it ({reason}); remove this line once it resolves"),
+                ));
+            }
+        }
+    }
+
+    /// Whether there is anything to resolve: packages, and no lock of the project's.
+    pub fn resolvable(&self) -> bool {
+        self.lock.is_none() && !self.packages.is_empty()
+    }
+
+    /// The base: (`debian` or `ubuntu`, suite).
+    pub fn base(&self) -> (&str, &str) {
+        (&self.distro.0, &self.distro.1)
+    }
+
+    /// Makes `[cuda]` say what the resolved wheels carry (`nvidia-cuda-runtime-cu12` 12.4.127:
+    /// CUDA 12.4; `nvidia-cudnn-cu12`: its cuDNN) where the inputs said otherwise (a
+    /// Dockerfile's `nvidia/cuda:12.1...` tag beside a torch that ships 12.4), and says why:
+    /// `stackbuild check` holds `[cuda]` against the wheels, and the wheels are what runs.
+    pub fn reconcile_cuda(&mut self, resolved: &BTreeMap<String, String>) {
+        let runtime = ["nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime"]
+            .into_iter()
+            .find_map(|n| resolved.get(n).map(|v| (n, v)));
+        let Some((package, version)) = runtime else { return };
+        let minor: Vec<&str> = version.split('.').take(2).collect();
+        if minor.len() < 2 {
+            return;
+        }
+        let cuda = minor.join(".");
+        let cudnn = resolved
+            .iter()
+            .find(|(n, _)| n.starts_with("nvidia-cudnn-cu") || n.as_str() == "nvidia-cudnn")
+            .map(|(_, v)| v.clone());
+        match &mut self.cuda {
+            Some((have, _)) if *have == cuda => {}
+            Some((have, have_cudnn)) => {
+                self.decisions.push(format!(
+                    "[cuda] {cuda}, not {have}: the resolved wheels carry CUDA {cuda} ({package} {version}); \
+                     {have} came from the inputs. For CUDA {have}, pin the torch build made for it (its \
+                     per-CUDA index) in the recipe"
+                ));
+                *have = cuda;
+                if have_cudnn.is_some() {
+                    *have_cudnn = cudnn;
+                }
+            }
+            None => {
+                self.decisions
+                    .push(format!("[cuda] {cuda}: the resolved wheels carry it ({package} {version})"));
+                self.cuda = Some((cuda, None));
+            }
+        }
+    }
+
+    /// The requirements, for resolving the unpinned ones.
+    pub fn requirements(&self) -> Vec<String> {
+        self.packages.iter().map(|(r, _)| r.clone()).collect()
+    }
+
+    /// The recipe's overrides and constraints, for resolving as the recipe will.
+    pub fn overrides_and_constraints(&self) -> (Vec<String>, Vec<String>) {
+        (
+            self.overrides.iter().map(|(r, _)| r.clone()).collect(),
+            self.constraints.iter().map(|(r, _)| r.clone()).collect(),
+        )
+    }
+
+    /// Adds a decision to the report.
+    pub fn decide(&mut self, text: String) {
+        self.decisions.push(text);
+    }
+
+    /// The recipe's Python version.
+    pub fn python(&self) -> &str {
+        &self.python
+    }
+
+    /// The recipe's indexes, as a `[python]` section would hold them.
+    pub fn indexes(&self) -> (Option<String>, Vec<String>, Vec<String>) {
+        (self.index.clone(), self.extra_index.clone(), self.find_links.clone())
+    }
+
+    /// Takes the extra index `url` out of the recipe (it could not be reached when init ran),
+    /// listing it with `why`, so that the recipe resolves where init ran.
+    pub fn drop_extra_index(&mut self, url: &str, why: &str) {
+        self.extra_index.retain(|u| u != url);
+        self.untranslated.push(Untranslated {
+            at: "[python] extra_index".into(),
+            what: url.to_owned(),
+            why: why.to_owned(),
+        });
+    }
+}
