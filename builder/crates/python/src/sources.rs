@@ -429,11 +429,39 @@ impl MetadataEntry {
         Self {
             name: name.to_string(),
             version: version.to_string(),
-            requires_dist: all("requires-dist"),
+            requires_dist: all("requires-dist").iter().filter_map(|r| valid_requirement(name, r)).collect(),
             requires_python: all("requires-python").into_iter().next().filter(|v| !v.is_empty()),
             provides_extras: all("provides-extra"),
         }
     }
+}
+
+/// `requirement` as uv reads `[[dependency-metadata]]` (strict PEP 508): as it is when it
+/// parses; else with the versions old setuptools let through mended, a trailing dot dropped
+/// (gym 0.21's `opencv-python (>=3.)` is `>=3`, as pip's and uv's lenient readers of installed
+/// metadata take it); else left out, and said.
+fn valid_requirement(name: &PackageName, requirement: &str) -> Option<String> {
+    let parses = |r: &str| pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r).is_ok();
+    if parses(requirement) {
+        return Some(requirement.to_owned());
+    }
+    let mut mended = String::with_capacity(requirement.len());
+    let chars: Vec<char> = requirement.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        let after = chars.get(i + 1).copied();
+        let trailing_dot = c == '.'
+            && i > 0
+            && chars[i - 1].is_ascii_digit()
+            && after.is_none_or(|a| matches!(a, ',' | ')' | ';' | ' '));
+        if !trailing_dot {
+            mended.push(c);
+        }
+    }
+    if parses(&mended) {
+        return Some(mended);
+    }
+    tracing::warn!("{name}: its metadata's requirement {requirement:?} is not PEP 508; left out");
+    None
 }
 
 /// The packages uv's failure names as having no usable wheel: its hint "Wheels are required for
@@ -601,6 +629,17 @@ mod tests {
         assert!(r[0].contains(&pep440_rs::Version::from_str("4.9.3").unwrap()));
         assert!(!r[0].contains(&pep440_rs::Version::from_str("4.13.2").unwrap()));
         assert!(ranges_in("x-antlr4-python3-runtime==1", &name).is_empty());
+    }
+
+    #[test]
+    fn metadata_old_setuptools_let_through_is_mended() {
+        let gym: PackageName = "gym".parse().unwrap();
+        assert_eq!(valid_requirement(&gym, "numpy>=1.18.0").as_deref(), Some("numpy>=1.18.0"));
+        assert_eq!(
+            valid_requirement(&gym, "opencv-python (>=3.) ; extra == 'all'").as_deref(),
+            Some("opencv-python (>=3) ; extra == 'all'")
+        );
+        assert_eq!(valid_requirement(&gym, "not a requirement !!"), None);
     }
 
     #[test]
