@@ -315,6 +315,13 @@ fn hint(log: &str, memory: u64) -> String {
                 [python.build.extra_requires]"
             .to_owned();
     }
+    if log.contains("pkg-config is required") || log.contains("pkg-config: not found") {
+        // PyAV's setup.py: "pkg-config is required for building PyAV" (it finds FFmpeg so).
+        return "\nhint: the build needs pkg-config and the C libraries' development packages it \
+                looks for (PyAV: libavformat-dev, libavcodec-dev, libavdevice-dev, libavutil-dev, \
+                libavfilter-dev, libswscale-dev, libswresample-dev): add them to [python.build] packages"
+            .to_owned();
+    }
     if log.contains("valid project/version requirement specifiers") {
         // setuptools 67 made packaging's PEP 508 parser strict: gym 0.21's
         // `extras_require` (`opencv-python>=3.`) no longer parses.
@@ -347,5 +354,6 @@ mod tests {
             "error in gym setup command: 'extras_require' must be a dictionary whose values are strings \
                    or lists of strings containing valid project/version requirement specifiers.";
         assert!(hint(gym, 1 << 30).contains("setuptools<66"));
+        assert!(hint("pkg-config is required for building PyAV", 1 << 30).contains("[python.build] packages"));
     }
 }
