@@ -322,6 +322,13 @@ fn hint(log: &str, memory: u64) -> String {
                 libavfilter-dev, libswscale-dev, libswresample-dev): add them to [python.build] packages"
             .to_owned();
     }
+    if log.contains("Suggest adding 'noexcept'") {
+        // Cython 3.0 made callbacks `except *` unless declared `noexcept` (Cython's "Migrating
+        // to Cython 3.0"): code written for 0.29 (PyAV 10's logging.pyx) no longer compiles.
+        return "\nhint: its Cython code was written for Cython 0.29, which Cython 3 refuses; give \
+                its build the older one: `NAME = [\"cython<3\"]` in [python.build.extra_requires]"
+            .to_owned();
+    }
     if log.contains("valid project/version requirement specifiers") {
         // setuptools 67 made packaging's PEP 508 parser strict: gym 0.21's
         // `extras_require` (`opencv-python>=3.`) no longer parses.
@@ -355,5 +362,7 @@ mod tests {
                    or lists of strings containing valid project/version requirement specifiers.";
         assert!(hint(gym, 1 << 30).contains("setuptools<66"));
         assert!(hint("pkg-config is required for building PyAV", 1 << 30).contains("[python.build] packages"));
+        let pyav = "av/logging.pyx:351:28: ... Exception values are incompatible. Suggest adding 'noexcept' to the type";
+        assert!(hint(pyav, 1 << 30).contains("cython<3"));
     }
 }
