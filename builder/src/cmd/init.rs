@@ -218,7 +218,8 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
             return Outcome { why_not: reason, failed, unreachable, ..Outcome::offline() };
         }
         for name in &culprits {
-            failed.insert(name.clone(), format!("the resolver left it out: {reason}"));
+            failed
+                .insert(name.clone(), format!("the resolver left it out: {}", reason.trim_end_matches('.')));
         }
         packages.retain(|r| !culprits.contains(&r.name.to_string()));
     }
