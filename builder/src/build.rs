@@ -920,13 +920,16 @@ fn missing_packages(
 /// The keyring an Ubuntu base needs where the host has none and its apt is Debian's (no
 /// `[base] mirror`): Ubuntu's archive keys from Debian's `ubuntu-keyring` package
 /// ([`stackbuild_wheelbuild::ubuntu_keyring`]); `None` for every other base.
-fn archive_keyring(b: &stackbuild_recipe::Bootstrap, cache: &Cache) -> Result<Option<PathBuf>, BuildError> {
+fn archive_keyring(
+    recipe: &Recipe,
+    b: &stackbuild_recipe::Bootstrap,
+    cache: &Cache,
+) -> Result<Option<PathBuf>, BuildError> {
     let host_has = Path::new("/usr/share/keyrings/ubuntu-archive-keyring.gpg").is_file();
     if b.distro.as_str() != "ubuntu" || b.mirror.is_some() || host_has {
         return Ok(None);
     }
-    let sources = stackbuild_image::host_apt_sources().unwrap_or_default();
-    let mirror = stackbuild_wheelbuild::debian_mirror(&sources).ok_or_else(|| {
+    let mirror = from_source::debian_mirror(recipe).ok_or_else(|| {
         BuildError::Keyring(
             "no Debian mirror in this machine's apt sources to fetch ubuntu-keyring from".into(),
         )

@@ -76,7 +76,7 @@ impl PlatformBuilder<'_> {
             mirror: b.mirror.clone(),
             variant: b.variant.clone(),
             architecture: debian_arch(platform).to_owned(),
-            keyring: super::archive_keyring(b, cache)?,
+            keyring: super::archive_keyring(self.recipe, b, cache)?,
         };
         tracing::info!(
             "base: {} {} with {} package(s)",

@@ -65,7 +65,7 @@ pub(super) fn build_root(
         mirror: b.mirror.clone(),
         variant: b.variant.clone(),
         architecture: debian_arch(platform).to_owned(),
-        keyring: super::archive_keyring(b, cache)?,
+        keyring: super::archive_keyring(recipe, b, cache)?,
     };
     let _stage = stackbuild_common::Stage::start("build root");
     tracing::info!(

@@ -12,11 +12,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead as _, BufReader};
 use std::path::Path;
-use std::process::Command;
 
 use stackbuild_cache::Cache;
 
-use crate::toolkit::{apt_options, apt_run};
+use crate::toolkit::apt_update;
 
 /// The largest index read, uncompressed (bookworm's `main/Contents-amd64` is 148 MB).
 const MAX_INDEX: u64 = 1 << 30;
@@ -37,23 +36,11 @@ pub fn debian_providers(
         return Err(format!("not a suite and architecture: {suite:?} {arch:?}"));
     }
     let apt = cache.root().join("apt").join(format!("contents-{suite}-{arch}"));
-    for dir in ["sources", "lists/partial", "cache/archives/partial"] {
-        let d = apt.join(dir);
-        std::fs::create_dir_all(&d).map_err(|e| format!("creating {}: {e}", d.display()))?;
-    }
-    let sources = apt.join("sources/base.sources");
-    let text = format!(
-        "Types: deb\nURIs: {mirror}\nSuites: {suite}\nComponents: main\nArchitectures: {arch}\n\
-         Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
-    );
-    stackbuild_common::write_atomic(&sources, text.as_bytes())
-        .map_err(|e| format!("writing {}: {e}", sources.display()))?;
     // The one index: the architecture literal (`$(ARCHITECTURE)` would add `Contents-all`,
     // 57 MB more), kept as the archive serves it (gzip; a host's `Acquire::GzipIndexes` would
     // store lz4), and none of the Packages, translations or AppStream indices.
     let target = "Acquire::IndexTargets::deb::Contents-deb";
     let options = [
-        format!("APT::Architecture={arch}"),
         "Acquire::Languages=none".into(),
         format!("{target}::MetaKey=$(COMPONENT)/Contents-{arch}"),
         format!("{target}::ShortDescription=Contents-{arch}"),
@@ -66,13 +53,8 @@ pub fn debian_providers(
         "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false".into(),
         "Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false".into(),
     ];
-    apt_run(
-        Command::new("apt-get")
-            .args(apt_options(&apt))
-            .args(options.iter().flat_map(|o| ["-o", o.as_str()]))
-            .args(["update", "-qq"]),
-        "apt-get update (the Contents index)",
-    )?;
+    apt_update(&apt, mirror, suite, "main", arch, &options)
+        .map_err(|e| format!("the Contents index of Debian {suite}: {e}"))?;
     let lists = apt.join("lists");
     let suffix = format!("_dists_{suite}_main_Contents-{arch}");
     let index = std::fs::read_dir(&lists)

@@ -138,7 +138,7 @@ pub fn debian_cuda12(cache: &Cache, mirror: &str, arch: &str) -> Result<DebianCu
 }
 
 /// apt's options for the private configuration under `apt`.
-pub(crate) fn apt_options(apt: &Path) -> Vec<String> {
+fn apt_options(apt: &Path) -> Vec<String> {
     let d = apt.display();
     [
         "Dir::Etc::sourcelist=-".to_owned(),
@@ -162,27 +162,40 @@ fn index(apt: &Path, mirror: &str, arch: &str) -> Result<Vec<DebianPackage>, Too
 
 /// Writes the private sources of `mirror`'s trixie and runs `apt-get update` on them.
 fn refresh(apt: &Path, mirror: &str, arch: &str) -> Result<(), ToolkitError> {
+    apt_update(apt, mirror, SUITE, COMPONENTS, arch, &[]).map_err(ToolkitError::Apt)
+}
+
+/// Writes the private sources under `apt` (Debian's `suite` of `mirror`, `components`, `arch`,
+/// checked with Debian's archive keyring) and runs `apt-get update` on them with `options`
+/// (`-o` settings: which indices to fetch).
+pub(crate) fn apt_update(
+    apt: &Path,
+    mirror: &str,
+    suite: &str,
+    components: &str,
+    arch: &str,
+    options: &[String],
+) -> Result<(), String> {
     for dir in ["sources", "lists/partial", "cache/archives/partial"] {
         let d = apt.join(dir);
-        std::fs::create_dir_all(&d).map_err(io("creating", &d))?;
+        std::fs::create_dir_all(&d).map_err(|e| format!("creating {}: {e}", d.display()))?;
     }
-    let sources = apt.join("sources/trixie.sources");
+    let sources = apt.join(format!("sources/{suite}.sources"));
     let text = format!(
-        "Types: deb\nURIs: {mirror}\nSuites: {SUITE}\nComponents: {COMPONENTS}\nArchitectures: {arch}\n\
+        "Types: deb\nURIs: {mirror}\nSuites: {suite}\nComponents: {components}\nArchitectures: {arch}\n\
          Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
     );
-    stackbuild_common::write_atomic(&sources, text.as_bytes()).map_err(io("writing", &sources))?;
-    let opts = apt_options(apt);
-    run(
-        Command::new("apt-get").args(&opts).args([
-            "-o",
-            &format!("APT::Architecture={arch}"),
-            "update",
-            "-qq",
-        ]),
+    stackbuild_common::write_atomic(&sources, text.as_bytes())
+        .map_err(|e| format!("writing {}: {e}", sources.display()))?;
+    apt_run(
+        Command::new("apt-get")
+            .args(apt_options(apt))
+            .args(["-o", &format!("APT::Architecture={arch}")])
+            .args(options.iter().flat_map(|o| ["-o", o.as_str()]))
+            .args(["update", "-qq"]),
         "apt-get update",
-    )?;
-    Ok(())
+    )
+    .map(drop)
 }
 
 /// The version and sha256 of the candidate of package `name` in the private index.
@@ -255,14 +268,22 @@ pub fn ubuntu_keyring(cache: &Cache, mirror: &str) -> Result<PathBuf, String> {
         ToolkitError::Apt(m) => format!("Ubuntu's archive keyring from Debian {SUITE}: {m}"),
         other => other.to_string(),
     };
+    // A keyring already in the cache is used as it is: it only checks the Ubuntu archive's
+    // signature, and asking Debian's index again would put apt and the network on every build
+    // of an Ubuntu base, the cached ones too.
+    let toolchains = cache.root().join("toolchains");
+    let kept = std::fs::read_dir(&toolchains).into_iter().flatten().flatten().find_map(|e| {
+        let file = e.path().join("ubuntu-archive-keyring.gpg");
+        (e.file_name().to_string_lossy().starts_with("ubuntu-keyring-") && file.is_file()).then_some(file)
+    });
+    if let Some(keyring) = kept {
+        return Ok(keyring);
+    }
     let apt = cache.root().join("apt").join(format!("{SUITE}-amd64"));
     refresh(&apt, mirror, "amd64").map_err(plain)?;
     let package = candidate(&apt, "amd64", "ubuntu-keyring").map_err(plain)?;
-    let dir = cache.root().join("toolchains").join(format!("ubuntu-keyring-{}", &package.sha256[..16]));
+    let dir = toolchains.join(format!("ubuntu-keyring-{}", &package.sha256[..16]));
     let keyring = dir.join("ubuntu-archive-keyring.gpg");
-    if keyring.is_file() {
-        return Ok(keyring);
-    }
     let parent = dir.parent().unwrap_or(&dir);
     std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
     let tmp = tempfile::Builder::new()
@@ -292,7 +313,7 @@ fn run(cmd: &mut Command, what: &str) -> Result<String, ToolkitError> {
 }
 
 /// Runs apt (or dpkg) and returns its output, or what it said on failure.
-pub(crate) fn apt_run(cmd: &mut Command, what: &str) -> Result<String, String> {
+fn apt_run(cmd: &mut Command, what: &str) -> Result<String, String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
