@@ -475,6 +475,48 @@ fn a_lock_without_digests_is_said_and_the_manifests_are_read() {
     assert!(recipe.contains("\"six==1.16.0\"") && !recipe.contains("lock = "), "{recipe}");
 }
 
+/// A project lock whose wheels are served from where this machine cannot reach (lerobot's
+/// `uv.lock` takes torch from download.pytorch.org), and an explicit index that cannot be
+/// reached either: the lock is not used, the manifests are resolved without that index, and
+/// the report says both, with what to do where they can be reached. Port 9 on 127.0.0.1 (the
+/// discard service, not running) refuses the connection.
+#[test]
+fn a_lock_and_an_index_this_machine_cannot_reach() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(
+        dir,
+        "pyproject.toml",
+        "[project]\nname = \"app\"\nversion = \"0.1.0\"\nrequires-python = \">=3.11\"\ndependencies = [\"six==1.16.0\"]\n\n\
+         [[tool.uv.index]]\nname = \"mirror\"\nurl = \"http://127.0.0.1:9/simple\"\nexplicit = true\n\n\
+         [tool.uv.sources]\nsix = [{ index = \"mirror\", marker = \"sys_platform == 'linux'\" }]\n",
+    );
+    write(
+        dir,
+        "uv.lock",
+        "version = 1\nrequires-python = \">=3.11\"\n\n[[package]]\nname = \"app\"\nversion = \"0.1.0\"\n\
+         source = { editable = \".\" }\ndependencies = [{ name = \"six\" }]\n\n[[package]]\nname = \"six\"\n\
+         version = \"1.16.0\"\nsource = { registry = \"http://127.0.0.1:9/simple\" }\n\
+         wheels = [{ url = \"http://127.0.0.1:9/six-1.16.0-py2.py3-none-any.whl\", hash = \
+         \"sha256:8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254\" }]\n",
+    );
+    let (_, said) = init(dir, &[]);
+    if said.contains("no version could be found") {
+        eprintln!("SKIPPED: the index cannot be reached: {said}");
+        return;
+    }
+    assert!(
+        said.contains(
+            "uv.lock: not used as the image's lock: its wheels of six are served from http://127.0.0.1:9"
+        ),
+        "{said}"
+    );
+    assert!(said.contains("http://127.0.0.1:9/simple: not reachable from here"), "{said}");
+    let recipe = recipe_checks(dir);
+    assert!(recipe.contains("\"six==1.16.0\"") && !recipe.contains("lock = "), "{recipe}");
+    assert!(!recipe.contains("extra_index = ") && recipe.contains("(Connection refused"), "{recipe}");
+}
+
 /// A uv workspace without a lock: the member `[tool.uv.sources]` names (`{ workspace = true }`)
 /// and a project at a `path` each become a `[[source]]` installed as a wheel, in place of their
 /// requirement; the rest are the recipe's packages.

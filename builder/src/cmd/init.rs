@@ -45,14 +45,24 @@ impl Args {
         if std::fs::symlink_metadata(&recipe_path).is_ok() {
             return Err(stackbuild_init::InitError::Exists { path: recipe_path }.into());
         }
-        let opts = InitOptions {
+        let mut opts = InitOptions {
             dir: self.dir.clone(),
             from: self.from.clone(),
             extras: self.extras.clone(),
             groups: self.groups.clone(),
             name: self.name.clone(),
+            skip_lock: None,
         };
         let mut plan = stackbuild_init::plan(&opts)?;
+        // A project's lock whose wheels this machine cannot fetch (lerobot's uv.lock takes torch
+        // from download.pytorch.org) would give a recipe whose lock and build fail: its manifests
+        // are resolved instead, against the indexes that can be reached.
+        if !self.offline {
+            if let Some(why) = plan.lock().and_then(|lock| lock_unreachable(lock, plan.python())) {
+                opts.skip_lock = Some(why);
+                plan = stackbuild_init::plan(&opts)?;
+            }
+        }
         if plan.resolvable() {
             let outcome = if self.offline { Outcome::offline() } else { resolve(&plan) };
             for note in &outcome.notes {
@@ -62,7 +72,7 @@ impl Args {
                 plan.drop_extra_index(
                     url,
                     &format!(
-                        "not reachable from here, so the packages were resolved without it ({why}); add it back \
+                        "not reachable from here ({why}), so the packages were resolved without it; add it back \
                          to [python] extra_index where it is reachable"
                     ),
                 );
@@ -202,16 +212,29 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
                     unreachable,
                 };
             }
-            Err(e) => e.to_string(),
+            Err(e) => e,
         };
+        let reason = match &err {
+            // Our own account, when the resolution stopped at a package's source (a wheel
+            // stub, an sdist that cannot be fetched), says more than uv's first clause.
+            stackbuild_python::SolveError::SourceUnusable { target, package, why, .. } => {
+                let why = why.split_whitespace().collect::<Vec<_>>().join(" ");
+                format!("{package} has no wheel for {target}, and its source cannot be used: {why}")
+            }
+            e => resolver_reason(&e.to_string()),
+        };
+        let err = err.to_string();
         // An extra index this machine cannot reach fails every package it is asked about:
         // resolved without it, not blamed on the packages (Isaac-GR00T's NVIDIA index).
-        if let Some(url) = unreachable_index(&err, &extra_index.borrow()) {
+        let unreached = unreachable_index(&err, &extra_index.borrow());
+        if let Some(url) = unreached {
             extra_index.borrow_mut().retain(|u| *u != url);
-            unreachable.push((url, resolver_reason(&err)));
+            // uv's last cause is the network's answer ("Connection refused (os error 111)").
+            let cause =
+                err.rsplit("cause: ").next().unwrap_or(&err).split_whitespace().collect::<Vec<_>>().join(" ");
+            unreachable.push((url, cause));
             continue;
         }
-        let reason = resolver_reason(&err);
         let culprits: Vec<String> =
             packages.iter().map(|r| r.name.to_string()).filter(|n| names(&err, n)).collect();
         if culprits.is_empty() || culprits.len() == packages.len() {
@@ -224,6 +247,45 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
         packages.retain(|r| !culprits.contains(&r.name.to_string()));
     }
     Outcome { why_not: "the resolution did not converge".into(), failed, unreachable, ..Outcome::offline() }
+}
+
+/// Why the wheels the lock at `path` installs on linux/amd64 for Python `python` cannot be
+/// fetched from here, when some cannot: the first wheel of each server is asked for once.
+fn lock_unreachable(path: &std::path::Path, python: &str) -> Option<String> {
+    let lock = stackbuild_python::GivenLock::load(path).ok()?;
+    let target =
+        stackbuild_python::Target::new(python.parse().ok()?, stackbuild_common::Platform::LinuxAmd64);
+    let (chosen, _) = lock.select_all(&target).ok()?;
+    // Server -> (a wheel's URL, the packages it serves).
+    let mut servers: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
+    for c in &chosen {
+        let Some(url) = c.wheel.url.as_deref() else { continue };
+        // `scheme://host[:port]`, the part before the path.
+        let server = url.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
+        let entry = servers.entry(server).or_insert_with(|| (url.to_owned(), Vec::new()));
+        entry.1.push(c.name.to_string());
+    }
+    let config = stackbuild_python::Config::for_lock_urls(stackbuild_recipe::IndexSources::default(), None);
+    let unreachable: Vec<String> = servers
+        .iter()
+        .filter_map(|(server, (url, names))| {
+            let why = config.unreachable(url)?;
+            let mut names = names.clone();
+            let more = names.len().saturating_sub(4);
+            names.truncate(4);
+            let and = if more > 0 { format!(" and {more} more") } else { String::new() };
+            Some(format!(
+                "its wheels of {}{and} are served from {server}, which this machine cannot reach ({why})",
+                names.join(", ")
+            ))
+        })
+        .collect();
+    (!unreachable.is_empty()).then(|| {
+        format!(
+            "{}; where they can be fetched, [python] lock can name it in place of the packages",
+            unreachable.join("; ")
+        )
+    })
 }
 
 /// The extra index of `extra` that uv's message says it could not fetch from ("Failed to
@@ -393,11 +455,6 @@ fn names(message: &str, name: &str) -> bool {
 
 /// The resolver's reason in one line: uv's `Because ...` sentence when there is one.
 fn resolver_reason(message: &str) -> String {
-    // Our own paragraph, when the resolution stopped at a package's source (a wheel stub, an
-    // sdist that cannot be fetched), says more than uv's first clause.
-    if let Some(ours) = message.split("\n\n").find(|p| p.contains(", and its source cannot be used: ")) {
-        return ours.split_whitespace().collect::<Vec<_>>().join(" ");
-    }
     let flat: String = message.split_whitespace().collect::<Vec<_>>().join(" ");
     let reason = flat.find("Because ").map_or(flat.as_str(), |i| &flat[i..]);
     let reason = reason.split(" And because ").next().unwrap_or(reason);
@@ -420,11 +477,6 @@ mod tests {
         assert!(!super::names("Because torchvision==1 ...", "torch"));
         let r = super::resolver_reason("× No solution found:\n  ╰─▶ Because x was not found in the package registry and you require x, we can conclude...");
         assert!(r.starts_with("Because x was not found"), "{r}");
-        let r = super::resolver_reason(
-            "× No solution found:\n  Because a has no usable wheels and you require t, ...\n\na has no wheel for \
-             cp311/x86_64-manylinux_2_36, and its source cannot be used: a 1 is a wheel stub: ...",
-        );
-        assert!(r.starts_with("a has no wheel for cp311"), "{r}");
         let extra = ["https://nvidia.example".to_owned(), "https://download.example/whl/cu128".to_owned()];
         let m = "Request failed after 3 retries\n  cause: Failed to fetch: https://nvidia.example/av/\n  cause: dns error";
         assert_eq!(super::unreachable_index(m, &extra).as_deref(), Some("https://nvidia.example"));

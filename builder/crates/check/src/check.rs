@@ -386,7 +386,8 @@ fn resolve<'r>(
             Facts::from_pins(recipe, target, &pins, artifacts),
             Resolution::Resolved { lock: lock_state.unwrap_or("not used").to_owned() },
         )),
-        Err(SolveError::Uv { message, .. }) => {
+        Err(source) => {
+            let Some(message) = source.no_resolution() else { return Err(CheckError::Solve { source }) };
             findings.push(Finding {
                 severity: Severity::Error,
                 kind: FindingKind::ResolutionFailed,
@@ -395,7 +396,6 @@ fn resolve<'r>(
             });
             Ok((Facts::predicted(recipe, target), Resolution::Failed { message }))
         }
-        Err(source) => Err(CheckError::Solve { source }),
     }
 }
 

@@ -368,6 +368,9 @@ pub struct InitOptions {
     pub groups: Vec<String>,
     /// `--name`: the image name.
     pub name: Option<String>,
+    /// Why the project's lock is not to be used, when it is not (its wheels are served from
+    /// where this machine cannot fetch them): its manifests are read as if it had none.
+    pub skip_lock: Option<String>,
 }
 
 /// The recipe init decided on.
@@ -653,6 +656,14 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
     // 2. A lock: the whole list of what is installed.
     for (kind, path) in inputs.iter().filter(|(k, _)| matches!(k, InputKind::UvLock | InputKind::Pylock)) {
         if Some(*kind) == lock_kind && found.lock.is_none() {
+            if let Some(why) = &opts.skip_lock {
+                found.decide(format!(
+                    "{}: not used as the image's lock: {why}; the packages are resolved from the project's \
+                     manifests instead",
+                    path.display()
+                ));
+                continue;
+            }
             // A lock the image cannot install as it is (a wheel without a sha256, as an index
             // of release links serves them): said, and the project's own manifests are read
             // instead, as if there were no lock.

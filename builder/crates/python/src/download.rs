@@ -264,6 +264,24 @@ impl Config {
         }
     }
 
+    /// Why `url`'s server cannot be reached from here, when it cannot: one `HEAD` request
+    /// through the configured proxy and CA bundle, no retries. Any HTTP answer (a 404, a 403
+    /// without credentials) is reached; a DNS, connection or TLS failure or a timeout is not.
+    pub fn unreachable(&self, url: &str) -> Option<String> {
+        let agent = match self.agent() {
+            Ok(agent) => agent,
+            Err(why) => return Some(why),
+        };
+        match agent.head(url).timeout(self.timeout.min(Duration::from_secs(20))).call() {
+            Ok(_) | Err(ureq::Error::Status(..)) => None,
+            // The kind and message, without the URL the caller already names.
+            Err(ureq::Error::Transport(t)) => Some(match t.message() {
+                Some(m) => format!("{}: {m}", t.kind()),
+                None => t.kind().to_string(),
+            }),
+        }
+    }
+
     /// Connections at once.
     pub fn jobs(&self) -> usize {
         self.jobs

@@ -202,6 +202,22 @@ pub enum SolveError {
         /// uv's message (its warnings removed).
         message: String,
     },
+    /// uv needs a package that has no wheel for the target, and its source distribution
+    /// cannot stand in (a wheel stub, an sdist that cannot be fetched).
+    #[error(
+        "resolving python packages for {target} failed: {message}\n\n{package} has no wheel for \
+         {target}, and its source cannot be used: {why}"
+    )]
+    SourceUnusable {
+        /// The target being resolved.
+        target: Target,
+        /// uv's message that asked for the package's source.
+        message: String,
+        /// The package.
+        package: PackageName,
+        /// Why its source cannot be used, with what to do.
+        why: String,
+    },
     /// A `[[python.wheel]]` file is not there.
     #[error("{}: {source} (the recipe's [[python.wheel]]; its comment says where the file comes from)", path.display())]
     LocalWheel {
@@ -243,6 +259,20 @@ pub enum SolveError {
         /// What was wrong with it.
         why: String,
     },
+}
+
+impl SolveError {
+    /// The resolver's account of a resolution that found no answer, when that is what this
+    /// error is (not uv missing, a file or uv's output).
+    pub fn no_resolution(&self) -> Option<String> {
+        match self {
+            Self::Uv { message, .. } => Some(message.clone()),
+            Self::SourceUnusable { message, package, why, target } => Some(format!(
+                "{message}\n\n{package} has no wheel for {target}, and its source cannot be used: {why}"
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// How to run uv: a program and the arguments before `pip compile`.

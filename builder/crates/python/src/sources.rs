@@ -193,11 +193,11 @@ pub fn resolve_with_sources(
         for name in wanted {
             let sdist = fetch_sdist(python, target, &name, message, fetch, None)
                 .and_then(refuse_stub)
-                .map_err(|why| SolveError::Uv {
+                .map_err(|why| SolveError::SourceUnusable {
                     target: target.clone(),
-                    message: format!(
-                        "{message}\n\n{name} has no wheel for {target}, and its source cannot be used: {why}"
-                    ),
+                    message: message.clone(),
+                    package: name.clone(),
+                    why,
                 })?;
             say(&format!(
                 "{name} {}: no wheel for {target}; resolving its source distribution",

@@ -3,6 +3,7 @@
 //! the resolution needs of the plan.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use super::{pin_requirement, Plan, Untranslated};
 
@@ -142,6 +143,11 @@ impl Plan {
     /// Adds a decision to the report.
     pub fn decide(&mut self, text: String) {
         self.decisions.push(text);
+    }
+
+    /// The project's lock the recipe installs, when it installs one.
+    pub fn lock(&self) -> Option<&Path> {
+        self.lock.as_deref()
     }
 
     /// The recipe's Python version.
