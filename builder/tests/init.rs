@@ -517,6 +517,67 @@ fn a_lock_and_an_index_this_machine_cannot_reach() {
     assert!(!recipe.contains("extra_index = ") && recipe.contains("(Connection refused"), "{recipe}");
 }
 
+/// A git dependency without a revision (openvla's `dlimp @ git+https://github.com/...`, a
+/// `[tool.uv.sources]` git entry with no `rev`): pip and uv clone the default branch, so the
+/// recipe pins the commit it points to today; offline, it is listed with what to do. The
+/// repository is a local one (`file://`), made here with git.
+#[test]
+fn a_git_dependency_without_a_revision_is_pinned_to_its_default_branch() {
+    if Command::new("git").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: needs git");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("dlimp");
+    write(
+        &repo,
+        "setup.py",
+        "from setuptools import setup\nsetup(name='dlimp', version='0.0.1', py_modules=['dlimp'])\n",
+    );
+    write(&repo, "dlimp.py", "X = 1\n");
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args([
+                "-c",
+                "user.email=t@example.invalid",
+                "-c",
+                "user.name=t",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+        text(&out.stdout).trim().to_owned()
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "first"]);
+    let head = git(&["rev-parse", "HEAD"]);
+    let url = format!("file://{}", repo.display());
+    for (project, offline) in [("online", false), ("offline", true)] {
+        let dir = tmp.path().join(project);
+        write(&dir, "requirements.txt", &format!("dlimp @ git+{url}\n"));
+        let (_, said) = init(&dir, if offline { &["--offline"] } else { &[] });
+        let recipe = recipe_checks(&dir);
+        if offline {
+            assert!(!recipe.contains("\"dlimp @"), "{recipe}");
+            assert!(
+                said.contains("a git dependency without a revision, and its default branch could not be read (--offline)"),
+                "{said}"
+            );
+        } else {
+            assert!(recipe.contains(&format!("\"dlimp @ git+{url}@{head}\"")), "{recipe}\n{said}");
+            assert!(
+                said.contains(&format!("pinned to {head}, the commit its default branch points to today")),
+                "{said}"
+            );
+        }
+    }
+}
+
 /// A uv workspace without a lock: the member `[tool.uv.sources]` names (`{ workspace = true }`)
 /// and a project at a `path` each become a `[[source]]` installed as a wheel, in place of their
 /// requirement; the rest are the recipe's packages.

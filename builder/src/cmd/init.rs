@@ -63,6 +63,16 @@ impl Args {
                 plan = stackbuild_init::plan(&opts)?;
             }
         }
+        // Git dependencies without a revision: the commit their default branch points to
+        // today, read into a scratch mirror (as the lock's own resolution of a branch does).
+        let scratch = tempfile::Builder::new().prefix("stackbuild-init-git-").tempdir()?;
+        plan.pin_git_heads(|url| {
+            if self.offline {
+                return Err("--offline".to_owned());
+            }
+            stackbuild_source::resolve_git_rev(url, "HEAD", scratch.path()).map_err(|e| e.to_string())
+        });
+        drop(scratch);
         if plan.resolvable() {
             let outcome = if self.offline { Outcome::offline() } else { resolve(&plan) };
             for note in &outcome.notes {

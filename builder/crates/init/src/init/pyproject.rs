@@ -389,6 +389,12 @@ fn read_uv_indexes(path: &Path, tool_uv: Option<&toml::Table>, found: &mut Found
                     found.git_sources.push((package.clone(), format!("{package} @ git+{git}@{rev}")));
                     continue;
                 }
+                // No revision: uv takes the default branch; the recipe pins the commit it points
+                // to today (`Plan::pin_git_heads`).
+                if let Some(git) = e.get("git").and_then(toml::Value::as_str) {
+                    found.git_sources.push((package.clone(), format!("{package} @ git+{git}")));
+                    continue;
+                }
                 let kind = ["git", "path", "url", "workspace"]
                     .into_iter()
                     .find(|k| e.contains_key(*k))

@@ -295,13 +295,16 @@ fn add_requirement(text: &str, origin: &Origin<'_>, found: &mut Found, constrain
                 let given = url.given().unwrap_or_default();
                 if stackbuild_recipe::git_dependency(&req).is_some()
                     || stackbuild_recipe::url_dependency(&req).is_some()
+                    || (given.starts_with("git+") && !constraint)
                 {
                     // `name @ git+URL@REV`: a git dependency the recipe builds from source.
+                    // Without `@REV` it is pinned to the commit its default branch points to
+                    // (`Plan::pin_git_heads`), as pip and uv would clone it today.
                     found.add_requirement(text.trim().to_owned(), req.name.to_string(), constraint, origin);
                     return;
                 }
                 let why = if given.starts_with("git+") {
-                    "a git dependency without a revision: pin it as `name @ git+URL@<commit or tag>`"
+                    "a git constraint without a revision: pin it as `name @ git+URL@<commit or tag>`"
                 } else if given
                     .split(['#', '?'])
                     .next()

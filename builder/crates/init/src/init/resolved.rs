@@ -145,6 +145,47 @@ impl Plan {
         self.decisions.push(text);
     }
 
+    /// Pins each git dependency that names no revision (`name @ git+URL`, as pip and uv clone
+    /// the default branch) to the commit `head` says the repository's default branch points
+    /// to; one whose commit cannot be read is taken out and listed with why. Runs before the
+    /// resolution: a recipe's git dependency names its revision.
+    pub fn pin_git_heads(&mut self, head: impl Fn(&str) -> Result<String, String>) {
+        use std::str::FromStr as _;
+        let mut kept = Vec::new();
+        for (requirement, at) in std::mem::take(&mut self.packages) {
+            let Some((given, url)) = git_without_revision(&requirement) else {
+                kept.push((requirement, at));
+                continue;
+            };
+            let name = pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(&requirement)
+                .map(|r| r.name.to_string())
+                .unwrap_or_default();
+            match head(&url) {
+                Ok(commit) => {
+                    // The revision goes before a `#subdirectory=` fragment.
+                    let pinned = match given.split_once('#') {
+                        Some((base, fragment)) => format!("{base}@{commit}#{fragment}"),
+                        None => format!("{given}@{commit}"),
+                    };
+                    self.decide(format!(
+                        "{at}: `{name}` from {url} names no revision: pinned to {commit}, the commit its default \
+                         branch points to today (as pip and uv would clone it)"
+                    ));
+                    kept.push((requirement.replacen(&given, &pinned, 1), at));
+                }
+                Err(why) => self.untranslated.push(Untranslated {
+                    at,
+                    what: requirement,
+                    why: format!(
+                        "a git dependency without a revision, and its default branch could not be read ({why}): pin \
+                         it as `{name} @ git+{url}@<commit or tag>`"
+                    ),
+                }),
+            }
+        }
+        self.packages = kept;
+    }
+
     /// The project's lock the recipe installs, when it installs one.
     pub fn lock(&self) -> Option<&Path> {
         self.lock.as_deref()
@@ -170,4 +211,15 @@ impl Plan {
             why: why.to_owned(),
         });
     }
+}
+
+/// `(the URL as written, the repository URL)` of a `name @ git+URL` requirement that names no
+/// revision (`git+https://host/repo`, `git+ssh://git@host/repo#subdirectory=x`).
+fn git_without_revision(requirement: &str) -> Option<(String, String)> {
+    use std::str::FromStr as _;
+    let req = pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(requirement).ok()?;
+    let Some(pep508_rs::VersionOrUrl::Url(url)) = &req.version_or_url else { return None };
+    let given = url.given()?.to_owned();
+    let repo = given.strip_prefix("git+")?.split(['#', '?']).next()?.to_owned();
+    stackbuild_recipe::git_dependency(&req).is_none().then_some((given, repo))
 }
