@@ -170,6 +170,9 @@ fi
 
 # --- temp state and cleanup ------------------------------------------------------------------
 work=$(mktemp -d "${TMPDIR:-/tmp}/stackbuild-bench.XXXXXX")
+# Searchable by others: the caches are below it, and a package's build runs as nobody, who must
+# reach its build root there (mktemp makes the directory 0700).
+chmod 711 "$work"
 mkdir -p "$work/logs"
 tag=stackbuild-bench-$$
 # Recipe variants sit next to the recipe, so that its relative paths (sources, diffs) resolve.

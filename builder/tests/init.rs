@@ -578,6 +578,38 @@ fn a_git_dependency_without_a_revision_is_pinned_to_its_default_branch() {
     }
 }
 
+/// A repository whose Python project is one level down (sglang's `python/pyproject.toml`, which
+/// its README installs with `pip install -e "python[all]"`): that project, said; with several
+/// such directories and none named `python`, init names them and writes nothing.
+#[test]
+fn a_project_one_level_down() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("serving");
+    write(
+        &dir,
+        "python/pyproject.toml",
+        "[project]\nname = \"serving\"\nversion = \"0.1.0\"\nrequires-python = \">=3.10\"\ndependencies = [\"six==1.16.0\"]\n",
+    );
+    write(&dir, "python/serving/__init__.py", "");
+    write(&dir, "benchmark/setup.py", "from setuptools import setup\nsetup(name='bench')\n");
+    write(&dir, "README.md", "# serving\n");
+    let (ok, said) = init(&dir, &["--offline"]);
+    assert!(ok, "{said}");
+    assert!(said.contains("no manifest at the top level; the Python project is python/"), "{said}");
+    let recipe = recipe_checks(&dir);
+    assert!(recipe.contains("\"six==1.16.0\"") && recipe.contains("path = \"python\""), "{recipe}");
+
+    let two = tmp.path().join("two");
+    write(&two, "client/pyproject.toml", "[project]\nname = \"client\"\nversion = \"1\"\n");
+    write(&two, "server/setup.py", "from setuptools import setup\nsetup(name='server')\n");
+    let (ok, said) = init(&two, &["--offline"]);
+    assert!(
+        !ok && said.contains("run init on one of the Python projects below it: client, server"),
+        "{said}"
+    );
+    assert!(!two.join("stackbuild.toml").exists());
+}
+
 /// A uv workspace without a lock: the member `[tool.uv.sources]` names (`{ workspace = true }`)
 /// and a project at a `path` each become a `[[source]]` installed as a wheel, in place of their
 /// requirement; the rest are the recipe's packages.

@@ -33,7 +33,8 @@ pub(super) struct Args {
     /// Fail when the lock file is missing or stale instead of resolving again.
     #[arg(long)]
     locked: bool,
-    /// Cache directory [default: `$STACKBUILD_CACHE` or `~/.cache/stackbuild`].
+    /// Cache directory [default: `$STACKBUILD_CACHE`, else `~/.cache/stackbuild`, for root
+    /// `/var/cache/stackbuild`].
     #[arg(long, env = "STACKBUILD_CACHE")]
     cache_dir: Option<PathBuf>,
     /// Layer compression: gzip, zstd, estargz or zstd:chunked (gzip or zstd that the stargz

@@ -18,7 +18,7 @@ pub(super) struct Args {
     #[arg(long)]
     offline: bool,
     /// Cache directory whose fetched wheels are read for their metadata [default:
-    /// `$STACKBUILD_CACHE` or `~/.cache/stackbuild`].
+    /// `$STACKBUILD_CACHE`, else `~/.cache/stackbuild`, for root `/var/cache/stackbuild`].
     #[arg(long, env = "STACKBUILD_CACHE")]
     cache_dir: Option<PathBuf>,
 }

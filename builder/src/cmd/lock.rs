@@ -9,7 +9,8 @@ use stackbuild_recipe::Recipe;
 pub(super) struct Args {
     /// The recipe (TOML).
     recipe: PathBuf,
-    /// Cache directory [default: `$STACKBUILD_CACHE` or `~/.cache/stackbuild`].
+    /// Cache directory [default: `$STACKBUILD_CACHE`, else `~/.cache/stackbuild`, for root
+    /// `/var/cache/stackbuild`].
     #[arg(long, env = "STACKBUILD_CACHE")]
     cache_dir: Option<PathBuf>,
     /// Exit 1 if the lock is missing or stale, without writing it.

@@ -347,9 +347,15 @@ fn is_real_dir(path: &Path) -> bool {
     fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
 }
 
+/// Root's default cache. Not `/root/.cache`: root's home is mode 0700 (Debian's `adduser`
+/// and base-passwd make it so), and a package's build runs as `nobody`, who could then not reach
+/// the build root in the cache; `/var/cache` is where the FHS puts an application's cached data
+/// (FHS 3.0, 5.5).
+pub const ROOT_CACHE: &str = "/var/cache/stackbuild";
+
 impl Cache {
     /// The default cache directory: `$STACKBUILD_CACHE`, else `$XDG_CACHE_HOME/stackbuild`, else
-    /// `~/.cache/stackbuild`. Empty variables count as unset.
+    /// for root [`ROOT_CACHE`], else `~/.cache/stackbuild`. Empty variables count as unset.
     pub fn default_dir() -> Result<PathBuf, CacheError> {
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
         if let Some(dir) = var("STACKBUILD_CACHE") {
@@ -357,6 +363,9 @@ impl Cache {
         }
         if let Some(dir) = var("XDG_CACHE_HOME") {
             return Ok(dir.join("stackbuild"));
+        }
+        if rustix::process::geteuid().is_root() {
+            return Ok(PathBuf::from(ROOT_CACHE));
         }
         var("HOME").map(|home| home.join(".cache").join("stackbuild")).ok_or(CacheError::NoCacheDir)
     }

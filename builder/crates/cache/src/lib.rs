@@ -13,6 +13,7 @@ mod key_test;
 
 pub use cache::{
     is_temp_name, modified_before, sha256_hex, stamp, Cache, CacheError, LayerKey, RemoteLayers, TempFile,
+    ROOT_CACHE,
 };
 #[cfg(any(test, feature = "key-test"))]
 pub use key_test::assert_every_input_changes_key;

@@ -74,12 +74,17 @@ pub enum InitError {
     /// The project directory has nothing to start from.
     #[error(
         "{}: no requirements*.txt, pyproject.toml, uv.lock, pylock.toml, environment.yml or Dockerfile here; name \
-         one with --from FILE",
-        dir.display()
+         one with --from FILE{}",
+        dir.display(),
+        if below.is_empty() { String::new() } else {
+            format!(", or run init on one of the Python projects below it: {}", below.join(", "))
+        }
     )]
     NothingFound {
         /// The project directory.
         dir: PathBuf,
+        /// The Python projects in its subdirectories, when there are several.
+        below: Vec<String>,
     },
     /// The recipe file exists.
     #[error(
@@ -525,6 +530,65 @@ fn requirements_folder(dir: &Path) -> Option<(Vec<PathBuf>, String)> {
 /// Reads the inputs and decides the recipe.
 #[allow(clippy::too_many_lines)] // the inputs in their order of precedence, one step each
 pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
+    match plan_in(opts) {
+        // A repository that keeps its Python project one level down (sglang's `python/`, whose
+        // README installs `pip install -e "python[all]"`): that project, said.
+        Err(InitError::NothingFound { dir, .. }) if opts.from.is_empty() => {
+            let below = projects_below(&dir);
+            let [sub] = below.as_slice() else { return Err(InitError::NothingFound { dir, below }) };
+            let mut plan = plan_in(&InitOptions { dir: dir.join(sub), ..opts.clone() })?;
+            plan.decisions.insert(
+                0,
+                format!(
+                    "{}: no manifest at the top level; the Python project is {sub}/ (its own manifest), as \
+                     `pip install ./{sub}` installs it: the recipe is that project's, and only {sub}/ goes into \
+                     the image",
+                    dir.display()
+                ),
+            );
+            Ok(plan)
+        }
+        other => other,
+    }
+}
+
+/// The immediate subdirectories of `dir` that hold a Python project (`pyproject.toml` or
+/// `setup.py`), leaving out those that by name hold tests, docs, examples, benchmarks or
+/// vendored code; `python/` alone when it is one of them.
+fn projects_below(dir: &Path) -> Vec<String> {
+    const NOT: [&str; 14] = [
+        "test",
+        "tests",
+        "doc",
+        "docs",
+        "example",
+        "examples",
+        "benchmark",
+        "benchmarks",
+        "third_party",
+        "3rdparty",
+        "vendor",
+        "scripts",
+        "tools",
+        "assets",
+    ];
+    let mut found: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .filter(|n| !n.starts_with('.') && !NOT.contains(&n.to_ascii_lowercase().as_str()))
+        .filter(|n| ["pyproject.toml", "setup.py"].iter().any(|f| dir.join(n).join(f).is_file()))
+        .collect();
+    found.sort();
+    if found.iter().any(|n| n == "python") {
+        return vec!["python".to_owned()];
+    }
+    found
+}
+
+fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
     let dir = &opts.dir;
     let mut inputs: Vec<(InputKind, PathBuf)> = Vec::new();
     let mut found_early: Vec<String> = Vec::new();
@@ -618,7 +682,7 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
     }
     inputs.sort_by_key(|(k, _)| *k);
     if inputs.iter().all(|(k, _)| *k == InputKind::PythonVersion) {
-        return Err(InitError::NothingFound { dir: dir.clone() });
+        return Err(InitError::NothingFound { dir: dir.clone(), below: Vec::new() });
     }
     let mut found = Found { decisions: found_early, ..Found::default() };
     let has = |k: InputKind| inputs.iter().any(|(kind, _)| *kind == k);

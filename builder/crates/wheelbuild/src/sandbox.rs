@@ -76,6 +76,25 @@ pub enum SandboxError {
         /// The whole log.
         log: String,
     },
+    /// The build user cannot reach a directory the sandbox is made of.
+    #[error(
+        "the build sandbox runs as nobody (uid {uid}), who cannot search {} (mode {mode:o}) above {}: use \
+         a cache directory that others may search (STACKBUILD_CACHE; root's default is {}), or let others \
+         search that directory (chmod o+x)",
+        blocked.display(),
+        path.display(),
+        stackbuild_cache::ROOT_CACHE
+    )]
+    Unreachable {
+        /// What is to be mounted.
+        path: PathBuf,
+        /// The directory above it the build user may not search.
+        blocked: PathBuf,
+        /// That directory's permission bits.
+        mode: u32,
+        /// The build user.
+        uid: u32,
+    },
     /// The log could not be written.
     #[error("writing the build log {path}: {source}")]
     Log {
@@ -134,6 +153,7 @@ impl Sandbox {
         on_line: &mut dyn FnMut(&str),
     ) -> Result<(), SandboxError> {
         self.hand_over()?;
+        self.reachable()?;
         // The caps are set by util-linux's `prlimit` before it runs bwrap (the workspace has no
         // unsafe code, which `pre_exec` would need): `RLIMIT_AS` for memory, no core files.
         let mut cmd = Command::new("prlimit");
@@ -266,6 +286,45 @@ impl Sandbox {
     }
 }
 
+impl Sandbox {
+    /// When the build runs as [`BUILD_UID`] (stackbuild runs as root), that every host path
+    /// the sandbox is made of can be reached by it: bwrap resolves each as the build user
+    /// (`realpath`, bubblewrap.c `resolve_symlinks_in_ops`), and a directory above the cache
+    /// that others may not search (root's home, a `mktemp -d`) fails every build with "Can't
+    /// find source path". Said before bwrap runs, with the directory to change. Permission bits
+    /// only: an ACL that grants more is not read.
+    fn reachable(&self) -> Result<(), SandboxError> {
+        if !rustix::process::geteuid().is_root() {
+            return Ok(());
+        }
+        let hosts = self
+            .root
+            .iter()
+            .chain(&self.over_build)
+            .filter_map(|m| match m {
+                Mount::ReadOnly(host, _) | Mount::Writable(host, _) => Some(host),
+                Mount::Symlink(..) => None,
+            })
+            .chain(std::iter::once(&self.build_dir));
+        for path in hosts {
+            for dir in path.ancestors().skip(1) {
+                let Ok(meta) = std::fs::metadata(dir) else { continue };
+                let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777;
+                let owner = std::os::unix::fs::MetadataExt::uid(&meta);
+                if mode & 0o001 == 0 && owner != BUILD_UID {
+                    return Err(SandboxError::Unreachable {
+                        path: path.clone(),
+                        blocked: dir.to_owned(),
+                        mode,
+                        uid: BUILD_UID,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Gives every entry below `dir` (not following symlinks) to [`BUILD_UID`].
 fn chown_tree(dir: &Path) -> std::io::Result<()> {
     std::os::unix::fs::lchown(dir, Some(BUILD_UID), Some(BUILD_UID))?;
@@ -346,7 +405,36 @@ fn hint(log: &str, memory: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::hint;
+    use super::{hint, Mount, Sandbox};
+    use std::time::Duration;
+
+    #[test]
+    fn a_directory_the_build_user_cannot_search_is_named() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let private = tmp.path().join("home");
+        let root = private.join("cache/build-roots/x");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let sandbox = Sandbox {
+            root: Mount::root(&root),
+            build_dir: root.clone(),
+            over_build: Vec::new(),
+            memory: 1 << 30,
+            timeout: Duration::from_secs(1),
+        };
+        let said = sandbox.reachable().map_err(|e| e.to_string());
+        if rustix::process::geteuid().is_root() {
+            let said = said.unwrap_err();
+            assert!(said.contains(&format!("cannot search {} (mode 700)", private.display())), "{said}");
+            std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o711)).unwrap();
+            sandbox.reachable().unwrap();
+        } else {
+            // As another user the build runs as that user, who owns the directory.
+            assert!(said.is_ok(), "{said:?}");
+        }
+    }
 
     #[test]
     fn hints_name_what_the_build_lacked() {
