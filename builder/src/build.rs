@@ -324,7 +324,16 @@ struct PlatformBuild {
 /// Resolves (or reads the lock) and returns the locked wheels for `platform`, updating the
 /// lock file when it had to resolve.
 /// With `refresh`, resolves again even when the lock is current (`stackbuild lock`).
-pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) -> Result<Lock, BuildError> {
+/// `sources` are the `--source NAME=DIR` trees that stand for recipe sources: a project
+/// installed as a wheel is resolved from that tree's metadata, not fetched (a pin changed
+/// beside the README's offline `--source dreamzero=...` cloned github.com).
+pub fn lock_recipe(
+    recipe: &Recipe,
+    locked: bool,
+    refresh: bool,
+    cache: &Cache,
+    sources: &BTreeMap<String, PathBuf>,
+) -> Result<Lock, BuildError> {
     let lock_path = Lock::path_for(&recipe.path);
     let existing = if refresh { None } else { Lock::load_optional(&lock_path)? };
     if let Some(lock) = &existing {
@@ -411,7 +420,10 @@ pub fn lock_recipe(recipe: &Recipe, locked: bool, refresh: bool, cache: &Cache) 
                 .filter(|s| s.install_wheel)
                 .map(|s| stackbuild_python::Project {
                     source: s.name.clone(),
-                    tree: from_source::tree_of(s, &cache_root),
+                    tree: match sources.get(&s.name) {
+                        Some(dir) => stackbuild_python::Tree::Path { path: dir, exclude: &cache_root },
+                        None => from_source::tree_of(s, &cache_root),
+                    },
                     extras: s.extras.clone(),
                 })
                 .collect();
@@ -576,7 +588,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         stackbuild_image::check_output_file("--archive", archive)?;
         stackbuild_image::check_distinct(archive, &out)?;
     }
-    let lock = lock_recipe(recipe, opts.locked, false, &cache)?;
+    let lock = lock_recipe(recipe, opts.locked, false, &cache, &opts.source_overrides)?;
     let reference = format!("{}:{}", recipe.image.name, recipe.image.tag);
     // `docker load` and `podman load` archives hold one platform's image: the host's, as
     // `docker pull` would choose it.

@@ -610,6 +610,28 @@ fn a_project_one_level_down() {
     assert!(!two.join("stackbuild.toml").exists());
 }
 
+/// Pins from before Python 3.11 (LIBERO's `numpy==1.22.4`, whose wheels stop at cp310) where
+/// nothing names a Python version: 3.11 would take numpy from source, so init resolves the
+/// older versions too and takes 3.10 (Ubuntu jammy), said with why.
+#[test]
+fn old_pins_take_the_python_of_their_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(dir, "requirements.txt", "numpy==1.22.4\n");
+    let (_, said) = init(dir, &[]);
+    if said.contains("no version could be found") {
+        eprintln!("SKIPPED: the index cannot be reached: {said}");
+        return;
+    }
+    assert!(
+        said.contains("Python 3.10: with Python 3.11 (init's first choice), 1 package(s) have no wheel"),
+        "{said}"
+    );
+    assert!(said.contains("(numpy); with 3.10, none"), "{said}");
+    let recipe = recipe_checks(dir);
+    assert!(recipe.contains("ubuntu = \"jammy\"") && recipe.contains("version = \"3.10\""), "{recipe}");
+}
+
 /// A uv workspace without a lock: the member `[tool.uv.sources]` names (`{ workspace = true }`)
 /// and a project at a `path` each become a `[[source]]` installed as a wheel, in place of their
 /// requirement; the rest are the recipe's packages.

@@ -185,10 +185,11 @@ impl PlatformBuilder<'_> {
         }
         let _stage = stackbuild_common::Stage::start("build from source");
         let root = build_root(self.recipe, python, self.platform, self.cache, self.epoch)?;
-        let mut settings = Settings::new(&python.build, self.epoch);
-        if settings.cuda_arch_list.is_none() {
-            settings.cuda_arch_list = self.torch_arch_list(py);
-        }
+        let settings = Settings::new(&python.build, self.epoch);
+        // The image's torch build's architectures, read once its wheel is in the cache (the
+        // runtime of a build against torch fetches it): computed before, it depended on whether
+        // an earlier build had left torch there, and every built wheel's key with it.
+        let mut torch_arch: Option<Option<String>> = None;
         let artifacts = artifact_dir(self.cache);
         let memo = pip_settings_dir(self.cache);
         let resolve = stackbuild_wheelbuild::index_resolver(python, &target, &artifacts, Some(&memo));
@@ -258,6 +259,14 @@ impl PlatformBuilder<'_> {
                 }
                 Ok(wheels)
             };
+            // `TORCH_CUDA_ARCH_LIST` reaches only a build with the CUDA toolchain: elsewhere it
+            // changes nothing but the key.
+            let mut settings = settings.clone();
+            if pkg.cuda.is_none() {
+                settings.cuda_arch_list = None;
+            } else if settings.cuda_arch_list.is_none() {
+                settings.cuda_arch_list = torch_arch.get_or_insert_with(|| self.torch_arch_list(py)).clone();
+            }
             let builder = WheelBuilder::new(self.cache, &root, &settings, &target, &locked);
             let label = format!("{} {}", sdist.name, sdist.version);
             let started = std::time::Instant::now();

@@ -72,14 +72,7 @@ impl Args {
             stackbuild_python::may_write(file)?;
         }
         let recipe = Recipe::load(&path)?;
-        let mut source_overrides = BTreeMap::new();
-        for s in &self.sources {
-            let Some((name, dir)) = s.split_once('=') else { bail!("--source {s:?}: expected NAME=PATH") };
-            if !recipe.sources.iter().any(|r| r.name == name) {
-                bail!("--source {s:?}: the recipe has no source named {name:?}");
-            }
-            source_overrides.insert(name.to_owned(), PathBuf::from(dir));
-        }
+        let source_overrides = source_overrides(&recipe, &self.sources)?;
         let opts = BuildOptions {
             out: self.out,
             archive: self.archive,
@@ -116,4 +109,20 @@ impl Args {
         println!("{}", report.manifest_digest);
         Ok(std::process::ExitCode::SUCCESS)
     }
+}
+
+/// `--source NAME=PATH` arguments, each naming a source of the recipe.
+pub(super) fn source_overrides(
+    recipe: &Recipe,
+    given: &[String],
+) -> anyhow::Result<BTreeMap<String, PathBuf>> {
+    let mut overrides = BTreeMap::new();
+    for s in given {
+        let Some((name, dir)) = s.split_once('=') else { bail!("--source {s:?}: expected NAME=PATH") };
+        if !recipe.sources.iter().any(|r| r.name == name) {
+            bail!("--source {s:?}: the recipe has no source named {name:?}");
+        }
+        overrides.insert(name.to_owned(), PathBuf::from(dir));
+    }
+    Ok(overrides)
 }

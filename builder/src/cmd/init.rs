@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::str::FromStr as _;
 
-use stackbuild_check::{check, CheckOptions};
+use stackbuild_check::{check, CheckOptions, FindingKind};
 use stackbuild_init::InitOptions;
 use stackbuild_recipe::{PythonSection, Recipe};
 
@@ -52,29 +52,124 @@ impl Args {
             groups: self.groups.clone(),
             name: self.name.clone(),
             skip_lock: None,
+            python: None,
         };
-        let mut plan = stackbuild_init::plan(&opts)?;
+        let mut plan = self.prepare(&mut opts, None)?;
+        let (mut text, recipe) = render(&plan, &recipe_path)?;
+        let check_opts = CheckOptions { offline: self.offline, cache_dir: None };
+        let mut report = check(&recipe, &check_opts)?;
+        // A stack the check refuses for a reason one constraint mends: torch wheels built
+        // against NumPy 1 beside the NumPy 2 an unpinned requirement resolves to (dinov2's torch
+        // 2.0.0), as pip would install it and as it would fail at run time. Resolved again with
+        // `numpy<2`, kept when the check then finds fewer errors.
+        if !self.offline && report.findings.iter().any(|f| f.kind == FindingKind::NumpyAbi) {
+            let mend = (NUMPY_1, "the torch wheels were built against NumPy 1 and work only with numpy<2 (check's numpy-abi: pytorch/pytorch issue 107302)");
+            let again = self.prepare(&mut opts, Some(mend))?;
+            if let Ok((t, r)) = render(&again, &recipe_path) {
+                if let Ok(rep) = check(&r, &check_opts) {
+                    if errors(&rep) < errors(&report) {
+                        (plan, text, report) = (again, t, rep);
+                    }
+                }
+            }
+        }
+        stackbuild_init::write_new(&recipe_path, &text)?;
+        print!("{}", plan.report());
+        println!("Wrote {}.", recipe_path.display());
+        if report.compatible {
+            println!("`stackbuild check {}` finds no conflict.", recipe_path.display());
+            Ok(std::process::ExitCode::SUCCESS)
+        } else {
+            println!("`stackbuild check {}` reports, with the fixes:", recipe_path.display());
+            print!("{}", report.to_text());
+            Ok(std::process::ExitCode::FAILURE)
+        }
+    }
+
+    /// The plan for `opts`, its project lock checked for reachability, its git dependencies
+    /// pinned and its requirements resolved, with `constraint` (`requirement`, why) added.
+    fn prepare(
+        &self,
+        opts: &mut InitOptions,
+        constraint: Option<(&str, &str)>,
+    ) -> anyhow::Result<stackbuild_init::Plan> {
+        let mut plan = stackbuild_init::plan(opts)?;
         // A project's lock whose wheels this machine cannot fetch (lerobot's uv.lock takes torch
         // from download.pytorch.org) would give a recipe whose lock and build fail: its manifests
         // are resolved instead, against the indexes that can be reached.
-        if !self.offline {
+        if !self.offline && opts.skip_lock.is_none() {
             if let Some(why) = plan.lock().and_then(|lock| lock_unreachable(lock, plan.python())) {
                 opts.skip_lock = Some(why);
-                plan = stackbuild_init::plan(&opts)?;
+                plan = stackbuild_init::plan(opts)?;
             }
         }
         // Git dependencies without a revision: the commit their default branch points to
         // today, read into a scratch mirror (as the lock's own resolution of a branch does).
-        let scratch = tempfile::Builder::new().prefix("stackbuild-init-git-").tempdir()?;
+        let scratch_git = tempfile::Builder::new().prefix("stackbuild-init-git-").tempdir()?;
         plan.pin_git_heads(|url| {
             if self.offline {
                 return Err("--offline".to_owned());
             }
-            stackbuild_source::resolve_git_rev(url, "HEAD", scratch.path()).map_err(|e| e.to_string())
+            stackbuild_source::resolve_git_rev(url, "HEAD", scratch_git.path()).map_err(|e| e.to_string())
         });
-        drop(scratch);
+        if let Some((requirement, why)) = constraint {
+            plan.constrain(requirement, why);
+        }
         if plan.resolvable() {
-            let outcome = if self.offline { Outcome::offline() } else { resolve(&plan) };
+            let mut outcome = if self.offline { Outcome::offline() } else { resolve(&plan) };
+            // Where the inputs leave the Python version open and the default one leaves
+            // packages out or takes them from source (LIBERO's `numpy==1.22.4`,
+            // `transformers==4.21.1`, from before Python 3.11, have no cp311 wheels), the other
+            // versions are tried, older first, while each needs fewer, and the best is taken.
+            if outcome.cost() > 0 && !self.offline && opts.python.is_none() {
+                let first = plan.python().to_owned();
+                let was = outcome.cost();
+                let mut best: Option<(stackbuild_init::Plan, Outcome)> = None;
+                for v in python_order(&plan.python_alternatives, &first) {
+                    let alt_opts = InitOptions { python: Some((v.clone(), String::new())), ..opts.clone() };
+                    let Ok(mut alt) = stackbuild_init::plan(&alt_opts) else { continue };
+                    alt.pin_git_heads(|_| Err("resolved once already".to_owned()));
+                    if let Some((requirement, why)) = constraint {
+                        alt.constrain(requirement, why);
+                    }
+                    let o = resolve(&alt);
+                    // Stopped at the first that does no better: what has no wheel at one
+                    // version (an sdist-only package, antlr4) has none at the next either, and
+                    // each try is a resolution.
+                    if o.cost() >= best.as_ref().map_or(outcome.cost(), |(_, b)| b.cost()) {
+                        break;
+                    }
+                    let done = o.cost() == 0;
+                    best = Some((alt, o));
+                    if done {
+                        break;
+                    }
+                }
+                if let Some((alt, o)) = best {
+                    let v = alt.python().to_owned();
+                    let left = |o: &Outcome| {
+                        let mut names: Vec<&str> = o.failed.keys().map(String::as_str).collect();
+                        names.extend(o.from_source.iter().map(String::as_str));
+                        names.join(", ")
+                    };
+                    let why = format!(
+                        "with Python {first} (init's first choice), {was} package(s) have no wheel or were left out \
+                         ({}); with {v}, {}",
+                        left(&outcome),
+                        if o.cost() == 0 { "none".to_owned() } else { format!("{} ({})", o.cost(), left(&o)) }
+                    );
+                    opts.python = Some((v, why));
+                    plan = stackbuild_init::plan(opts)?;
+                    plan.pin_git_heads(|url| {
+                        stackbuild_source::resolve_git_rev(url, "HEAD", scratch_git.path())
+                            .map_err(|e| e.to_string())
+                    });
+                    if let Some((requirement, why)) = constraint {
+                        plan.constrain(requirement, why);
+                    }
+                    outcome = o;
+                }
+            }
             for note in &outcome.notes {
                 plan.decide(note.clone());
             }
@@ -96,27 +191,41 @@ impl Args {
                 plan.build_against_torch(pkg);
             }
         }
-        let text = plan.to_toml(&recipe_path);
-        // Validated before it is placed: what init writes must load as a recipe.
-        let recipe = Recipe::parse(&recipe_path, &text).map_err(|e| {
-            anyhow::anyhow!(
-                "stackbuild init made a recipe that does not validate, so nothing was written (please report \
-                 this with the project's files):\n{e}"
-            )
-        })?;
-        stackbuild_init::write_new(&recipe_path, &text)?;
-        print!("{}", plan.report());
-        println!("Wrote {}.", recipe_path.display());
-        let report = check(&recipe, &CheckOptions { offline: self.offline, cache_dir: None })?;
-        if report.compatible {
-            println!("`stackbuild check {}` finds no conflict.", recipe_path.display());
-            Ok(std::process::ExitCode::SUCCESS)
-        } else {
-            println!("`stackbuild check {}` reports, with the fixes:", recipe_path.display());
-            print!("{}", report.to_text());
-            Ok(std::process::ExitCode::FAILURE)
-        }
+        Ok(plan)
     }
+}
+
+/// The Python versions to try after `first`: the older ones, newest first (old pins have
+/// wheels for the Pythons of their time), then the newer ones, oldest first.
+fn python_order(alternatives: &[String], first: &str) -> Vec<String> {
+    let minor = |v: &str| v.split('.').nth(1).and_then(|m| m.parse::<u32>().ok()).unwrap_or(0);
+    let at = minor(first);
+    let mut older: Vec<&String> = alternatives.iter().filter(|v| minor(v) < at).collect();
+    older.sort_by_key(|v| std::cmp::Reverse(minor(v)));
+    let mut newer: Vec<&String> = alternatives.iter().filter(|v| minor(v) > at).collect();
+    newer.sort_by_key(|v| minor(v));
+    older.into_iter().chain(newer).cloned().collect()
+}
+
+/// The constraint that keeps NumPy 1 (1.26.4 is its last release).
+const NUMPY_1: &str = "numpy<2";
+
+/// The plan's recipe text and the recipe it parses to: validated before it is placed, as what
+/// init writes must load as a recipe.
+fn render(plan: &stackbuild_init::Plan, path: &std::path::Path) -> anyhow::Result<(String, Recipe)> {
+    let text = plan.to_toml(path);
+    let recipe = Recipe::parse(path, &text).map_err(|e| {
+        anyhow::anyhow!(
+            "stackbuild init made a recipe that does not validate, so nothing was written (please report this \
+             with the project's files):\n{e}"
+        )
+    })?;
+    Ok((text, recipe))
+}
+
+/// How many errors a check found.
+fn errors(report: &stackbuild_check::Report) -> usize {
+    report.findings.iter().filter(|f| f.severity == stackbuild_check::Severity::Error).count()
 }
 
 /// What resolving the plan's requirements gave.
@@ -133,6 +242,19 @@ struct Outcome {
     torch_builds: Vec<stackbuild_python::TorchAtBuild>,
     /// Extra indexes this machine could not reach, resolved without, with uv's reason.
     unreachable: Vec<(String, String)>,
+    /// The packages resolved to a source distribution (no wheel for the image's Python).
+    from_source: Vec<String>,
+}
+
+impl Outcome {
+    /// What the resolution could not give as wheels: packages left out, and packages to
+    /// build from source (each a compiler and minutes, where it builds at all).
+    fn cost(&self) -> usize {
+        if self.resolved.is_none() {
+            return usize::MAX;
+        }
+        self.failed.len() + self.from_source.len()
+    }
 }
 
 impl Outcome {
@@ -144,6 +266,7 @@ impl Outcome {
             notes: Vec::new(),
             torch_builds: Vec::new(),
             unreachable: Vec::new(),
+            from_source: Vec::new(),
         }
     }
 }
@@ -212,7 +335,9 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
                 let notes = newest_releases(plan, index.as_deref(), &target, &mut resolved, |more| {
                     solve(&section_of(&packages, more)).ok()
                 });
-                let torch_builds = torch_builds(scratch.path(), &resolved);
+                let sdists = sdists_resolved(scratch.path(), &resolved);
+                let torch_builds =
+                    sdists.iter().filter_map(|(_, path)| stackbuild_python::torch_at_build(path)).collect();
                 return Outcome {
                     resolved: Some(resolved),
                     failed,
@@ -220,6 +345,7 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
                     notes,
                     torch_builds,
                     unreachable,
+                    from_source: sdists.into_iter().map(|(name, _)| name).collect(),
                 };
             }
             Err(e) => e,
@@ -313,11 +439,11 @@ fn unreachable_index(message: &str, extra: &[String]) -> Option<String> {
 }
 
 /// The sdists the resolution fetched into `artifacts` (`<sha256>/<file>`) at the version it
-/// resolved whose build imports torch.
-fn torch_builds(
+/// resolved: (normalized name, file), by name.
+fn sdists_resolved(
     artifacts: &std::path::Path,
     resolved: &BTreeMap<String, String>,
-) -> Vec<stackbuild_python::TorchAtBuild> {
+) -> Vec<(String, std::path::PathBuf)> {
     let mut found = Vec::new();
     for dir in std::fs::read_dir(artifacts).into_iter().flatten().flatten() {
         for file in std::fs::read_dir(dir.path()).into_iter().flatten().flatten() {
@@ -325,14 +451,26 @@ fn torch_builds(
             if !stackbuild_common::is_sdist(&name) || !file.file_type().is_ok_and(|t| t.is_file()) {
                 continue;
             }
-            let Some(pkg) = stackbuild_python::torch_at_build(&file.path()) else { continue };
-            let norm = stackbuild_python::normalize_name(&pkg.name);
-            if resolved.get(&norm) == Some(&pkg.version) {
-                found.push(pkg);
+            let Ok(info) = stackbuild_python::sdist_pkg_info(&file.path()) else { continue };
+            // PKG-INFO's `Name:` and `Version:` header lines (core metadata, an email header).
+            let field = |key: &str| {
+                info.lines()
+                    .take_while(|l| !l.is_empty())
+                    .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_owned()))
+            };
+            let (Some(pkg), Some(version)) = (field("Name:"), field("Version:")) else { continue };
+            let norm = stackbuild_python::normalize_name(&pkg);
+            let same = |v: &String| {
+                let parse = |t: &str| pep508_rs::pep440_rs::Version::from_str(t).ok();
+                parse(v).is_some_and(|a| Some(a) == parse(&version))
+            };
+            if resolved.get(&norm).is_some_and(same) {
+                found.push((norm, file.path()));
             }
         }
     }
-    found.sort_by(|a, b| a.name.cmp(&b.name));
+    found.sort();
+    found.dedup_by(|a, b| a.0 == b.0);
     found
 }
 
@@ -367,6 +505,10 @@ fn newest_releases(
         // only, takes one when the final release needs an sdist below it (hydra-core 1.4.0rc3
         // in place of 1.3.8, whose antlr4 has no wheel), which `pip install NAME` never does
         // (pip takes a pre-release only when asked for one: pip's "Pre-release Versions").
+        // Within what the requirement admits: `transformers<5` is not lifted to 5.
+        if !plan.admits(&norm, &newest) {
+            continue;
+        }
         if newest > have || (have.any_prerelease() && !newest.any_prerelease()) {
             lagging.push((norm, newest, have.to_string()));
         }

@@ -25,6 +25,10 @@ pub(super) struct Args {
     /// is missing or stale).
     #[arg(long, requires = "pylock")]
     locked: bool,
+    /// Resolve a recipe source's project from a local directory (a checkout of it at its
+    /// commit) instead of fetching it: `--source dreamzero=../dreamzero`.
+    #[arg(long = "source", value_name = "NAME=PATH")]
+    sources: Vec<String>,
 }
 
 impl Args {
@@ -50,7 +54,13 @@ impl Args {
         let _guard = cache.lock()?;
         // Always resolve again (`lock` is how a user asks for fresh pins), unless --locked asks
         // for the pins as they are.
-        let lock = stackbuild::build::lock_recipe(&recipe, self.locked, !self.locked, &cache)?;
+        let lock = stackbuild::build::lock_recipe(
+            &recipe,
+            self.locked,
+            !self.locked,
+            &cache,
+            &super::build::source_overrides(&recipe, &self.sources)?,
+        )?;
         println!("{}", stackbuild_python::Lock::path_for(&recipe.path).display());
         tracing::info!("{} package(s) locked", lock.packages.len());
         if let Some(out) = &self.pylock {

@@ -15,7 +15,7 @@ mod fatbin;
 mod gpu_code;
 mod tables;
 
-pub use check::{check, CheckOptions};
+pub use check::{check, CheckOptions, Finding, FindingKind, Report, Severity};
 pub use derive::{
     requirements, requirements_with, requirements_with_extensions, torch_code, Extension, Package,
 };

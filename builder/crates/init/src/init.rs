@@ -10,11 +10,11 @@
 //!   else the requirements files and a conda environment; else `pyproject.toml`'s dependencies; plus a Dockerfile's
 //!   `pip install` lines when nothing else lists packages.
 //! - **Python**: `.python-version`, then a Dockerfile's `FROM python:X`, then the newest of
-//!   3.11, 3.12, 3.10, 3.13, 3.9 (in that order: the versions the most CUDA wheels are built
+//!   3.11, 3.12, 3.10, 3.13, 3.9, 3.8 (in that order: the versions the most CUDA wheels are built
 //!   for first) that every `requires-python` admits and, with a lock, that the lock has wheels
 //!   for.
 //! - **Base**: the Debian or Ubuntu release whose `python3` is that version (bookworm 3.11,
-//!   trixie 3.13, jammy 3.10, noble 3.12, bullseye 3.9), with the Dockerfile's `apt-get
+//!   trixie 3.13, jammy 3.10, noble 3.12, bullseye 3.9, focal 3.8), with the Dockerfile's `apt-get
 //!   install` packages.
 //! - **CUDA**: a torch local version (`+cu121`), a `PyTorch` per-CUDA index (`.../whl/cu121`) or
 //!   a Dockerfile's `nvidia/cuda:12.1.1-cudnn8-...` tag.
@@ -96,7 +96,7 @@ pub enum InitError {
         path: PathBuf,
     },
     /// No supported Python version satisfies the inputs.
-    #[error("no Python version this init can base an image on (3.9 to 3.13) satisfies {0}")]
+    #[error("no Python version this init can base an image on (3.8 to 3.13) satisfies {0}")]
     NoPython(String),
     /// Writing the recipe failed.
     #[error("writing {}: {source}", path.display())]
@@ -376,6 +376,9 @@ pub struct InitOptions {
     /// Why the project's lock is not to be used, when it is not (its wheels are served from
     /// where this machine cannot fetch them): its manifests are read as if it had none.
     pub skip_lock: Option<String>,
+    /// The Python version to take where the inputs leave the choice open (one of
+    /// [`Plan::python_alternatives`]), and why.
+    pub python: Option<(String, String)>,
 }
 
 /// The recipe init decided on.
@@ -415,23 +418,29 @@ pub struct Plan {
     pub untranslated: Vec<Untranslated>,
     /// The files read.
     pub inputs: Vec<PathBuf>,
+    /// The Python versions the inputs admit when they leave the choice to init, in init's
+    /// order; empty when an input names the version.
+    pub python_alternatives: Vec<String>,
 }
 
 /// The Debian and Ubuntu releases whose `python3` is each version, in the order init prefers
 /// the versions (see the module comment).
-const PYTHONS: [(&str, &str, &str); 5] = [
+const PYTHONS: [(&str, &str, &str); 6] = [
     ("3.11", "debian", "bookworm"),
     ("3.12", "ubuntu", "noble"),
     ("3.10", "ubuntu", "jammy"),
     ("3.13", "debian", "trixie"),
     ("3.9", "debian", "bullseye"),
+    // Last: Python 3.8 reached its end of life in October 2024 (PEP 569), and focal's standard
+    // support ended in May 2025; projects of its time still pin it (CompVis stable-diffusion's
+    // `python=3.8.5`), and torch has cp38 wheels up to 2.4.
+    ("3.8", "ubuntu", "focal"),
 ];
 
 /// The `python3` of a release, when init knows it.
 fn release_python(suite: &str) -> Option<&'static str> {
     match suite {
         "bionic" => Some("3.6"),
-        "focal" => Some("3.8"),
         _ => PYTHONS.iter().find(|(_, _, s)| *s == suite).map(|(v, _, _)| *v),
     }
 }
@@ -928,6 +937,8 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
                 })
             })
     };
+    // The versions the inputs leave open, when they leave the choice to init.
+    let mut python_alternatives: Vec<String> = Vec::new();
     let python = match (found.python.clone(), found.distro.clone()) {
         (Some((v, why)), _) => {
             found.decide(format!("Python {v}: {why}"));
@@ -938,7 +949,16 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
             found.decide(format!("Python {v}: the python3 of {suite} ({why})"));
             v
         }
+        _ if opts.python.as_ref().is_some_and(|(v, _)| admits(v)) => {
+            let (v, why) = opts.python.clone().unwrap_or_default();
+            python_alternatives =
+                PYTHONS.iter().map(|(v, _, _)| (*v).to_owned()).filter(|v| admits(v)).collect();
+            found.decide(format!("Python {v}: {why}"));
+            v
+        }
         _ => {
+            python_alternatives =
+                PYTHONS.iter().map(|(v, _, _)| (*v).to_owned()).filter(|v| admits(v)).collect();
             let Some((v, _, _)) = PYTHONS.iter().find(|(v, _, _)| admits(v)) else {
                 let mut what: Vec<String> = specs.iter().map(|(_, w)| w.clone()).collect();
                 if let Some(l) = &found.lock {
@@ -953,7 +973,8 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
                 if let Some(l) = &found.lock {
                     w.push(format!("{} has wheels for it", l.display()));
                 }
-                format!("the first of 3.11, 3.12, 3.10, 3.13, 3.9 that {} admits", w.join(" and "))
+                let order: Vec<&str> = PYTHONS.iter().map(|(v, _, _)| *v).collect();
+                format!("the first of {} that {} admits", order.join(", "), w.join(" and "))
             };
             found.decide(format!("Python {v}: {why}"));
             (*v).to_owned()
@@ -1055,6 +1076,7 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
         decisions: found.decisions,
         untranslated: found.untranslated,
         inputs: found.inputs,
+        python_alternatives,
     };
     if let Some(project) = found.torch_project {
         plan.build_against_torch(project);
@@ -1065,11 +1087,17 @@ fn decide(opts: &InitOptions, mut found: Found) -> Result<Plan, InitError> {
 /// Whether a requirement has no version at all (`numpy`, `markdown2[all]`, `x ; sys_platform ==
 /// "linux"`): a recipe pins its top-level packages, with `==` or a range.
 fn is_unpinned(requirement: &str) -> bool {
+    use pep508_rs::pep440_rs::Operator;
     use std::str::FromStr as _;
+    // A range (`streamlit>=0.73.1`) or a prefix (`torch==1.11.0.*`, a conda `=1.11.0`) is not
+    // a pin: the recipe gets the version the resolution takes within it, as pip-compile and
+    // uv's lock would record it.
     pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(requirement).is_ok_and(|r| {
         match &r.version_or_url {
             None => true,
-            Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) => specs.is_empty(),
+            Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) => {
+                !specs.iter().any(|s| matches!(s.operator(), Operator::Equal | Operator::ExactEqual))
+            }
             Some(pep508_rs::VersionOrUrl::Url(_)) => false,
         }
     })
@@ -1102,9 +1130,16 @@ fn pin_requirement(req: &str, version: &str) -> String {
         Some((h, m)) => (h.trim(), Some(m.trim())),
         None => (req.trim(), None),
     };
+    // The name and extras as written; a range or prefix the pin replaces goes.
+    let end = head.find(|c: char| !(c.is_ascii_alphanumeric() || "._-".contains(c))).unwrap_or(head.len());
+    let mut base = head[..end].to_owned();
+    let rest = head[end..].trim_start();
+    if let Some(close) = rest.strip_prefix('[').and_then(|r| r.find(']')) {
+        base.push_str(&rest[..close + 2]);
+    }
     match marker {
-        Some(m) => format!("{head}=={version} ; {m}"),
-        None => format!("{head}=={version}"),
+        Some(m) => format!("{base}=={version} ; {m}"),
+        None => format!("{base}=={version}"),
     }
 }
 

@@ -22,7 +22,7 @@ pub fn sdist_pkg_info(path: &Path) -> Result<String, String> {
 
 /// The member `<top>/<name>` of the sdist at `path` (`.tar.gz`, `.tar` or `.zip`), its first
 /// `cap` bytes; `None` when the sdist has none.
-pub(crate) fn sdist_top_member(path: &Path, name: &str, cap: u64) -> Result<Option<Vec<u8>>, String> {
+pub fn sdist_top_member(path: &Path, name: &str, cap: u64) -> Result<Option<Vec<u8>>, String> {
     sdist_member(path, |rest| rest == name, cap)
 }
 

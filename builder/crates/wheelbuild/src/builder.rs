@@ -462,24 +462,17 @@ impl<'a> WheelBuilder<'a> {
             .prefix("wheelbuild-")
             .tempdir_in(&tmp)
             .map_err(io("creating a directory in", &tmp))?;
-        let src = work.path().join("src");
-        let project = sdist::unpack(&pkg.sdist.path, &src)
+        // Read from the archive: unpacked only when something is built (`unpack`).
+        let system = sdist::build_system_of_archive(&pkg.sdist.path)
             .map_err(|source| WheelBuildError::Sdist { package: pkg.label(), source })?;
-        let system = sdist::build_system(&project)
-            .map_err(|source| WheelBuildError::Sdist { package: pkg.label(), source })?;
-        let rel = project.strip_prefix(work.path()).unwrap_or(Path::new("src"));
-        // An editable build runs with the project where the image has it: the backend writes
-        // that path into the wheel.
-        let project_in_sandbox =
-            pkg.editable.map_or_else(|| format!("{BUILD_DIR}/{}", rel.display()), str::to_owned);
         let mut requires = system.requires_with(&pkg.extra_requires, &pkg.runtime);
         if let Some(cuda) = &pkg.cuda {
             requires.extend(cuda.requirements());
         }
         let mut prepared = Prepared {
-            project: project.clone(),
+            project: PathBuf::new(),
             work,
-            project_in_sandbox,
+            project_in_sandbox: String::new(),
             system,
             requires: Vec::new(),
             environment: Vec::new(),
@@ -487,6 +480,29 @@ impl<'a> WheelBuilder<'a> {
         };
         self.resolve_environment(pkg, &mut prepared, requires)?;
         Ok(prepared)
+    }
+
+    /// Unpacks the sdist into the work directory, and checks that its project declares the
+    /// build system the key was made of.
+    fn unpack(pkg: &SourcePackage<'_>, prepared: &mut Prepared) -> Result<(), WheelBuildError> {
+        let sdist_error = |source| WheelBuildError::Sdist { package: pkg.label(), source };
+        let src = prepared.work.path().join("src");
+        let project = sdist::unpack(&pkg.sdist.path, &src).map_err(sdist_error)?;
+        let system = sdist::build_system(&project).map_err(sdist_error)?;
+        if system != prepared.system {
+            return Err(output(
+                &pkg.label(),
+                "its unpacked pyproject.toml declares another [build-system] than the archive's member"
+                    .to_owned(),
+            ));
+        }
+        let rel = project.strip_prefix(prepared.work.path()).unwrap_or(Path::new("src"));
+        // An editable build runs with the project where the image has it: the backend writes
+        // that path into the wheel.
+        prepared.project_in_sandbox =
+            pkg.editable.map_or_else(|| format!("{BUILD_DIR}/{}", rel.display()), str::to_owned);
+        prepared.project = project;
+        Ok(())
     }
 
     /// Installs the environment, then asks the backend what else it needs (PEP 517's
@@ -498,6 +514,7 @@ impl<'a> WheelBuilder<'a> {
         prepared: &mut Prepared,
         on_line: &mut dyn FnMut(&str),
     ) -> Result<(), WheelBuildError> {
+        Self::unpack(pkg, prepared)?;
         self.install_environment(pkg, prepared)?;
         let out = prepared.work.path().join("requires");
         std::fs::create_dir_all(&out).map_err(io("creating", &out))?;

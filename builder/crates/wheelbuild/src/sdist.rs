@@ -177,6 +177,37 @@ pub fn unpack(archive: &Path, dest: &Path) -> Result<PathBuf, SdistError> {
 
 /// Reads the `[build-system]` of the project in `dir`.
 pub fn build_system(dir: &Path) -> Result<BuildSystem, SdistError> {
+    let path = dir.join("pyproject.toml");
+    let meta = match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BuildSystem::legacy()),
+        other => other.map_err(|source| SdistError::Io { what: "reading", path: path.clone(), source })?,
+    };
+    if !meta.is_file() {
+        return Err(SdistError::Bad { path, problem: "not a regular file".to_owned() });
+    }
+    let text = stackbuild_common::read_capped(&path, MAX_PYPROJECT, "pyproject.toml")
+        .map_err(|e| SdistError::Bad { path: path.clone(), problem: e.to_string() })?;
+    parse_build_system(text, path)
+}
+
+/// The `[build-system]` of the sdist at `archive`, read from its `pyproject.toml` without
+/// unpacking it: what a built wheel's key needs, so that a wheel built before is found
+/// without unpacking its sdist again (deepspeed's took most of a rebuild with nothing
+/// changed). The unpacked project is read again before a build (`build_system`), which also
+/// refuses a `pyproject.toml` that is not a regular file.
+pub(crate) fn build_system_of_archive(archive: &Path) -> Result<BuildSystem, SdistError> {
+    let bad = |problem: String| SdistError::Bad { path: archive.to_owned(), problem };
+    let cap = MAX_PYPROJECT + 1;
+    match stackbuild_python::sdist_top_member(archive, "pyproject.toml", cap).map_err(bad)? {
+        None => Ok(BuildSystem::legacy()),
+        Some(text) if text.len() as u64 >= cap => {
+            Err(bad(format!("its pyproject.toml is larger than {MAX_PYPROJECT} bytes")))
+        }
+        Some(text) => parse_build_system(text, archive.join("pyproject.toml")),
+    }
+}
+
+fn parse_build_system(text: Vec<u8>, path: PathBuf) -> Result<BuildSystem, SdistError> {
     #[derive(Deserialize)]
     struct Pyproject {
         #[serde(rename = "build-system")]
@@ -190,16 +221,6 @@ pub fn build_system(dir: &Path) -> Result<BuildSystem, SdistError> {
         #[serde(rename = "backend-path", default)]
         backend_path: Vec<String>,
     }
-    let path = dir.join("pyproject.toml");
-    let meta = match std::fs::symlink_metadata(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BuildSystem::legacy()),
-        other => other.map_err(|source| SdistError::Io { what: "reading", path: path.clone(), source })?,
-    };
-    if !meta.is_file() {
-        return Err(SdistError::Bad { path, problem: "not a regular file".to_owned() });
-    }
-    let text = stackbuild_common::read_capped(&path, MAX_PYPROJECT, "pyproject.toml")
-        .map_err(|e| SdistError::Bad { path: path.clone(), problem: e.to_string() })?;
     let text = String::from_utf8(text)
         .map_err(|_| SdistError::Bad { path: path.clone(), problem: "not UTF-8".into() })?;
     let parsed: Pyproject = toml::from_str(&text)

@@ -96,6 +96,9 @@ pub struct DebianCuda {
     pub identity: String,
 }
 
+/// How long the toolkit's package set read from the index is used before asking again.
+const REFRESH: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+
 /// The toolkit for `arch` (Debian's name: `amd64`, `arm64`), from the Debian mirror `mirror`
 /// (`http://deb.debian.org/debian` or the host's own), assembled once per set of packages
 /// and kept in `cache`. Without a network, the last set the index named is used if its tree
@@ -103,23 +106,33 @@ pub struct DebianCuda {
 pub fn debian_cuda12(cache: &Cache, mirror: &str, arch: &str) -> Result<DebianCuda, ToolkitError> {
     let apt = cache.root().join("apt").join(format!("{SUITE}-{arch}"));
     let record = apt.join("cuda12-packages.json");
-    let packages = match index(&apt, mirror, arch) {
-        Ok(p) => {
-            let json = serde_json::to_vec_pretty(&p).unwrap_or_default();
-            stackbuild_common::write_atomic(&record, &json).map_err(io("writing", &record))?;
-            p
-        }
-        Err(e) => {
-            let kept: Option<Vec<DebianPackage>> =
-                std::fs::read(&record).ok().and_then(|b| serde_json::from_slice(&b).ok());
-            match kept {
+    let kept = || -> Option<Vec<DebianPackage>> {
+        std::fs::read(&record).ok().and_then(|b| serde_json::from_slice(&b).ok())
+    };
+    // The set read from the index within the last day is used as it is, as apt's daily
+    // update (`APT::Periodic::Update-Package-Lists "1"`) would: asking the mirror again took
+    // 6 s of every build against torch, a rebuild with nothing changed included.
+    let recent = std::fs::metadata(&record)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age < REFRESH);
+    let packages = match recent.then(kept).flatten() {
+        Some(p) => p,
+        None => match index(&apt, mirror, arch) {
+            Ok(p) => {
+                let json = serde_json::to_vec_pretty(&p).unwrap_or_default();
+                stackbuild_common::write_atomic(&record, &json).map_err(io("writing", &record))?;
+                p
+            }
+            Err(e) => match kept() {
                 Some(p) => {
                     tracing::warn!("{e}; using the CUDA 12 toolkit's packages listed before");
                     p
                 }
                 None => return Err(e),
-            }
-        }
+            },
+        },
     };
     let key = LayerKey::of("cuda12-debian", &(&packages, arch, LAYOUT));
     let home = cache.root().join("toolchains").join(format!("cuda12-debian-{}", key.as_hex()));

@@ -29,11 +29,23 @@ impl Plan {
             }) else {
                 continue;
             };
+            // Without a resolution (`--offline`, or it failed) a range stays as written: the
+            // lock pins it. Only a requirement with no version at all is listed.
+            let ranged = pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(&self.packages[i].0)
+                .is_ok_and(|r| matches!(&r.version_or_url, Some(pep508_rs::VersionOrUrl::VersionSpecifier(s)) if !s.is_empty()));
+            if ranged && resolved.is_none_or(|r| !r.contains_key(&norm)) && !failed.contains_key(&norm) {
+                continue;
+            }
             if let Some(version) = resolved.and_then(|r| r.get(&norm)) {
                 let (req, at) = self.packages[i].clone();
                 let pinned = pin_requirement(&req, version);
+                let which = if req.split(';').next().is_some_and(|h| h.contains(['<', '>', '=', '~', '!'])) {
+                    "no exact version"
+                } else {
+                    "no version"
+                };
                 self.decisions.push(format!(
-                    "{at}: `{req}` has no version; pinned to {version}, what uv resolves for the image today"
+                    "{at}: `{req}` has {which}; pinned to {version}, what uv resolves for the image today"
                 ));
                 self.packages[i] = (pinned, at);
             } else {
@@ -184,6 +196,29 @@ impl Plan {
             }
         }
         self.packages = kept;
+    }
+
+    /// Whether the requirement the recipe has for `name` admits `version` (a range's upper
+    /// bound may not).
+    pub fn admits(&self, name: &str, version: &pep508_rs::pep440_rs::Version) -> bool {
+        use std::str::FromStr as _;
+        self.packages
+            .iter()
+            .filter_map(|(r, _)| pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r).ok())
+            .all(|req| {
+                req.name.to_string() != name
+                    || match &req.version_or_url {
+                        Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) => specs.contains(version),
+                        _ => true,
+                    }
+            })
+    }
+
+    /// Adds a constraint to the recipe (before the resolution), with why as its comment and in
+    /// the report.
+    pub fn constrain(&mut self, requirement: &str, why: &str) {
+        self.decide(format!("[python] constraints `{requirement}`: {why}"));
+        self.constraints.push((requirement.to_owned(), why.to_owned()));
     }
 
     /// The project's lock the recipe installs, when it installs one.

@@ -84,13 +84,22 @@ fn comments_stay_on_their_line() {
 }
 
 #[test]
-fn unpinned_means_no_version_at_all() {
+fn unpinned_means_no_exact_version() {
     assert!(is_unpinned("markdown2[all]"));
     assert!(is_unpinned("numpy ; python_version < \"3.12\""));
     assert!(!is_unpinned("httpx==0.24.0"));
-    assert!(!is_unpinned("torch>=2.1"));
+    assert!(!is_unpinned("a===1.0"));
+    // A range and a prefix are pinned to what the resolution takes within them.
+    assert!(is_unpinned("torch>=2.1"));
+    assert!(is_unpinned("torch==1.11.0.*"));
     assert_eq!(pin_requirement("markdown2[all]", "2.5.4"), "markdown2[all]==2.5.4");
     assert_eq!(pin_requirement("x ; sys_platform == 'linux'", "1"), "x==1 ; sys_platform == 'linux'");
+    assert_eq!(pin_requirement("Streamlit>=0.73.1,<2", "1.2"), "Streamlit==1.2");
+    assert_eq!(
+        pin_requirement("imageio[ffmpeg] ~= 2.9 ; python_version > '3'", "2.9.0"),
+        "imageio[ffmpeg]==2.9.0 ; python_version > '3'"
+    );
+    assert_eq!(pin_requirement("torch==1.11.0.*", "1.11.0"), "torch==1.11.0");
 }
 
 #[test]
