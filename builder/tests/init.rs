@@ -632,6 +632,50 @@ fn old_pins_take_the_python_of_their_time() {
     assert!(recipe.contains("ubuntu = \"jammy\"") && recipe.contains("version = \"3.10\""), "{recipe}");
 }
 
+/// Where projects keep their install steps when no manifest lists them: nanoGPT's README
+/// (`pip install torch numpy ...`), robomimic's `setup.py` beside a `requirements-docs.txt`
+/// (the docs' packages are not the image's), a Dockerfile's `conda run -n ENV pip install`.
+#[test]
+fn install_steps_in_a_readme_a_setup_py_and_conda_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let readme = tmp.path().join("readme");
+    write(
+        &readme,
+        "README.md",
+        "# gpt\n\nDependencies:\n\n```sh\npip install six==1.16.0 \"idna==3.7\"\n```\n\nThen pip install what you like.\n",
+    );
+    write(&readme, "train.py", "print('train')\n");
+    let (ok, said) = init(&readme, &["--offline"]);
+    assert!(ok, "{said}");
+    assert!(
+        said.contains("README.md: no manifest lists the packages; its 1 `pip install` line(s) are read"),
+        "{said}"
+    );
+    let recipe = recipe_checks(&readme);
+    assert!(recipe.contains("\"six==1.16.0\"") && recipe.contains("\"idna==3.7\""), "{recipe}");
+
+    let setup = tmp.path().join("setup");
+    write(&setup, "setup.py", "from setuptools import setup\nsetup(name='robo', install_requires=['six'])\n");
+    write(&setup, "requirements-docs.txt", "sphinx==7.0.0\n");
+    let (_, said) = init(&setup, &["--offline"]);
+    let recipe = recipe_checks(&setup);
+    assert!(!recipe.contains("sphinx") && recipe.contains("install = \"wheel\""), "{recipe}\n{said}");
+    assert!(
+        said.contains("requirements-docs.txt: not read: its name says it is not what the image runs"),
+        "{said}"
+    );
+
+    let conda = tmp.path().join("conda");
+    write(
+        &conda,
+        "Dockerfile",
+        "FROM nvidia/cuda:12.1.1-base-ubuntu22.04\nRUN /opt/conda/bin/conda run -n venv --no-capture-output pip install six==1.16.0\n",
+    );
+    let (_, said) = init(&conda, &["--offline"]);
+    let recipe = recipe_checks(&conda);
+    assert!(recipe.contains("\"six==1.16.0\""), "{recipe}\n{said}");
+}
+
 /// A uv workspace without a lock: the member `[tool.uv.sources]` names (`{ workspace = true }`)
 /// and a project at a `path` each become a `[[source]]` installed as a wheel, in place of their
 /// requirement; the rest are the recipe's packages.

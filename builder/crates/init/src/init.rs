@@ -33,6 +33,7 @@ use std::path::{Path, PathBuf};
 mod conda;
 mod dockerfile;
 mod pyproject;
+mod readme;
 mod render;
 mod requirements;
 mod resolved;
@@ -128,6 +129,8 @@ pub(crate) enum InputKind {
     /// `setup.py` or `setup.cfg`: a setuptools project, whose dependencies only its build
     /// tells (PEP 517 metadata, prepared in the build sandbox when the recipe is locked).
     Setup,
+    /// A README's `pip install` lines, only where nothing else is found (`readme`).
+    Readme,
 }
 
 /// What kind of input a file name says.
@@ -470,6 +473,15 @@ const NOT_RUNTIME: [&str; 33] = [
     "lock", "optional", "extra", "npu", "ascend", "mlu", "musa", "mps", "intel",
 ];
 
+/// Whether a top-level requirements file's name says it is not what the image runs
+/// (`requirements-docs.txt`, `requirements_test.txt`).
+fn not_runtime(path: &Path) -> bool {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    let rest = stem.strip_prefix("requirements").unwrap_or(&stem);
+    rest.split(['-', '_', '.'])
+        .any(|part| !part.is_empty() && NOT_RUNTIME.iter().any(|w| part.starts_with(w)))
+}
+
 /// The runtime requirements files of a project's requirements folder, and why those.
 fn requirements_folder(dir: &Path) -> Option<(Vec<PathBuf>, String)> {
     for folder in REQUIREMENT_FOLDERS {
@@ -689,6 +701,11 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
             inputs.push((kind, path.clone()));
         }
     }
+    if opts.from.is_empty() && inputs.iter().all(|(k, _)| *k == InputKind::PythonVersion) {
+        if let Some(readme) = readme::with_pip_lines(dir) {
+            inputs.push((InputKind::Readme, readme));
+        }
+    }
     inputs.sort_by_key(|(k, _)| *k);
     if inputs.iter().all(|(k, _)| *k == InputKind::PythonVersion) {
         return Err(InitError::NothingFound { dir: dir.clone(), below: Vec::new() });
@@ -708,8 +725,18 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
             inputs.iter().filter(|(k, _)| *k == InputKind::Requirements).map(|(_, p)| p).collect();
         let main: Vec<&PathBuf> =
             all.iter().copied().filter(|p| p.file_name().is_some_and(|n| n == "requirements.txt")).collect();
-        if opts.from.is_empty() && !main.is_empty() {
+        // Without a requirements.txt, the top-level files whose names say they are not what
+        // the image runs (robomimic's requirements-docs.txt beside its setup.py) are left out,
+        // as in a requirements folder; all of them when nothing else would be left.
+        let runtime: Vec<&PathBuf> = all.iter().copied().filter(|p| !not_runtime(p)).collect();
+        if !opts.from.is_empty() {
+            all
+        } else if !main.is_empty() {
             main
+        } else if !runtime.is_empty()
+            || inputs.iter().any(|(k, _)| matches!(k, InputKind::Setup | InputKind::Pyproject))
+        {
+            runtime
         } else {
             all
         }
@@ -784,6 +811,10 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
     }
     if python_before.is_some() {
         found.python = python_before;
+    }
+    // A README's pip lines, where nothing else is here.
+    for path in of(InputKind::Readme) {
+        readme::read_file(path, &mut found, dir)?;
     }
     let from_dockerfile = !found.packages.is_empty();
     // 4. Requirements files, unless the lock or the Dockerfile's pip lines said what is installed.
@@ -887,10 +918,19 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
             found.inputs.iter().any(|i| std::fs::canonicalize(i).ok() == std::fs::canonicalize(p).ok())
         };
         if *kind == InputKind::Requirements && lock_kind.is_none() && !from_dockerfile && !read(path) {
-            let text = format!(
-                "{}: not read (requirements.txt is, and does not include it; --from names it)",
-                path.display()
-            );
+            let text = if not_runtime(path)
+                && !inputs.iter().any(|(_, p)| p.file_name().is_some_and(|n| n == "requirements.txt"))
+            {
+                format!(
+                    "{}: not read: its name says it is not what the image runs (--from names it)",
+                    path.display()
+                )
+            } else {
+                format!(
+                    "{}: not read (requirements.txt is, and does not include it; --from names it)",
+                    path.display()
+                )
+            };
             found.decide(text);
         }
     }

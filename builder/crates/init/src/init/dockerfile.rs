@@ -301,7 +301,7 @@ fn read_run(
 ) -> Result<(), super::InitError> {
     let rest = exec_form(rest).map_or_else(|| rest.to_owned(), |v| v.join(" "));
     for command in rest.split("&&").flat_map(|c| c.split("||")).flat_map(|c| c.split(';')) {
-        let words = split_words(command.trim());
+        let words = in_environment(split_words(command.trim()));
         let Some(first) = words.first() else { continue };
         let program = first.rsplit('/').next().unwrap_or(first);
         let args: Vec<String> = words[1..].to_vec();
@@ -363,6 +363,27 @@ fn read_run(
         }
     }
     Ok(())
+}
+
+/// The command `conda run -n ENV CMD...` (or mamba's, micromamba's) runs: `CMD...`, as the
+/// environment's pip is the image's pip (robomimic's `conda run -n robomimic_venv pip install
+/// ...`); any other command as it is.
+fn in_environment(words: Vec<String>) -> Vec<String> {
+    let program = words.first().map(|w| w.rsplit('/').next().unwrap_or(w).to_owned()).unwrap_or_default();
+    if !matches!(program.as_str(), "conda" | "mamba" | "micromamba")
+        || words.get(1).map(String::as_str) != Some("run")
+    {
+        return words;
+    }
+    let mut i = 2;
+    while let Some(w) = words.get(i) {
+        match w.as_str() {
+            "-n" | "--name" | "-p" | "--prefix" | "--cwd" => i += 2,
+            w if w.starts_with('-') => i += 1,
+            _ => break,
+        }
+    }
+    words[i.min(words.len())..].to_vec()
 }
 
 /// `COPY . /app` of the project: where the [[source]] goes.
