@@ -2,6 +2,8 @@
 //! sdists for resolution, and each locked sdist turned into its wheel before the Python layers
 //! are planned ([`stackbuild_wheelbuild`]).
 
+use std::collections::BTreeMap;
+use std::str::FromStr as _;
 use std::sync::OnceLock;
 
 use stackbuild_cache::Cache;
@@ -159,6 +161,31 @@ fn build_env(python: &PythonSection, name: &pep508_rs::PackageName) -> Vec<(Stri
     python.build.env.get(name).map(|vars| vars.clone().into_iter().collect()).unwrap_or_default()
 }
 
+/// The names an sdist's `PKG-INFO` requires (`Requires-Dist` without an extra's marker).
+fn declared_requires(sdist: &std::path::Path) -> Vec<String> {
+    let Ok(info) = stackbuild_python::sdist_pkg_info(sdist) else { return Vec::new() };
+    info.lines()
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.strip_prefix("Requires-Dist:"))
+        .filter(|r| !r.split_once(';').is_some_and(|(_, marker)| marker.contains("extra")))
+        .filter_map(|r| pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r.trim()).ok())
+        .map(|r| r.name.to_string())
+        .collect()
+}
+
+/// `roots` and every name reachable from them through `requires`, normalized.
+fn closure(roots: &[String], requires: &BTreeMap<String, Vec<String>>) -> std::collections::BTreeSet<String> {
+    let norm = stackbuild_python::normalize_name;
+    let mut reached = std::collections::BTreeSet::new();
+    let mut todo: Vec<String> = roots.iter().map(|r| norm(r)).collect();
+    while let Some(name) = todo.pop() {
+        if reached.insert(name.clone()) {
+            todo.extend(requires.get(&name).into_iter().flatten().map(|r| norm(r)));
+        }
+    }
+    reached
+}
+
 fn extra_requires(python: &PythonSection, name: &pep508_rs::PackageName) -> Vec<String> {
     python
         .build
@@ -212,10 +239,28 @@ impl PlatformBuilder<'_> {
                 Vec::new()
             } else {
                 // Built against the image's own locked wheels (torch), as pip's
-                // `--no-build-isolation` builds against the installed ones.
+                // `--no-build-isolation` builds against the installed ones: those its build can
+                // import, torch and what the package requires with all they require, so that a
+                // pin changed elsewhere in the image (termcolor) neither rebuilds a CUDA
+                // extension nor installs another copy of torch's 5 GB environment.
                 let others: Vec<&Wheel> =
                     py.wheels.iter().filter(|w| !stackbuild_common::is_sdist(&w.filename)).collect();
-                py.fetcher().fetch(self.cache, &others)?.into_values().collect()
+                let fetcher = py.fetcher();
+                let fetch = |cache: &Cache, w: &[&Wheel]| fetcher.fetch(cache, w);
+                let requires = super::plan::wheel_requires(self.cache, others.iter().copied(), &fetch)?;
+                let mut roots = vec!["torch".to_owned()];
+                roots.extend(declared_requires(&sdist.path));
+                roots.extend(extra_requires(python, &name).iter().filter_map(|r| {
+                    pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r)
+                        .ok()
+                        .map(|r| r.name.to_string())
+                }));
+                let needed = closure(&roots, &requires);
+                let wanted: Vec<&Wheel> = others
+                    .into_iter()
+                    .filter(|w| needed.contains(&stackbuild_python::normalize_name(w.pin.name.as_ref())))
+                    .collect();
+                py.fetcher().fetch(self.cache, &wanted)?.into_values().collect()
             };
             // A `[[source]]` installed editable: its editable wheel, made with the project at
             // the tree's `dest`.

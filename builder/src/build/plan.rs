@@ -418,7 +418,8 @@ fn fetch_wheels(
 }
 
 /// Fetches the wheels of some locked packages, by normalized name.
-type FetchWheels<'a> = dyn Fn(&Cache, &[&Wheel]) -> Result<BTreeMap<String, Artifact>, BuildError> + 'a;
+pub(super) type FetchWheels<'a> =
+    dyn Fn(&Cache, &[&Wheel]) -> Result<BTreeMap<String, Artifact>, BuildError> + 'a;
 
 /// What the answer of [`check_lock_graph`] depends on: its key, which names the marker of a lock
 /// found clean.
@@ -438,6 +439,45 @@ impl<'a> LockGraphKey<'a> {
     fn new(platform: Platform, roots: &'a [String], wheels: &'a [Wheel]) -> Self {
         Self { platform: platform.as_str(), roots, wheels: wheels.iter().map(WheelKey::of).collect() }
     }
+}
+
+/// Each wheel's `Requires-Dist` names (normalized package name -> the names it requires),
+/// read from the wheels, kept by their sha256 in the cache: a changed pin reads (and fetches)
+/// only its own wheel, not torch's 2 GB one again.
+pub(super) fn wheel_requires<'w>(
+    cache: &Cache,
+    wheels: impl Iterator<Item = &'w Wheel>,
+    fetch: &FetchWheels<'_>,
+) -> Result<BTreeMap<String, Vec<String>>, BuildError> {
+    let record = |w: &Wheel| cache.root().join("facts").join(format!("requires-{}.json", w.sha256));
+    let mut requires = BTreeMap::new();
+    let mut unread: Vec<&Wheel> = Vec::new();
+    for w in wheels {
+        let known: Option<Vec<String>> =
+            std::fs::read(record(w)).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        match known {
+            Some(names) => {
+                requires.insert(stackbuild_python::normalize_name(w.pin.name.as_ref()), names);
+            }
+            None => unread.push(w),
+        }
+    }
+    if !unread.is_empty() {
+        let artifacts = fetch(cache, &unread)?;
+        let _ = std::fs::create_dir_all(cache.root().join("facts"));
+        for w in unread {
+            let Some(artifact) = artifacts.get(w.pin.name.as_ref()) else { continue };
+            let id = stackbuild_python::wheel_identity(&artifact.path).map_err(|source| {
+                BuildError::Wheel { wheel: artifact.filename.clone(), source: Box::new(source) }
+            })?;
+            if let Ok(json) = serde_json::to_vec(&id.requires) {
+                // A lost record is read again next time: nothing depends on it being written.
+                let _ = stackbuild_common::write_atomic(&record(w), &json);
+            }
+            requires.insert(stackbuild_python::normalize_name(w.pin.name.as_ref()), id.requires);
+        }
+    }
+    Ok(requires)
 }
 
 /// Refuses a lock that installs packages the recipe never asks for: every locked wheel must be
@@ -467,36 +507,7 @@ fn check_lock_graph(
     if marker.is_file() {
         return Ok(());
     }
-    // Each wheel's `Requires-Dist` names are kept by its sha256, so a changed pin reads (and
-    // fetches) only its own wheel, not torch's 2 GB one again.
-    let record = |w: &Wheel| cache.root().join("facts").join(format!("requires-{}.json", w.sha256));
-    let mut requires = BTreeMap::new();
-    let mut unread: Vec<&Wheel> = Vec::new();
-    for w in wheels {
-        let known: Option<Vec<String>> =
-            std::fs::read(record(w)).ok().and_then(|bytes| serde_json::from_slice(&bytes).ok());
-        match known {
-            Some(names) => {
-                requires.insert(stackbuild_python::normalize_name(w.pin.name.as_ref()), names);
-            }
-            None => unread.push(w),
-        }
-    }
-    if !unread.is_empty() {
-        let artifacts = fetch(cache, &unread)?;
-        let _ = std::fs::create_dir_all(cache.root().join("facts"));
-        for w in unread {
-            let Some(artifact) = artifacts.get(w.pin.name.as_ref()) else { continue };
-            let id = stackbuild_python::wheel_identity(&artifact.path).map_err(|source| {
-                BuildError::Wheel { wheel: artifact.filename.clone(), source: Box::new(source) }
-            })?;
-            if let Ok(json) = serde_json::to_vec(&id.requires) {
-                // A lost record is read again next time: nothing depends on it being written.
-                let _ = stackbuild_common::write_atomic(&record(w), &json);
-            }
-            requires.insert(stackbuild_python::normalize_name(w.pin.name.as_ref()), id.requires);
-        }
-    }
+    let requires = wheel_requires(cache, wheels.iter(), fetch)?;
     let extra: Vec<String> = lock
         .unrequested(platform, &roots, &requires)
         .iter()

@@ -57,18 +57,21 @@ impl Args {
         let mut plan = self.prepare(&mut opts, None)?;
         let (mut text, recipe) = render(&plan, &recipe_path)?;
         let check_opts = CheckOptions { offline: self.offline, cache_dir: None };
-        let mut report = check(&recipe, &check_opts)?;
+        // A check that cannot run (uv missing) is said after the recipe is written, as before.
+        let mut report = check(&recipe, &check_opts);
         // A stack the check refuses for a reason one constraint mends: torch wheels built
         // against NumPy 1 beside the NumPy 2 an unpinned requirement resolves to (dinov2's torch
         // 2.0.0), as pip would install it and as it would fail at run time. Resolved again with
         // `numpy<2`, kept when the check then finds fewer errors.
-        if !self.offline && report.findings.iter().any(|f| f.kind == FindingKind::NumpyAbi) {
+        let numpy_abi =
+            |r: &stackbuild_check::Report| r.findings.iter().any(|f| f.kind == FindingKind::NumpyAbi);
+        if !self.offline && report.as_ref().is_ok_and(numpy_abi) {
             let mend = (NUMPY_1, "the torch wheels were built against NumPy 1 and work only with numpy<2 (check's numpy-abi: pytorch/pytorch issue 107302)");
             let again = self.prepare(&mut opts, Some(mend))?;
             if let Ok((t, r)) = render(&again, &recipe_path) {
-                if let Ok(rep) = check(&r, &check_opts) {
-                    if errors(&rep) < errors(&report) {
-                        (plan, text, report) = (again, t, rep);
+                if let (Ok(rep), Ok(was)) = (check(&r, &check_opts), &report) {
+                    if errors(&rep) < errors(was) {
+                        (plan, text, report) = (again, t, Ok(rep));
                     }
                 }
             }
@@ -76,6 +79,7 @@ impl Args {
         stackbuild_init::write_new(&recipe_path, &text)?;
         print!("{}", plan.report());
         println!("Wrote {}.", recipe_path.display());
+        let report = report?;
         if report.compatible {
             println!("`stackbuild check {}` finds no conflict.", recipe_path.display());
             Ok(std::process::ExitCode::SUCCESS)

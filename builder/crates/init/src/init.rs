@@ -22,16 +22,19 @@
 //! Anything it cannot translate is listed with the file, the line and why, never dropped
 //! silently.
 //!
-//! Readers per input: `requirements`, `pyproject`, `dockerfile`, `conda`; `torch` finds builds
-//! against the image's torch; `resolved` applies a resolution to the plan and `system` the base
-//! packages known wheels need; `render` writes the plan as the recipe and the report.
+//! Readers per input: `requirements`, `pyproject`, `dockerfile`, `conda`, `readme`; `layout`
+//! finds where a project keeps them; `torch` finds builds against the image's torch; `resolved`
+//! applies a resolution to the plan and `system` the base packages known wheels need; `render`
+//! writes the plan as the recipe and the report.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+use layout::{not_runtime, projects_below, requirements_folder};
 
 mod conda;
 mod dockerfile;
+mod layout;
 mod pyproject;
 mod readme;
 mod render;
@@ -448,106 +451,6 @@ fn release_python(suite: &str) -> Option<&'static str> {
     }
 }
 
-/// Folders projects keep requirements files in.
-const REQUIREMENT_FOLDERS: [&str; 3] = ["requirements", "reqs", "requirements.d"];
-/// Stems of the file that lists what runs, most telling first (`cuda.txt` usually includes
-/// `common.txt`).
-const RUNTIME_STEMS: [&str; 12] = [
-    "cuda",
-    "gpu",
-    "requirements",
-    "base",
-    "common",
-    "runtime",
-    "main",
-    "default",
-    "core",
-    "prod",
-    "production",
-    "install",
-];
-/// Words in a requirements file's stem that say it is not what the image runs on an NVIDIA GPU.
-const NOT_RUNTIME: [&str; 33] = [
-    "test", "dev", "doc", "lint", "ci", "bench", "style", "format", "typing", "mypy", "build", "release",
-    "example", "notebook", "rocm", "cpu", "tpu", "xpu", "hpu", "neuron", "openvino", "nightly", "mac", "win",
-    "lock", "optional", "extra", "npu", "ascend", "mlu", "musa", "mps", "intel",
-];
-
-/// Whether a top-level requirements file's name says it is not what the image runs
-/// (`requirements-docs.txt`, `requirements_test.txt`).
-fn not_runtime(path: &Path) -> bool {
-    let stem = path.file_stem().map(|s| s.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
-    let rest = stem.strip_prefix("requirements").unwrap_or(&stem);
-    rest.split(['-', '_', '.'])
-        .any(|part| !part.is_empty() && NOT_RUNTIME.iter().any(|w| part.starts_with(w)))
-}
-
-/// The runtime requirements files of a project's requirements folder, and why those.
-fn requirements_folder(dir: &Path) -> Option<(Vec<PathBuf>, String)> {
-    for folder in REQUIREMENT_FOLDERS {
-        let path = dir.join(folder);
-        let Ok(entries) = std::fs::read_dir(&path) else { continue };
-        let mut files: Vec<PathBuf> = entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "txt" || e == "in"))
-            .collect();
-        files.sort();
-        // `x.in` compiles to `x.txt`: the pinned one.
-        let stems: Vec<String> = files
-            .iter()
-            .filter(|p| p.extension().is_some_and(|e| e == "txt"))
-            .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
-            .collect();
-        files.retain(|p| {
-            p.extension().is_some_and(|e| e == "txt")
-                || !p.file_stem().is_some_and(|s| stems.contains(&s.to_string_lossy().into_owned()))
-        });
-        if files.is_empty() {
-            continue;
-        }
-        let stem =
-            |p: &PathBuf| p.file_stem().map(|s| s.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
-        let runtime: Vec<PathBuf> = files
-            .iter()
-            .filter(|p| {
-                let s = stem(p);
-                !NOT_RUNTIME.iter().any(|w| s.split(['-', '_', '.']).any(|part| part.starts_with(w)))
-            })
-            .cloned()
-            .collect();
-        let names = |list: &[PathBuf]| list.iter().map(stem).collect::<Vec<_>>().join(", ");
-        let left_out: Vec<PathBuf> = files.iter().filter(|p| !runtime.contains(p)).cloned().collect();
-        let chosen = RUNTIME_STEMS
-            .iter()
-            .find_map(|want| runtime.iter().find(|p| stem(p) == *want))
-            .map_or_else(|| runtime.clone(), |p| vec![p.clone()]);
-        if chosen.is_empty() {
-            continue;
-        }
-        let mut why = format!(
-            "{}: the project's requirements folder; read {} (what the image runs)",
-            path.display(),
-            names(&chosen)
-        );
-        let others: Vec<PathBuf> = files.iter().filter(|p| !chosen.contains(p)).cloned().collect();
-        if !others.is_empty() {
-            let _ = write!(
-                why,
-                "; not read: {} (--from names one{})",
-                names(&others),
-                if left_out.is_empty() {
-                    String::new()
-                } else {
-                    format!("; {} are for tests, docs or other hardware", names(&left_out))
-                }
-            );
-        }
-        return Some((chosen, why));
-    }
-    None
-}
-
 /// Reads the inputs and decides the recipe.
 #[allow(clippy::too_many_lines)] // the inputs in their order of precedence, one step each
 pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
@@ -571,42 +474,6 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
         }
         other => other,
     }
-}
-
-/// The immediate subdirectories of `dir` that hold a Python project (`pyproject.toml` or
-/// `setup.py`), leaving out those that by name hold tests, docs, examples, benchmarks or
-/// vendored code; `python/` alone when it is one of them.
-fn projects_below(dir: &Path) -> Vec<String> {
-    const NOT: [&str; 14] = [
-        "test",
-        "tests",
-        "doc",
-        "docs",
-        "example",
-        "examples",
-        "benchmark",
-        "benchmarks",
-        "third_party",
-        "3rdparty",
-        "vendor",
-        "scripts",
-        "tools",
-        "assets",
-    ];
-    let mut found: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-        .filter(|n| !n.starts_with('.') && !NOT.contains(&n.to_ascii_lowercase().as_str()))
-        .filter(|n| ["pyproject.toml", "setup.py"].iter().any(|f| dir.join(n).join(f).is_file()))
-        .collect();
-    found.sort();
-    if found.iter().any(|n| n == "python") {
-        return vec!["python".to_owned()];
-    }
-    found
 }
 
 fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
