@@ -55,12 +55,17 @@ def host_platform():
     return {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}.get(machine, f"linux/{machine}")
 
 
-def requirements(lock, platform):
-    """`name==version --hash=sha256:...` for every locked wheel of `platform`, sorted by name."""
+def requirements(lock, platform, wheels_only=False):
+    """`name==version --hash=sha256:...` for every locked file of `platform`, sorted by name.
+    The recipe's own projects (`source`: built from the tree the context copies) are not
+    index packages and are left out; with `wheels_only`, the sdists too."""
     lines = []
     for p in lock.get("package", []):
-        if p.get("platform") == platform:
-            lines.append(f"{p['name']}=={p['version']} --hash=sha256:{p['sha256']}")
+        if p.get("platform") != platform or "source" in p:
+            continue
+        if wheels_only and not p["filename"].endswith(".whl"):
+            continue
+        lines.append(f"{p['name']}=={p['version']} --hash=sha256:{p['sha256']}")
     if not lines:
         die(f"the lock has no package for {platform}")
     return sorted(lines)
@@ -111,6 +116,9 @@ def cmd_context(args):
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "requirements.txt"), "w") as f:
         f.write("\n".join(requirements(lock, args.platform or host_platform())) + "\n")
+    # The wheels alone: what an install into a directory takes without building anything.
+    with open(os.path.join(args.out, "requirements-wheels.txt"), "w") as f:
+        f.write("\n".join(requirements(lock, args.platform or host_platform(), wheels_only=True)) + "\n")
     srcs = sources(recipe, os.path.dirname(os.path.abspath(args.recipe)), overrides)
     pats = patches(recipe, site, {name: dest for name, _, dest in srcs})
 
