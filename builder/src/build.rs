@@ -414,19 +414,7 @@ pub fn lock_recipe(
                 cache: cache.root(),
             };
             let cache_root = [cache.root()];
-            let projects: Vec<stackbuild_python::Project<'_>> = recipe
-                .sources
-                .iter()
-                .filter(|s| s.install_wheel)
-                .map(|s| stackbuild_python::Project {
-                    source: s.name.clone(),
-                    tree: match sources.get(&s.name) {
-                        Some(dir) => stackbuild_python::Tree::Path { path: dir, exclude: &cache_root },
-                        None => from_source::tree_of(s, &cache_root),
-                    },
-                    extras: s.extras.clone(),
-                })
-                .collect();
+            let projects = recipe_projects(recipe, sources, &cache_root);
             let resolution = stackbuild_python::resolve_with_sources(
                 python, &target, &prefer, &projects, &metadata, fetch,
             )?;
@@ -447,6 +435,28 @@ pub fn lock_recipe(
     lock.save(&lock_path)?;
     tracing::info!("wrote {}", lock_path.display());
     Ok(lock)
+}
+
+/// The recipe's projects (`[[source]] install = "wheel"`) to resolve, each from its `--source`
+/// tree where `sources` gives one.
+fn recipe_projects<'a>(
+    recipe: &'a Recipe,
+    sources: &'a BTreeMap<String, PathBuf>,
+    cache_root: &'a [&'a Path],
+) -> Vec<stackbuild_python::Project<'a>> {
+    recipe
+        .sources
+        .iter()
+        .filter(|s| s.install_wheel)
+        .map(|s| stackbuild_python::Project {
+            source: s.name.clone(),
+            tree: match sources.get(&s.name) {
+                Some(dir) => stackbuild_python::Tree::Path { path: dir, exclude: cache_root },
+                None => from_source::tree_of(s, cache_root),
+            },
+            extras: s.extras.clone(),
+        })
+        .collect()
 }
 
 /// The sdists of the recipe's projects (`[[source]] install = "wheel"`) beside a project's own

@@ -2,7 +2,6 @@
 //! sdists for resolution, and each locked sdist turned into its wheel before the Python layers
 //! are planned ([`stackbuild_wheelbuild`]).
 
-use std::collections::BTreeMap;
 use std::str::FromStr as _;
 use std::sync::OnceLock;
 
@@ -173,19 +172,6 @@ fn declared_requires(sdist: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
-/// `roots` and every name reachable from them through `requires`, normalized.
-fn closure(roots: &[String], requires: &BTreeMap<String, Vec<String>>) -> std::collections::BTreeSet<String> {
-    let norm = stackbuild_python::normalize_name;
-    let mut reached = std::collections::BTreeSet::new();
-    let mut todo: Vec<String> = roots.iter().map(|r| norm(r)).collect();
-    while let Some(name) = todo.pop() {
-        if reached.insert(name.clone()) {
-            todo.extend(requires.get(&name).into_iter().flatten().map(|r| norm(r)));
-        }
-    }
-    reached
-}
-
 fn extra_requires(python: &PythonSection, name: &pep508_rs::PackageName) -> Vec<String> {
     python
         .build
@@ -235,33 +221,7 @@ impl PlatformBuilder<'_> {
             // runtime (`nvidia-cuda-runtime`): NVIDIA's wheels from CUDA 13 on, Debian's
             // toolkit for CUDA 12.
             let cuda = if isolated { None } else { self.cuda_toolchain(py)? };
-            let runtime = if isolated {
-                Vec::new()
-            } else {
-                // Built against the image's own locked wheels (torch), as pip's
-                // `--no-build-isolation` builds against the installed ones: those its build can
-                // import, torch and what the package requires with all they require, so that a
-                // pin changed elsewhere in the image (termcolor) neither rebuilds a CUDA
-                // extension nor installs another copy of torch's 5 GB environment.
-                let others: Vec<&Wheel> =
-                    py.wheels.iter().filter(|w| !stackbuild_common::is_sdist(&w.filename)).collect();
-                let fetcher = py.fetcher();
-                let fetch = |cache: &Cache, w: &[&Wheel]| fetcher.fetch(cache, w);
-                let requires = super::plan::wheel_requires(self.cache, others.iter().copied(), &fetch)?;
-                let mut roots = vec!["torch".to_owned()];
-                roots.extend(declared_requires(&sdist.path));
-                roots.extend(extra_requires(python, &name).iter().filter_map(|r| {
-                    pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r)
-                        .ok()
-                        .map(|r| r.name.to_string())
-                }));
-                let needed = closure(&roots, &requires);
-                let wanted: Vec<&Wheel> = others
-                    .into_iter()
-                    .filter(|w| needed.contains(&stackbuild_python::normalize_name(w.pin.name.as_ref())))
-                    .collect();
-                py.fetcher().fetch(self.cache, &wanted)?.into_values().collect()
-            };
+            let runtime = if isolated { Vec::new() } else { self.build_runtime(py, python, &name, &sdist)? };
             // A `[[source]]` installed editable: its editable wheel, made with the project at
             // the tree's `dest`.
             let editable = py.wheels[i].source.as_ref().and_then(|source| {
@@ -310,7 +270,9 @@ impl PlatformBuilder<'_> {
             if pkg.cuda.is_none() {
                 settings.cuda_arch_list = None;
             } else if settings.cuda_arch_list.is_none() {
-                settings.cuda_arch_list = torch_arch.get_or_insert_with(|| self.torch_arch_list(py)).clone();
+                settings
+                    .cuda_arch_list
+                    .clone_from(torch_arch.get_or_insert_with(|| self.torch_arch_list(py)));
             }
             let builder = WheelBuilder::new(self.cache, &root, &settings, &target, &locked);
             let label = format!("{} {}", sdist.name, sdist.version);
@@ -341,6 +303,38 @@ impl PlatformBuilder<'_> {
             py.replace_built(i, wheel);
         }
         Ok(())
+    }
+}
+
+impl PlatformBuilder<'_> {
+    /// The image's wheels a build without isolation gets, as pip's `--no-build-isolation`
+    /// builds against the installed ones: those its build can import, torch and what the
+    /// package requires with all they require, so that a pin changed elsewhere in the image
+    /// (termcolor) neither rebuilds a CUDA extension nor installs another copy of torch's 5 GB
+    /// environment.
+    fn build_runtime(
+        &self,
+        py: &PythonPlan<'_>,
+        python: &PythonSection,
+        name: &pep508_rs::PackageName,
+        sdist: &Artifact,
+    ) -> Result<Vec<Artifact>, BuildError> {
+        let image: Vec<&Wheel> =
+            py.wheels.iter().filter(|w| !stackbuild_common::is_sdist(&w.filename)).collect();
+        let fetcher = py.fetcher();
+        let fetch = |cache: &Cache, w: &[&Wheel]| fetcher.fetch(cache, w);
+        let requires = super::plan::wheel_requires(self.cache, image.iter().copied(), &fetch)?;
+        let mut roots = vec!["torch".to_owned()];
+        roots.extend(declared_requires(&sdist.path));
+        roots.extend(extra_requires(python, name).iter().filter_map(|r| {
+            pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r).ok().map(|r| r.name.to_string())
+        }));
+        let needed = stackbuild_python::reachable(&roots, &requires);
+        let wanted: Vec<&Wheel> = image
+            .into_iter()
+            .filter(|w| needed.contains(&stackbuild_python::normalize_name(w.pin.name.as_ref())))
+            .collect();
+        Ok(fetcher.fetch(self.cache, &wanted)?.into_values().collect())
     }
 }
 

@@ -211,7 +211,7 @@ fn python_order(alternatives: &[String], first: &str) -> Vec<String> {
     older.into_iter().chain(newer).cloned().collect()
 }
 
-/// The constraint that keeps NumPy 1 (1.26.4 is its last release).
+/// The constraint that keeps `NumPy` 1 (1.26.4 is its last release).
 const NUMPY_1: &str = "numpy<2";
 
 /// The plan's recipe text and the recipe it parses to: validated before it is placed, as what

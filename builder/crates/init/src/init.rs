@@ -452,7 +452,6 @@ fn release_python(suite: &str) -> Option<&'static str> {
 }
 
 /// Reads the inputs and decides the recipe.
-#[allow(clippy::too_many_lines)] // the inputs in their order of precedence, one step each
 pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
     match plan_in(opts) {
         // A repository that keeps its Python project one level down (sglang's `python/`, whose
@@ -476,6 +475,7 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
     }
 }
 
+#[allow(clippy::too_many_lines)] // the inputs in their order of precedence, one step each
 fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
     let dir = &opts.dir;
     let mut inputs: Vec<(InputKind, PathBuf)> = Vec::new();

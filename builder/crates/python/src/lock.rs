@@ -336,15 +336,10 @@ impl Lock {
         roots: &[String],
         requires: &std::collections::BTreeMap<String, Vec<String>>,
     ) -> Vec<&LockedPackage> {
-        let norm = crate::wheel::normalize_name;
-        let mut reached: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-        let mut todo: Vec<String> = roots.iter().map(|r| norm(r)).collect();
-        while let Some(name) = todo.pop() {
-            if reached.insert(name.clone()) {
-                todo.extend(requires.get(&name).into_iter().flatten().map(|r| norm(r)));
-            }
-        }
-        self.packages_for(platform).filter(|p| !reached.contains(&norm(p.name.as_ref()))).collect()
+        let reached = reachable(roots, requires);
+        self.packages_for(platform)
+            .filter(|p| !reached.contains(&crate::wheel::normalize_name(p.name.as_ref())))
+            .collect()
     }
 
     /// Read and check the lock file at `path`.
@@ -526,6 +521,23 @@ impl Lock {
         }
         None
     }
+}
+
+/// `roots` and every package reachable from them through `requires` (each package's
+/// `Requires-Dist` names), PEP 503 normalized.
+pub fn reachable(
+    roots: &[String],
+    requires: &std::collections::BTreeMap<String, Vec<String>>,
+) -> std::collections::BTreeSet<String> {
+    let norm = crate::wheel::normalize_name;
+    let mut reached = std::collections::BTreeSet::new();
+    let mut todo: Vec<String> = roots.iter().map(|r| norm(r)).collect();
+    while let Some(name) = todo.pop() {
+        if reached.insert(name.clone()) {
+            todo.extend(requires.get(&name).into_iter().flatten().map(|r| norm(r)));
+        }
+    }
+    reached
 }
 
 #[cfg(test)]

@@ -209,8 +209,8 @@ pub enum SolveError {
          {target}, and its source cannot be used: {why}"
     )]
     SourceUnusable {
-        /// The target being resolved.
-        target: Target,
+        /// The target being resolved (boxed: the error stays small).
+        target: Box<Target>,
         /// uv's message that asked for the package's source.
         message: String,
         /// The package.

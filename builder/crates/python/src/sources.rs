@@ -194,7 +194,7 @@ pub fn resolve_with_sources(
             let sdist = fetch_sdist(python, target, &name, message, fetch, None)
                 .and_then(refuse_stub)
                 .map_err(|why| SolveError::SourceUnusable {
-                    target: target.clone(),
+                    target: Box::new(target.clone()),
                     message: message.clone(),
                     package: name.clone(),
                     why,

@@ -97,7 +97,7 @@ pub struct DebianCuda {
 }
 
 /// How long the toolkit's package set read from the index is used before asking again.
-const REFRESH: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+const REFRESH: std::time::Duration = std::time::Duration::from_hours(24);
 
 /// The toolkit for `arch` (Debian's name: `amd64`, `arm64`), from the Debian mirror `mirror`
 /// (`http://deb.debian.org/debian` or the host's own), assembled once per set of packages
