@@ -568,6 +568,15 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
             inputs.push((kind, path.clone()));
         }
     }
+    // A setup.cfg of tool settings only (text-generation-webui's `[pycodestyle]`) is no
+    // setuptools project: setuptools reads a project from its `[metadata]` and `[options]`.
+    inputs.retain(|(kind, path)| {
+        *kind != InputKind::Setup
+            || path.file_name().is_none_or(|n| n != "setup.cfg")
+            || dir.join("setup.py").is_file()
+            || stackbuild_common::read_text(path, 1 << 20, "setup.cfg")
+                .is_ok_and(|t| t.lines().any(|l| matches!(l.trim(), "[metadata]" | "[options]")))
+    });
     if opts.from.is_empty() && inputs.iter().all(|(k, _)| *k == InputKind::PythonVersion) {
         if let Some(readme) = readme::with_pip_lines(dir) {
             inputs.push((InputKind::Readme, readme));

@@ -51,6 +51,11 @@ pub(super) fn read_file(path: &Path, found: &mut Found, project: &Path) -> Resul
 fn pip_args(command: &str) -> Option<Vec<String>> {
     let command =
         command.trim().trim_start_matches("$ ").trim_start_matches("> ").trim_start_matches('!').trim();
+    // A placeholder for the reader to fill in (`pip install -r requirements/full/<requirements
+    // file according to the table below>`) is prose, not packages.
+    if command.contains('<') && command.contains('>') && !command.contains("<=") && !command.contains(">=") {
+        return None;
+    }
     let words: Vec<String> = command.split_whitespace().map(|w| w.trim_matches('`').to_owned()).collect();
     let skip = match words.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["pip" | "pip3", "install", ..] => 2,
@@ -79,5 +84,8 @@ mod tests {
         assert_eq!(super::pip_args("!pip install tiktoken").unwrap(), ["tiktoken"]);
         assert!(super::pip_args("Then pip install what you need").is_none());
         assert!(super::pip_args("pip install").is_none());
+        let placeholder = "pip install -r requirements/full/<requirements file according to table below>";
+        assert!(super::pip_args(placeholder).is_none());
+        assert_eq!(super::pip_args("pip install torch>=2").unwrap(), ["torch>=2"]);
     }
 }
