@@ -162,12 +162,11 @@ fn build_env(python: &PythonSection, name: &pep508_rs::PackageName) -> Vec<(Stri
 
 /// The names an sdist's `PKG-INFO` requires (`Requires-Dist` without an extra's marker).
 fn declared_requires(sdist: &std::path::Path) -> Vec<String> {
-    let Ok(info) = stackbuild_python::sdist_pkg_info(sdist) else { return Vec::new() };
-    info.lines()
-        .take_while(|l| !l.is_empty())
-        .filter_map(|l| l.strip_prefix("Requires-Dist:"))
+    let Some(info) = stackbuild_python::sdist_info(sdist) else { return Vec::new() };
+    info.requires
+        .iter()
         .filter(|r| !r.split_once(';').is_some_and(|(_, marker)| marker.contains("extra")))
-        .filter_map(|r| pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r.trim()).ok())
+        .filter_map(|r| pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(r).ok())
         .map(|r| r.name.to_string())
         .collect()
 }

@@ -108,17 +108,32 @@ impl Args {
             }
         }
         // Git dependencies without a revision: the commit their default branch points to
-        // today, read into a scratch mirror (as the lock's own resolution of a branch does).
+        // today, read into a scratch mirror (as the lock's own resolution of a branch does),
+        // once per repository however often the plan is made again.
         let scratch_git = tempfile::Builder::new().prefix("stackbuild-init-git-").tempdir()?;
-        plan.pin_git_heads(|url| {
+        let heads: std::cell::RefCell<BTreeMap<String, Result<String, String>>> =
+            std::cell::RefCell::default();
+        let head = |url: &str| -> Result<String, String> {
             if self.offline {
                 return Err("--offline".to_owned());
             }
-            stackbuild_source::resolve_git_rev(url, "HEAD", scratch_git.path()).map_err(|e| e.to_string())
-        });
-        if let Some((requirement, why)) = constraint {
-            plan.constrain(requirement, why);
-        }
+            if let Some(known) = heads.borrow().get(url) {
+                return known.clone();
+            }
+            let got = stackbuild_source::resolve_git_rev(url, "HEAD", scratch_git.path())
+                .map_err(|e| e.to_string());
+            heads.borrow_mut().insert(url.to_owned(), got.clone());
+            got
+        };
+        // The plan's git dependencies pinned and the constraint added: what is resolved.
+        let finish = |mut plan: stackbuild_init::Plan| {
+            plan.pin_git_heads(head);
+            if let Some((requirement, why)) = constraint {
+                plan.constrain(requirement, why);
+            }
+            plan
+        };
+        plan = finish(plan);
         if plan.resolvable() {
             let mut outcome = if self.offline { Outcome::offline() } else { resolve(&plan) };
             // Where the inputs leave the Python version open and the default one leaves
@@ -131,11 +146,7 @@ impl Args {
                 let mut best: Option<(stackbuild_init::Plan, Outcome)> = None;
                 for v in python_order(&plan.python_alternatives, &first) {
                     let alt_opts = InitOptions { python: Some((v.clone(), String::new())), ..opts.clone() };
-                    let Ok(mut alt) = stackbuild_init::plan(&alt_opts) else { continue };
-                    alt.pin_git_heads(|_| Err("resolved once already".to_owned()));
-                    if let Some((requirement, why)) = constraint {
-                        alt.constrain(requirement, why);
-                    }
+                    let Ok(alt) = stackbuild_init::plan(&alt_opts).map(finish) else { continue };
                     let o = resolve(&alt);
                     // Stopped at the first that does no better: what has no wheel at one
                     // version (an sdist-only package, antlr4) has none at the next either, and
@@ -162,15 +173,9 @@ impl Args {
                         left(&outcome),
                         if o.cost() == 0 { "none".to_owned() } else { format!("{} ({})", o.cost(), left(&o)) }
                     );
+                    // Made again for the report's reason of the version.
                     opts.python = Some((v, why));
-                    plan = stackbuild_init::plan(opts)?;
-                    plan.pin_git_heads(|url| {
-                        stackbuild_source::resolve_git_rev(url, "HEAD", scratch_git.path())
-                            .map_err(|e| e.to_string())
-                    });
-                    if let Some((requirement, why)) = constraint {
-                        plan.constrain(requirement, why);
-                    }
+                    plan = finish(stackbuild_init::plan(opts)?);
                     outcome = o;
                 }
             }
@@ -455,14 +460,11 @@ fn sdists_resolved(
             if !stackbuild_common::is_sdist(&name) || !file.file_type().is_ok_and(|t| t.is_file()) {
                 continue;
             }
-            let Ok(info) = stackbuild_python::sdist_pkg_info(&file.path()) else { continue };
-            // PKG-INFO's `Name:` and `Version:` header lines (core metadata, an email header).
-            let field = |key: &str| {
-                info.lines()
-                    .take_while(|l| !l.is_empty())
-                    .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_owned()))
+            let Some(stackbuild_python::SdistInfo { name: pkg, version, .. }) =
+                stackbuild_python::sdist_info(&file.path())
+            else {
+                continue;
             };
-            let (Some(pkg), Some(version)) = (field("Name:"), field("Version:")) else { continue };
             let norm = stackbuild_python::normalize_name(&pkg);
             let same = |v: &String| {
                 let parse = |t: &str| pep508_rs::pep440_rs::Version::from_str(t).ok();

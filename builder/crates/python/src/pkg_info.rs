@@ -63,6 +63,28 @@ pub(crate) fn sdist_member(
     Ok(None)
 }
 
+/// What an sdist's `PKG-INFO` says of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SdistInfo {
+    /// `Name`, as written.
+    pub name: String,
+    /// `Version`, as written.
+    pub version: String,
+    /// `Requires-Dist`, as written (markers included).
+    pub requires: Vec<String>,
+}
+
+/// The name, version and requirements the `PKG-INFO` of the sdist at `path` declares.
+pub fn sdist_info(path: &Path) -> Option<SdistInfo> {
+    let fields = header_fields(&sdist_pkg_info(path).ok()?);
+    let first = |key: &str| fields.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    Some(SdistInfo {
+        name: first("name")?,
+        version: first("version")?,
+        requires: fields.iter().filter(|(k, _)| k == "requires-dist").map(|(_, v)| v.clone()).collect(),
+    })
+}
+
 /// The header fields of core metadata (`METADATA`, `PKG-INFO`: RFC 822 headers, continuation
 /// lines indented; the body after the first empty line is not read), names lowercased.
 pub(crate) fn header_fields(text: &str) -> Vec<(String, String)> {

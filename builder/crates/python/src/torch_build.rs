@@ -57,13 +57,8 @@ pub fn torch_at_build(path: &Path) -> Option<TorchAtBuild> {
     let setup = sdist_top_member(path, "setup.py", MAX_SCRIPT).ok()??;
     let build_requires = build_against_torch(&String::from_utf8_lossy(&setup))?;
     let pkg_info = sdist_pkg_info(path).ok()?;
-    let fields = crate::pkg_info::header_fields(&pkg_info);
-    let field =
-        |key: &str| fields.iter().filter(|(k, _)| k == key).map(|(_, v)| v.clone()).collect::<Vec<String>>();
-    let name = field("name").into_iter().next()?;
-    let version = field("version").into_iter().next()?;
+    let crate::pkg_info::SdistInfo { name, version, requires: listed } = crate::pkg_info::sdist_info(path)?;
     let requires = (!is_static(&pkg_info)).then(|| {
-        let listed = field("requires-dist");
         // Older setuptools wrote them only to the egg-info's requires.txt.
         if listed.is_empty() {
             egg_info_requires(path).unwrap_or_default()
