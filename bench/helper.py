@@ -71,6 +71,12 @@ def requirements(lock, platform, wheels_only=False):
     return sorted(lines)
 
 
+def sdists(lock, platform):
+    """The index packages of `platform` the lock takes from source distributions."""
+    return [p["name"] for p in lock.get("package", [])
+            if p.get("platform") == platform and "source" not in p and not p["filename"].endswith(".whl")]
+
+
 def sources(recipe, recipe_dir, overrides):
     """(name, host dir, image dest) of every [[source]]: --source first, then `path`."""
     out = []
@@ -128,13 +134,19 @@ def cmd_context(args):
     df = [f"FROM {args.base}",
           "ARG PIP_INDEX_URL",
           "ARG PIP_EXTRA_INDEX_URL"]
+    # Sdists in the lock (evdev's C extension): pip and uv build them in the image, which then
+    # needs what our build root has, a C toolchain and the interpreter's headers, as any
+    # Dockerfile installing such a lock does.
+    apt = [] if args.uv else ["python3-pip"]
+    if sdists(lock, args.platform or host_platform()):
+        apt += ["build-essential", f"python{python}-dev"]
     if args.uv:
         shutil.copyfile(args.uv, os.path.join(args.out, "uv"))
         os.chmod(os.path.join(args.out, "uv"), 0o755)
         df.append("COPY uv /usr/local/bin/uv")
-    else:
+    if apt:
         df.append("RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
-                  "--no-install-recommends python3-pip && rm -rf /var/lib/apt/lists/*")
+                  f"--no-install-recommends {' '.join(apt)} && rm -rf /var/lib/apt/lists/*")
     cert, uv_cert = "", ""
     if args.ca:
         # The host reaches the index through a TLS-intercepting proxy whose CA only the host's

@@ -464,12 +464,9 @@ impl PlatformBuilder<'_> {
             .or_else(|| stackbuild_check::torch_code(&packages));
         // The GPU code of the wheels built from source (CUDA extensions), from their own fat
         // binaries: the image runs only where torch and each of them have code.
-        let tmp = cache.root().join("tmp");
         let mut extensions = Vec::new();
         for w in wheels.iter().filter(|w| py.built.iter().any(|b| b == w.pin.name.as_ref())) {
-            let path = cache.root().join("artifacts").join(&w.sha256).join(&w.filename);
-            std::fs::create_dir_all(&tmp).map_err(super::io("creating", &tmp))?;
-            match stackbuild_check::extension_wheel_code(&path, &tmp) {
+            match stackbuild_check::extension_code_for_build(cache.root(), &w.filename, &w.sha256) {
                 Ok(Some(code)) => {
                     tracing::info!("{} {}: built for {}", w.pin.name, w.pin.version, code.describe());
                     extensions.push(stackbuild_check::Extension {

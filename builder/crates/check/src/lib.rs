@@ -19,6 +19,6 @@ pub use check::{check, CheckOptions, Finding, FindingKind, Report, Severity};
 pub use derive::{
     requirements, requirements_with, requirements_with_extensions, torch_code, Extension, Package,
 };
-pub use fatbin::{extension_wheel_code, torch_code_for_build};
+pub use fatbin::{extension_code_for_build, extension_wheel_code, torch_code_for_build};
 pub use gpu_code::GpuCode;
 pub use tables::torch;

@@ -215,6 +215,24 @@ pub struct BuiltWheelKey<'a> {
     sandbox: (&'static [&'static str], &'static [&'static str], &'static str),
 }
 
+/// What a built wheel's `METADATA` is recorded by for resolution ([`WheelBuilder::metadata`]):
+/// the inputs of a metadata request that can change what the backend says the package is and
+/// requires. The build environment is left out but for the torch a build without isolation
+/// imports (deepspeed's requirements are decided with it importable); the toolchain is left out
+/// (a metadata request has none). So a lock made again after a build (one pin changed) takes the
+/// built wheel's own metadata, as pip does, instead of preparing it in the sandbox again (40 s
+/// for deepspeed, which installs torch's environment to say what it needs).
+#[derive(Debug, serde::Serialize)]
+struct BuiltMetadataKey<'a> {
+    sdist: (&'a str, &'a str),
+    root: &'a str,
+    target: String,
+    extra_requires: &'a [String],
+    env: &'a [(String, String)],
+    /// The torch wheel of a build without isolation: file name and sha256.
+    torch: Option<(&'a str, &'a str)>,
+}
+
 /// Builds packages from source for one target on one build root.
 pub struct WheelBuilder<'a> {
     cache: &'a Cache,
@@ -264,6 +282,7 @@ impl<'a> WheelBuilder<'a> {
         let log = self.cache.root().join("built-wheels").join(format!("{}.log", key.as_hex()));
         if let Some(wheel) = Self::cached(pkg, &dir)? {
             tracing::info!("{}: built before ({})", pkg.label(), wheel.filename);
+            self.record_built_metadata(pkg, &wheel.path);
             return Ok(Built { wheel, compiled: false, log });
         }
         // Built on another machine: the layer store's record of the key, here or on the
@@ -314,6 +333,7 @@ impl<'a> WheelBuilder<'a> {
         if let Err(e) = crate::share::store(self.cache, &key, &wheel.path, &wheel.filename) {
             tracing::warn!("{}: the built wheel is not shared through the cache: {e}", pkg.label());
         }
+        self.record_built_metadata(pkg, &wheel.path);
         Ok(Built { wheel, compiled: true, log })
     }
 
@@ -347,6 +367,9 @@ impl<'a> WheelBuilder<'a> {
         if let Ok(text) = std::fs::read_to_string(&record) {
             return Ok(text);
         }
+        if let Ok(text) = std::fs::read_to_string(self.built_metadata_record(pkg)) {
+            return Ok(text);
+        }
         let mut prepared = self.prepare(pkg)?;
         self.complete(pkg, &mut prepared, on_line)?;
         let out = prepared.work.path().join("out");
@@ -374,6 +397,49 @@ impl<'a> WheelBuilder<'a> {
         }
         stackbuild_common::write_atomic(&record, text.as_bytes()).map_err(io("writing", &record))?;
         Ok(text)
+    }
+
+    /// Where the `METADATA` of `pkg`'s built wheel is recorded ([`BuiltMetadataKey`]).
+    fn built_metadata_record(&self, pkg: &SourcePackage<'_>) -> PathBuf {
+        let key = LayerKey::of(
+            "built-wheel-metadata",
+            &BuiltMetadataKey {
+                sdist: (&pkg.sdist.sha256, &pkg.sdist.filename),
+                root: &self.root.identity,
+                target: self.target.to_string(),
+                extra_requires: &pkg.extra_requires,
+                env: &pkg.env,
+                torch: pkg
+                    .runtime
+                    .iter()
+                    .find(|a| a.name.as_ref() == "torch")
+                    .map(|a| (a.filename.as_str(), a.sha256.as_str())),
+            },
+        );
+        self.cache.root().join("facts").join(format!("built-wheel-metadata-{}", key.as_hex()))
+    }
+
+    /// Records the `METADATA` of `pkg`'s built `wheel` for a later resolution, once.
+    fn record_built_metadata(&self, pkg: &SourcePackage<'_>, wheel: &Path) {
+        let record = self.built_metadata_record(pkg);
+        if record.is_file() {
+            return;
+        }
+        let read = stackbuild_common::open_regular(wheel, "wheel")
+            .map_err(|e| e.to_string())
+            .and_then(|file| {
+                let mut zip =
+                    zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| e.to_string())?;
+                stackbuild_python::dist_info_metadata(&mut zip, MAX_RESULT)
+            })
+            .and_then(|(_, text)| {
+                let parent = record.parent().ok_or("no parent")?;
+                std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+                stackbuild_common::write_atomic(&record, text.as_bytes()).map_err(|e| e.to_string())
+            });
+        if let Err(e) = read {
+            tracing::debug!("{}: its built wheel's METADATA is not recorded: {e}", pkg.label());
+        }
     }
 
     fn key(&self, pkg: &SourcePackage<'_>, prepared: &Prepared) -> LayerKey {
@@ -441,7 +507,7 @@ impl<'a> WheelBuilder<'a> {
         if !meta.is_file() || stackbuild_common::parse_wheel_name(&filename).is_none() {
             return Ok(None);
         }
-        let sha256 = stackbuild_common::sha256_file(&path).map_err(io("hashing", &path))?;
+        let sha256 = recorded_sha256(dir, &path, meta.len())?;
         Ok(Some(Artifact {
             name: pkg.name.clone(),
             version: pkg.version.clone(),
@@ -463,7 +529,7 @@ impl<'a> WheelBuilder<'a> {
             .tempdir_in(&tmp)
             .map_err(io("creating a directory in", &tmp))?;
         // Read from the archive: unpacked only when something is built (`unpack`).
-        let system = sdist::build_system_of_archive(&pkg.sdist.path)
+        let system = sdist::build_system_recorded(self.cache.root(), &pkg.sdist.path, &pkg.sdist.sha256)
             .map_err(|source| WheelBuildError::Sdist { package: pkg.label(), source })?;
         let mut requires = system.requires_with(&pkg.extra_requires, &pkg.runtime);
         if let Some(cuda) = &pkg.cuda {
@@ -861,5 +927,51 @@ pub fn index_resolver<'a>(
         let pins = stackbuild_python::resolve(&section, target, &[]).map_err(|e| e.to_string())?;
         stackbuild_python::fetch_wheels(&pins, target, section.sources(), artifacts, memo)
             .map_err(|e| e.to_string())
+    }
+}
+
+/// The sha256 of the built wheel at `path` (`size` bytes) kept in `dir`: from the record written
+/// beside `dir` when it was first hashed, while the file keeps that size, as the cache trusts a
+/// layer blob of the right size; else hashed and recorded. A rebuild with nothing changed then
+/// reads a line per built wheel instead of every built wheel's bytes.
+fn recorded_sha256(dir: &Path, path: &Path, size: u64) -> Result<String, WheelBuildError> {
+    let record = dir.with_extension("sha256");
+    if let Ok(text) = std::fs::read_to_string(&record) {
+        if let Some((sha256, recorded)) = text.trim().split_once(' ') {
+            let hex = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit());
+            if hex && recorded.parse::<u64>().is_ok_and(|r| r == size) {
+                return Ok(sha256.to_owned());
+            }
+        }
+    }
+    let sha256 = stackbuild_common::sha256_file(path).map_err(io("hashing", path))?;
+    if let Err(e) = stackbuild_common::write_atomic(&record, format!("{sha256} {size}\n").as_bytes()) {
+        tracing::debug!("could not record {}: {e}", record.display());
+    }
+    Ok(sha256)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A built wheel is hashed once: the record beside its directory answers while the file
+    /// keeps its size, and a file of another size is hashed again.
+    #[test]
+    fn a_built_wheels_sha256_is_recorded_while_its_size_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let key_dir = dir.path().join("0123");
+        std::fs::create_dir(&key_dir).unwrap();
+        let wheel = key_dir.join("demo-1.0-py3-none-any.whl");
+        std::fs::write(&wheel, b"one").unwrap();
+        let first = recorded_sha256(&key_dir, &wheel, 3).unwrap();
+        assert_eq!(first, stackbuild_common::sha256_file(&wheel).unwrap());
+        assert!(dir.path().join("0123.sha256").is_file());
+        // Same size, other bytes: the record is trusted, as the cache trusts a blob's size.
+        std::fs::write(&wheel, b"two").unwrap();
+        assert_eq!(recorded_sha256(&key_dir, &wheel, 3).unwrap(), first);
+        std::fs::write(&wheel, b"three").unwrap();
+        let third = recorded_sha256(&key_dir, &wheel, 5).unwrap();
+        assert_eq!(third, stackbuild_common::sha256_file(&wheel).unwrap());
     }
 }

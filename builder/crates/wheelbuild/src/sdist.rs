@@ -37,7 +37,7 @@ pub enum SdistError {
 }
 
 /// What `[build-system]` says (PEP 518), or PEP 517's fallback when there is none.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BuildSystem {
     /// `requires`: the build requirements.
     pub requires: Vec<String>,
@@ -207,6 +207,35 @@ pub(crate) fn build_system_of_archive(archive: &Path) -> Result<BuildSystem, Sdi
     }
 }
 
+/// [`build_system_of_archive`] of the sdist whose content is `sha256`, recorded under
+/// `<cache>/sdist-build-system/`: a rebuild with nothing changed reads a small record instead of
+/// inflating the archive up to its `pyproject.toml` (most of deepspeed's 2 MB sdist). The record
+/// is keyed by the archive's content, so it cannot go stale; an unreadable one is read again.
+pub(crate) fn build_system_recorded(
+    cache_root: &Path,
+    archive: &Path,
+    sha256: &str,
+) -> Result<BuildSystem, SdistError> {
+    let hex = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit());
+    let record = cache_root.join("sdist-build-system").join(format!("v1-{sha256}.json"));
+    if hex {
+        if let Some(system) = std::fs::read(&record).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
+            return Ok(system);
+        }
+    }
+    let system = build_system_of_archive(archive)?;
+    if hex {
+        let stored =
+            record.parent().map(std::fs::create_dir_all).transpose().ok().and_then(|_| {
+                stackbuild_common::write_atomic(&record, &serde_json::to_vec(&system).ok()?).ok()
+            });
+        if stored.is_none() {
+            tracing::debug!("could not record {}", record.display());
+        }
+    }
+    Ok(system)
+}
+
 fn parse_build_system(text: Vec<u8>, path: PathBuf) -> Result<BuildSystem, SdistError> {
     #[derive(Deserialize)]
     struct Pyproject {
@@ -322,5 +351,28 @@ mod tests {
         std::fs::write(&archive, b.into_inner().unwrap()).unwrap();
         let project = unpack(&archive, &dir.path().join("y")).unwrap();
         assert!(project.ends_with("good-1.0"));
+    }
+
+    /// The `[build-system]` of an archive is read once per content: the record stands in for the
+    /// archive afterwards, and a record under another sha256 is not taken.
+    #[test]
+    fn an_archives_build_system_is_recorded_by_its_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("demo-1.0.tar");
+        let mut b = tar::Builder::new(Vec::new());
+        let text = b"[build-system]\nrequires = [\"flit_core\"]\nbuild-backend = \"flit_core.buildapi\"\n";
+        let mut h = tar::Header::new_gnu();
+        h.set_size(text.len() as u64);
+        h.set_mode(0o644);
+        b.append_data(&mut h, "demo-1.0/pyproject.toml", &text[..]).unwrap();
+        std::fs::write(&archive, b.into_inner().unwrap()).unwrap();
+        let sha = "a".repeat(64);
+        let cache = dir.path().join("cache");
+        let first = build_system_recorded(&cache, &archive, &sha).unwrap();
+        assert_eq!(first.backend, "flit_core.buildapi");
+        // The archive is gone: the record answers.
+        std::fs::remove_file(&archive).unwrap();
+        assert_eq!(build_system_recorded(&cache, &archive, &sha).unwrap(), first);
+        assert!(build_system_recorded(&cache, &archive, &"b".repeat(64)).is_err());
     }
 }
