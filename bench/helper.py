@@ -153,7 +153,9 @@ def cmd_context(args):
         # bundle holds; the image's own bundle would refuse it.
         shutil.copyfile(args.ca, os.path.join(args.out, "host-ca.crt"))
         df.append("COPY host-ca.crt /tmp/host-ca.crt")
-        cert = " --cert /tmp/host-ca.crt"
+        # As pip's environment, not its --cert option: the pip that installs an sdist's build
+        # requirements (an isolated build) is a subprocess that inherits the environment only.
+        cert = "PIP_CERT=/tmp/host-ca.crt "
         uv_cert = "SSL_CERT_FILE=/tmp/host-ca.crt "
     df.append("COPY requirements.txt /tmp/requirements.txt")
     if args.uv:
@@ -162,8 +164,8 @@ def cmd_context(args):
                   f"{uv_cert}uv pip install --system --break-system-packages --no-deps --require-hashes"
                   " --no-cache -r /tmp/requirements.txt")
     else:
-        df.append("RUN pip install --no-deps --require-hashes --break-system-packages --no-cache-dir"
-                  f" --disable-pip-version-check{cert} -r /tmp/requirements.txt")
+        df.append(f"RUN {cert}pip install --no-deps --require-hashes --break-system-packages --no-cache-dir"
+                  " --disable-pip-version-check -r /tmp/requirements.txt")
     for name, src, dest in srcs:
         shutil.copytree(src, os.path.join(args.out, f"src-{name}"), symlinks=True)
         df.append(f"COPY src-{name}/ {dest}/")

@@ -507,7 +507,7 @@ impl<'a> WheelBuilder<'a> {
         if !meta.is_file() || stackbuild_common::parse_wheel_name(&filename).is_none() {
             return Ok(None);
         }
-        let sha256 = recorded_sha256(dir, &path, meta.len())?;
+        let sha256 = recorded_sha256(&path)?;
         Ok(Some(Artifact {
             name: pkg.name.clone(),
             version: pkg.version.clone(),
@@ -930,23 +930,19 @@ pub fn index_resolver<'a>(
     }
 }
 
-/// The sha256 of the built wheel at `path` (`size` bytes) kept in `dir`: from the record written
-/// beside `dir` when it was first hashed, while the file keeps that size, as the cache trusts a
-/// layer blob of the right size; else hashed and recorded. A rebuild with nothing changed then
-/// reads a line per built wheel instead of every built wheel's bytes.
-fn recorded_sha256(dir: &Path, path: &Path, size: u64) -> Result<String, WheelBuildError> {
-    let record = dir.with_extension("sha256");
-    if let Ok(text) = std::fs::read_to_string(&record) {
-        if let Some((sha256, recorded)) = text.trim().split_once(' ') {
-            let hex = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit());
-            if hex && recorded.parse::<u64>().is_ok_and(|r| r == size) {
-                return Ok(sha256.to_owned());
-            }
-        }
+/// The sha256 of the built wheel at `path`: from the record the cache keeps on a file it hashed
+/// before ([`stackbuild_cache::stamp`]: the digest with the file's size and modification time),
+/// else hashed and recorded. A rebuild with nothing changed then reads an attribute per built
+/// wheel instead of every built wheel's bytes.
+fn recorded_sha256(path: &Path) -> Result<String, WheelBuildError> {
+    let file = std::fs::File::open(path).map_err(io("opening", path))?;
+    if let Some(hex) = stackbuild_cache::stamp::recorded(&file) {
+        return Ok(hex);
     }
-    let sha256 = stackbuild_common::sha256_file(path).map_err(io("hashing", path))?;
-    if let Err(e) = stackbuild_common::write_atomic(&record, format!("{sha256} {size}\n").as_bytes()) {
-        tracing::debug!("could not record {}: {e}", record.display());
+    let before = stackbuild_cache::stamp::Identity::of(&file);
+    let (sha256, _) = stackbuild_common::sha256_reader(&file).map_err(io("hashing", path))?;
+    if let Some(before) = before {
+        stackbuild_cache::stamp::record_verified(&file, before, &sha256);
     }
     Ok(sha256)
 }
@@ -955,23 +951,23 @@ fn recorded_sha256(dir: &Path, path: &Path, size: u64) -> Result<String, WheelBu
 mod tests {
     use super::*;
 
-    /// A built wheel is hashed once: the record beside its directory answers while the file
-    /// keeps its size, and a file of another size is hashed again.
+    /// A built wheel is hashed once while it is unchanged: the cache's record on the file answers
+    /// after, and a write to the file ends it.
     #[test]
-    fn a_built_wheels_sha256_is_recorded_while_its_size_holds() {
+    fn a_built_wheels_sha256_is_recorded_on_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let key_dir = dir.path().join("0123");
-        std::fs::create_dir(&key_dir).unwrap();
-        let wheel = key_dir.join("demo-1.0-py3-none-any.whl");
+        let wheel = dir.path().join("demo-1.0-py3-none-any.whl");
         std::fs::write(&wheel, b"one").unwrap();
-        let first = recorded_sha256(&key_dir, &wheel, 3).unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        std::fs::File::options().write(true).open(&wheel).unwrap().set_modified(old).unwrap();
+        let first = recorded_sha256(&wheel).unwrap();
         assert_eq!(first, stackbuild_common::sha256_file(&wheel).unwrap());
-        assert!(dir.path().join("0123.sha256").is_file());
-        // Same size, other bytes: the record is trusted, as the cache trusts a blob's size.
+        let file = std::fs::File::open(&wheel).unwrap();
+        if stackbuild_cache::stamp::recorded(&file).is_none() {
+            eprintln!("skipped: this file system keeps no user extended attributes");
+            return;
+        }
         std::fs::write(&wheel, b"two").unwrap();
-        assert_eq!(recorded_sha256(&key_dir, &wheel, 3).unwrap(), first);
-        std::fs::write(&wheel, b"three").unwrap();
-        let third = recorded_sha256(&key_dir, &wheel, 5).unwrap();
-        assert_eq!(third, stackbuild_common::sha256_file(&wheel).unwrap());
+        assert_eq!(recorded_sha256(&wheel).unwrap(), stackbuild_common::sha256_file(&wheel).unwrap());
     }
 }

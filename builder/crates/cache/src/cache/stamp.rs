@@ -73,6 +73,18 @@ pub fn holds(file: &File, hex: &str) -> bool {
     buf.get(..n).is_some_and(|v| v == now.value(hex).as_bytes())
 }
 
+/// The digest `file` carries a record of, while it is as it was then ([`holds`] without knowing
+/// the digest beforehand: a file found by name, as a built wheel in its key's directory).
+pub fn recorded(file: &File) -> Option<String> {
+    let now = Identity::of(file)?;
+    let mut buf = [0u8; 160];
+    let n = rustix::fs::fgetxattr(file, NAME, &mut buf).ok()?;
+    let value = std::str::from_utf8(buf.get(..n)?).ok()?;
+    let hex = value.strip_prefix("sha256:")?.split(' ').next()?;
+    let valid = hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    (valid && value == now.value(hex)).then(|| hex.to_owned())
+}
+
 /// Records that `file`, just written and synced by this process and not yet where others look,
 /// hashes to `hex`. Not recorded is only slower next time.
 pub fn record_new(file: &File, hex: &str) {
