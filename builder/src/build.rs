@@ -13,6 +13,7 @@
 //! This module then audits the images, writes the layout and the archive, and loads or pushes
 //! them.
 
+mod ahead;
 mod base_layers;
 mod from_source;
 mod image;
@@ -794,7 +795,7 @@ fn build_platform(mut b: PlatformBuilder<'_>) -> Result<PlatformBuild, BuildErro
     let base = b.base_layers()?;
     b.check_glibc(&base.facts)?;
     let mut py = b.python_plan(&base.facts, base.interpreter.as_ref())?;
-    b.build_from_source(&mut py)?;
+    b.build_from_source_and_layers_ahead(&mut py)?;
     b.python_layers(&py)?;
     b.check_lock(&py)?;
     b.sources_layer()?;

@@ -155,6 +155,37 @@ impl stackbuild_python::SdistMetadata for SandboxMetadata<'_> {
     }
 }
 
+/// Builds `pkg`. On a terminal, a spinner with the package, the elapsed time and the backend's
+/// last line; elsewhere (CI logs), plain timed lines, one every few seconds at most, so a long
+/// compile shows it is alive and where it is.
+fn build_showing_progress(
+    builder: &WheelBuilder<'_>,
+    pkg: &SourcePackage<'_>,
+    label: &str,
+) -> Result<stackbuild_wheelbuild::Built, BuildError> {
+    let started = std::time::Instant::now();
+    let mut last = std::time::Instant::now();
+    let spinner = stackbuild_common::Progress::spinner(format!("building {label}"));
+    let built = builder.build(pkg, &mut |line| {
+        if !spinner.is_hidden() {
+            spinner.set_message(format!("building {label}: {}", truncate(line, 100)));
+        } else if last.elapsed().as_secs() >= 5 {
+            last = std::time::Instant::now();
+            tracing::info!("{label} [{}s]: {}", started.elapsed().as_secs(), truncate(line, 160));
+        }
+    })?;
+    drop(spinner);
+    if built.compiled {
+        tracing::info!(
+            "{label}: built {} in {:.1}s (log: {})",
+            built.wheel.filename,
+            started.elapsed().as_secs_f64(),
+            built.log.display()
+        );
+    }
+    Ok(built)
+}
+
 /// What a scoped thread returned; its panic goes on in the caller.
 fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
     handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -186,20 +217,24 @@ fn extra_requires(python: &PythonSection, name: &pep508_rs::PackageName) -> Vec<
 }
 
 impl PlatformBuilder<'_> {
-    /// Turns every locked sdist of `py` into its wheel (built now, or found built in the cache)
-    /// and puts the wheel in its place, so the layers install it like any other.
-    pub(super) fn build_from_source(&self, py: &mut PythonPlan<'_>) -> Result<(), BuildError> {
-        let sdists: Vec<usize> = py
-            .wheels
+    /// Turns every locked sdist of `py` into its wheel (built now, or found built in the cache):
+    /// the wheels that take their places ([`PythonPlan::replace_built`]), by index. `py` is only
+    /// read, so the layers of the other packages are written meanwhile
+    /// ([`PlatformBuilder::write_layers_ahead`]); the sdists are built in order, each against
+    /// the wheels built before it.
+    pub(super) fn build_from_source(&self, py: &PythonPlan<'_>) -> Result<Vec<(usize, Wheel)>, BuildError> {
+        let mut wheels = py.wheels.clone();
+        let sdists: Vec<usize> = wheels
             .iter()
             .enumerate()
             .filter(|(_, w)| stackbuild_common::is_sdist(&w.filename))
             .map(|(i, _)| i)
             .collect();
-        let (Some(python), Some(target)) = (py.python, py.target.clone()) else { return Ok(()) };
+        let (Some(python), Some(target)) = (py.python, py.target.clone()) else { return Ok(Vec::new()) };
         if sdists.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
+        let mut replaced = Vec::with_capacity(sdists.len());
         let _stage = stackbuild_common::Stage::start("build from source");
         let (root, cuda) = self.build_prerequisites(py, python, &sdists)?;
         let settings = Settings::new(&python.build, self.epoch);
@@ -211,12 +246,12 @@ impl PlatformBuilder<'_> {
         let memo = pip_settings_dir(self.cache);
         let resolve = stackbuild_wheelbuild::index_resolver(python, &target, &artifacts, Some(&memo));
         for i in sdists {
-            if py.wheels[i].commit.is_some() || py.wheels[i].source.is_some() {
-                self.tree_sdist(python, &mut py.wheels[i])?;
+            if wheels[i].commit.is_some() || wheels[i].source.is_some() {
+                self.tree_sdist(python, &mut wheels[i])?;
             }
-            let wanted: Vec<&Wheel> = vec![&py.wheels[i]];
+            let wanted: Vec<&Wheel> = vec![&wheels[i]];
             let fetched = py.fetcher().fetch(self.cache, &wanted)?;
-            let name = py.wheels[i].pin.name.clone();
+            let name = wheels[i].pin.name.clone();
             let Some(sdist) = fetched.get(name.as_ref()).cloned() else {
                 return Err(BuildError::Unsupported(format!("the sdist of {name} was not fetched")));
             };
@@ -225,10 +260,11 @@ impl PlatformBuilder<'_> {
             // runtime (`nvidia-cuda-runtime`): NVIDIA's wheels from CUDA 13 on, Debian's
             // toolkit for CUDA 12.
             let cuda = if isolated { None } else { cuda.clone() };
-            let runtime = if isolated { Vec::new() } else { self.build_runtime(py, python, &name, &sdist)? };
+            let runtime =
+                if isolated { Vec::new() } else { self.build_runtime(py, &wheels, python, &name, &sdist)? };
             // A `[[source]]` installed editable: its editable wheel, made with the project at
             // the tree's `dest`.
-            let editable = py.wheels[i].source.as_ref().and_then(|source| {
+            let editable = wheels[i].source.as_ref().and_then(|source| {
                 self.recipe.sources.iter().find(|s| &s.name == source && s.editable).map(|s| s.dest.as_str())
             });
             let pkg = SourcePackage {
@@ -243,7 +279,7 @@ impl PlatformBuilder<'_> {
             };
             // The lock's build environment, where the requirements start with the ones it was
             // resolved from: those wheels exactly, and anything asked beyond them resolved now.
-            let (locked_requires, locked_wheels) = &py.wheels[i].build;
+            let (locked_requires, locked_wheels) = &wheels[i].build;
             let locked = |requires: &[String]| -> Result<Vec<Artifact>, String> {
                 // Asked for the lock's requirements and maybe more after them, or for some of
                 // them only (a lock made before builds without isolation left out what the image
@@ -279,34 +315,13 @@ impl PlatformBuilder<'_> {
                     .clone_from(torch_arch.get_or_insert_with(|| self.torch_arch_list(py)));
             }
             let builder = WheelBuilder::new(self.cache, &root, &settings, &target, &locked);
-            let label = format!("{} {}", sdist.name, sdist.version);
-            let started = std::time::Instant::now();
-            let mut last = std::time::Instant::now();
-            // On a terminal, a spinner with the package, the elapsed time and the backend's last
-            // line; elsewhere (CI logs), plain timed lines, one every few seconds at most, so a
-            // long compile shows it is alive and where it is.
-            let spinner = stackbuild_common::Progress::spinner(format!("building {label}"));
-            let built = builder.build(&pkg, &mut |line| {
-                if !spinner.is_hidden() {
-                    spinner.set_message(format!("building {label}: {}", truncate(line, 100)));
-                } else if last.elapsed().as_secs() >= 5 {
-                    last = std::time::Instant::now();
-                    tracing::info!("{label} [{}s]: {}", started.elapsed().as_secs(), truncate(line, 160));
-                }
-            })?;
-            drop(spinner);
-            if built.compiled {
-                tracing::info!(
-                    "{label}: built {} in {:.1}s (log: {})",
-                    built.wheel.filename,
-                    started.elapsed().as_secs_f64(),
-                    built.log.display()
-                );
-            }
+            let built = build_showing_progress(&builder, &pkg, &format!("{} {}", sdist.name, sdist.version))?;
             let wheel = place(self.cache, &built.wheel)?;
-            py.replace_built(i, wheel);
+            py.note_built(&wheel);
+            wheels[i].built_as(&wheel);
+            replaced.push(i);
         }
-        Ok(())
+        Ok(replaced.into_iter().map(|i| (i, wheels[i].clone())).collect())
     }
 }
 
@@ -352,12 +367,13 @@ impl PlatformBuilder<'_> {
     fn build_runtime(
         &self,
         py: &PythonPlan<'_>,
+        wheels: &[Wheel],
         python: &PythonSection,
         name: &pep508_rs::PackageName,
         sdist: &Artifact,
     ) -> Result<Vec<Artifact>, BuildError> {
         let image: Vec<&Wheel> =
-            py.wheels.iter().filter(|w| !stackbuild_common::is_sdist(&w.filename)).collect();
+            wheels.iter().filter(|w| !stackbuild_common::is_sdist(&w.filename)).collect();
         let fetcher = py.fetcher();
         let fetch = |cache: &Cache, w: &[&Wheel]| fetcher.fetch(cache, w);
         let requires = super::plan::wheel_requires(self.cache, image.iter().copied(), &fetch)?;

@@ -190,7 +190,12 @@ impl PlatformBuilder<'_> {
     }
 
     /// The cache key of a Python layer, from its inputs alone ([`PythonLayerKey`]).
-    fn python_layer_key(&self, py: &PythonPlan<'_>, scheme: &Scheme, layer: &PythonLayer<'_>) -> LayerKey {
+    pub(super) fn python_layer_key(
+        &self,
+        py: &PythonPlan<'_>,
+        scheme: &Scheme,
+        layer: &PythonLayer<'_>,
+    ) -> LayerKey {
         let inputs = PythonLayerKey::new(layer, scheme, py.bytecode.key(), self.epoch, self.compression);
         LayerKey::of(PythonLayerKey::KIND, &inputs)
     }
@@ -286,8 +291,10 @@ impl PlatformBuilder<'_> {
             for ((layer, key), hit) in planned.iter().zip(reused) {
                 let created_by = python_created_by(layer);
                 if let Some(blob) = hit {
-                    self.push(&layer.name, created_by, blob, false);
-                    self.note_bytecode(bytecode, key, None);
+                    // Written in this run beside the builds (`ahead`), or by an earlier build.
+                    let ahead = self.ahead.remove(key.as_hex());
+                    self.push(&layer.name, created_by, blob, ahead.is_some());
+                    self.note_bytecode(bytecode, key, ahead.flatten());
                     continue;
                 }
                 let written = loop {
@@ -696,7 +703,7 @@ fn patch_identity(change: &PatchChange) -> Result<String, BuildError> {
 }
 
 /// A Python layer's files, installed and compiled, waiting to be written.
-struct Staged {
+pub(super) struct Staged {
     stage: tempfile::TempDir,
     /// The wheels' large members, left in the wheels for the layer to carry as they are.
     deferred: stackbuild_python::Deferred,
@@ -705,13 +712,13 @@ struct Staged {
 }
 
 /// A Python layer a worker wrote, waiting for its turn to be pushed.
-struct Written {
+pub(super) struct Written {
     blob: LayerBlob,
     /// `--load`: the layer's tar, for the daemon.
     spooled: Option<stackbuild_image::SpooledTar>,
     /// Kept until the image is assembled (`PlatformBuilder::spent_stages`).
-    stage: tempfile::TempDir,
-    added: Option<stackbuild_python::Added>,
+    pub(super) stage: tempfile::TempDir,
+    pub(super) added: Option<stackbuild_python::Added>,
 }
 
 /// Most layers written at once. Each writer compresses on every core already
@@ -729,7 +736,11 @@ fn layer_workers(layers: usize) -> usize {
 
 /// Writes a staged Python layer: the stage's files and the wheels' deferred members; records
 /// it in the cache under `key`.
-fn write_staged(finisher: LayerFinisher<'_>, key: &LayerKey, staged: Staged) -> Result<Written, BuildError> {
+pub(super) fn write_staged(
+    finisher: LayerFinisher<'_>,
+    key: &LayerKey,
+    staged: Staged,
+) -> Result<Written, BuildError> {
     let mut writer = LayerWriter::new(finisher.cache(), finisher.epoch());
     writer.add_dir(staged.stage.path(), "")?;
     for (path, member, mode) in staged.deferred.into_members() {
@@ -742,7 +753,7 @@ fn write_staged(finisher: LayerFinisher<'_>, key: &LayerKey, staged: Staged) -> 
 
 /// Installs a Python layer's fetched wheels into a new stage (their large members deferred)
 /// and compiles their bytecode there.
-fn stage_python_layer(
+pub(super) fn stage_python_layer(
     bytecode: &stackbuild_python::Plan<'_>,
     scheme: &Scheme,
     layer: &PythonLayer<'_>,

@@ -200,22 +200,35 @@ pub(super) struct PythonPlan<'a> {
 }
 
 impl PythonPlan<'_> {
-    /// Puts the wheel built from the sdist at `index` in its place: the layers install it, and
-    /// the fetcher knows it verified.
-    pub(super) fn replace_built(&mut self, index: usize, wheel: Artifact) {
-        let w = &mut self.wheels[index];
-        w.filename.clone_from(&wheel.filename);
-        w.sha256.clone_from(&wheel.sha256);
-        w.size = wheel.size;
-        w.pin.hashes = vec![wheel.sha256.clone()];
-        self.built.push(wheel.name.to_string());
+    /// Tells the fetcher that `wheel`, built from source in this run, is verified: it is fetched
+    /// from the cache as it is, not hashed again.
+    pub(super) fn note_built(&self, wheel: &Artifact) {
         let mut verified = self.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        verified.insert(wheel.name.to_string(), wheel);
+        verified.insert(wheel.name.to_string(), wheel.clone());
+    }
+
+    /// Puts the wheels built from source ([`PlatformBuilder::build_from_source`]) in their
+    /// places: the layers install them like any other.
+    pub(super) fn replace_built(&mut self, built: Vec<(usize, Wheel)>) {
+        for (index, wheel) in built {
+            self.built.push(wheel.pin.name.to_string());
+            self.wheels[index] = wheel;
+        }
     }
 
     /// What fetching the locked wheels needs, to use here or hand to another thread.
     pub(super) fn fetcher(&self) -> Fetcher<'_> {
         Fetcher { python: self.python, target: self.target.as_ref(), verified: &self.verified }
+    }
+}
+
+impl Wheel {
+    /// This locked sdist, now the wheel `built` from it.
+    pub(super) fn built_as(&mut self, built: &Artifact) {
+        self.filename.clone_from(&built.filename);
+        self.sha256.clone_from(&built.sha256);
+        self.size = built.size;
+        self.pin.hashes = vec![built.sha256.clone()];
     }
 }
 

@@ -42,6 +42,9 @@ pub(super) struct PlatformBuilder<'a> {
     pub(super) spent_stages: Vec<tempfile::TempDir>,
     /// The uncompressed tar of the layer just finished, for `loader` with the layer's push.
     spooled: Option<stackbuild_image::SpooledTar>,
+    /// The Python layers written in this run beside the builds from source, by key, with the
+    /// bytecode each compiled (`ahead`): reported as built, not reused.
+    pub(super) ahead: std::collections::BTreeMap<String, Option<stackbuild_python::Added>>,
 }
 
 impl<'a> PlatformBuilder<'a> {
@@ -68,6 +71,7 @@ impl<'a> PlatformBuilder<'a> {
             loader: None,
             spent_stages: Vec::new(),
             spooled: None,
+            ahead: std::collections::BTreeMap::new(),
         }
     }
 

@@ -663,19 +663,7 @@ impl<'a> WheelBuilder<'a> {
             let env = tmp.path().join("env");
             std::fs::create_dir_all(env.join("site")).map_err(io("creating", &env))?;
             std::fs::create_dir_all(env.join("bin")).map_err(io("creating", &env))?;
-            for wheel in &prepared.environment {
-                stackbuild_python::install_wheel_as(
-                    &wheel.path,
-                    &scheme,
-                    tmp.path(),
-                    wheel.name.as_ref(),
-                    &wheel.version.to_string(),
-                )
-                .map_err(|source| WheelBuildError::Install {
-                    package: pkg.label(),
-                    source: Box::new(source),
-                })?;
-            }
+            crate::environment::install(&prepared.environment, &scheme, tmp.path(), &pkg.label())?;
             if let Some(cuda) = pkg.cuda.as_ref().filter(|c| c.debian.is_none()) {
                 link_development_names(&env.join("site").join(format!("nvidia/cu{}/lib", cuda.major)))?;
             }
@@ -940,7 +928,8 @@ fn recorded_sha256(path: &Path) -> Result<String, WheelBuildError> {
         return Ok(hex);
     }
     let before = stackbuild_cache::stamp::Identity::of(&file);
-    let (sha256, _) = stackbuild_common::sha256_reader(&file).map_err(io("hashing", path))?;
+    let (digest, _) = stackbuild_common::sha256_reader(&file).map_err(io("hashing", path))?;
+    let sha256 = digest.trim_start_matches("sha256:").to_owned();
     if let Some(before) = before {
         stackbuild_cache::stamp::record_verified(&file, before, &sha256);
     }
@@ -958,7 +947,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let wheel = dir.path().join("demo-1.0-py3-none-any.whl");
         std::fs::write(&wheel, b"one").unwrap();
-        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        let old = std::time::SystemTime::now() - std::time::Duration::from_mins(1);
         std::fs::File::options().write(true).open(&wheel).unwrap().set_modified(old).unwrap();
         let first = recorded_sha256(&wheel).unwrap();
         assert_eq!(first, stackbuild_common::sha256_file(&wheel).unwrap());

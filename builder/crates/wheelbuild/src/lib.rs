@@ -13,10 +13,12 @@
 //! - `error`: why a package could not be built.
 //! - `toolkit`: CUDA 12's nvcc from Debian's `nvidia-cuda-toolkit`, laid out as a `CUDA_HOME`.
 //! - `contents`: which Debian package ships a library (the suite's Contents index, through apt).
+//! - `environment`: a build environment's wheels installed side by side, merged in order.
 //! - `builder`: one package from sdist to a verified wheel in the cache, keyed by every input.
 
 mod builder;
 mod contents;
+mod environment;
 mod error;
 mod frontend;
 mod root;
