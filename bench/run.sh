@@ -895,7 +895,9 @@ node_ours() {
 }
 # Bytes the node registry has sent so far (distribution logs http.response.written per request).
 registry_served() {
-  grep -o 'http\.response\.written=[0-9]*' "$work/logs/node-registry.log" 2>/dev/null | awk -F= '{ s += $2 } END { printf "%d", s }'
+  # %.0f, not %d: mawk's %d stops at 2^31 - 1 (2 GB), and the pulls before a lazy round already
+  # sent more, so the difference read 0.
+  grep -o 'http\.response\.written=[0-9]*' "$work/logs/node-registry.log" 2>/dev/null | awk -F= '{ s += $2 } END { printf "%.0f", s }'
 }
 # link_floor BYTES RATE: seconds to carry BYTES over a link of RATE (tc's NNgbit).
 link_floor() { awk -v b="$1" -v r="${2%gbit}" 'BEGIN { printf "%.4f", b * 8 / (r * 1e9) }'; }
