@@ -394,10 +394,8 @@ fn recorded_code(
         Reading::Extension => "extension-",
     };
     let record = cache_root.join("fatbin").join(format!("{prefix}v{CACHE_VERSION}-{sha256}.json"));
-    if let Ok(text) = std::fs::read(&record) {
-        if let Ok(code) = serde_json::from_slice::<Option<GpuCode>>(&text) {
-            return Ok(code);
-        }
+    if let Some(code) = stackbuild_common::read_record::<Option<GpuCode>>(&record) {
+        return Ok(code);
     }
     let wheel = cache_root.join("artifacts").join(sha256).join(filename);
     if !wheel.is_file() {
@@ -409,13 +407,7 @@ fn recorded_code(
         Reading::Torch => torch_wheel_code(&wheel, &tmp).map_err(|e| e.to_string())?,
         Reading::Extension => extension_wheel_code(&wheel, &tmp)?,
     };
-    let stored = record.parent().map(std::fs::create_dir_all).transpose().ok().and_then(|_| {
-        let json = serde_json::to_vec(&code).ok()?;
-        stackbuild_common::write_atomic(&record, &json).ok()
-    });
-    if stored.is_none() {
-        tracing::debug!("could not record {}", record.display());
-    }
+    stackbuild_common::write_record(&record, &code);
     Ok(code)
 }
 

@@ -18,6 +18,7 @@
 //! - `compression`: the compression of a layer blob: media type, name, decoder.
 //! - `base_facts`: what was learned from a base root filesystem (its Python, its Debian packages).
 //! - `glibc`: the GNU C library version of a base, which bounds the `manylinux` wheels it runs.
+//! - `record`: what a build learned from an artifact, kept in the cache by the artifact's content.
 
 mod atomic;
 mod base_facts;
@@ -32,6 +33,7 @@ mod input;
 mod io_error;
 mod platform;
 mod progress;
+mod record;
 mod wheel_name;
 mod zip_member;
 
@@ -71,5 +73,6 @@ pub use input::{kind_of, open_regular, read_capped, read_text, InputError, ReadA
 pub use io_error::{io_err, IoError};
 pub use platform::Platform;
 pub use progress::{Progress, Stage};
+pub use record::{read_record, write_record};
 pub use wheel_name::{is_sdist, parse_sdist_name, parse_wheel_name};
 pub use zip_member::{MemberError, ZipMember};

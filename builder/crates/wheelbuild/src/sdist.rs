@@ -218,20 +218,12 @@ pub(crate) fn build_system_recorded(
 ) -> Result<BuildSystem, SdistError> {
     let hex = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit());
     let record = cache_root.join("sdist-build-system").join(format!("v1-{sha256}.json"));
-    if hex {
-        if let Some(system) = std::fs::read(&record).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
-            return Ok(system);
-        }
+    if let Some(system) = stackbuild_common::read_record(&record).filter(|_| hex) {
+        return Ok(system);
     }
     let system = build_system_of_archive(archive)?;
     if hex {
-        let stored =
-            record.parent().map(std::fs::create_dir_all).transpose().ok().and_then(|_| {
-                stackbuild_common::write_atomic(&record, &serde_json::to_vec(&system).ok()?).ok()
-            });
-        if stored.is_none() {
-            tracing::debug!("could not record {}", record.display());
-        }
+        stackbuild_common::write_record(&record, &system);
     }
     Ok(system)
 }
