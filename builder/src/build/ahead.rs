@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::from_source::joined;
 use super::layers::{stage_python_layer, write_staged};
 use super::plan::{python_layers, PythonPlan};
 use super::platform::PlatformBuilder;
@@ -46,7 +47,7 @@ impl PlatformBuilder<'_> {
             let built = this.build_from_source(shared);
             // The layers not reached yet go to the Python layers step, on all its workers.
             stop.store(true, Ordering::Relaxed);
-            (built, ahead.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            (built, joined(ahead))
         });
         py.replace_built(built?);
         // A layer that failed ahead is written again by the Python layers step, whose error

@@ -187,7 +187,7 @@ fn build_showing_progress(
 }
 
 /// What a scoped thread returned; its panic goes on in the caller.
-fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+pub(super) fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
     handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
