@@ -192,6 +192,10 @@ pub(super) struct PythonPlan<'a> {
     /// The wheels fetched and verified in this run, by normalized name: a second use (the lock
     /// check after the layers) does not hash gigabytes again. The cache is locked meanwhile.
     verified: Mutex<BTreeMap<String, Artifact>>,
+    /// Held while wheels are fetched: two threads asking for the same wheel at once (the
+    /// layers written ahead and the runtime of a build against torch, both at the start of a
+    /// cold build) would each download it; the second now finds it verified.
+    fetching: Mutex<()>,
     /// The packages built from source in this build, by normalized name.
     pub(super) built: Vec<String>,
     /// The torch build's GPU code, read from its wheel while later layers are written
@@ -218,7 +222,12 @@ impl PythonPlan<'_> {
 
     /// What fetching the locked wheels needs, to use here or hand to another thread.
     pub(super) fn fetcher(&self) -> Fetcher<'_> {
-        Fetcher { python: self.python, target: self.target.as_ref(), verified: &self.verified }
+        Fetcher {
+            python: self.python,
+            target: self.target.as_ref(),
+            verified: &self.verified,
+            fetching: &self.fetching,
+        }
     }
 }
 
@@ -238,6 +247,7 @@ pub(super) struct Fetcher<'a> {
     python: Option<&'a PythonSection>,
     target: Option<&'a Target>,
     verified: &'a Mutex<BTreeMap<String, Artifact>>,
+    fetching: &'a Mutex<()>,
 }
 
 impl Fetcher<'_> {
@@ -251,6 +261,8 @@ impl Fetcher<'_> {
         let known = |verified: &BTreeMap<String, Artifact>, w: &Wheel| {
             verified.get(w.pin.name.as_ref()).is_some_and(|a| a.sha256 == w.sha256)
         };
+        // One fetch at a time (`PythonPlan::fetching`); fetch_wheels downloads in parallel.
+        let _fetching = self.fetching.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let missing: Vec<&Wheel> = {
             let verified = self.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             wanted.iter().copied().filter(|w| !known(&verified, w)).collect()
@@ -348,6 +360,7 @@ impl<'a> PlatformBuilder<'a> {
             target,
             bytecode,
             verified: Mutex::default(),
+            fetching: Mutex::default(),
             built: Vec::new(),
             torch_code: OnceLock::new(),
         })

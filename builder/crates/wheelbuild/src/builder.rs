@@ -924,7 +924,8 @@ pub fn index_resolver<'a>(
 /// wheel instead of every built wheel's bytes.
 fn recorded_sha256(path: &Path) -> Result<String, WheelBuildError> {
     let file = std::fs::File::open(path).map_err(io("opening", path))?;
-    if let Some(hex) = stackbuild_cache::stamp::recorded(&file) {
+    let valid = |hex: &String| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    if let Some(hex) = stackbuild_cache::stamp::recorded(&file).filter(valid) {
         return Ok(hex);
     }
     let before = stackbuild_cache::stamp::Identity::of(&file);
