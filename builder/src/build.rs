@@ -391,7 +391,14 @@ pub fn lock_recipe(
             for g in &git {
                 lock.set_commit(target.platform, &g.name, &g.commit);
             }
-            from_source::lock_build_environments(py, &target, cache, &artifacts, &mut lock)?;
+            from_source::lock_build_environments(
+                py,
+                &target,
+                cache,
+                &artifacts,
+                existing.as_ref(),
+                &mut lock,
+            )?;
         }
     } else if let Some(python) = &recipe.python {
         for target in stackbuild_python::targets_with(recipe, glibc) {
@@ -399,6 +406,16 @@ pub fn lock_recipe(
             // The stale lock's pins for this platform, kept where the recipe allows
             // (`stackbuild_python::resolve`).
             let prefer = existing.as_ref().map(|l| l.pins_for(target.platform)).unwrap_or_default();
+            // Its packages taken from their sdists (not a git dependency's or a project's tar,
+            // which are made from their trees again): taken so again from the start.
+            let sdists_before: Vec<stackbuild_python::Pinned> = existing
+                .iter()
+                .flat_map(|l| l.packages_for(target.platform))
+                .filter(|p| {
+                    stackbuild_common::is_sdist(&p.filename) && p.commit.is_none() && p.source.is_none()
+                })
+                .map(stackbuild_python::LockedPackage::pinned)
+                .collect();
             // Packages without a wheel resolve to their sdists, whose metadata is prepared in
             // the build sandbox (`from_source`).
             let metadata = from_source::SandboxMetadata {
@@ -417,7 +434,13 @@ pub fn lock_recipe(
             let cache_root = [cache.root()];
             let projects = recipe_projects(recipe, sources, &cache_root);
             let resolution = stackbuild_python::resolve_with_sources(
-                python, &target, &prefer, &projects, &metadata, fetch,
+                python,
+                &target,
+                &prefer,
+                &sdists_before,
+                &projects,
+                &metadata,
+                fetch,
             )?;
             let pins = resolution.pins.clone();
             stackbuild_python::import_local_wheels(&python.wheels, &pins, &target, &artifact_dir(cache))?;
@@ -430,7 +453,14 @@ pub fn lock_recipe(
             )?;
             lock.set_packages(target.platform, &artifacts);
             lock.set_origins(target.platform, &resolution);
-            from_source::lock_build_environments(python, &target, cache, &artifacts, &mut lock)?;
+            from_source::lock_build_environments(
+                python,
+                &target,
+                cache,
+                &artifacts,
+                existing.as_ref(),
+                &mut lock,
+            )?;
         }
     }
     lock.save(&lock_path)?;

@@ -68,6 +68,34 @@ fn sdists_are_locked_built_in_the_sandbox_and_imported_in_the_image() {
     assert!(err.contains("evdev 1.7.1: built before"), "{err}");
     assert_eq!(again.digest, first.digest);
 
+    // One pin changed beside them: the sdists are taken from their sources at once, as the lock
+    // before had them (uv runs once, not once per package found without a wheel), and their
+    // build environments are kept; nothing is compiled.
+    let changed = tmp.path().join("from-source-changed.toml");
+    std::fs::write(&changed, std::fs::read_to_string(&recipe).unwrap().replace("six==1.16.0", "six==1.17.0"))
+        .unwrap();
+    std::fs::copy(recipe.with_extension("toml.lock"), changed.with_extension("toml.lock")).unwrap();
+    let moved = build(&changed, &tmp.path().join("cache"), &tmp.path().join("layout-changed"), &[]);
+    let err = String::from_utf8_lossy(&moved.out.stderr);
+    for line in [
+        "docopt 0.6.2: from source, as in the lock before",
+        "evdev 1.7.1: from source, as in the lock before",
+        "evdev 1.7.1: build environment as locked before",
+        "evdev 1.7.1: built before",
+    ] {
+        assert!(err.contains(line), "{line}: {err}");
+    }
+    assert!(!err.contains("no wheel for cp311") && !err.contains("building a wheel"), "{err}");
+    let relocked = std::fs::read_to_string(changed.with_extension("toml.lock")).unwrap();
+    assert!(relocked.contains("filename = \"six-1.17.0-py2.py3-none-any.whl\""), "{relocked}");
+    let files = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("filename = ") && !l.contains("six-"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(files(&relocked), files(&lock), "only six moved:\n{relocked}");
+
     // A second cache: the same wheels, byte for byte, so the same Python layer.
     let other = build(&recipe, &tmp.path().join("cache2"), &tmp.path().join("layout2"), &["--locked"]);
     assert_eq!(layer(&other, "python"), layer(&first, "python"), "two caches: one Python layer");

@@ -539,11 +539,16 @@ impl PlatformBuilder<'_> {
 /// recipe's `extra_requires`, resolved for the image's Python and platform into wheels with
 /// their hashes (`[[package.build]]` of the lock). A build then installs exactly those; what a
 /// backend asks for beyond them at build time (`get_requires_for_build_wheel`) is resolved then.
+///
+/// A package whose sdist and requirements are those of `before` (the stale lock this one
+/// replaces) keeps the wheels locked there, as its other pins are kept (`prefer`): a pin changed
+/// elsewhere in the recipe does not move a build environment, and costs no resolution.
 pub(super) fn lock_build_environments(
     python: &PythonSection,
     target: &Target,
     cache: &Cache,
     artifacts: &[Artifact],
+    before: Option<&stackbuild_python::Lock>,
     lock: &mut stackbuild_python::Lock,
 ) -> Result<(), BuildError> {
     let sdists: Vec<&Artifact> =
@@ -556,22 +561,30 @@ pub(super) fn lock_build_environments(
     let resolve = stackbuild_wheelbuild::index_resolver(python, target, &dir, Some(&memo));
     let wheels_of_image: Vec<Artifact> =
         artifacts.iter().filter(|a| !stackbuild_common::is_sdist(&a.filename)).cloned().collect();
-    let tmp_root = cache.root().join("tmp");
-    std::fs::create_dir_all(&tmp_root)
-        .map_err(|e| BuildError::Unsupported(format!("{}: {e}", tmp_root.display())))?;
     for a in sdists {
         let label = format!("{} {}", a.name, a.version);
-        let tmp = tempfile::tempdir_in(&tmp_root)
-            .map_err(|e| BuildError::Unsupported(format!("{}: {e}", tmp_root.display())))?;
-        let read = stackbuild_wheelbuild::unpack(&a.path, tmp.path())
-            .and_then(|p| stackbuild_wheelbuild::build_system(&p));
-        let system = read.map_err(|e| BuildError::Unsupported(format!("{label}: {e}")))?;
+        let system = stackbuild_wheelbuild::build_system_recorded(cache.root(), &a.path, &a.sha256)
+            .map_err(|e| BuildError::Unsupported(format!("{label}: {e}")))?;
         // A build without isolation has the image's wheels (as the build's runtime: the locked
         // wheels, not the sdists).
         let provided: &[Artifact] =
             if python.build.no_isolation.contains(&a.name) { &wheels_of_image } else { &[] };
         let requires = system.requires_with(&extra_requires(python, &a.name), provided);
         if requires.is_empty() {
+            continue;
+        }
+        // The same sdist for the same Python and glibc, the same requirements.
+        let kept = before.filter(|l| l.python == lock.python && l.glibc == lock.glibc).and_then(|l| {
+            l.packages_for(target.platform).find(|p| {
+                p.name == a.name
+                    && p.sha256 == a.sha256
+                    && p.build_requires == requires
+                    && !p.build.is_empty()
+            })
+        });
+        if let Some(kept) = kept {
+            tracing::info!("{label}: build environment as locked before ({} wheel(s))", kept.build.len());
+            lock.set_build_locked(target.platform, &a.name, requires, kept.build.clone());
             continue;
         }
         let wheels = resolve(&requires).map_err(|e| {

@@ -13,7 +13,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 use stackcontract::image::{Component, StackManifest, STACK_JSON_PATH};
 
-use super::plan::{fetch_batch, python_layers, Group, PythonLayer, PythonPlan, Wheel, WheelKey};
+use super::plan::{fetch_batch, python_layers, PythonLayer, PythonPlan, Wheel, WheelKey};
 use super::platform::{LayerFinisher, PlatformBuilder};
 use super::{debian_arch, io, reuse, tempdir, BuildError, LayerReport};
 use stackbuild_cache::LayerKey;
@@ -531,7 +531,11 @@ impl PlatformBuilder<'_> {
         stack_json.push(b'\n');
         let package_patches: Vec<&Patch> =
             recipe.patches.iter().filter(|p| matches!(p.target, PatchTarget::Package(_))).collect();
-        let sbom = platform_sbom(stack, &self.layers, platform, epoch);
+        let placed: BTreeMap<String, String> = python_layers(&py.wheels)
+            .into_iter()
+            .flat_map(|l| l.members.into_iter().map(move |w| (w.pin.name.to_string(), l.name.clone())))
+            .collect();
+        let sbom = platform_sbom(stack, &self.layers, &placed, platform, epoch);
         let inputs = ConfigKey {
             stack_json: sha256_hex(&stack_json),
             spdx: sha256_hex(&sbom.spdx),
@@ -630,10 +634,12 @@ impl PlatformBuilder<'_> {
 }
 
 /// The SBOM of one platform's image: the layers built so far by digest, then the configuration
-/// layer that will hold it; each component placed in the layer that holds it.
+/// layer that will hold it; each component placed in the layer that holds it (a wheel in the
+/// Python layer `wheel_layers` names for it: [`python_layers`]).
 fn platform_sbom(
     stack: &StackManifest,
     layers: &[(LayerReport, LayerBlob, String)],
+    wheel_layers: &BTreeMap<String, String>,
     platform: Platform,
     epoch: u64,
 ) -> stackbuild_image::Sbom {
@@ -649,11 +655,7 @@ fn platform_sbom(
         .iter()
         .map(|c| match c.kind.as_str() {
             "base" | "deb" => find("base"),
-            // A package with a layer of its own ([`python_layers`]), else its group's.
-            "wheel" => list
-                .iter()
-                .position(|l| l.name.strip_prefix("python-") == Some(c.name.as_str()))
-                .unwrap_or_else(|| find(Group::of(&c.name).name())),
+            "wheel" => wheel_layers.get(&c.name).map_or(config, |l| find(l)),
             "source" => find("sources"),
             "patch" if c.source.starts_with("source ") => find("sources"),
             _ => config,

@@ -334,7 +334,7 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
     };
     let metadata = stackbuild_python::PkgInfoMetadata;
     let solve = |section: &PythonSection| {
-        stackbuild_python::resolve_with_sources(section, &target, &[], &[], &metadata, fetch).map(|r| {
+        stackbuild_python::resolve_with_sources(section, &target, &[], &[], &[], &metadata, fetch).map(|r| {
             r.pins.iter().map(|p| (p.name.to_string(), p.version.to_string())).collect::<BTreeMap<_, _>>()
         })
     };

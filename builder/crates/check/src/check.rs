@@ -377,6 +377,7 @@ fn resolve<'r>(
         target,
         &[],
         &[],
+        &[],
         &stackbuild_python::PkgInfoMetadata,
         fetch,
     )

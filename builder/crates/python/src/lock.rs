@@ -299,19 +299,31 @@ impl Lock {
         requires: Vec<String>,
         wheels: &[Artifact],
     ) {
+        let wheels = wheels
+            .iter()
+            .map(|a| LockedBuildWheel {
+                name: a.name.clone(),
+                version: a.version.clone(),
+                filename: a.filename.clone(),
+                sha256: a.sha256.clone(),
+                size: a.size,
+            })
+            .collect();
+        self.set_build_locked(platform, name, requires, wheels);
+    }
+
+    /// [`Lock::set_build`] with wheels already locked (those of the lock this one replaces).
+    pub fn set_build_locked(
+        &mut self,
+        platform: Platform,
+        name: &PackageName,
+        requires: Vec<String>,
+        mut wheels: Vec<LockedBuildWheel>,
+    ) {
         if let Some(p) = self.packages.iter_mut().find(|p| p.platform == platform && &p.name == name) {
             p.build_requires = requires;
-            p.build = wheels
-                .iter()
-                .map(|a| LockedBuildWheel {
-                    name: a.name.clone(),
-                    version: a.version.clone(),
-                    filename: a.filename.clone(),
-                    sha256: a.sha256.clone(),
-                    size: a.size,
-                })
-                .collect();
-            p.build.sort_by(|a, b| a.name.cmp(&b.name));
+            wheels.sort_by(|a, b| a.name.cmp(&b.name));
+            p.build = wheels;
         }
     }
 

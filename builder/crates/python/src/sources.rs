@@ -81,11 +81,39 @@ pub struct Project<'a> {
 /// dependencies (`name @ git+URL@REV`) to the tar of their commit, and the recipe's projects
 /// (`[[source]] install = "wheel"`) to the tar of their tree, their dependencies resolved with
 /// the rest.
-#[allow(clippy::too_many_lines)] // one loop: resolve, then take sources or step one back
+///
+/// `sdists_before` are the packages the lock this resolution replaces took from their sdists:
+/// each is taken again at once, where the recipe still admits its version, so that uv runs once
+/// instead of once per package found without a wheel (a pin changed in `recipes/dreamzero.toml`
+/// re-resolved four times, 2 to 3.5 s each, for evdev, deepspeed and antlr4). Should that not
+/// resolve, the resolution starts again without them.
 pub fn resolve_with_sources(
     python: &PythonSection,
     target: &Target,
     prefer: &[Pinned],
+    sdists_before: &[Pinned],
+    projects_in: &[Project<'_>],
+    metadata: &dyn SdistMetadata,
+    fetch: SourceFetch<'_>,
+) -> Result<Resolution, SolveError> {
+    if !sdists_before.is_empty() {
+        match resolve_from(python, target, prefer, sdists_before, projects_in, metadata, fetch) {
+            Ok(resolution) => return Ok(resolution),
+            Err(e) => tracing::info!(
+                "the source packages of the lock before do not resolve as they were ({e}); resolving again without them"
+            ),
+        }
+    }
+    resolve_from(python, target, prefer, &[], projects_in, metadata, fetch)
+}
+
+/// [`resolve_with_sources`], with `seeds` taken from their sdists from the start.
+#[allow(clippy::too_many_lines)] // one loop: resolve, then take sources or step one back
+fn resolve_from(
+    python: &PythonSection,
+    target: &Target,
+    prefer: &[Pinned],
+    seeds: &[Pinned],
     projects_in: &[Project<'_>],
     metadata: &dyn SdistMetadata,
     fetch: SourceFetch<'_>,
@@ -142,14 +170,40 @@ pub fn resolve_with_sources(
         }
         projects.insert(sdist.name.clone(), project.source.clone());
     }
+    // The sdists taken, at their versions, and how many were stepped back.
+    let mut taken: Vec<(PackageName, PackageVersion)> = Vec::new();
+    let seeds: Vec<&Pinned> =
+        seeds.iter().filter(|p| !plan.no_binary.contains(&p.name) && admitted(python, p)).collect();
+    for seed in seeds {
+        let fail = |why: String| SolveError::Uv {
+            target: target.clone(),
+            message: format!("{} {} (a source package of the lock before): {why}", seed.name, seed.version),
+        };
+        let got = crate::fetch::fetch_wheels(
+            std::slice::from_ref(seed),
+            target,
+            python.sources(),
+            fetch.artifacts,
+            fetch.memo,
+        )
+        .map_err(|e| fail(e.to_string()))?;
+        let sdist = got.into_iter().next().ok_or_else(|| fail("not fetched".into()))?;
+        if !stackbuild_common::is_sdist(&sdist.filename) {
+            return Err(fail(format!("{} is not a source distribution", sdist.filename)));
+        }
+        let text = sdist_metadata(metadata, &refuse_stub(sdist.clone()).map_err(fail)?).map_err(fail)?;
+        say(&format!("{} {}: from source, as in the lock before", seed.name, seed.version));
+        entries.push(MetadataEntry::parse(&seed.name, &seed.version, &text));
+        plan.no_binary.push(seed.name.clone());
+        plan.constraints.push(format!("{}=={}", seed.name, seed.version));
+        taken.push((seed.name.clone(), seed.version.clone()));
+    }
     if !entries.is_empty() {
         plan.config = Some(write_config(&dir, &entries, target)?);
     }
     let prefer: Vec<Pinned> =
         prefer.iter().filter(|p| !plan.direct.iter().any(|(n, _, _)| n == &p.name)).cloned().collect();
     let prefer = prefer.as_slice();
-    // The sdists taken, at their versions, and how many were stepped back.
-    let mut taken: Vec<(PackageName, PackageVersion)> = Vec::new();
     let mut backtracked = 0;
     for _ in 0..MAX_ROUNDS + MAX_BACKTRACK {
         let err = match compile(python, target, prefer, &plan) {
@@ -218,6 +272,22 @@ pub fn resolve_with_sources(
         plan.config = Some(write_config(&dir, &entries, target)?);
     }
     compile(python, target, prefer, &plan).map(|pins| Resolution { pins, commits, projects })
+}
+
+/// Whether every requirement and constraint of the recipe on `pin`'s package admits its version.
+fn admitted(python: &PythonSection, pin: &Pinned) -> bool {
+    let Ok(version) = pep440_rs::Version::from_str(&pin.version.to_string()) else { return false };
+    python
+        .packages
+        .iter()
+        .chain(&python.constraints)
+        .chain(&python.overrides)
+        .filter(|r| r.name == pin.name)
+        .all(|r| match &r.version_or_url {
+            None => true,
+            Some(pep508_rs::VersionOrUrl::VersionSpecifier(specs)) => specs.contains(&version),
+            Some(pep508_rs::VersionOrUrl::Url(_)) => false,
+        })
 }
 
 /// `sdist`, unless it is a wheel stub ([`crate::pkg_info::wheel_stub_index`]): its build

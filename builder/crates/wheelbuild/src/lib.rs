@@ -34,7 +34,7 @@ pub use builder::{
 pub use contents::debian_providers;
 pub use error::WheelBuildError;
 pub use sandbox::{Mount, Sandbox, SandboxError, BUILD_DIR, BUILD_UID};
-pub use sdist::{build_system, unpack, BuildSystem, SdistError};
+pub use sdist::{build_system, build_system_recorded, unpack, BuildSystem, SdistError};
 pub use toolkit::{
     debian_cuda12, debian_mirror, ubuntu_keyring, DebianCuda, DebianPackage, ToolkitError,
     DEBIAN_CUDA12_PACKAGES,

@@ -211,7 +211,7 @@ pub(crate) fn build_system_of_archive(archive: &Path) -> Result<BuildSystem, Sdi
 /// `<cache>/sdist-build-system/`: a rebuild with nothing changed reads a small record instead of
 /// inflating the archive up to its `pyproject.toml` (most of deepspeed's 2 MB sdist). The record
 /// is keyed by the archive's content, so it cannot go stale; an unreadable one is read again.
-pub(crate) fn build_system_recorded(
+pub fn build_system_recorded(
     cache_root: &Path,
     archive: &Path,
     sha256: &str,
