@@ -19,7 +19,7 @@ use stackbuild_common::LayerBlob;
 use stackbuild_common::Platform;
 use stackbuild_image::{DebianBase, Encoding};
 use stackbuild_image::{History, ImageConfig, RuntimeConfig};
-use stackbuild_recipe::{Base, Bootstrap};
+use stackbuild_recipe::{Base, Bootstrap, Recipe};
 
 /// The inputs of the layers imported from an image archive or the Docker daemon: their key
 /// (`PlatformBuilder::imported_base`).
@@ -50,6 +50,28 @@ pub(super) struct BaseParts {
     pub(super) interpreter: Option<LayerBlob>,
 }
 
+/// What the recipe's Debian or Ubuntu base `b` asks mmdebstrap for, on `platform`.
+pub(super) fn debian_base(
+    recipe: &Recipe,
+    b: &Bootstrap,
+    platform: Platform,
+    cache: &Cache,
+) -> Result<DebianBase, BuildError> {
+    Ok(DebianBase {
+        distribution: b.distro.as_str().to_owned(),
+        suite: b.suite.clone(),
+        packages: b
+            .packages
+            .iter()
+            .map(|p| p.version.as_ref().map_or_else(|| p.name.clone(), |v| format!("{}={v}", p.name)))
+            .collect(),
+        mirror: b.mirror.clone(),
+        variant: b.variant.clone(),
+        architecture: debian_arch(platform).to_owned(),
+        keyring: super::archive_keyring(recipe, b, cache)?,
+    })
+}
+
 impl PlatformBuilder<'_> {
     /// Adds the base's layers and components.
     pub(super) fn base_layers(&mut self) -> Result<BaseParts, BuildError> {
@@ -65,19 +87,7 @@ impl PlatformBuilder<'_> {
     fn bootstrap_base(&mut self, b: &Bootstrap) -> Result<BaseParts, BuildError> {
         let (platform, cache, out, opts, epoch, compression) =
             (self.platform, self.cache, self.out, self.opts, self.epoch, self.compression);
-        let debian = DebianBase {
-            distribution: b.distro.as_str().to_owned(),
-            suite: b.suite.clone(),
-            packages: b
-                .packages
-                .iter()
-                .map(|p| p.version.as_ref().map_or_else(|| p.name.clone(), |v| format!("{}={v}", p.name)))
-                .collect(),
-            mirror: b.mirror.clone(),
-            variant: b.variant.clone(),
-            architecture: debian_arch(platform).to_owned(),
-            keyring: super::archive_keyring(self.recipe, b, cache)?,
-        };
+        let debian = debian_base(self.recipe, b, platform, cache)?;
         tracing::info!(
             "base: {} {} with {} package(s)",
             debian.distribution,

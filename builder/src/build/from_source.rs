@@ -24,14 +24,18 @@ fn default_build_packages(python: &PythonSection) -> Vec<String> {
 }
 
 /// The build root for `platform`: the recipe's Debian or Ubuntu base with the default build
-/// packages and `[python.build] packages`, built by mmdebstrap (cached as a layer by the same key
-/// as a base) and unpacked into the cache. Nothing of it reaches the image.
+/// packages and `[python.build] packages` added to its rootfs by mmdebstrap
+/// (`DebianBase::prepare_on`: apt installs only what the base lacks), cached as a layer and
+/// unpacked into the cache. Nothing of it reaches the image. The base is the image's own layer,
+/// in `compression` or any other the cache has it in (made in `compression` where it has none,
+/// as when a lock prepares an sdist's metadata before the image's base is built).
 pub(super) fn build_root(
     recipe: &Recipe,
     python: &PythonSection,
     platform: Platform,
     cache: &Cache,
     epoch: u64,
+    compression: Compression,
 ) -> Result<BuildRoot, BuildError> {
     let Base::Bootstrap(b) = &recipe.base else {
         return Err(BuildError::Unsupported(format!(
@@ -49,35 +53,35 @@ pub(super) fn build_root(
             std::env::consts::ARCH
         )));
     }
-    let mut packages: Vec<String> = b
-        .packages
-        .iter()
-        .map(|p| p.version.as_ref().map_or_else(|| p.name.clone(), |v| format!("{}={v}", p.name)))
-        .collect();
-    for p in default_build_packages(python).into_iter().chain(python.build.packages.iter().cloned()) {
-        if !packages.contains(&p) {
-            packages.push(p);
-        }
-    }
-    let debian = DebianBase {
-        distribution: b.distro.as_str().to_owned(),
-        suite: b.suite.clone(),
-        packages,
-        mirror: b.mirror.clone(),
-        variant: b.variant.clone(),
-        architecture: debian_arch(platform).to_owned(),
-        keyring: super::archive_keyring(recipe, b, cache)?,
-    };
+    let base = super::base_layers::debian_base(recipe, b, platform, cache)?;
+    let added: Vec<String> = default_build_packages(python)
+        .into_iter()
+        .chain(python.build.packages.iter().cloned())
+        .filter(|p| !base.packages.contains(p))
+        .fold(Vec::new(), |mut v, p| {
+            if !v.contains(&p) {
+                v.push(p);
+            }
+            v
+        });
     let _stage = stackbuild_common::Stage::start("build root");
     tracing::info!(
-        "build root: {} {} with {} package(s)",
-        debian.distribution,
-        debian.suite,
-        debian.packages.len()
+        "build root: {} {} with {} package(s) and {} to build with ({})",
+        base.distribution,
+        base.suite,
+        base.packages.len(),
+        added.len(),
+        added.join(", ")
     );
-    // Uncompressed: it is unpacked here and never pushed.
-    let prepared = debian.prepare(cache, epoch, Compression::None)?;
-    Ok(BuildRoot::unpacked(cache, &prepared.layer, &python.version)?)
+    let prepared_base = base.prepare_any(cache, epoch, compression)?;
+    let layer = if added.is_empty() {
+        prepared_base.layer
+    } else {
+        let root = DebianBase { packages: added, ..base };
+        // Uncompressed: it is unpacked here and never pushed.
+        root.prepare_on(&prepared_base.layer, cache, epoch, Compression::None)?.layer
+    };
+    Ok(BuildRoot::unpacked(cache, &layer, &python.version)?)
 }
 
 /// Metadata of sdists for resolution, prepared in the sandbox on the recipe's build root (made
@@ -110,8 +114,16 @@ impl stackbuild_python::SdistMetadata for SandboxMetadata<'_> {
         let root = if let Some(root) = self.root.get() {
             root
         } else {
-            let root = build_root(self.recipe, self.python, self.target.platform, self.cache, self.epoch)
-                .map_err(|e| e.to_string())?;
+            let root = build_root(
+                self.recipe,
+                self.python,
+                self.target.platform,
+                self.cache,
+                self.epoch,
+                // The image's compression is not known yet: the default's, or the base as found.
+                Compression::default(),
+            )
+            .map_err(|e| e.to_string())?;
             self.root.get_or_init(|| root)
         };
         let settings = Settings::new(&self.python.build, self.epoch);
@@ -349,7 +361,8 @@ impl PlatformBuilder<'_> {
                     py.fetcher().fetch(self.cache, &image).map(drop)
                 })
             });
-            let root = build_root(self.recipe, python, self.platform, self.cache, self.epoch);
+            let root =
+                build_root(self.recipe, python, self.platform, self.cache, self.epoch, self.compression);
             (root, cuda.map(joined), wheels.map(joined))
         });
         let root = root?;
