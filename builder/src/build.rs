@@ -356,66 +356,15 @@ pub fn lock_recipe(
     let glibc = base_glibc(recipe)?;
     lock.glibc = Some(glibc);
     if let Some((py, given)) = recipe.python.as_ref().and_then(|p| Some((p, p.lock.as_deref()?))) {
-        // The project's own lock: its wheels, as they are; nothing is resolved.
-        let given = stackbuild_python::GivenLock::load(given)?;
-        for target in stackbuild_python::targets_with(recipe, glibc) {
-            let (chosen, git) = given.select_all(&target)?;
-            tracing::info!("{} wheel(s) from {} for {target}", chosen.len(), given.path.display());
-            let mut artifacts =
-                stackbuild_python::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
-                    stackbuild_python::Config::for_lock_urls(py.sources(), Some(&pip_settings_dir(cache)))
-                })?;
-            // Its git packages: the tar of each locked commit, built from source like a recipe's
-            // git dependency (the lock records the commit; the tar is made again where missing).
-            let fetch = stackbuild_python::SourceFetch {
-                artifacts: &artifact_dir(cache),
-                memo: None,
-                cache: cache.root(),
-            };
-            for g in &git {
-                let tree =
-                    stackbuild_python::Tree::Git { url: &g.url, commit: &g.commit, subdirectory: None };
-                let made =
-                    stackbuild_python::tree_sdist(&g.name, tree, Some(&g.version), fetch).map_err(|e| {
-                        BuildError::Unsupported(format!("{}: {} from git: {e}", given.path.display(), g.name))
-                    })?;
-                artifacts.push(made);
-            }
-            // The recipe's projects (`[[source]] install = "wheel"`): the tree's sdist at the
-            // version the lock gives the project of that directory (or name), its dependencies
-            // the lock's, as `uv sync` installs the workspace's members.
-            let (projects, origins) = given_lock_projects(recipe, &given, fetch, cache)?;
-            artifacts.extend(projects);
-            lock.set_packages(target.platform, &artifacts);
-            lock.set_origins(target.platform, &origins);
-            for g in &git {
-                lock.set_commit(target.platform, &g.name, &g.commit);
-            }
-            from_source::lock_build_environments(
-                py,
-                &target,
-                cache,
-                &artifacts,
-                existing.as_ref(),
-                &mut lock,
-            )?;
-        }
+        lock_given(recipe, py, given, glibc, cache, existing.as_ref(), &mut lock)?;
     } else if let Some(python) = &recipe.python {
         for target in stackbuild_python::targets_with(recipe, glibc) {
             tracing::info!("resolving {} package(s) for {target}", python.packages.len());
             // The stale lock's pins for this platform, kept where the recipe allows
             // (`stackbuild_python::resolve`).
             let prefer = existing.as_ref().map(|l| l.pins_for(target.platform)).unwrap_or_default();
-            // Its packages taken from their sdists (not a git dependency's or a project's tar,
-            // which are made from their trees again): taken so again from the start.
-            let sdists_before: Vec<stackbuild_python::Pinned> = existing
-                .iter()
-                .flat_map(|l| l.packages_for(target.platform))
-                .filter(|p| {
-                    stackbuild_common::is_sdist(&p.filename) && p.commit.is_none() && p.source.is_none()
-                })
-                .map(stackbuild_python::LockedPackage::pinned)
-                .collect();
+            // Its packages taken from their sdists: taken so again from the start.
+            let sdists_before = existing.as_ref().map(|l| l.sdist_pins(target.platform)).unwrap_or_default();
             // Packages without a wheel resolve to their sdists, whose metadata is prepared in
             // the build sandbox (`from_source`).
             let metadata = from_source::SandboxMetadata {
@@ -466,6 +415,55 @@ pub fn lock_recipe(
     lock.save(&lock_path)?;
     tracing::info!("wrote {}", lock_path.display());
     Ok(lock)
+}
+
+/// The lock of a recipe whose `[python] lock` is the project's own: its wheels, as they are,
+/// with its git packages and the recipe's projects made into sdists; nothing is resolved.
+fn lock_given(
+    recipe: &Recipe,
+    py: &stackbuild_recipe::PythonSection,
+    given: &Path,
+    glibc: stackbuild_common::Glibc,
+    cache: &Cache,
+    existing: Option<&Lock>,
+    lock: &mut Lock,
+) -> Result<(), BuildError> {
+    // The project's own lock: its wheels, as they are; nothing is resolved.
+    let given = stackbuild_python::GivenLock::load(given)?;
+    for target in stackbuild_python::targets_with(recipe, glibc) {
+        let (chosen, git) = given.select_all(&target)?;
+        tracing::info!("{} wheel(s) from {} for {target}", chosen.len(), given.path.display());
+        let mut artifacts = stackbuild_python::fetch(&given.path, &chosen, &artifact_dir(cache), &|| {
+            stackbuild_python::Config::for_lock_urls(py.sources(), Some(&pip_settings_dir(cache)))
+        })?;
+        // Its git packages: the tar of each locked commit, built from source like a recipe's
+        // git dependency (the lock records the commit; the tar is made again where missing).
+        let fetch = stackbuild_python::SourceFetch {
+            artifacts: &artifact_dir(cache),
+            memo: None,
+            cache: cache.root(),
+        };
+        for g in &git {
+            let tree = stackbuild_python::Tree::Git { url: &g.url, commit: &g.commit, subdirectory: None };
+            let made =
+                stackbuild_python::tree_sdist(&g.name, tree, Some(&g.version), fetch).map_err(|e| {
+                    BuildError::Unsupported(format!("{}: {} from git: {e}", given.path.display(), g.name))
+                })?;
+            artifacts.push(made);
+        }
+        // The recipe's projects (`[[source]] install = "wheel"`): the tree's sdist at the
+        // version the lock gives the project of that directory (or name), its dependencies
+        // the lock's, as `uv sync` installs the workspace's members.
+        let (projects, origins) = given_lock_projects(recipe, &given, fetch, cache)?;
+        artifacts.extend(projects);
+        lock.set_packages(target.platform, &artifacts);
+        lock.set_origins(target.platform, &origins);
+        for g in &git {
+            lock.set_commit(target.platform, &g.name, &g.commit);
+        }
+        from_source::lock_build_environments(py, &target, cache, &artifacts, existing, lock)?;
+    }
+    Ok(())
 }
 
 /// The recipe's projects (`[[source]] install = "wheel"`) to resolve, each from its `--source`

@@ -14,15 +14,14 @@ fn stderr_wants_color() -> bool {
 
 fn main() -> std::process::ExitCode {
     let cli = cmd::Cli::parse();
-    let log = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(stderr_wants_color())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("STACKBUILD_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new(if cli.quiet { "warn" } else { "info" })
-            }),
-        );
+    let log =
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .with_ansi(stderr_wants_color())
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("STACKBUILD_LOG").unwrap_or_else(
+                |_| tracing_subscriber::EnvFilter::new(if cli.quiet { "warn" } else { "info" }),
+            ));
     // A log read later (CI, a file) says when each line came, as seconds since the start; a
     // person at a terminal sees it happen.
     if std::io::stderr().is_terminal() {

@@ -178,7 +178,7 @@ const MMDEBSTRAP_ON_ARGS: [&str; 2] = [
 /// The inputs of a rootfs made of a base's and more packages ([`DebianBase::prepare_on`]).
 #[derive(Debug, serde::Serialize)]
 struct DebianOnKey<'a> {
-    /// The base's rootfs: the diff_id of its layer.
+    /// The base's rootfs: the `diff_id` of its layer.
     base: &'a str,
     /// The packages added, from which suite, sources and architecture, how, into which blob.
     added: DebianKey<'a>,
@@ -274,7 +274,7 @@ impl DebianBase {
     /// The rootfs of `base` (a layer of a base prepared by [`DebianBase::prepare`]) with this
     /// base's packages added to it by mmdebstrap's `custom` variant ([`MMDEBSTRAP_ON_ARGS`]):
     /// apt installs what the base lacks, instead of bootstrapping every package again. A build
-    /// root of bookworm with DreamZero's 18 base packages and the 2 build packages took 109 s
+    /// root of bookworm with `DreamZero`'s 18 base packages and the 2 build packages took 109 s
     /// from nothing and 49 s on the base's rootfs (2 cores, `time mmdebstrap`).
     pub fn prepare_on(
         &self,

@@ -45,7 +45,7 @@ pub use download::Config;
 pub use fetch::{fetch_wheels, import_local_wheels};
 pub use given_lock::{fetch, Chosen, GitChosen, GivenLock, GivenLockError};
 pub use index::{configured_index, Index, IndexError, IndexFile};
-pub use lock::{reachable, Lock, LockError, LockedBuildWheel, LockedPackage};
+pub use lock::{reachable, Lock, LockError, LockedBuildWheel};
 pub use pkg_info::{is_static, sdist_info, sdist_pkg_info, sdist_top_member, SdistInfo};
 pub use pylock::{may_write, write_from_index};
 pub use solve::{glibc_baseline, resolve, targets, targets_with, Pinned, SolveError, Target};

@@ -327,6 +327,15 @@ impl Lock {
         }
     }
 
+    /// The pins of the packages locked for `platform` as index sdists (not a git dependency's or
+    /// a project's tar, which are made from their trees).
+    pub fn sdist_pins(&self, platform: Platform) -> Vec<Pinned> {
+        self.packages_for(platform)
+            .filter(|p| stackbuild_common::is_sdist(&p.filename) && p.commit.is_none() && p.source.is_none())
+            .map(LockedPackage::pinned)
+            .collect()
+    }
+
     /// The wheels locked for `platform`, sorted by name.
     pub fn packages_for(&self, platform: Platform) -> impl Iterator<Item = &LockedPackage> {
         self.packages.iter().filter(move |p| p.platform == platform)
