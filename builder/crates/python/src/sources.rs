@@ -193,10 +193,7 @@ fn resolve_from(
         }
         let text = sdist_metadata(metadata, &refuse_stub(sdist.clone()).map_err(fail)?).map_err(fail)?;
         say(&format!("{} {}: from source, as in the lock before", seed.name, seed.version));
-        entries.push(MetadataEntry::parse(&seed.name, &seed.version, &text));
-        plan.no_binary.push(seed.name.clone());
-        plan.constraints.push(format!("{}=={}", seed.name, seed.version));
-        taken.push((seed.name.clone(), seed.version.clone()));
+        take_source(&mut plan, &mut entries, &mut taken, &seed.name, &seed.version, &text);
     }
     if !entries.is_empty() {
         plan.config = Some(write_config(&dir, &entries, target)?);
@@ -264,14 +261,27 @@ fn resolve_from(
                     sdist.version
                 ),
             })?;
-            entries.push(MetadataEntry::parse(&name, &sdist.version, &text));
-            plan.no_binary.push(name.clone());
-            plan.constraints.push(format!("{name}=={}", sdist.version));
-            taken.push((name, sdist.version));
+            take_source(&mut plan, &mut entries, &mut taken, &name, &sdist.version, &text);
         }
         plan.config = Some(write_config(&dir, &entries, target)?);
     }
     compile(python, target, prefer, &plan).map(|pins| Resolution { pins, commits, projects })
+}
+
+/// `name` taken from its sdist at `version`, whose `METADATA` is `text`: uv is told so
+/// (`--no-binary`, the constraint `NAME==VERSION`, its dependency metadata).
+fn take_source(
+    plan: &mut FromSource,
+    entries: &mut Vec<MetadataEntry>,
+    taken: &mut Vec<(PackageName, PackageVersion)>,
+    name: &PackageName,
+    version: &PackageVersion,
+    text: &str,
+) {
+    entries.push(MetadataEntry::parse(name, version, text));
+    plan.no_binary.push(name.clone());
+    plan.constraints.push(format!("{name}=={version}"));
+    taken.push((name.clone(), version.clone()));
 }
 
 /// Whether every requirement and constraint of the recipe on `pin`'s package admits its version.
