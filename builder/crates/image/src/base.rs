@@ -240,16 +240,10 @@ impl DebianBase {
     ) -> Result<PreparedBase, BaseError> {
         let sources = self.sources()?;
         let key = self.key(&sources, epoch, compression);
-        if let Some(found) = cached(cache, &key) {
-            return Ok(found);
+        match cached(cache, &key) {
+            Some(found) => Ok(found),
+            None => self.build(cache, &key, &sources, epoch, compression, None),
         }
-        let tmp = tempfile::Builder::new()
-            .prefix("mmdebstrap-")
-            .tempdir_in(cache.root())
-            .map_err(|source| BaseError::Tar { path: cache.root().to_owned(), source })?;
-        let tar = tmp.path().join("rootfs.tar");
-        self.run_mmdebstrap(&sources, &tar, epoch, None)?;
-        self.store(cache, &key, &tar, epoch, compression)
     }
 
     /// The base layer as the cache has it, in `compression` or, failing that, in any other, else
@@ -286,13 +280,31 @@ impl DebianBase {
         let sources = self.sources()?;
         let key =
             LayerKey::of("base-debian-on", &self.on_key_inputs(&base.diff_id, &sources, epoch, compression));
-        if let Some(found) = cached(cache, &key) {
-            return Ok(found);
+        match cached(cache, &key) {
+            Some(found) => Ok(found),
+            None => self.build(cache, &key, &sources, epoch, compression, Some(base)),
         }
+    }
+
+    /// Runs mmdebstrap (on `on`'s rootfs, when given) and stores what it made under `key`.
+    fn build(
+        &self,
+        cache: &Cache,
+        key: &LayerKey,
+        sources: &str,
+        epoch: u64,
+        compression: Compression,
+        on: Option<&LayerBlob>,
+    ) -> Result<PreparedBase, BaseError> {
         let tmp = tempfile::Builder::new()
             .prefix("mmdebstrap-")
             .tempdir_in(cache.root())
             .map_err(|source| BaseError::Tar { path: cache.root().to_owned(), source })?;
+        let tar = tmp.path().join("rootfs.tar");
+        let Some(base) = on else {
+            self.run_mmdebstrap(sources, &tar, epoch, None)?;
+            return self.store(cache, key, &tar, epoch, compression);
+        };
         // The base's rootfs as a plain tar, which the setup hook unpacks.
         let base_tar = tmp.path().join("base.tar");
         let layer = format!("the base layer {}", base.digest);
@@ -306,11 +318,10 @@ impl DebianBase {
             .map_err(|source| BaseError::Tar { path: base_tar.clone(), source })?;
         std::io::copy(&mut decoded, &mut out).map_err(read)?;
         drop(out);
-        let tar = tmp.path().join("rootfs.tar");
-        self.run_mmdebstrap(&sources, &tar, epoch, Some(&base_tar))?;
+        self.run_mmdebstrap(sources, &tar, epoch, Some(&base_tar))?;
         std::fs::remove_file(&base_tar)
             .map_err(|source| BaseError::Tar { path: base_tar.clone(), source })?;
-        self.store(cache, &key, &tar, epoch, compression)
+        self.store(cache, key, &tar, epoch, compression)
     }
 
     /// The rootfs `tar` mmdebstrap wrote, as a layer in the cache under `key`, with its facts.
