@@ -584,17 +584,22 @@ mod tests {
     }
     use super::*;
 
-    #[test]
-    fn every_input_of_a_rootfs_added_to_a_base_is_part_of_its_key() {
-        let root = DebianBase {
+    /// A bookworm amd64 base of `packages`, from the host's sources.
+    fn bookworm(packages: &[&str]) -> DebianBase {
+        DebianBase {
             distribution: "debian".into(),
             suite: "bookworm".into(),
-            packages: vec!["build-essential".into(), "python3.11-dev".into()],
+            packages: packages.iter().map(|p| (*p).to_owned()).collect(),
             mirror: None,
             variant: "apt".into(),
             architecture: "amd64".into(),
             keyring: None,
-        };
+        }
+    }
+
+    #[test]
+    fn every_input_of_a_rootfs_added_to_a_base_is_part_of_its_key() {
+        let root = bookworm(&["build-essential", "python3.11-dev"]);
         let base = format!("sha256:{}", "ab".repeat(32));
         let sources = "deb http://deb.debian.org/debian bookworm main\n";
         let inputs = root.on_key_inputs(&base, sources, 1, Compression::None);
@@ -610,15 +615,7 @@ mod tests {
 
     #[test]
     fn every_input_of_a_debian_base_is_part_of_its_key() {
-        let base = DebianBase {
-            distribution: "debian".into(),
-            suite: "bookworm".into(),
-            packages: vec!["python3".into(), "curl=7.88.1-10+deb12u8".into()],
-            mirror: None,
-            variant: "apt".into(),
-            architecture: "amd64".into(),
-            keyring: None,
-        };
+        let base = bookworm(&["python3", "curl=7.88.1-10+deb12u8"]);
         let sources = "deb http://deb.debian.org/debian bookworm main\n";
         let inputs = base.key_inputs(sources, 1_700_000_000, Compression::Gzip);
         stackbuild_cache::assert_every_input_changes_key(
