@@ -802,6 +802,7 @@ mod tests {
             filename: format!("{name}-1.0-py3-none-any.whl"),
             sha256: sha.repeat(32),
             size: 1 << 20,
+            lock_size: 1 << 20,
             commit: None,
             source: None,
             build: (Vec::new(), Vec::new()),

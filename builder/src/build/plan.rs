@@ -69,8 +69,13 @@ pub(super) struct Wheel {
     pub(super) pin: Pinned,
     pub(super) filename: String,
     pub(super) sha256: String,
-    /// Bytes of the wheel file, as the lock records.
+    /// Bytes of the file: as the lock records, then the wheel's once built from source.
     pub(super) size: u64,
+    /// Bytes of the file the lock records, kept when the package is built from source: the
+    /// layer plan is made from it, so the layers written beside the builds (`ahead`) and those
+    /// after them are planned alike (the built wheel's size moved a package in or out of the
+    /// largest packages' own layers, and with it the members of another layer).
+    pub(super) lock_size: u64,
     /// The commit of a git dependency, whose file is made from it.
     pub(super) commit: Option<String>,
     /// The `[[source]]` a project installed as a wheel is built from.
@@ -143,14 +148,16 @@ pub(super) fn fetch_batch<'a: 'b, 'b>(layers: impl Iterator<Item = &'b PythonLay
 pub(super) fn python_layers(wheels: &[Wheel]) -> Vec<PythonLayer<'_>> {
     let mut own: Vec<&Wheel> = wheels
         .iter()
-        .filter(|w| Group::of(w.pin.name.as_ref()) == Group::Python && w.size >= OWN_LAYER_MIN)
+        .filter(|w| Group::of(w.pin.name.as_ref()) == Group::Python && w.lock_size >= OWN_LAYER_MIN)
         .collect();
-    own.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| a.pin.name.as_ref().cmp(b.pin.name.as_ref())));
+    own.sort_by(|a, b| {
+        b.lock_size.cmp(&a.lock_size).then_with(|| a.pin.name.as_ref().cmp(b.pin.name.as_ref()))
+    });
     own.truncate(MAX_OWN_LAYERS);
     for g in [Group::Cuda, Group::Cudnn, Group::Torch] {
         let members: Vec<&Wheel> = wheels.iter().filter(|w| Group::of(w.pin.name.as_ref()) == g).collect();
         if members.len() > 1 {
-            own.extend(members.into_iter().filter(|w| w.size >= GROUP_OWN_MIN));
+            own.extend(members.into_iter().filter(|w| w.lock_size >= GROUP_OWN_MIN));
         }
     }
     let is_own = |w: &Wheel| own.iter().any(|o| std::ptr::eq(*o, w));
@@ -193,7 +200,7 @@ const REST_BUCKETS: u8 = 8;
 /// the other packages. Each keeps the lock order; empty ones are dropped by the caller.
 fn split_rest(rest: PythonLayer<'_>) -> Vec<PythonLayer<'_>> {
     use sha2::Digest as _;
-    if rest.members.iter().map(|w| w.size).sum::<u64>() < REST_SPLIT_MIN {
+    if rest.members.iter().map(|w| w.lock_size).sum::<u64>() < REST_SPLIT_MIN {
         return vec![rest];
     }
     let mut buckets: Vec<PythonLayer<'_>> = (1..=REST_BUCKETS)
@@ -378,6 +385,7 @@ impl<'a> PlatformBuilder<'a> {
                 filename: p.filename.clone(),
                 sha256: p.sha256.clone(),
                 size: p.size,
+                lock_size: p.size,
                 commit: p.commit.clone(),
                 source: p.source.clone(),
                 build: (p.build_requires.clone(), p.build.clone()),
@@ -610,6 +618,7 @@ mod tests {
             filename: format!("{name}-1.0-py3-none-any.whl"),
             sha256: "00".repeat(32),
             size,
+            lock_size: size,
             commit: None,
             source: None,
             build: (Vec::new(), Vec::new()),
@@ -713,6 +722,34 @@ mod tests {
     }
 
     #[test]
+    fn a_package_built_from_source_keeps_the_layer_plan_of_the_lock() {
+        // The 41st largest package is an sdist: built, its wheel is larger than the 40th.
+        let mut wheels: Vec<Wheel> =
+            (0..MAX_OWN_LAYERS as u64).map(|i| wheel(&format!("pkg{i:03}"), (2 << 20) + i)).collect();
+        wheels.extend((0..100).map(|i| wheel(&format!("small{i:03}"), 1 << 19)));
+        let mut sdist = wheel("built", (2 << 20) - 1);
+        sdist.filename = "built-1.0.tar.gz".into();
+        wheels.push(sdist);
+        let plan = |wheels: &[Wheel]| -> Vec<(String, Vec<String>)> {
+            python_layers(wheels)
+                .into_iter()
+                .map(|l| (l.name, l.members.iter().map(|w| w.pin.name.to_string()).collect()))
+                .collect()
+        };
+        let before = plan(&wheels);
+        let built = stackbuild_python::Artifact {
+            name: "built".parse().unwrap(),
+            version: "1.0".parse().unwrap(),
+            filename: "built-1.0-py3-none-any.whl".into(),
+            sha256: "11".repeat(32),
+            size: 8 << 20,
+            path: "/nonexistent".into(),
+        };
+        wheels.last_mut().unwrap().built_as(&built);
+        assert_eq!(plan(&wheels), before);
+    }
+
+    #[test]
     fn a_large_rest_is_split_by_name_and_a_package_stays_in_its_layer() {
         let small: Vec<Wheel> = (0..40).map(|i| wheel(&format!("small{i:02}"), 1 << 19)).collect();
         let layers = python_layers(&small);
@@ -737,7 +774,7 @@ mod tests {
         // Another version of one package, and one package more: every package keeps its layer.
         let mut changed = many.clone();
         changed[7].pin.version = "2.0".parse().unwrap();
-        changed[7].size = 3 << 18;
+        changed[7].lock_size = 3 << 18;
         changed.push(wheel("newcomer", 1 << 19));
         let after = python_layers(&changed);
         assert_eq!(placed(&after, "pkg007"), before);
