@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
@@ -87,15 +87,9 @@ pub fn read_in_root(root: &Path, path: &str, cap: u64) -> Result<Vec<u8>, Rootfs
     let dir = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
         .map_err(io)?;
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
-    let fd = match rustix::fs::openat2(
-        &dir,
-        rel,
-        flags,
-        Mode::empty(),
-        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
-    ) {
+    let fd = match openat2(&dir, rel, flags, ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS) {
         Ok(fd) => fd,
-        Err(Errno::NOSYS | Errno::PERM) => {
+        Err(Errno::NOSYS | Errno::PERM | Errno::AGAIN) => {
             walk_nofollow(dir, rel, flags).map_err(|e| map_loop(e, rel, root))?
         }
         Err(e) => return Err(map_loop(e, rel, root)),
@@ -115,6 +109,29 @@ pub fn read_in_root(root: &Path, path: &str, cap: u64) -> Result<Vec<u8>, Rootfs
         return Err(RootfsError::TooLarge { path: rel.to_owned(), cap });
     }
     Ok(buf)
+}
+
+/// `openat2`, tried again while it answers `EAGAIN`.
+///
+/// With `RESOLVE_IN_ROOT` or `RESOLVE_BENEATH`, a path whose resolution crosses `..` (as a
+/// sysfs link such as `../../../devices/pci0000:00/...` does) fails with `EAGAIN` when any
+/// rename or mount anywhere on the system raced the lookup, and "the caller may choose to retry"
+/// (<https://man7.org/linux/man-pages/man2/openat2.2.html>). CI saw it on a busy machine. The
+/// callers walk the path themselves should it persist.
+pub(crate) fn openat2(
+    dir: impl AsFd,
+    rel: &str,
+    flags: OFlags,
+    resolve: ResolveFlags,
+) -> Result<OwnedFd, Errno> {
+    const TRIES: usize = 16;
+    let mut tries = 1;
+    loop {
+        match rustix::fs::openat2(&dir, rel, flags, Mode::empty(), resolve) {
+            Err(Errno::AGAIN) if tries < TRIES => tries += 1,
+            other => return other,
+        }
+    }
 }
 
 fn map_loop(e: Errno, rel: &str, root: &Path) -> RootfsError {

@@ -15,6 +15,8 @@ use std::path::Path;
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
 
+use crate::rootfs::openat2;
+
 /// How many symlinks one resolution may follow, as the kernel's own `MAXSYMLINKS`.
 const MAX_SYMLINKS: usize = 40;
 
@@ -150,18 +152,15 @@ impl HostFs {
         if self.openat2 {
             let rel = rel.trim_start_matches('/');
             let rel = if rel.is_empty() { "." } else { rel };
-            Ok(rustix::fs::openat2(
-                &self.root,
-                rel,
-                flags,
-                Mode::empty(),
-                ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
-            )?)
-        } else {
-            let resolved = self.resolve(rel, true)?;
-            let path = if resolved.is_empty() { ".".to_owned() } else { resolved };
-            Ok(rustix::fs::openat(&self.root, path.as_str(), flags | OFlags::NOFOLLOW, Mode::empty())?)
+            match openat2(&self.root, rel, flags, ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS) {
+                // Renames kept racing the kernel's `..` check: resolve in user space instead.
+                Err(Errno::AGAIN) => {}
+                other => return Ok(other?),
+            }
         }
+        let resolved = self.resolve(rel, true)?;
+        let path = if resolved.is_empty() { ".".to_owned() } else { resolved };
+        Ok(rustix::fs::openat(&self.root, path.as_str(), flags | OFlags::NOFOLLOW, Mode::empty())?)
     }
 
     /// Resolves `rel` to a path without symlinks (but the last component's when `follow_last`
@@ -260,11 +259,10 @@ impl HostFs {
     pub fn attr(&self, dir: impl AsFd, name: &str, cap: usize) -> Result<Vec<u8>, ReadError> {
         let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
         let fd = if self.openat2 {
-            rustix::fs::openat2(
+            openat2(
                 dir,
                 name,
                 flags,
-                Mode::empty(),
                 ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
             )?
         } else if name.contains('/') || name == ".." {

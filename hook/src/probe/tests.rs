@@ -421,3 +421,30 @@ fn nvidia_smi_list_and_mig_index() {
         assert_eq!(parse::mig_index(bad), None, "{bad}");
     }
 }
+
+/// Renames racing a lookup that crosses `..` make `openat2(RESOLVE_IN_ROOT)` answer `EAGAIN`
+/// (CI failed so on a busy machine); the probe tries again, then walks the path itself.
+#[test]
+fn renames_racing_the_lookup_do_not_fail_the_read() {
+    let dir = tempfile::tempdir().unwrap();
+    FixtureSpec::healthy_h100().build(dir.path()).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = tempfile::tempdir().unwrap();
+    let renamer = {
+        let (stop, base) = (stop.clone(), churn.path().to_owned());
+        std::thread::spawn(move || {
+            std::fs::write(base.join("a"), "").unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::fs::rename(base.join("a"), base.join("b")).unwrap();
+                std::fs::rename(base.join("b"), base.join("a")).unwrap();
+            }
+        })
+    };
+    let fs = HostFs::open(dir.path()).unwrap();
+    let result = (0..20_000).try_for_each(|_| {
+        fs.read_text("sys/bus/pci/devices/0000:00:00.0/vendor", 100).map(|v| assert_eq!(v, "0x8086\n"))
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    renamer.join().unwrap();
+    assert_eq!(result, Ok(()));
+}
