@@ -211,7 +211,7 @@ docker_cleanup() {
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  rm -f "$recipe_copy" "$recipe_copy.lock" "$base_recipe" "$base_recipe.lock" "$wheels_base_recipe" "$wheels_base_recipe.lock"
+  rm -f "$recipe_src" "$recipe_src.lock" "$recipe_copy" "$recipe_copy.lock" "$base_recipe" "$base_recipe.lock" "$wheels_base_recipe" "$wheels_base_recipe.lock"
   if [[ -n $DOCKER ]] && "$DOCKER" version >/dev/null 2>&1; then
     docker_cleanup
   fi
@@ -252,6 +252,20 @@ timed() {
   [[ $__var == - ]] || printf -v "$__var" '%s' "$secs"
   log "  $secs s"
 }
+# timed_median VAR NAME N CMD...: runs CMD N times (logs/NAME-I.log), puts the median wall
+# seconds in VAR. For the runs of milliseconds, where one run measures the machine's noise (a
+# cold build's writeback still under way) as much as the program: the no-change rebuilds, ours
+# and Docker's alike.
+timed_median() {
+  local __var=$1 name=$2 n=$3 i t all=()
+  shift 3
+  for ((i = 1; i <= n; i++)); do
+    timed t "$name-$i" "$@"
+    all+=("$t")
+  done
+  printf -v "$__var" '%s' "$(printf '%s\n' "${all[@]}" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')"
+  log "  median of $n: ${!__var} s"
+}
 secs() { awk -v s="$1" 'BEGIN { if (s < 1) printf "%.3f s", s; else if (s < 100) printf "%.2f s", s; else printf "%.0f s", s }'; }
 ms() { awk -v s="$1" 'BEGIN { printf "%.2f ms", s }'; }
 bytes() { awk -v b="$1" 'BEGIN { if (b >= 1e9) printf "%.2f GB", b / 1e9; else if (b >= 1e6) printf "%.1f MB", b / 1e6; else printf "%.1f kB", b / 1e3 }'; }
@@ -280,6 +294,21 @@ section_times=()
 source_args=()
 for s in "${sources[@]}"; do source_args+=(--source "$s"); done
 
+# The lock the bench builds from: the recipe's, resolved again for the --source trees it is
+# given (untimed, in a cache of its own, `stackbuild lock` keeping every pin). The committed lock
+# records the real project's tree; built from a stand-in, the changed pin's relock would also
+# move the project to the stand-in's tree and build its wheel again, which no user's one-pin
+# change does (the project's tree is the one it locked).
+recipe_shown=$recipe
+recipe_src=$(dirname "$recipe")/.$tag-src-$(basename "$recipe")
+if has_section build && ((${#sources[@]})) && [[ -f $recipe.lock ]]; then
+  cp "$recipe" "$recipe_src"
+  cp "$recipe.lock" "$recipe_src.lock"
+  timed - "lock-for-sources" "$stackbuild" lock "$recipe_src" --cache-dir "$work/lock-cache" "${source_args[@]}"
+  rm -rf "$work/lock-cache"
+  recipe=$recipe_src
+fi
+
 # --- build -----------------------------------------------------------------------------------
 layout=""
 docker_unpacked=""
@@ -304,7 +333,7 @@ section_build() {
   if [[ $(json '[l["built"] for l in v["layers"] if l["name"] == "base"]' <"$work/cold.json") != "[False]" ]]; then
     base_note="; the base was built again (its key differs from the base-only recipe's): ours includes it"
   fi
-  timed t_same "build-ours-no-change" "$stackbuild" "$recipe" --locked --cache-dir "$cache" \
+  timed_median t_same "build-ours-no-change" 5 "$stackbuild" "$recipe" --locked --cache-dir "$cache" \
     --out "$work/ours" --report "$work/same.json" "${source_args[@]}"
   timed t_chg "build-ours-one-changed" "$stackbuild" "$recipe_copy" --cache-dir "$cache" \
     --out "$work/ours-changed" --report "$work/changed.json" "${source_args[@]}"
@@ -371,7 +400,7 @@ section_build() {
       "$(ratio "$cpu_cold" "$cpu_uvt")" "$cpu_note"
     row build "peak memory, cold build" "$(bytes $((rss_cold * 1024)))" "" "" "maximum resident set size (/usr/bin/time); target < 1 GiB"
     row build "cold build, base included" "$(secs "$(add "$t_base" "$t_cold")")" "" "" "ours builds the base ($(secs "$t_base"))"
-    row build "no-change rebuild" "$(secs "$t_same")" "" "" "$built_same of $n_layers layers rebuilt; target <= 0.05 s"
+    row build "no-change rebuild" "$(secs "$t_same")" "" "" "$built_same of $n_layers layers rebuilt, median of 5 runs; target <= 0.05 s"
     row build "one pin changed ($change_old -> ${change_new#*==})" "$(secs "$t_chg")" "" "" \
       "$built_chg of $n_layers layers rebuilt; docker build not run (--no-docker)"
     row build "image, compressed" "$(bytes "$(json 'v["blob_bytes"]' <"$work/layout.json")")" "" "" "OCI layout blobs"
@@ -380,7 +409,7 @@ section_build() {
   fi
   timed t_dcold "docker-build-cold" "$DOCKER" build --network host --force-rm --no-cache "${build_args[@]}" \
     -t "$tag:cold" "$work/ctx-cold"
-  timed t_dsame "docker-build-no-change" "$DOCKER" build --network host --force-rm "${build_args[@]}" \
+  timed_median t_dsame "docker-build-no-change" 5 "$DOCKER" build --network host --force-rm "${build_args[@]}" \
     -t "$tag:cold" "$work/ctx-cold"
   timed t_dchg "docker-build-one-changed" "$DOCKER" build --network host --force-rm "${build_args[@]}" \
     -t "$tag:changed" "$work/ctx-changed"
@@ -423,7 +452,7 @@ section_build() {
   row build "cold build, base included" "$(secs "$t_all")" "$(secs "$t_dcold")" \
     "$(ratio "$t_all" "$t_dcold")" "ours builds the base ($(secs "$t_base")); docker imports it ($(secs "$t_import"), not counted)"
   row build "no-change rebuild" "$(secs "$t_same")" "$(secs "$t_dsame")" "$(ratio "$t_same" "$t_dsame")" \
-    "$built_same of $n_layers layers rebuilt; target <= 0.05 s"
+    "$built_same of $n_layers layers rebuilt, median of 5 runs; target <= 0.05 s"
   row build "one pin changed ($change_old -> ${change_new#*==})" "$(secs "$t_chg")" "$(secs "$t_dchg")" \
     "$(ratio "$t_chg" "$t_dchg")" "$built_chg of $n_layers layers rebuilt, $moved wheel(s) changed; target <= 0.03x (DreamZero), <= 0.3x (bench/small.toml)"
   row build "image, compressed" "$(bytes "$ours_bytes")" "$(bytes "$docker_bytes")" \
@@ -1123,7 +1152,7 @@ report() {
   mem=$(awk '/^MemTotal:/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
   echo "stackbuild bench, $started (ratios are ours / baseline: below 1 is better)"
   echo "host:     $(nproc) cores, $mem, kernel $(uname -r), load average $load_start at start, $(cut -d' ' -f1-3 /proc/loadavg) at end"
-  echo "recipe:   ${recipe#"$repo"/} (change: $change_old -> $change_new), $( ((quick)) && echo quick || echo full) run"
+  echo "recipe:   ${recipe_shown#"$repo"/} (change: $change_old -> $change_new), $( ((quick)) && echo quick || echo full) run"
   echo "commit:   $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
   echo "versions: $("$stackbuild" --version), $("$stackhook" --version | tr -d '\n') (static), docker $("$DOCKER" version -f '{{.Server.Version}}' 2>/dev/null || echo '?'), $(first_line "$runc_bin" --version), $(first_line pigz --version), $(first_line zstd --version | sed 's/^\*\*\* //; s/, by.*//'), $(first_line uv --version), $(first_line python3 --version), $(first_line tar --version)"
   local joined="" s

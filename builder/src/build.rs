@@ -319,39 +319,80 @@ struct PlatformBuild {
     image: Image,
     layers: Vec<LayerReport>,
     stack: StackManifest,
-    sbom: stackbuild_image::Sbom,
+    /// Written when the config layer was built or `--sbom`/`--push` hand it out
+    /// ([`PlatformBuilder::config_layer`]).
+    sbom: Option<stackbuild_image::Sbom>,
+}
+
+impl PlatformBuild {
+    fn sbom(&self) -> Result<&stackbuild_image::Sbom, BuildError> {
+        self.sbom.as_ref().ok_or_else(|| {
+            BuildError::Unsupported(format!("the SBOM of {} was not written (a bug)", self.platform.as_str()))
+        })
+    }
+}
+
+/// When [`lock_recipe`] resolves, and what it keeps of the lock there is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Relock {
+    /// Only when the lock is missing or stale (a build, `lock --locked`).
+    IfStale,
+    /// Always, keeping every pin of the lock the recipe still allows but those of the packages
+    /// named (PEP 503 normalized): `stackbuild lock [--upgrade-package NAME]`, as `uv lock`
+    /// keeps a `uv.lock`.
+    Keeping {
+        /// The packages resolved afresh.
+        upgrade: Vec<pep508_rs::PackageName>,
+    },
+    /// Always, from nothing: `stackbuild lock --upgrade` (`uv lock --upgrade`).
+    Fresh,
 }
 
 /// Resolves (or reads the lock) and returns the locked wheels for `platform`, updating the
-/// lock file when it had to resolve.
-/// With `refresh`, resolves again even when the lock is current (`stackbuild lock`).
+/// lock file when it had to resolve ([`Relock`] says when).
 /// `sources` are the `--source NAME=DIR` trees that stand for recipe sources: a project
 /// installed as a wheel is resolved from that tree's metadata, not fetched (a pin changed
 /// beside the README's offline `--source dreamzero=...` cloned github.com).
 pub fn lock_recipe(
     recipe: &Recipe,
     locked: bool,
-    refresh: bool,
+    relock: &Relock,
     cache: &Cache,
     sources: &BTreeMap<String, PathBuf>,
 ) -> Result<Lock, BuildError> {
     let lock_path = Lock::path_for(&recipe.path);
-    let existing = if refresh { None } else { Lock::load_optional(&lock_path)? };
+    let existing = if *relock == Relock::Fresh { None } else { Lock::load_optional(&lock_path)? };
     if let Some(lock) = &existing {
         match lock.stale_reason(recipe) {
-            None => return Ok(lock.clone()),
+            None if *relock == Relock::IfStale => return Ok(lock.clone()),
+            None => tracing::info!("resolving again, keeping the lock's pins (--upgrade resolves afresh)"),
             Some(reason) if locked => {
                 return Err(BuildError::StaleLock { lock: lock_path, recipe: recipe.path.clone(), reason })
             }
             Some(reason) => tracing::info!("lock is stale ({reason}); resolving again"),
         }
-    } else if locked && !refresh {
+    } else if locked && *relock == Relock::IfStale {
         return Err(BuildError::StaleLock {
             lock: lock_path,
             recipe: recipe.path.clone(),
             reason: "no lock file".into(),
         });
     }
+    let upgrade: &[pep508_rs::PackageName] = match relock {
+        Relock::Keeping { upgrade } => upgrade,
+        _ => &[],
+    };
+    if let Some(lock) = &existing {
+        for name in upgrade.iter().filter(|n| !lock.packages.iter().any(|p| p.name == **n)) {
+            tracing::warn!(
+                "--upgrade-package {name}: not in {}; it is resolved as the recipe asks",
+                lock_path.display()
+            );
+        }
+    }
+    let kept = |pins: Vec<stackbuild_python::Pinned>| -> Vec<stackbuild_python::Pinned> {
+        pins.into_iter().filter(|p| !upgrade.contains(&p.name)).collect()
+    };
     let mut lock = Lock::new(recipe);
     let glibc = base_glibc(recipe)?;
     lock.glibc = Some(glibc);
@@ -362,9 +403,10 @@ pub fn lock_recipe(
             tracing::info!("resolving {} package(s) for {target}", python.packages.len());
             // The stale lock's pins for this platform, kept where the recipe allows
             // (`stackbuild_python::resolve`).
-            let prefer = existing.as_ref().map(|l| l.pins_for(target.platform)).unwrap_or_default();
+            let prefer = kept(existing.as_ref().map(|l| l.pins_for(target.platform)).unwrap_or_default());
             // Its packages taken from their sdists: taken so again from the start.
-            let sdists_before = existing.as_ref().map(|l| l.sdist_pins(target.platform)).unwrap_or_default();
+            let sdists_before =
+                kept(existing.as_ref().map(|l| l.sdist_pins(target.platform)).unwrap_or_default());
             // Packages without a wheel resolve to their sdists, whose metadata is prepared in
             // the build sandbox (`from_source`).
             let metadata = from_source::SandboxMetadata {
@@ -627,7 +669,7 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         stackbuild_image::check_output_file("--archive", archive)?;
         stackbuild_image::check_distinct(archive, &out)?;
     }
-    let lock = lock_recipe(recipe, opts.locked, false, &cache, &opts.source_overrides)?;
+    let lock = lock_recipe(recipe, opts.locked, &Relock::IfStale, &cache, &opts.source_overrides)?;
     let reference = format!("{}:{}", recipe.image.name, recipe.image.tag);
     // `docker load` and `podman load` archives hold one platform's image: the host's, as
     // `docker pull` would choose it.
@@ -777,9 +819,10 @@ fn push_sbom_referrers(
             digest: b.image.manifest_digest()?,
             size: b.image.manifest_json()?.len() as u64,
         };
+        let sbom = b.sbom()?;
         for (media_type, bytes) in [
-            (stackbuild_image::SPDX_MEDIA_TYPE, &b.sbom.spdx),
-            (stackbuild_image::CYCLONEDX_MEDIA_TYPE, &b.sbom.cyclonedx),
+            (stackbuild_image::SPDX_MEDIA_TYPE, &sbom.spdx),
+            (stackbuild_image::CYCLONEDX_MEDIA_TYPE, &sbom.cyclonedx),
         ] {
             let report = stackbuild_image::push_referrer(&client, &dest, &subject, media_type, bytes)?;
             tracing::info!(
@@ -806,7 +849,8 @@ fn write_sbom_files(builds: &[PlatformBuild], dir: &Path, name: &str) -> Result<
         } else {
             base.to_owned()
         };
-        for (ext, bytes) in [("spdx.json", &b.sbom.spdx), ("cdx.json", &b.sbom.cyclonedx)] {
+        let sbom = b.sbom()?;
+        for (ext, bytes) in [("spdx.json", &sbom.spdx), ("cdx.json", &sbom.cyclonedx)] {
             let path = dir.join(format!("{stem}.{ext}"));
             stackbuild_common::write_atomic(&path, bytes).map_err(io("writing", &path))?;
             files.push(path);

@@ -123,10 +123,9 @@ fn patch_keys<'a>(patches: impl Iterator<Item = &'a Patch>) -> Result<Vec<PatchK
 struct ConfigKey<'a> {
     /// The hex sha256 of the stack description as the layer holds it.
     stack_json: String,
-    /// The hex sha256 of the SPDX SBOM as the layer holds it.
-    spdx: String,
-    /// The hex sha256 of the `CycloneDX` SBOM as the layer holds it.
-    cyclonedx: String,
+    /// What the SPDX and `CycloneDX` SBOMs the layer holds are made of
+    /// ([`stackbuild_image::Sbom::key`]): written only when the layer is built or handed out.
+    sbom: String,
     /// The package patches, in order: the patched files are the layer's.
     patches: Vec<PatchKey>,
     /// Where the patched packages' files go (`None`: no `[python]`).
@@ -517,12 +516,13 @@ impl PlatformBuilder<'_> {
     }
 
     /// The last layer: the stack description, the SBOM and the package patches. Returns the
-    /// SBOM it holds.
+    /// SBOM it holds, when it was written: the layer was built, or `--sbom` or `--push` hand the
+    /// documents out (a reused layer needs only their key).
     pub(super) fn config_layer(
         &mut self,
         py: &PythonPlan<'_>,
         stack: &StackManifest,
-    ) -> Result<stackbuild_image::Sbom, BuildError> {
+    ) -> Result<Option<stackbuild_image::Sbom>, BuildError> {
         let (recipe, platform, cache, out, opts, epoch, compression) =
             (self.recipe, self.platform, self.cache, self.out, self.opts, self.epoch, self.compression);
         let bytecode = &py.bytecode;
@@ -535,11 +535,10 @@ impl PlatformBuilder<'_> {
             .into_iter()
             .flat_map(|l| l.members.into_iter().map(move |w| (w.pin.name.to_string(), l.name.clone())))
             .collect();
-        let sbom = platform_sbom(stack, &self.layers, &placed, platform, epoch);
+        let sbom_input = SbomPlan::new(stack, &self.layers, &placed, platform, epoch);
         let inputs = ConfigKey {
             stack_json: sha256_hex(&stack_json),
-            spdx: sha256_hex(&sbom.spdx),
-            cyclonedx: sha256_hex(&sbom.cyclonedx),
+            sbom: sbom_input.with(stackbuild_image::Sbom::key),
             patches: patch_keys(package_patches.iter().copied())?,
             scheme: py.scheme.as_ref(),
             install: InstallKey::current(),
@@ -551,8 +550,10 @@ impl PlatformBuilder<'_> {
         if let Some(blob) = reuse(cache, &key, out, opts) {
             self.push("config", "stackbuild: patches and configuration".into(), blob, false);
             self.note_bytecode(bytecode, &key, None);
-            return Ok(sbom);
+            let wanted = opts.sbom_dir.is_some() || opts.push.is_some();
+            return Ok(wanted.then(|| sbom_input.with(stackbuild_image::Sbom::new)));
         }
+        let sbom = sbom_input.with(stackbuild_image::Sbom::new);
         let mut writer = LayerWriter::new(cache, epoch);
         writer.add_file(STACK_JSON_PATH, stack_json.clone(), 0o644)?;
         writer.add_file(stackbuild_image::SPDX_PATH, sbom.spdx.clone(), 0o644)?;
@@ -573,7 +574,7 @@ impl PlatformBuilder<'_> {
         cache.put_layer(&key, &blob)?;
         self.push("config", "stackbuild: patches and configuration".into(), blob, true);
         self.note_bytecode(bytecode, &key, added);
-        Ok(sbom)
+        Ok(Some(sbom))
     }
 
     /// Installs each package a patch targets into a scratch directory, applies the patch there
@@ -636,38 +637,57 @@ impl PlatformBuilder<'_> {
 /// The SBOM of one platform's image: the layers built so far by digest, then the configuration
 /// layer that will hold it; each component placed in the layer that holds it (a wheel in the
 /// Python layer `wheel_layers` names for it: [`python_layers`]).
-fn platform_sbom(
-    stack: &StackManifest,
-    layers: &[(LayerReport, LayerBlob, String)],
-    wheel_layers: &BTreeMap<String, String>,
+/// The inputs of one platform's SBOM: the layers it lists and where each component is.
+struct SbomPlan<'a> {
+    stack: &'a StackManifest,
+    layers: Vec<stackbuild_image::SbomLayer>,
+    placement: Vec<usize>,
     platform: Platform,
     epoch: u64,
-) -> stackbuild_image::Sbom {
-    let mut list: Vec<stackbuild_image::SbomLayer> = layers
-        .iter()
-        .map(|(r, _, _)| stackbuild_image::SbomLayer { name: r.name.clone(), digest: Some(r.digest.clone()) })
-        .collect();
-    let config = list.len();
-    list.push(stackbuild_image::SbomLayer { name: "config".into(), digest: None });
-    let find = |name: &str| list.iter().position(|l| l.name == name).unwrap_or(config);
-    let placement: Vec<usize> = stack
-        .components
-        .iter()
-        .map(|c| match c.kind.as_str() {
-            "base" | "deb" => find("base"),
-            "wheel" => wheel_layers.get(&c.name).map_or(config, |l| find(l)),
-            "source" => find("sources"),
-            "patch" if c.source.starts_with("source ") => find("sources"),
-            _ => config,
+}
+
+impl<'a> SbomPlan<'a> {
+    fn new(
+        stack: &'a StackManifest,
+        layers: &[(LayerReport, LayerBlob, String)],
+        wheel_layers: &BTreeMap<String, String>,
+        platform: Platform,
+        epoch: u64,
+    ) -> Self {
+        let mut list: Vec<stackbuild_image::SbomLayer> = layers
+            .iter()
+            .map(|(r, _, _)| stackbuild_image::SbomLayer {
+                name: r.name.clone(),
+                digest: Some(r.digest.clone()),
+            })
+            .collect();
+        let config = list.len();
+        list.push(stackbuild_image::SbomLayer { name: "config".into(), digest: None });
+        let find = |name: &str| list.iter().position(|l| l.name == name).unwrap_or(config);
+        let placement: Vec<usize> = stack
+            .components
+            .iter()
+            .map(|c| match c.kind.as_str() {
+                "base" | "deb" => find("base"),
+                "wheel" => wheel_layers.get(&c.name).map_or(config, |l| find(l)),
+                "source" => find("sources"),
+                "patch" if c.source.starts_with("source ") => find("sources"),
+                _ => config,
+            })
+            .collect();
+        Self { stack, layers: list, placement, platform, epoch }
+    }
+
+    /// `f` (the documents, or their key) of this plan.
+    fn with<T>(&self, f: impl FnOnce(&stackbuild_image::SbomInput<'_>) -> T) -> T {
+        f(&stackbuild_image::SbomInput {
+            stack: self.stack,
+            layers: &self.layers,
+            placement: &self.placement,
+            deb_arch: debian_arch(self.platform),
+            epoch: self.epoch,
         })
-        .collect();
-    stackbuild_image::Sbom::new(&stackbuild_image::SbomInput {
-        stack,
-        layers: &list,
-        placement: &placement,
-        deb_arch: debian_arch(platform),
-        epoch,
-    })
+    }
 }
 
 fn patch_spec(change: &PatchChange) -> Result<PatchSpec, BuildError> {
@@ -906,8 +926,7 @@ mod tests {
         let scheme = scheme();
         let inputs = ConfigKey {
             stack_json: sha256_hex(b"{\"schema\":1}\n"),
-            spdx: sha256_hex(b"{\"spdxVersion\":\"SPDX-2.3\"}"),
-            cyclonedx: sha256_hex(b"{\"bomFormat\":\"CycloneDX\"}"),
+            sbom: sha256_hex(b"sbom inputs"),
             patches: patch_keys(patches.iter()).unwrap(),
             scheme: Some(&scheme),
             install: InstallKey::current(),
@@ -918,20 +937,9 @@ mod tests {
         let changed = stackbuild_cache::assert_every_input_changes_key(
             ConfigKey::KIND,
             &inputs,
-            &[
-                "stack_json",
-                "spdx",
-                "cyclonedx",
-                "patches",
-                "scheme",
-                "install",
-                "bytecode",
-                "epoch",
-                "encoding",
-            ],
+            &["stack_json", "sbom", "patches", "scheme", "install", "bytecode", "epoch", "encoding"],
         );
-        for path in
-            ["stack_json", "cyclonedx", "patches[0].change", "scheme", "scheme.purelib", "bytecode.python"]
+        for path in ["stack_json", "sbom", "patches[0].change", "scheme", "scheme.purelib", "bytecode.python"]
         {
             assert!(changed.iter().any(|p| p == path), "{path} not checked: {changed:?}");
         }

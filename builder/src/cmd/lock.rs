@@ -29,6 +29,13 @@ pub(super) struct Args {
     /// commit) instead of fetching it: `--source dreamzero=../dreamzero`.
     #[arg(long = "source", value_name = "NAME=PATH")]
     sources: Vec<String>,
+    /// Resolve every package afresh, ignoring the pins of the lock there is (without it, the
+    /// lock's pins are kept wherever the recipe allows them, as `uv lock` keeps a `uv.lock`).
+    #[arg(long, short = 'U', conflicts_with_all = ["check", "locked"])]
+    upgrade: bool,
+    /// Resolve this package afresh and keep the lock's other pins (repeatable).
+    #[arg(long = "upgrade-package", short = 'P', value_name = "NAME", conflicts_with_all = ["check", "locked", "upgrade"])]
+    upgrade_package: Vec<pep508_rs::PackageName>,
 }
 
 impl Args {
@@ -52,12 +59,19 @@ impl Args {
             None => Cache::open_default()?,
         };
         let _guard = cache.lock()?;
-        // Always resolve again (`lock` is how a user asks for fresh pins), unless --locked asks
-        // for the pins as they are.
+        // Always resolve again, keeping the lock's pins unless --upgrade; --locked asks for the
+        // pins as they are.
+        let relock = if self.locked {
+            stackbuild::build::Relock::IfStale
+        } else if self.upgrade {
+            stackbuild::build::Relock::Fresh
+        } else {
+            stackbuild::build::Relock::Keeping { upgrade: self.upgrade_package }
+        };
         let lock = stackbuild::build::lock_recipe(
             &recipe,
             self.locked,
-            !self.locked,
+            &relock,
             &cache,
             &super::build::source_overrides(&recipe, &self.sources)?,
         )?;

@@ -77,7 +77,9 @@ mod examples {
   stackbuild init --extra train --group dev        also pyproject's optional dependencies `train` and group `dev`
   stackbuild init --offline                        resolve nothing; unpinned packages are listed, not pinned";
     pub(super) const LOCK: &str = "Examples:
-  stackbuild lock recipes/dreamzero.toml                         resolve again and write recipes/dreamzero.toml.lock
+  stackbuild lock recipes/dreamzero.toml                         resolve again, keeping the locked versions the recipe allows
+  stackbuild lock recipes/dreamzero.toml -P transformers         move transformers (and what it needs) only
+  stackbuild lock recipes/dreamzero.toml --upgrade               resolve every package afresh
   stackbuild lock recipes/dreamzero.toml --check                 exit 1 if the lock is missing or stale (CI)
   stackbuild lock recipes/dreamzero.toml --pylock pylock.toml    also the stack as a PEP 751 lock for uv and pip";
     pub(super) const CHECK: &str = "Examples:
