@@ -69,6 +69,15 @@ impl PlatformBuilder<'_> {
         let mut ahead = Ahead::default();
         let Some(scheme) = py.scheme.as_ref().filter(|_| self.loader.is_none()) else { return Ok(ahead) };
         let torch = py.wheels.iter().find(|w| w.pin.name.as_ref() == "torch");
+        // torch's GPU architectures first (seconds of inflating its fat binaries): a build with
+        // the CUDA toolchain waits for them (`TORCH_CUDA_ARCH_LIST`), and the contract needs
+        // them anyway. Read here, beside the build root, they are off the builds' path.
+        if let Some(t) = torch {
+            py.fetcher().fetch(self.cache, &[t])?;
+            py.torch_code.get_or_init(|| {
+                stackbuild_check::torch_code_for_build(self.cache.root(), &t.filename, &t.sha256)
+            });
+        }
         for layer in python_layers(&py.wheels) {
             if stop.load(Ordering::Relaxed) {
                 break;
@@ -85,13 +94,6 @@ impl PlatformBuilder<'_> {
                 stage_python_layer(&py.bytecode, scheme, &layer, &key, &artifacts, self.cache, self.epoch)?;
             let written = write_staged(self.finisher(), &key, staged)?;
             tracing::debug!("layer {} written beside the builds", layer.name);
-            if let Some(t) = torch.filter(|t| layer.members.iter().any(|m| std::ptr::eq(*m, *t))) {
-                let _ = py.torch_code.set(stackbuild_check::torch_code_for_build(
-                    self.cache.root(),
-                    &t.filename,
-                    &t.sha256,
-                ));
-            }
             ahead.stages.push(written.stage);
             ahead.added.insert(key.as_hex().to_owned(), written.added);
         }

@@ -252,9 +252,9 @@ impl PlatformBuilder<'_> {
                     // The torch wheel is here now: its fat binaries are read (seconds of
                     // inflating) while the layers are written, not after them.
                     if let Some(t) = torch.filter(|_| has_torch) {
-                        let code =
-                            stackbuild_check::torch_code_for_build(cache.root(), &t.filename, &t.sha256);
-                        let _ = torch_code.set(code);
+                        torch_code.get_or_init(|| {
+                            stackbuild_check::torch_code_for_build(cache.root(), &t.filename, &t.sha256)
+                        });
                     }
                 }
             });
@@ -463,9 +463,11 @@ impl PlatformBuilder<'_> {
             .iter()
             .find(|w| w.pin.name.as_ref() == "torch")
             .and_then(|w| {
-                py.torch_code.get().cloned().unwrap_or_else(|| {
-                    stackbuild_check::torch_code_for_build(cache.root(), &w.filename, &w.sha256)
-                })
+                py.torch_code
+                    .get_or_init(|| {
+                        stackbuild_check::torch_code_for_build(cache.root(), &w.filename, &w.sha256)
+                    })
+                    .clone()
             })
             .or_else(|| stackbuild_check::torch_code(&packages));
         // The GPU code of the wheels built from source (CUDA extensions), from their own fat

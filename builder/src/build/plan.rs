@@ -243,8 +243,9 @@ pub(super) struct PythonPlan<'a> {
     fetching: Mutex<()>,
     /// The packages built from source in this build, by normalized name.
     pub(super) built: Vec<String>,
-    /// The torch build's GPU code, read from its wheel while later layers are written
-    /// ([`stackbuild_check::torch_code_for_build`]); unset when the torch layer was reused.
+    /// The torch build's GPU code ([`stackbuild_check::torch_code_for_build`]), read once per
+    /// build by the first thread that needs it (the layers written ahead start with it, a
+    /// CUDA build's `TORCH_CUDA_ARCH_LIST` and the contract wait for it).
     pub(super) torch_code: OnceLock<Option<GpuCode>>,
 }
 
