@@ -335,7 +335,9 @@ impl PlatformBuild {
 /// When [`lock_recipe`] resolves, and what it keeps of the lock there is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Relock {
-    /// Only when the lock is missing or stale (a build, `lock --locked`).
+    /// Never: a missing or stale lock is an error (`--locked`).
+    Never,
+    /// Only when the lock is missing or stale (a build).
     IfStale,
     /// Always, keeping every pin of the lock the recipe still allows but those of the packages
     /// named (PEP 503 normalized): `stackbuild lock [--upgrade-package NAME]`, as `uv lock`
@@ -355,7 +357,6 @@ pub enum Relock {
 /// beside the README's offline `--source dreamzero=...` cloned github.com).
 pub fn lock_recipe(
     recipe: &Recipe,
-    locked: bool,
     relock: &Relock,
     cache: &Cache,
     sources: &BTreeMap<String, PathBuf>,
@@ -364,14 +365,14 @@ pub fn lock_recipe(
     let existing = if *relock == Relock::Fresh { None } else { Lock::load_optional(&lock_path)? };
     if let Some(lock) = &existing {
         match lock.stale_reason(recipe) {
-            None if *relock == Relock::IfStale => return Ok(lock.clone()),
+            None if matches!(relock, Relock::Never | Relock::IfStale) => return Ok(lock.clone()),
             None => tracing::info!("resolving again, keeping the lock's pins (--upgrade resolves afresh)"),
-            Some(reason) if locked => {
+            Some(reason) if *relock == Relock::Never => {
                 return Err(BuildError::StaleLock { lock: lock_path, recipe: recipe.path.clone(), reason })
             }
             Some(reason) => tracing::info!("lock is stale ({reason}); resolving again"),
         }
-    } else if locked && *relock == Relock::IfStale {
+    } else if *relock == Relock::Never {
         return Err(BuildError::StaleLock {
             lock: lock_path,
             recipe: recipe.path.clone(),
@@ -669,7 +670,8 @@ pub fn build(recipe: &Recipe, opts: &BuildOptions) -> Result<BuildReport, BuildE
         stackbuild_image::check_output_file("--archive", archive)?;
         stackbuild_image::check_distinct(archive, &out)?;
     }
-    let lock = lock_recipe(recipe, opts.locked, &Relock::IfStale, &cache, &opts.source_overrides)?;
+    let relock = if opts.locked { Relock::Never } else { Relock::IfStale };
+    let lock = lock_recipe(recipe, &relock, &cache, &opts.source_overrides)?;
     let reference = format!("{}:{}", recipe.image.name, recipe.image.tag);
     // `docker load` and `podman load` archives hold one platform's image: the host's, as
     // `docker pull` would choose it.

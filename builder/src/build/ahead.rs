@@ -68,15 +68,10 @@ impl PlatformBuilder<'_> {
     fn write_layers_ahead(&self, py: &PythonPlan<'_>, stop: &AtomicBool) -> Result<Ahead, BuildError> {
         let mut ahead = Ahead::default();
         let Some(scheme) = py.scheme.as_ref().filter(|_| self.loader.is_none()) else { return Ok(ahead) };
-        let torch = py.wheels.iter().find(|w| w.pin.name.as_ref() == "torch");
-        // torch's GPU architectures first (seconds of inflating its fat binaries): a build with
-        // the CUDA toolchain waits for them (`TORCH_CUDA_ARCH_LIST`), and the contract needs
-        // them anyway. Read here, beside the build root, they are off the builds' path.
-        if let Some(t) = torch {
+        // torch's GPU architectures first, beside the build root: off the builds' path.
+        if let Some(t) = py.torch() {
             py.fetcher().fetch(self.cache, &[t])?;
-            py.torch_code.get_or_init(|| {
-                stackbuild_check::torch_code_for_build(self.cache.root(), &t.filename, &t.sha256)
-            });
+            py.torch_code(self.cache);
         }
         for layer in python_layers(&py.wheels) {
             if stop.load(Ordering::Relaxed) {

@@ -641,15 +641,7 @@ impl PlatformBuilder<'_> {
     /// torch build, read from its fat binaries (`8.0;8.6;9.0+PTX`), so an extension runs on
     /// every GPU torch runs on; `None` without a CUDA torch (torch's `cpp_extension` then picks).
     fn torch_arch_list(&self, py: &PythonPlan<'_>) -> Option<String> {
-        let torch = py.wheels.iter().find(|w| w.pin.name.as_ref() == "torch")?;
-        // Read once per build, by whichever thread comes first (the layers written ahead start
-        // with it); the others wait for it.
-        let code = py
-            .torch_code
-            .get_or_init(|| {
-                stackbuild_check::torch_code_for_build(self.cache.root(), &torch.filename, &torch.sha256)
-            })
-            .clone()?;
+        let code = py.torch_code(self.cache)?;
         let highest_ptx = code.ptx.iter().next_back().copied();
         let mut list: Vec<String> = code.cubins.iter().map(ToString::to_string).collect();
         match highest_ptx {

@@ -223,8 +223,8 @@ impl PlatformBuilder<'_> {
         let to_build: Vec<&(PythonLayer<'_>, LayerKey)> =
             planned.iter().zip(&reused).filter(|(_, hit)| hit.is_none()).map(|(p, _)| p).collect();
         let (fetcher, cache, epoch, finisher) = (py.fetcher(), self.cache, self.epoch, self.finisher());
-        let (bytecode, torch_code) = (&py.bytecode, &py.torch_code);
-        let torch = py.wheels.iter().find(|w| w.pin.name.as_ref() == "torch");
+        let bytecode = &py.bytecode;
+        let torch = py.torch();
         let to_build = &to_build;
         std::thread::scope(|scope| {
             // The downloads stay one layer ahead of the workers.
@@ -251,10 +251,8 @@ impl PlatformBuilder<'_> {
                     }
                     // The torch wheel is here now: its fat binaries are read (seconds of
                     // inflating) while the layers are written, not after them.
-                    if let Some(t) = torch.filter(|_| has_torch) {
-                        torch_code.get_or_init(|| {
-                            stackbuild_check::torch_code_for_build(cache.root(), &t.filename, &t.sha256)
-                        });
+                    if has_torch {
+                        py.torch_code(cache);
                     }
                 }
             });
@@ -459,17 +457,7 @@ impl PlatformBuilder<'_> {
             })
             .collect();
         // The torch build's architectures from its own fat binaries, else the knowledge base's row.
-        let torch_code = wheels
-            .iter()
-            .find(|w| w.pin.name.as_ref() == "torch")
-            .and_then(|w| {
-                py.torch_code
-                    .get_or_init(|| {
-                        stackbuild_check::torch_code_for_build(cache.root(), &w.filename, &w.sha256)
-                    })
-                    .clone()
-            })
-            .or_else(|| stackbuild_check::torch_code(&packages));
+        let torch_code = py.torch_code(cache).cloned().or_else(|| stackbuild_check::torch_code(&packages));
         // The GPU code of the wheels built from source (CUDA extensions), from their own fat
         // binaries: the image runs only where torch and each of them have code.
         let mut extensions = Vec::new();

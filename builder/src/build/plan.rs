@@ -243,13 +243,30 @@ pub(super) struct PythonPlan<'a> {
     fetching: Mutex<()>,
     /// The packages built from source in this build, by normalized name.
     pub(super) built: Vec<String>,
-    /// The torch build's GPU code ([`stackbuild_check::torch_code_for_build`]), read once per
-    /// build by the first thread that needs it (the layers written ahead start with it, a
-    /// CUDA build's `TORCH_CUDA_ARCH_LIST` and the contract wait for it).
-    pub(super) torch_code: OnceLock<Option<GpuCode>>,
+    /// [`PythonPlan::torch_code`], once read.
+    torch_code: OnceLock<Option<GpuCode>>,
 }
 
 impl PythonPlan<'_> {
+    /// The locked torch wheel, if the image has torch.
+    pub(super) fn torch(&self) -> Option<&Wheel> {
+        self.wheels.iter().find(|w| w.pin.name.as_ref() == "torch")
+    }
+
+    /// The torch build's GPU code from its wheel's fat binaries
+    /// ([`stackbuild_check::torch_code_for_build`], recorded in the cache), read once per build
+    /// by the first thread that asks; the others wait for it. The layers written ahead ask
+    /// first, beside the build root: a CUDA build's `TORCH_CUDA_ARCH_LIST` and the contract
+    /// need it, and reading it inflates seconds of fat binaries. The wheel must be fetched.
+    pub(super) fn torch_code(&self, cache: &Cache) -> Option<&GpuCode> {
+        let torch = self.torch()?;
+        self.torch_code
+            .get_or_init(|| {
+                stackbuild_check::torch_code_for_build(cache.root(), &torch.filename, &torch.sha256)
+            })
+            .as_ref()
+    }
+
     /// Tells the fetcher that `wheel`, built from source in this run, is verified: it is fetched
     /// from the cache as it is, not hashed again.
     pub(super) fn note_built(&self, wheel: &Artifact) {

@@ -62,7 +62,7 @@ impl Args {
         // Always resolve again, keeping the lock's pins unless --upgrade; --locked asks for the
         // pins as they are.
         let relock = if self.locked {
-            stackbuild::build::Relock::IfStale
+            stackbuild::build::Relock::Never
         } else if self.upgrade {
             stackbuild::build::Relock::Fresh
         } else {
@@ -70,7 +70,6 @@ impl Args {
         };
         let lock = stackbuild::build::lock_recipe(
             &recipe,
-            self.locked,
             &relock,
             &cache,
             &super::build::source_overrides(&recipe, &self.sources)?,
