@@ -468,7 +468,12 @@ pub fn tree_sdist(
         Tree::Git { url, commit, subdirectory } => {
             stackbuild_source::git_sdist(url, commit, subdirectory, fetch.cache, &stem, &file)
         }
-        Tree::Path { path, exclude } => stackbuild_source::path_sdist(path, exclude, &stem, &file),
+        Tree::Path { path, exclude } => {
+            // The sdist of an unchanged tree is the one made before, when it is still here.
+            let have = |sha256: &str| fetch.artifacts.join(sha256).join(&filename).is_file();
+            let memo = stackbuild_source::SdistMemo { dir: &fetch.cache.join("path-sdists"), have: &have };
+            stackbuild_source::path_sdist(path, exclude, &stem, &file, Some(&memo))
+        }
     }
     .map_err(|e| e.to_string())?;
     let path = fetch.artifacts.join(&sha256).join(&filename);

@@ -12,5 +12,5 @@ mod sdist;
 mod source;
 
 pub use patch::{apply, PatchError, PatchSpec};
-pub use sdist::{git_sdist, path_sdist};
+pub use sdist::{git_sdist, path_sdist, SdistMemo};
 pub use source::{digest_path_excluding, resolve_git_rev, stage_git, stage_path_excluding, SourceError};
