@@ -93,7 +93,9 @@ fn the_flash_attn_recipe_is_dreamzero_plus_flash_attn() {
     isolation.retain(|p| p.as_str() != Some("flash-attn"));
     // DeepSpeed builds in isolation in both (see the recipes' comment): flash-attn was the list.
     assert!(isolation.is_empty(), "no_isolation beside flash-attn: {isolation:?}");
-    for knob in ["no_isolation", "cuda_arch_list", "memory_mib", "timeout_s", "extra_requires", "dependency_metadata"] {
+    for knob in
+        ["no_isolation", "cuda_arch_list", "memory_mib", "timeout_s", "extra_requires", "dependency_metadata"]
+    {
         assert!(build.remove(knob).is_some(), "no [python.build] {knob}");
     }
     assert!(build.is_empty(), "[python.build] has more than flash-attn's knobs: {build:?}");
