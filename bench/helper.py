@@ -127,6 +127,11 @@ def cmd_context(args):
         f.write("\n".join(requirements(lock, args.platform or host_platform(), wheels_only=True)) + "\n")
     srcs = sources(recipe, os.path.dirname(os.path.abspath(args.recipe)), overrides)
     pats = patches(recipe, site, {name: dest for name, _, dest in srcs})
+    # The recipe's projects installed from their trees (`install = "wheel"`): the context's copies,
+    # which `uv pip install --target` of the whole lock installs after the lock's packages.
+    installed = {s["name"] for s in recipe.get("source", []) if s.get("install") == "wheel"}
+    with open(os.path.join(args.out, "projects.txt"), "w") as f:
+        f.write("".join(f"src-{name}\n" for name, _, _ in srcs if name in installed))
 
     # The usual way: the same base, pip from apt, one pip layer of the locked wheels (hashes
     # checked, no resolution, no cache), the sources, the patches, the image settings. With

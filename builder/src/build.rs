@@ -322,6 +322,8 @@ struct PlatformBuild {
     /// Written when the config layer was built or `--sbom`/`--push` hand it out
     /// ([`PlatformBuilder::config_layer`]).
     sbom: Option<stackbuild_image::Sbom>,
+    /// Its spent stages, removed while the image is audited and written.
+    _removal: platform::StageRemoval,
 }
 
 impl PlatformBuild {
@@ -871,13 +873,14 @@ fn build_platform(mut b: PlatformBuilder<'_>) -> Result<PlatformBuild, BuildErro
     let mut py = b.python_plan(&base.facts, base.interpreter.as_ref())?;
     b.build_from_source_and_layers_ahead(&mut py)?;
     b.python_layers(&py)?;
+    let removal = platform::StageRemoval::start(std::mem::take(&mut b.spent_stages));
     b.check_lock(&py)?;
     b.sources_layer()?;
     let stack = b.stack_manifest(&py)?;
     let sbom = b.config_layer(&py, &stack)?;
     let config = image::runtime_config(recipe, base.config, &stack.requirements);
     let (image, layers) = image::image(recipe, platform, epoch, base.image, config, b.layers)?;
-    Ok(PlatformBuild { platform, image, layers, stack, sbom })
+    Ok(PlatformBuild { platform, image, layers, stack, sbom, _removal: removal })
 }
 
 fn registry_client(opts: &BuildOptions) -> stackbuild_image::Client {

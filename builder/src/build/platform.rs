@@ -47,6 +47,40 @@ pub(super) struct PlatformBuilder<'a> {
     pub(super) ahead: std::collections::BTreeMap<String, Option<stackbuild_python::Added>>,
 }
 
+/// The Python layers' stages being removed beside the rest of the build (the sources and config
+/// layers, the audit, the write): joined when dropped, so none outlives the process. Removing
+/// them after the image was assembled, one after the other, took 7.6 to 10.6 s at the end of a
+/// cold build of `recipes/dreamzero.toml` (ext4 unlinking 150,000 files) on the 2-core VM.
+pub(super) struct StageRemoval(Vec<std::thread::JoinHandle<()>>);
+
+impl StageRemoval {
+    /// Removes `stages` on one thread per core, from now on.
+    pub(super) fn start(stages: Vec<tempfile::TempDir>) -> Self {
+        let threads =
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(stages.len());
+        let mut shares: Vec<Vec<tempfile::TempDir>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, stage) in stages.into_iter().enumerate() {
+            shares[i % threads].push(stage);
+        }
+        // A stage left by a thread that could not start is removed by the next build
+        // (`Cache::clean_temps`), as a killed build's are.
+        Self(
+            shares
+                .into_iter()
+                .filter_map(|share| std::thread::Builder::new().spawn(move || drop(share)).ok())
+                .collect(),
+        )
+    }
+}
+
+impl Drop for StageRemoval {
+    fn drop(&mut self) {
+        for thread in self.0.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
 impl<'a> PlatformBuilder<'a> {
     pub(super) fn new(
         recipe: &'a Recipe,
@@ -182,5 +216,28 @@ impl<'a> LayerFinisher<'a> {
         };
         let spooled = spool.and_then(|s| s.finish(&blob));
         Ok((blob, spooled))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spent_stages_are_gone_once_their_removal_is_dropped() {
+        let parent = tempfile::tempdir().unwrap();
+        let stages: Vec<tempfile::TempDir> = (0..5)
+            .map(|i| {
+                let stage = tempfile::tempdir_in(parent.path()).unwrap();
+                std::fs::create_dir_all(stage.path().join("a/b")).unwrap();
+                std::fs::write(stage.path().join(format!("a/b/{i}.py")), "x = 1\n").unwrap();
+                stage
+            })
+            .collect();
+        let removal = StageRemoval::start(stages);
+        drop(removal);
+        assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0, "a stage outlived its removal");
+        // No stage: nothing to start, nothing to join.
+        drop(StageRemoval::start(Vec::new()));
     }
 }

@@ -493,10 +493,13 @@ impl Cache {
         };
         if idle.is_some() {
             let artifacts = self.root.join("artifacts");
-            let scratch: [(&Path, &[&str]); 3] = [
+            let build_roots = self.root.join("build-roots");
+            let scratch: [(&Path, &[&str]); 4] = [
                 (&self.root, &["mmdebstrap-", "import-"]),
                 (&artifacts, &[".fetch-", ".import-"]),
                 (&self.tmp_dir(), &["stage-", "wheelbuild-"]),
+                // A build root being made (`.mmdebstrap-`) or unpacked (`.unpack-`).
+                (&build_roots, &[".mmdebstrap-", ".unpack-"]),
             ];
             for (parent, prefixes) in scratch {
                 if !is_real_dir(parent) {

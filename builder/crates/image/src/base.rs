@@ -15,6 +15,7 @@ use stackcontract::version::PythonVersion;
 use stackbuild_common::BaseFacts;
 
 use crate::layer::{Encoding, LayerWriter, TarImport};
+use sha2::{Digest as _, Sha256};
 use stackbuild_cache::{Cache, LayerKey};
 use stackbuild_common::Compression;
 use stackbuild_common::LayerBlob;
@@ -165,13 +166,17 @@ const MMDEBSTRAP_ARGS: [&str; 4] = [
 ];
 
 /// The arguments of an mmdebstrap run that adds packages to a base's rootfs
-/// ([`DebianBase::prepare_on`]), beside [`MMDEBSTRAP_ARGS`]: the `custom` variant installs the
-/// packages asked for and what they need beyond what the rootfs has (its dpkg status says what
-/// it has). The setup hook unpacks the base's rootfs (its tar, named by `STACKBUILD_BASE_TAR`, an
-/// environment variable mmdebstrap hands its hooks, so no path becomes part of a command)
-/// before apt runs; `/dev` is left to mmdebstrap, which makes its nodes itself.
+/// ([`DebianBase::prepare_on`]), beside [`MMDEBSTRAP_ARGS`]: the `apt` variant finds the
+/// rootfs's Essential set and apt installed (its dpkg status says so), so it extracts nothing and
+/// apt installs the packages asked for, and what they need beyond what the rootfs has, from
+/// inside the chroot, as `apt-get install` does. (The `custom` variant extracted each package and
+/// then installed it with `dpkg --install`, writing every file twice: a build root of bookworm
+/// with build-essential and python3.11-dev took 20.3 s and 23 s of CPU, against 17.8 s and 19 s;
+/// the same dpkg status.) The setup hook unpacks the base's rootfs (its tar, named by
+/// `STACKBUILD_BASE_TAR`, an environment variable mmdebstrap hands its hooks, so no path becomes
+/// part of a command) before apt runs; `/dev` is left to mmdebstrap, which makes its nodes itself.
 const MMDEBSTRAP_ON_ARGS: [&str; 2] = [
-    "--variant=custom",
+    "--variant=apt",
     "--setup-hook=tar -C \"$1\" --anchored --exclude=dev/* --exclude=./dev/* -xf \"$STACKBUILD_BASE_TAR\"",
 ];
 
@@ -302,26 +307,71 @@ impl DebianBase {
             .map_err(|source| BaseError::Tar { path: cache.root().to_owned(), source })?;
         let tar = tmp.path().join("rootfs.tar");
         let Some(base) = on else {
-            self.run_mmdebstrap(sources, &tar, epoch, None)?;
+            self.run_mmdebstrap(sources, &tar, epoch, None, false)?;
             return self.store(cache, key, &tar, epoch, compression);
         };
-        // The base's rootfs as a plain tar, which the setup hook unpacks.
-        let base_tar = tmp.path().join("base.tar");
-        let layer = format!("the base layer {}", base.digest);
-        let read = |source| BaseError::LayerRead { layer: layer.clone(), path: base.path.clone(), source };
-        let blob = std::fs::File::open(&base.path).map_err(read)?;
-        let mut decoded = Compression::from_media_type(&base.media_type)
-            .unwrap_or(Compression::None)
-            .decoder(std::io::BufReader::with_capacity(1 << 20, blob))
-            .map_err(read)?;
-        let mut out = std::fs::File::create(&base_tar)
-            .map_err(|source| BaseError::Tar { path: base_tar.clone(), source })?;
-        std::io::copy(&mut decoded, &mut out).map_err(read)?;
-        drop(out);
-        self.run_mmdebstrap(sources, &tar, epoch, Some(&base_tar))?;
+        let base_tar = plain_tar(base, tmp.path())?;
+        self.run_mmdebstrap(sources, &tar, epoch, Some(&base_tar), false)?;
         std::fs::remove_file(&base_tar)
             .map_err(|source| BaseError::Tar { path: base_tar.clone(), source })?;
         self.store(cache, key, &tar, epoch, compression)
+    }
+
+    /// The rootfs of `base` (a base's layer) with this base's packages added, as
+    /// [`DebianBase::prepare_on`] makes it, but as a directory in the cache
+    /// (`build-roots/<key>`), for builds to run in: mmdebstrap writes it in place, where a layer
+    /// is written as a tar, stored, and unpacked again (a build root of bookworm with
+    /// build-essential and python3.11-dev: 17.8 s for the tar alone, 14.8 s as a directory, and
+    /// the store and unpack of 1 GB no longer follow). Only as root: in unshare mode as another
+    /// user, a directory's files belong to that user's subordinate ids, which the user can
+    /// neither read as its own nor remove. `None` when not root.
+    pub fn prepare_dir_on(
+        &self,
+        base: &LayerBlob,
+        cache: &Cache,
+        epoch: u64,
+    ) -> Result<Option<PreparedRoot>, BaseError> {
+        if !rustix::process::geteuid().is_root() {
+            return Ok(None);
+        }
+        let sources = self.sources()?;
+        let key = LayerKey::of(
+            "build-root-dir",
+            &self.on_key_inputs(&base.diff_id, &sources, epoch, Compression::None),
+        );
+        let parent = cache.root().join("build-roots");
+        let dir = parent.join(key.as_hex());
+        let marker = dir.join(COMPLETE);
+        let tar_err = |path: &Path| {
+            let path = path.to_owned();
+            move |source| BaseError::Tar { path, source }
+        };
+        if let Ok(identity) = std::fs::read_to_string(&marker) {
+            return Ok(Some(PreparedRoot { dir, identity, cached: true }));
+        }
+        std::fs::create_dir_all(&parent).map_err(tar_err(&parent))?;
+        let tmp =
+            tempfile::Builder::new().prefix(".mmdebstrap-").tempdir_in(&parent).map_err(tar_err(&parent))?;
+        let base_tar = plain_tar(base, tmp.path())?;
+        let rootfs = tmp.path().join("rootfs");
+        self.run_mmdebstrap(&sources, &rootfs, epoch, Some(&base_tar), true)?;
+        std::fs::remove_file(&base_tar).map_err(tar_err(&base_tar))?;
+        // What the root holds: every package and version its dpkg status lists, on the inputs
+        // the key names. Part of every built wheel's key, as the layer's diff_id was: a mirror
+        // that moved makes another root, and the wheels built in it are built again.
+        let status = rootfs.join("var/lib/dpkg/status");
+        let mut h = Sha256::new();
+        h.update(key.as_hex().as_bytes());
+        h.update(stackbuild_common::read_capped(&status, 64 << 20, "dpkg status")?);
+        let identity = format!("sha256:{}", hex::encode(h.finalize()));
+        std::fs::write(rootfs.join(COMPLETE), &identity).map_err(tar_err(&rootfs))?;
+        if let Err(e) = std::fs::rename(&rootfs, &dir) {
+            // Another build made it first: theirs is as good.
+            if !marker.is_file() {
+                return Err(tar_err(&dir)(e));
+            }
+        }
+        Ok(Some(PreparedRoot { dir, identity, cached: false }))
     }
 
     /// The rootfs `tar` mmdebstrap wrote, as a layer in the cache under `key`, with its facts.
@@ -358,13 +408,15 @@ impl DebianBase {
         Ok(PreparedBase { layer, facts, cached: false })
     }
 
-    /// Runs mmdebstrap into `out`; with `on`, on that rootfs tar ([`MMDEBSTRAP_ON_ARGS`]).
+    /// Runs mmdebstrap into `out`, a tar or, with `directory`, a directory that does not exist;
+    /// with `on`, on that rootfs tar ([`MMDEBSTRAP_ON_ARGS`]).
     fn run_mmdebstrap(
         &self,
         sources: &str,
         out: &Path,
         epoch: u64,
         on: Option<&Path>,
+        directory: bool,
     ) -> Result<(), BaseError> {
         let fail = |message: String| BaseError::Mmdebstrap {
             suite: self.suite.clone(),
@@ -377,8 +429,11 @@ impl DebianBase {
             Some(base) => cmd.args(MMDEBSTRAP_ON_ARGS).env("STACKBUILD_BASE_TAR", base),
             None => cmd.arg(format!("--variant={}", self.variant)),
         };
+        let (mode, format, hook) = (MMDEBSTRAP_ARGS[1], MMDEBSTRAP_ARGS[2], MMDEBSTRAP_ARGS[3]);
         cmd.arg(format!("--architectures={}", self.architecture))
-            .args(&MMDEBSTRAP_ARGS[1..])
+            .arg(mode)
+            .arg(if directory { "--format=directory" } else { format })
+            .arg(hook)
             .env("SOURCE_DATE_EPOCH", epoch.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -410,6 +465,36 @@ impl DebianBase {
         }
         Ok(())
     }
+}
+
+/// The file whose presence says a build root directory is whole; it holds the root's identity.
+const COMPLETE: &str = ".stackbuild-complete";
+
+/// A build root made as a directory in the cache ([`DebianBase::prepare_dir_on`]).
+#[derive(Debug, Clone)]
+pub struct PreparedRoot {
+    /// The rootfs.
+    pub dir: PathBuf,
+    /// What identifies its content: the key and its dpkg status.
+    pub identity: String,
+    /// Found in the cache.
+    pub cached: bool,
+}
+
+/// `base`'s rootfs as a plain tar in `dir`, which mmdebstrap's setup hook unpacks.
+fn plain_tar(base: &LayerBlob, dir: &Path) -> Result<PathBuf, BaseError> {
+    let base_tar = dir.join("base.tar");
+    let layer = format!("the base layer {}", base.digest);
+    let read = |source| BaseError::LayerRead { layer: layer.clone(), path: base.path.clone(), source };
+    let blob = std::fs::File::open(&base.path).map_err(read)?;
+    let mut decoded = Compression::from_media_type(&base.media_type)
+        .unwrap_or(Compression::None)
+        .decoder(std::io::BufReader::with_capacity(1 << 20, blob))
+        .map_err(read)?;
+    let mut out = std::fs::File::create(&base_tar)
+        .map_err(|source| BaseError::Tar { path: base_tar.clone(), source })?;
+    std::io::copy(&mut decoded, &mut out).map_err(read)?;
+    Ok(base_tar)
 }
 
 /// Where the facts of the layer of `key` are kept.

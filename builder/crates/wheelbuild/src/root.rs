@@ -1,6 +1,6 @@
-//! A build root unpacked from its layer into the cache, once per layer.
+//! A build root: unpacked from its layer into the cache, once per layer, or made in place.
 
-use std::path::Component;
+use std::path::{Component, Path};
 
 use stackbuild_cache::Cache;
 use stackbuild_common::{Compression, LayerBlob};
@@ -39,7 +39,6 @@ impl BuildRoot {
         }
         let parent = cache.root().join("build-roots");
         let rootfs = parent.join(hex);
-        let python_bin = format!("usr/bin/python{}.{}", python.part(0), python.part(1));
         if !rootfs.join(".stackbuild-complete").is_file() {
             std::fs::create_dir_all(&parent).map_err(io("creating", &parent))?;
             let tmp = tempfile::Builder::new()
@@ -80,12 +79,22 @@ impl BuildRoot {
                 }
             }
         }
+        Self::in_dir(&rootfs, &layer.diff_id, python)
+    }
+
+    /// The root file system made as the directory `rootfs` (`DebianBase::prepare_dir_on`),
+    /// whose content `identity` names.
+    pub fn in_dir(rootfs: &Path, identity: &str, python: &PythonVersion) -> Result<Self, WheelBuildError> {
+        let python_bin = format!("usr/bin/python{}.{}", python.part(0), python.part(1));
         if std::fs::symlink_metadata(rootfs.join(&python_bin)).is_err() {
             return Err(WheelBuildError::Output {
                 package: "the build root".into(),
                 problem: format!("it has no /{python_bin}: the base must carry the recipe's Python"),
             });
         }
-        Ok(Self { mounts: Mount::root(&rootfs), identity: layer.diff_id.clone(), python: python.clone() })
+        // bwrap mounts the build directory there and cannot make it in a read-only root.
+        let mount = rootfs.join(crate::sandbox::BUILD_DIR.trim_start_matches('/'));
+        std::fs::create_dir_all(&mount).map_err(io("creating", &mount))?;
+        Ok(Self { mounts: Mount::root(rootfs), identity: identity.to_owned(), python: python.clone() })
     }
 }
