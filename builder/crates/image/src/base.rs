@@ -366,10 +366,12 @@ impl DebianBase {
         let identity = format!("sha256:{}", hex::encode(h.finalize()));
         std::fs::write(rootfs.join(COMPLETE), &identity).map_err(tar_err(&rootfs))?;
         if let Err(e) = std::fs::rename(&rootfs, &dir) {
-            // Another build made it first: theirs is as good.
-            if !marker.is_file() {
-                return Err(tar_err(&dir)(e));
-            }
+            // Another build made it first: theirs is as good, under its own identity (a mirror
+            // may have moved in between).
+            return match std::fs::read_to_string(&marker) {
+                Ok(identity) => Ok(Some(PreparedRoot { dir, identity, cached: true })),
+                Err(_) => Err(tar_err(&dir)(e)),
+            };
         }
         Ok(Some(PreparedRoot { dir, identity, cached: false }))
     }
