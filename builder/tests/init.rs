@@ -189,6 +189,47 @@ fn a_dockerfile_on_nvidia_cuda_with_pip_lines() {
     assert!(said.contains("EXPOSE 8000: no recipe field"), "{said}");
 }
 
+/// A Dockerfile for `BuildKit` (`RUN --mount=...` before the command) that installs with `uv sync`
+/// (cosmos-predict2's): the mount flags are not the command, and `uv sync`'s `--extra` and
+/// `--no-dev` choose what of `pyproject.toml` is installed.
+#[test]
+fn a_buildkit_dockerfile_that_runs_uv_sync() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write(
+        dir,
+        "Dockerfile",
+        "FROM nvidia/cuda:12.1.1-cudnn8-runtime-ubuntu22.04
+         RUN --mount=type=cache,target=/var/cache/apt --mount=type=cache,target=/var/lib/apt \
+             apt-get update && apt-get install -y --no-install-recommends libgl1 ffmpeg
+         COPY --from=ghcr.io/astral-sh/uv:0.8.12 /uv /usr/local/bin/
+WORKDIR /workspace
+         RUN --mount=type=cache,target=/root/.cache/uv --mount=type=bind,source=pyproject.toml,target=pyproject.toml \
+             uv sync --locked --no-install-project --extra=train --no-dev
+",
+    );
+    write(
+        dir,
+        "pyproject.toml",
+        "[project]\nname = \"world-model\"\nversion = \"0.1.0\"\nrequires-python = \">=3.10\"\n\
+         dependencies = [\"torch==2.1.0\", \"numpy==1.26.4\"]\n\n\
+         [project.optional-dependencies]\ntrain = [\"accelerate==0.25.0\"]\nviz = [\"matplotlib==3.8.2\"]\n\n\
+         [dependency-groups]\ndev = [\"pytest==8.0.0\"]\n",
+    );
+    let (ok, said) = init(dir, &["--offline"]);
+    assert!(ok, "{said}");
+    let recipe = recipe_checks(dir);
+    assert!(
+        recipe.contains("\"libgl1\"") && recipe.contains("\"ffmpeg\""),
+        "the apt line was lost:\n{recipe}"
+    );
+    assert!(recipe.contains("\"torch==2.1.0\"") && recipe.contains("\"accelerate==0.25.0\""), "{recipe}");
+    assert!(!recipe.contains("matplotlib") && !recipe.contains("pytest"), "{recipe}");
+    assert!(said.contains("`uv sync` installs the project's dependencies, the extras train"), "{said}");
+    assert!(said.contains("optional dependencies `train` (1), as the Dockerfile's `uv sync` asks"), "{said}");
+    assert!(!said.contains("--mount=type=cache"), "a mount flag was taken for a command: {said}");
+}
+
 #[test]
 fn a_conflict_is_shown_with_its_fix() {
     let tmp = tempfile::tempdir().unwrap();

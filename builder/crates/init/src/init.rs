@@ -178,6 +178,23 @@ impl Untranslated {
     }
 }
 
+/// A Dockerfile's `uv sync` (<https://docs.astral.sh/uv/reference/cli/#uv-sync>): the optional
+/// dependencies and dependency groups it installs with the project's dependencies. uv syncs
+/// the `dev` group unless told not to (`--no-dev`, `--no-default-groups`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UvSync {
+    /// Where: `Dockerfile:LINE`.
+    pub(crate) origin: String,
+    /// `--extra NAME`.
+    pub(crate) extras: Vec<String>,
+    /// `--all-extras`.
+    pub(crate) all_extras: bool,
+    /// `--group NAME`, and `dev` unless `--no-dev` or `--no-default-groups`.
+    pub(crate) groups: Vec<String>,
+    /// `--all-groups`.
+    pub(crate) all_groups: bool,
+}
+
 /// Everything the inputs say, before deciding.
 #[derive(Debug, Default)]
 pub(crate) struct Found {
@@ -216,6 +233,8 @@ pub(crate) struct Found {
     pub(crate) project_wheel: Option<String>,
     /// The extras it is installed with (`pip install -e ".[train]"`), normalized.
     pub(crate) project_extras: Vec<String>,
+    /// What a Dockerfile's `uv sync` installs of `pyproject.toml` beside its dependencies.
+    pub(crate) uv_sync: Option<UvSync>,
     /// `pyproject.toml` lists its dependencies as `dynamic` (its build computes them).
     pub(crate) dynamic_dependencies: bool,
     /// `[tool.uv.sources]` git entries: (package, `name @ git+URL@REV`), which replace the
@@ -731,7 +750,21 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
     for path in of(InputKind::Pyproject) {
         let deps = lock_kind.is_none() && !from_dockerfile;
         let before = found.packages.len();
-        pyproject::read_file(path, &mut found, &opts.extras, &opts.groups, deps)?;
+        let mut selection = pyproject::Selection {
+            extras: opts.extras.clone(),
+            all_extras: false,
+            groups: opts.groups.clone(),
+            all_groups: false,
+            by: None,
+        };
+        if let Some(sync) = found.uv_sync.clone() {
+            selection.extras.extend(sync.extras);
+            selection.groups.extend(sync.groups);
+            selection.all_extras = sync.all_extras;
+            selection.all_groups = sync.all_groups;
+            selection.by = Some("the Dockerfile's `uv sync`");
+        }
+        pyproject::read_file(path, &mut found, &selection, deps)?;
         if !deps {
             found.decide(format!(
                 "{}: name and requires-python only; the packages come from the {}",

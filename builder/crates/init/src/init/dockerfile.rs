@@ -1,6 +1,6 @@
 //! A Dockerfile (<https://docs.docker.com/reference/dockerfile/>): the final stage's `FROM`
 //! (`nvidia/cuda:<cuda>-cudnn<N>-<flavor>-ubuntu<ver>`, `python:<ver>`, `pytorch/pytorch`,
-//! `ubuntu`, `debian`), its `pip install` and `apt-get install` lines, `ENV`, `WORKDIR`, `CMD`,
+//! `ubuntu`, `debian`), its `pip install`, `uv sync` and `apt-get install` lines, `ENV`, `WORKDIR`, `CMD`,
 //! `ENTRYPOINT`, `USER`, and the `COPY`/`ADD` of the project. Nothing in it is run; whatever
 //! has no recipe field is listed as not translated.
 
@@ -300,6 +300,13 @@ fn read_run(
     stack: &mut Vec<std::path::PathBuf>,
 ) -> Result<(), super::InitError> {
     let rest = exec_form(rest).map_or_else(|| rest.to_owned(), |v| v.join(" "));
+    // BuildKit's flags of the RUN instruction itself come first (`RUN --mount=type=cache,...
+    // uv sync`): they are not the command.
+    let mut rest = rest.trim_start();
+    while let Some(flag) = ["--mount=", "--network=", "--security="].iter().find(|f| rest.starts_with(**f)) {
+        let _ = flag;
+        rest = rest.split_once(char::is_whitespace).map_or("", |(_, r)| r).trim_start();
+    }
     for command in rest.split("&&").flat_map(|c| c.split("||")).flat_map(|c| c.split(';')) {
         let words = in_environment(split_words(command.trim()));
         let Some(first) = words.first() else { continue };
@@ -329,6 +336,10 @@ fn read_run(
                     "a pip command that installs nothing",
                 )),
             }
+            continue;
+        }
+        if program == "uv" && args.first().map(String::as_str) == Some("sync") {
+            read_uv_sync(&args[1..], origin, found);
             continue;
         }
         match program {
@@ -363,6 +374,69 @@ fn read_run(
         }
     }
     Ok(())
+}
+
+/// `uv sync ARGS`: the project's dependencies with the extras and groups its flags name, read
+/// when `pyproject.toml` is ([`super::UvSync`]). `--no-install-project` changes nothing here:
+/// the project's own tree is a `[[source]]` only where a line installs it.
+fn read_uv_sync(args: &[String], origin: &Origin<'_>, found: &mut Found) {
+    let normalize = |name: &str| name.to_ascii_lowercase().replace(['_', '.'], "-");
+    let mut sync =
+        super::UvSync { origin: format!("{}:{}", origin.path.display(), origin.line), ..Default::default() };
+    let mut dev = true;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = || inline.clone().or_else(|| it.next().cloned());
+        match flag {
+            "--extra" => sync.extras.extend(value().map(|v| normalize(&v))),
+            "--group" => sync.groups.extend(value().map(|v| normalize(&v))),
+            "--all-extras" => sync.all_extras = true,
+            "--all-groups" => sync.all_groups = true,
+            "--no-dev" | "--no-default-groups" => dev = false,
+            // Flags with a value that says nothing of what is installed.
+            "--python"
+            | "-p"
+            | "--index"
+            | "--default-index"
+            | "--index-url"
+            | "--extra-index-url"
+            | "--directory"
+            | "--project"
+            | "--package"
+            | "--link-mode"
+            | "--compile-bytecode-timeout" => {
+                let _ = value();
+            }
+            _ => {}
+        }
+    }
+    if dev && !sync.groups.iter().any(|g| g == "dev") {
+        sync.groups.push("dev".to_owned());
+    }
+    found.decide(format!(
+        "{}: `uv sync` installs the project's dependencies{}{}{}",
+        sync.origin,
+        if sync.all_extras {
+            ", every optional dependency".to_owned()
+        } else if sync.extras.is_empty() {
+            String::new()
+        } else {
+            format!(", the extras {}", sync.extras.join(", "))
+        },
+        if sync.all_groups {
+            ", every dependency group".to_owned()
+        } else if sync.groups.is_empty() {
+            String::new()
+        } else {
+            format!(", the groups {}", sync.groups.join(", "))
+        },
+        if dev { " (uv syncs the `dev` group unless told --no-dev)" } else { "" }
+    ));
+    found.uv_sync = Some(sync);
 }
 
 /// The command `conda run -n ENV CMD...` (or mamba's, micromamba's) runs: `CMD...`, as the

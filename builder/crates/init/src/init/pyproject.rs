@@ -73,13 +73,24 @@ pub(super) fn must_install(dir: &Path) -> Option<String> {
     })
 }
 
-/// Reads `path` into `found`; `extras` and `groups` name the optional dependencies and
-/// dependency groups to install (none by default, as `pip install .` and `uv sync --no-dev`).
+/// The optional dependencies and dependency groups installed beside the project's own (none by
+/// default, as `pip install .` and `uv sync --no-dev`): `--extra`/`--group`, and a
+/// Dockerfile's `uv sync` ([`super::UvSync`]).
+pub(super) struct Selection {
+    pub(super) extras: Vec<String>,
+    pub(super) all_extras: bool,
+    pub(super) groups: Vec<String>,
+    pub(super) all_groups: bool,
+    /// Who asked for them, for the decisions: the command line's `--extra` and `--group` when
+    /// `None`.
+    pub(super) by: Option<&'static str>,
+}
+
+/// Reads `path` into `found`, with the optional dependencies and groups `selection` names.
 pub(super) fn read_file(
     path: &Path,
     found: &mut Found,
-    extras: &[String],
-    groups: &[String],
+    selection: &Selection,
     with_dependencies: bool,
 ) -> Result<(), super::InitError> {
     let text = stackbuild_common::read_text(path, MAX_FILE, "pyproject.toml")
@@ -112,11 +123,12 @@ pub(super) fn read_file(
     let mut left_out: Vec<String> = Vec::new();
     for (extra, list) in optional.into_iter().flatten() {
         let list = strings(Some(list));
-        if extras.contains(extra) {
+        if selection.all_extras || selection.extras.contains(extra) {
             found.decide(format!(
-                "{}: optional dependencies `{extra}` ({}), as --extra asks",
+                "{}: optional dependencies `{extra}` ({}), as {} asks",
                 path.display(),
-                list.len()
+                list.len(),
+                selection.by.unwrap_or("--extra")
             ));
             super::requirements::read_tokens(&list, &o, found, &mut stack, false)?;
         } else {
@@ -134,11 +146,12 @@ pub(super) fn read_file(
     for (group, list) in dep_groups.into_iter().flatten() {
         // PEP 735 entries are requirement strings or `{ include-group = "..." }` tables.
         let list_strings = strings(Some(list));
-        if groups.contains(group) {
+        if selection.all_groups || selection.groups.contains(group) {
             found.decide(format!(
-                "{}: dependency group `{group}` ({}), as --group asks",
+                "{}: dependency group `{group}` ({}), as {} asks",
                 path.display(),
-                list_strings.len()
+                list_strings.len(),
+                selection.by.unwrap_or("--group")
             ));
             super::requirements::read_tokens(&list_strings, &o, found, &mut stack, false)?;
             for include in list.as_array().into_iter().flatten().filter_map(toml::Value::as_table) {
