@@ -303,8 +303,7 @@ fn read_run(
     // BuildKit's flags of the RUN instruction itself come first (`RUN --mount=type=cache,...
     // uv sync`): they are not the command.
     let mut rest = rest.trim_start();
-    while let Some(flag) = ["--mount=", "--network=", "--security="].iter().find(|f| rest.starts_with(**f)) {
-        let _ = flag;
+    while ["--mount=", "--network=", "--security="].iter().any(|f| rest.starts_with(f)) {
         rest = rest.split_once(char::is_whitespace).map_or("", |(_, r)| r).trim_start();
     }
     for command in rest.split("&&").flat_map(|c| c.split("||")).flat_map(|c| c.split(';')) {
