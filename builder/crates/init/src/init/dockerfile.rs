@@ -416,23 +416,17 @@ fn read_uv_sync(args: &[String], origin: &Origin<'_>, found: &mut Found) {
     if dev && !sync.groups.iter().any(|g| g == "dev") {
         sync.groups.push("dev".to_owned());
     }
+    // ", every optional dependency", ", the extras a, b", or nothing.
+    let part = |all: bool, names: &[String], every: &str, some: &str| match (all, names.is_empty()) {
+        (true, _) => format!(", every {every}"),
+        (false, true) => String::new(),
+        (false, false) => format!(", the {some} {}", names.join(", ")),
+    };
     found.decide(format!(
         "{}: `uv sync` installs the project's dependencies{}{}{}",
         sync.origin,
-        if sync.all_extras {
-            ", every optional dependency".to_owned()
-        } else if sync.extras.is_empty() {
-            String::new()
-        } else {
-            format!(", the extras {}", sync.extras.join(", "))
-        },
-        if sync.all_groups {
-            ", every dependency group".to_owned()
-        } else if sync.groups.is_empty() {
-            String::new()
-        } else {
-            format!(", the groups {}", sync.groups.join(", "))
-        },
+        part(sync.all_extras, &sync.extras, "optional dependency", "extras"),
+        part(sync.all_groups, &sync.groups, "dependency group", "groups"),
         if dev { " (uv syncs the `dev` group unless told --no-dev)" } else { "" }
     ));
     found.uv_sync = Some(sync);
