@@ -62,8 +62,8 @@ impl StageRemoval {
         for (i, stage) in stages.into_iter().enumerate() {
             shares[i % threads].push(stage);
         }
-        // A stage left by a thread that could not start is removed by the next build
-        // (`Cache::clean_temps`), as a killed build's are.
+        // Where a thread cannot start, its share is removed here and now: the closure that
+        // holds it is dropped with the error.
         Self(
             shares
                 .into_iter()
