@@ -379,7 +379,6 @@ fn read_run(
 /// when `pyproject.toml` is ([`super::UvSync`]). `--no-install-project` changes nothing here:
 /// the project's own tree is a `[[source]]` only where a line installs it.
 fn read_uv_sync(args: &[String], origin: &Origin<'_>, found: &mut Found) {
-    let normalize = |name: &str| name.to_ascii_lowercase().replace(['_', '.'], "-");
     let mut sync =
         super::UvSync { origin: format!("{}:{}", origin.path.display(), origin.line), ..Default::default() };
     let mut dev = true;
@@ -391,8 +390,8 @@ fn read_uv_sync(args: &[String], origin: &Origin<'_>, found: &mut Found) {
         };
         let mut value = || inline.clone().or_else(|| it.next().cloned());
         match flag {
-            "--extra" => sync.extras.extend(value().map(|v| normalize(&v))),
-            "--group" => sync.groups.extend(value().map(|v| normalize(&v))),
+            "--extra" => sync.extras.extend(value()),
+            "--group" => sync.groups.extend(value()),
             "--all-extras" => sync.all_extras = true,
             "--all-groups" => sync.all_groups = true,
             "--no-dev" | "--no-default-groups" => dev = false,

@@ -86,6 +86,13 @@ pub(super) struct Selection {
     pub(super) by: Option<&'static str>,
 }
 
+/// Whether two extra or group names are the same: compared normalized, as PEP 685 (extras) and
+/// PEP 735 (groups) compare them (`Dev_Tools` is `dev-tools`).
+fn same_name(a: &str, b: &str) -> bool {
+    let normal = |s: &str| s.to_ascii_lowercase().replace(['_', '.'], "-");
+    normal(a) == normal(b)
+}
+
 /// Reads `path` into `found`, with the optional dependencies and groups `selection` names.
 pub(super) fn read_file(
     path: &Path,
@@ -123,7 +130,7 @@ pub(super) fn read_file(
     let mut left_out: Vec<String> = Vec::new();
     for (extra, list) in optional.into_iter().flatten() {
         let list = strings(Some(list));
-        if selection.all_extras || selection.extras.contains(extra) {
+        if selection.all_extras || selection.extras.iter().any(|e| same_name(e, extra)) {
             found.decide(format!(
                 "{}: optional dependencies `{extra}` ({}), as {} asks",
                 path.display(),
@@ -146,7 +153,7 @@ pub(super) fn read_file(
     for (group, list) in dep_groups.into_iter().flatten() {
         // PEP 735 entries are requirement strings or `{ include-group = "..." }` tables.
         let list_strings = strings(Some(list));
-        if selection.all_groups || selection.groups.contains(group) {
+        if selection.all_groups || selection.groups.iter().any(|g| same_name(g, group)) {
             found.decide(format!(
                 "{}: dependency group `{group}` ({}), as {} asks",
                 path.display(),
