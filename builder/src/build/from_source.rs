@@ -26,7 +26,7 @@ fn default_build_packages(python: &PythonSection) -> Vec<String> {
 /// The build root for `platform`: the recipe's Debian or Ubuntu base with the default build
 /// packages and `[python.build] packages` added to its rootfs by mmdebstrap (apt installs only
 /// what the base lacks), made in the cache as a directory when run as root
-/// (`DebianBase::prepare_dir_on`), else cached as a layer and unpacked into the cache
+/// (`DebianBase::make_dir_on`), else cached as a layer and unpacked into the cache
 /// (`DebianBase::prepare_on`). Nothing of it reaches the image. The base is the image's own layer,
 /// in `compression` or any other the cache has it in (made in `compression` where it has none,
 /// as when a lock prepares an sdist's metadata before the image's base is built).
@@ -80,8 +80,10 @@ pub(super) fn build_root(
     } else {
         let root = DebianBase { packages: added, ..base };
         // As root, made in place in the cache; else as a layer, unpacked.
-        if let Some(made) = root.prepare_dir_on(&prepared_base.layer, cache, epoch)? {
-            return Ok(BuildRoot::in_dir(&made.dir, &made.identity, &python.version)?);
+        if let Some(key) = root.dir_key_on(&prepared_base.layer, epoch)? {
+            return BuildRoot::made(cache, key.as_hex(), &python.version, |into| {
+                Ok::<_, BuildError>(root.make_dir_on(&prepared_base.layer, cache, epoch, &key, into)?)
+            });
         }
         // Uncompressed: it is unpacked here and never pushed.
         root.prepare_on(&prepared_base.layer, cache, epoch, Compression::None)?.layer

@@ -498,8 +498,8 @@ impl Cache {
                 (&self.root, &["mmdebstrap-", "import-"]),
                 (&artifacts, &[".fetch-", ".import-"]),
                 (&self.tmp_dir(), &["stage-", "wheelbuild-"]),
-                // A build root being made (`.mmdebstrap-`) or unpacked (`.unpack-`).
-                (&build_roots, &[".mmdebstrap-", ".unpack-"]),
+                // A build root being made (`.making-`; `.unpack-` before 2026-12-07).
+                (&build_roots, &[".making-", ".unpack-"]),
             ];
             for (parent, prefixes) in scratch {
                 if !is_real_dir(parent) {

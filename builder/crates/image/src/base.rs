@@ -317,63 +317,48 @@ impl DebianBase {
         self.store(cache, key, &tar, epoch, compression)
     }
 
-    /// The rootfs of `base` (a base's layer) with this base's packages added, as
-    /// [`DebianBase::prepare_on`] makes it, but as a directory in the cache
-    /// (`build-roots/<key>`), for builds to run in: mmdebstrap writes it in place, where a layer
-    /// is written as a tar, stored, and unpacked again (a build root of bookworm with
-    /// build-essential and python3.11-dev: 17.8 s for the tar alone, 14.8 s as a directory, and
-    /// the store and unpack of 1 GB no longer follow). Only as root: in unshare mode as another
-    /// user, a directory's files belong to that user's subordinate ids, which the user can
-    /// neither read as its own nor remove. `None` when not root.
-    pub fn prepare_dir_on(
-        &self,
-        base: &LayerBlob,
-        cache: &Cache,
-        epoch: u64,
-    ) -> Result<Option<PreparedRoot>, BaseError> {
+    /// The key of this base's packages added to `base` (a base's layer) as a directory
+    /// ([`DebianBase::make_dir_on`]), or `None` where that cannot be: only as root, since in
+    /// unshare mode as another user a directory's files belong to that user's subordinate ids,
+    /// which the user can neither read as its own nor remove ([`DebianBase::prepare_on`] then).
+    pub fn dir_key_on(&self, base: &LayerBlob, epoch: u64) -> Result<Option<LayerKey>, BaseError> {
         if !rustix::process::geteuid().is_root() {
             return Ok(None);
         }
         let sources = self.sources()?;
-        let key = LayerKey::of(
+        Ok(Some(LayerKey::of(
             "build-root-dir",
             &self.on_key_inputs(&base.diff_id, &sources, epoch, Compression::None),
-        );
-        let parent = cache.root().join("build-roots");
-        let dir = parent.join(key.as_hex());
-        let marker = dir.join(COMPLETE);
-        let tar_err = |path: &Path| {
-            let path = path.to_owned();
-            move |source| BaseError::Tar { path, source }
-        };
-        if let Ok(identity) = std::fs::read_to_string(&marker) {
-            return Ok(Some(PreparedRoot { dir, identity, cached: true }));
-        }
-        std::fs::create_dir_all(&parent).map_err(tar_err(&parent))?;
-        let tmp =
-            tempfile::Builder::new().prefix(".mmdebstrap-").tempdir_in(&parent).map_err(tar_err(&parent))?;
+        )))
+    }
+
+    /// The rootfs of `base` with this base's packages added, as [`DebianBase::prepare_on`]
+    /// makes it, but written by mmdebstrap in place as the directory `into` (which must not
+    /// exist), for builds to run in: a layer is written as a tar, stored, and unpacked again (a
+    /// build root of bookworm with build-essential and python3.11-dev: 17.8 s for the tar alone,
+    /// 14.8 s as a directory, and the store and unpack of 1 GB no longer follow). `key` is
+    /// [`DebianBase::dir_key_on`]'s. Returns what identifies the root's content: the key and
+    /// every package and version its dpkg status lists (a mirror that moved makes another root).
+    pub fn make_dir_on(
+        &self,
+        base: &LayerBlob,
+        cache: &Cache,
+        epoch: u64,
+        key: &LayerKey,
+        into: &Path,
+    ) -> Result<String, BaseError> {
+        let sources = self.sources()?;
+        let tmp = tempfile::Builder::new()
+            .prefix("mmdebstrap-")
+            .tempdir_in(cache.root())
+            .map_err(|source| BaseError::Tar { path: cache.root().to_owned(), source })?;
         let base_tar = plain_tar(base, tmp.path())?;
-        let rootfs = tmp.path().join("rootfs");
-        self.run_mmdebstrap(&sources, &rootfs, epoch, Some(&base_tar), true)?;
-        std::fs::remove_file(&base_tar).map_err(tar_err(&base_tar))?;
-        // What the root holds: every package and version its dpkg status lists, on the inputs
-        // the key names. Part of every built wheel's key, as the layer's diff_id was: a mirror
-        // that moved makes another root, and the wheels built in it are built again.
-        let status = rootfs.join("var/lib/dpkg/status");
+        self.run_mmdebstrap(&sources, into, epoch, Some(&base_tar), true)?;
+        let status = into.join("var/lib/dpkg/status");
         let mut h = Sha256::new();
         h.update(key.as_hex().as_bytes());
         h.update(stackbuild_common::read_capped(&status, 64 << 20, "dpkg status")?);
-        let identity = format!("sha256:{}", hex::encode(h.finalize()));
-        std::fs::write(rootfs.join(COMPLETE), &identity).map_err(tar_err(&rootfs))?;
-        if let Err(e) = std::fs::rename(&rootfs, &dir) {
-            // Another build made it first: theirs is as good, under its own identity (a mirror
-            // may have moved in between).
-            return match std::fs::read_to_string(&marker) {
-                Ok(identity) => Ok(Some(PreparedRoot { dir, identity, cached: true })),
-                Err(_) => Err(tar_err(&dir)(e)),
-            };
-        }
-        Ok(Some(PreparedRoot { dir, identity, cached: false }))
+        Ok(format!("sha256:{}", hex::encode(h.finalize())))
     }
 
     /// The rootfs `tar` mmdebstrap wrote, as a layer in the cache under `key`, with its facts.
@@ -467,20 +452,6 @@ impl DebianBase {
         }
         Ok(())
     }
-}
-
-/// The file whose presence says a build root directory is whole; it holds the root's identity.
-const COMPLETE: &str = ".stackbuild-complete";
-
-/// A build root made as a directory in the cache ([`DebianBase::prepare_dir_on`]).
-#[derive(Debug, Clone)]
-pub struct PreparedRoot {
-    /// The rootfs.
-    pub dir: PathBuf,
-    /// What identifies its content: the key and its dpkg status.
-    pub identity: String,
-    /// Found in the cache.
-    pub cached: bool,
 }
 
 /// `base`'s rootfs as a plain tar in `dir`, which mmdebstrap's setup hook unpacks.

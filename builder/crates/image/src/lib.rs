@@ -24,7 +24,7 @@ mod sbom;
 
 pub use base::{
     archive_identity, cached_import, check_layout_layers, extract_image_archive, host_apt_sources,
-    import_archive, BaseError, DebianBase, PreparedRoot,
+    import_archive, BaseError, DebianBase,
 };
 pub use glibc::glibc_of_layers;
 pub use layer::{
