@@ -369,6 +369,7 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
             e => resolver_reason(&e.to_string()),
         };
         let err = err.to_string();
+        tracing::debug!(error = %err, "the resolution failed");
         // An extra index this machine cannot reach fails every package it is asked about:
         // resolved without it, not blamed on the packages (Isaac-GR00T's NVIDIA index).
         let unreached = unreachable_index(&err, &extra_index.borrow());
@@ -380,16 +381,9 @@ fn resolve(plan: &stackbuild_init::Plan) -> Outcome {
             unreachable.push((url, cause));
             continue;
         }
-        let culprits: Vec<String> =
-            packages.iter().map(|r| r.name.to_string()).filter(|n| names(&err, n)).collect();
-        if culprits.is_empty() || culprits.len() == packages.len() {
+        if !leave_out(&err, &reason, &mut packages, &mut failed) {
             return Outcome { why_not: reason, failed, unreachable, ..Outcome::offline() };
         }
-        for name in &culprits {
-            failed
-                .insert(name.clone(), format!("the resolver left it out: {}", reason.trim_end_matches('.')));
-        }
-        packages.retain(|r| !culprits.contains(&r.name.to_string()));
     }
     Outcome { why_not: "the resolution did not converge".into(), failed, unreachable, ..Outcome::offline() }
 }
@@ -611,6 +605,93 @@ fn names(message: &str, name: &str) -> bool {
     })
 }
 
+/// Leaves out of `packages` the ones the resolver's failure `err` is down to (`culprits`), each
+/// in `failed` with the reason; false when that would leave none or all of them.
+fn leave_out(
+    err: &str,
+    reason: &str,
+    packages: &mut Vec<pep508_rs::Requirement>,
+    failed: &mut BTreeMap<String, String>,
+) -> bool {
+    let top: Vec<String> = packages.iter().map(|r| r.name.to_string()).collect();
+    let (culprits, with) = culprits(err, &top);
+    if culprits.is_empty() || culprits.len() == packages.len() {
+        return false;
+    }
+    let reason = reason.trim_end_matches('.');
+    for name in &culprits {
+        failed.insert(name.clone(), format!("the resolver left it out: {reason}"));
+    }
+    // The project's other pins of torch's CUDA libraries, for the build whose pin just gave way
+    // (cosmos-predict2's cu126 extra pins all 13 beside torch==2.6.0).
+    for name in top.iter().filter(|n| !culprits.contains(n)) {
+        if let (Some(first), Some(_)) = (&with, stackbuild_check::library_component(name)) {
+            failed.insert(
+                name.clone(),
+                format!(
+                    "left out with {first} (see there): a pin of one of torch's CUDA libraries for another torch \
+                     build than the one resolved, which brings its own"
+                ),
+            );
+        }
+    }
+    packages.retain(|r| !failed.contains_key(r.name.as_ref()));
+    true
+}
+
+/// The top-level packages (of `top`) to leave out for the resolver's failure `message`, and,
+/// when they are pins of torch's CUDA libraries, the first of them (its other such pins go too).
+///
+/// uv's derivation names every package on the path to the conflict; leaving all of them out
+/// lost the project's own torch (dinov2's `torch==2.0.0` for torchvision 0.15.0's broken
+/// `torch==2.0.0+cu117`; cosmos-predict2's `torch==2.6.0` beside its extra's CUDA 12.6 pins).
+/// In order: a top-level pin of what another top-level package depends on at another version
+/// (the pin gives way to the package that needs it), else a top-level package that depends on
+/// what does not exist, else a top-level package that does not exist itself, else every
+/// top-level package the message names.
+fn culprits(message: &str, top: &[String]) -> (Vec<String>, Option<String>) {
+    let flat = message.to_ascii_lowercase().replace('_', "-");
+    let words: Vec<&str> = flat.split_whitespace().collect();
+    // `torch==2.6.0`, `torch{marker}==2.6.0`, `torch[extra]`, `torch.`: the word is the package.
+    let is = |word: &str, name: &str| {
+        word.strip_prefix(name)
+            .is_some_and(|rest| rest.chars().next().is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-')))
+    };
+    let named: Vec<&String> = top.iter().filter(|n| names(message, n)).collect();
+    let missing = |name: &str| {
+        words.windows(4).any(|w| w[..3] == ["no", "version", "of"] && is(w[3], name))
+            || words
+                .windows(3)
+                .any(|w| is(w[0], name) && (w[1..] == ["was", "not"] || w[1..] == ["has", "no"]))
+    };
+    // (depender, dependency) pairs of `A depends on B`.
+    let pairs: Vec<(&str, &str)> =
+        words.windows(4).filter(|w| w[1] == "depends" && w[2] == "on").map(|w| (w[0], w[3])).collect();
+    let depended_by_top = |name: &str| {
+        pairs.iter().any(|(a, b)| is(b, name) && named.iter().any(|m| m.as_str() != name && is(a, m)))
+    };
+    let pins: Vec<String> =
+        named.iter().filter(|n| depended_by_top(n) && !missing(n)).map(|n| (*n).clone()).collect();
+    if !pins.is_empty() {
+        let first = pins.iter().find(|n| stackbuild_check::library_component(n).is_some()).cloned();
+        return (pins, first);
+    }
+    let dependers: Vec<String> = named
+        .iter()
+        .filter(|n| pairs.iter().any(|(a, b)| is(a, n) && top.iter().all(|t| !is(b, t) || missing(t))))
+        .filter(|_| flat.contains("no version of") || flat.contains("has no"))
+        .map(|n| (*n).clone())
+        .collect();
+    if !dependers.is_empty() {
+        return (dependers, None);
+    }
+    let absent: Vec<String> = named.iter().filter(|n| missing(n)).map(|n| (*n).clone()).collect();
+    if !absent.is_empty() {
+        return (absent, None);
+    }
+    (named.into_iter().cloned().collect(), None)
+}
+
 /// The resolver's reason in one line: uv's `Because ...` sentence when there is one.
 fn resolver_reason(message: &str) -> String {
     let flat: String = message.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -639,5 +720,35 @@ mod tests {
         let m = "Request failed after 3 retries\n  cause: Failed to fetch: https://nvidia.example/av/\n  cause: dns error";
         assert_eq!(super::unreachable_index(m, &extra).as_deref(), Some("https://nvidia.example"));
         assert_eq!(super::unreachable_index("Because av==1 has no wheels", &extra), None);
+    }
+
+    #[test]
+    fn the_pin_that_gives_way() {
+        let top = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        // cosmos-predict2: its extra's CUDA 12.6 pins beside PyPI's torch 2.6.0 (CUDA 12.4).
+        let m = "No solution found when resolving dependencies\n  cause: Because torch==2.6.0 depends on \
+                 nvidia-cuda-nvrtc-cu12{platform_machine == 'x86_64' and sys_platform == 'linux'}==12.4.127 and you \
+                 require torch==2.6.0, we can conclude that you require nvidia-cuda-nvrtc-cu12==12.4.127.\n And \
+                 because you require nvidia-cuda-nvrtc-cu12==12.6.77, we can conclude that your requirements are \
+                 unsatisfiable.";
+        let (out, with) =
+            super::culprits(m, &top(&["torch", "nvidia-cuda-nvrtc-cu12", "nvidia-cublas-cu12"]));
+        assert_eq!(out, ["nvidia-cuda-nvrtc-cu12"]);
+        assert_eq!(with.as_deref(), Some("nvidia-cuda-nvrtc-cu12"));
+        // dinov2: torchvision 0.15.0's wheel asks for a torch build that is not on the index.
+        let m = "Because there is no version of torch==2.0.0+cu117 and torchvision==0.15.0 depends on \
+                 torch==2.0.0+cu117, we can conclude that torchvision==0.15.0 cannot be used. And because you require \
+                 torchvision==0.15.0, we can conclude that your requirements are unsatisfiable.";
+        assert_eq!(
+            super::culprits(m, &top(&["torch", "torchvision", "xformers"])),
+            (top(&["torchvision"]), None)
+        );
+        let m = "Because there is no version of apex==0.1.0 and you require apex==0.1.0, we can conclude ...";
+        assert_eq!(super::culprits(m, &top(&["apex", "torch"])), (top(&["apex"]), None));
+        // Two packages that want different versions of a third: both named, both left out.
+        let m =
+            "Because a==1 depends on numpy<2 and b==1 depends on numpy>=2, we can conclude that a==1 and \
+                 b==1 are incompatible.";
+        assert_eq!(super::culprits(m, &top(&["a", "b", "c"])), (top(&["a", "b"]), None));
     }
 }

@@ -69,7 +69,7 @@ const SUFFIXLESS_COMPONENTS: &[&str] = &[
 
 /// The CUDA library component of a wheel: `nvidia-cuda-runtime-cu12` and `nvidia-cuda-runtime`
 /// -> `cuda-runtime`; `None` for other names.
-pub(crate) fn library_component(name: &str) -> Option<&str> {
+pub fn library_component(name: &str) -> Option<&str> {
     let rest = name.strip_prefix("nvidia-")?;
     if let Some((component, major)) = rest.rsplit_once("-cu") {
         if !major.is_empty() && major.bytes().all(|b| b.is_ascii_digit()) {

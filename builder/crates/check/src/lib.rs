@@ -17,7 +17,8 @@ mod tables;
 
 pub use check::{check, CheckOptions, Finding, FindingKind, Report, Severity};
 pub use derive::{
-    requirements, requirements_with, requirements_with_extensions, torch_code, Extension, Package,
+    library_component, requirements, requirements_with, requirements_with_extensions, torch_code, Extension,
+    Package,
 };
 pub use fatbin::{extension_code_for_build, extension_wheel_code, torch_code_for_build};
 pub use gpu_code::GpuCode;

@@ -30,7 +30,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use layout::{not_runtime, projects_below, requirements_folder};
+use layout::{choose_dockerfile, not_runtime, projects_below, requirements_folder};
 
 mod conda;
 mod dockerfile;
@@ -578,6 +578,11 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
             }
             inputs.push((kind, path));
         }
+        let dockerfiles: Vec<PathBuf> =
+            inputs.iter().filter(|(k, _)| *k == InputKind::Dockerfile).map(|(_, p)| p.clone()).collect();
+        let (chosen, why) = choose_dockerfile(&dockerfiles);
+        inputs.retain(|(k, p)| *k != InputKind::Dockerfile || chosen.as_ref() == Some(p));
+        found_early.extend(why);
     } else {
         for path in &opts.from {
             let yaml = path.extension().is_some_and(|e| e == "yml" || e == "yaml");

@@ -307,7 +307,7 @@ fn read_run(
         rest = rest.split_once(char::is_whitespace).map_or("", |(_, r)| r).trim_start();
     }
     for command in rest.split("&&").flat_map(|c| c.split("||")).flat_map(|c| c.split(';')) {
-        let words = in_environment(split_words(command.trim()));
+        let words = in_environment(&split_words(command.trim()));
         let Some(first) = words.first() else { continue };
         let program = first.rsplit('/').next().unwrap_or(first);
         let args: Vec<String> = words[1..].to_vec();
@@ -434,12 +434,31 @@ fn read_uv_sync(args: &[String], origin: &Origin<'_>, found: &mut Found) {
 /// The command `conda run -n ENV CMD...` (or mamba's, micromamba's) runs: `CMD...`, as the
 /// environment's pip is the image's pip (robomimic's `conda run -n robomimic_venv pip install
 /// ...`); any other command as it is.
-fn in_environment(words: Vec<String>) -> Vec<String> {
+fn in_environment(words: &[String]) -> Vec<String> {
+    // What runs the command, not the command: assignments before it
+    // (`DEBIAN_FRONTEND=noninteractive apt-get install ...`), `env` with its own, and `sudo`.
+    let assignment = |w: &str| {
+        w.split_once('=').is_some_and(|(name, _)| {
+            name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    };
+    let (mut start, mut sudo) = (0, false);
+    while let Some(w) = words.get(start) {
+        match w.as_str() {
+            "sudo" => sudo = true,
+            "env" => {}
+            w if (sudo && w.starts_with('-')) || assignment(w) => {}
+            _ => break,
+        }
+        start += 1;
+    }
+    let words = &words[start..];
     let program = words.first().map(|w| w.rsplit('/').next().unwrap_or(w).to_owned()).unwrap_or_default();
     if !matches!(program.as_str(), "conda" | "mamba" | "micromamba")
         || words.get(1).map(String::as_str) != Some("run")
     {
-        return words;
+        return words.to_vec();
     }
     let mut i = 2;
     while let Some(w) = words.get(i) {
@@ -502,5 +521,24 @@ fn read_copy(word: &str, rest: &str, origin: &Origin<'_>, found: &mut Found) {
             &format!("{word} {rest}"),
             "only the project directory goes into the image (as the [[source]]); add other trees as [[source]]s",
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{in_environment, split_words};
+
+    #[test]
+    fn the_command_behind_assignments_sudo_env_and_conda_run() {
+        let command = |line: &str| in_environment(&split_words(line)).join(" ");
+        // text-generation-inference's apt line.
+        assert_eq!(
+            command("DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git"),
+            "apt-get install -y --no-install-recommends git"
+        );
+        assert_eq!(command("sudo -E env A=1 B_2=x pip install six"), "pip install six");
+        assert_eq!(command("conda run -n venv --no-capture-output pip install six"), "pip install six");
+        assert_eq!(command("pip install a=b"), "pip install a=b");
+        assert_eq!(command("-E pip"), "-E pip");
     }
 }

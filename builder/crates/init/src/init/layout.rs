@@ -39,6 +39,70 @@ pub(super) fn not_runtime(path: &Path) -> bool {
         .any(|part| !part.is_empty() && NOT_RUNTIME.iter().any(|w| part.starts_with(w)))
 }
 
+/// Words in a Dockerfile's name that say it builds for other hardware than an NVIDIA GPU on
+/// linux/amd64 (text-generation-inference's `Dockerfile_amd`, `Dockerfile.neuron`,
+/// `Dockerfile_gaudi`, `Dockerfile_intel`), or an image that is not the project's runtime.
+const NOT_THIS_IMAGE: [&str; 22] = [
+    "amd", "rocm", "hip", "intel", "xpu", "gaudi", "hpu", "habana", "neuron", "tpu", "npu", "ascend", "cpu",
+    "mps", "mac", "win", "test", "dev", "doc", "ci", "nix", "lint",
+];
+/// Words in a Dockerfile's name that say it is the NVIDIA GPU image.
+const GPU_IMAGE: [&str; 3] = ["cuda", "gpu", "nvidia"];
+
+/// Of a project's top-level Dockerfiles, the one `docker build .` builds for an NVIDIA GPU, and
+/// why the others are not read: merging them would mix other images' bases and packages into
+/// one recipe (text-generation-inference has seven, for AMD, Gaudi, Intel, Neuron, llama.cpp
+/// and TensorRT-LLM beside its CUDA one). `Dockerfile` (or `Containerfile`), as `docker build`
+/// and `podman build` read by default; else the one whose name says CUDA or GPU; else the only
+/// one whose name does not say other hardware; else the first of those by name.
+pub(super) fn choose_dockerfile(files: &[PathBuf]) -> (Option<PathBuf>, Option<String>) {
+    if files.len() < 2 {
+        return (files.first().cloned(), None);
+    }
+    let name =
+        |p: &PathBuf| p.file_name().map(|s| s.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    // The words of the name beside `dockerfile`/`containerfile` (`Dockerfile_amd`,
+    // `gpu.Dockerfile`, `Dockerfile.cuda12`).
+    let words = |p: &PathBuf| -> Vec<String> {
+        name(p)
+            .split(['-', '_', '.'])
+            .filter(|w| !w.is_empty() && *w != "dockerfile" && *w != "containerfile")
+            .map(str::to_owned)
+            .collect()
+    };
+    let says = |p: &PathBuf, list: &[&str]| words(p).iter().any(|w| list.iter().any(|l| w.starts_with(l)));
+    let candidates: Vec<&PathBuf> = files.iter().filter(|p| !says(p, &NOT_THIS_IMAGE)).collect();
+    let (chosen, why) = if let Some(p) = candidates.iter().find(|p| words(p).is_empty()) {
+        ((*p).clone(), "the one `docker build .` reads")
+    } else if let Some(p) = candidates.iter().find(|p| says(p, &GPU_IMAGE)) {
+        ((*p).clone(), "its name says CUDA or GPU")
+    } else if let Some(p) = candidates.first() {
+        let why = if candidates.len() == 1 {
+            "the only one whose name says no other hardware"
+        } else {
+            "the first by name of those whose names say no other hardware"
+        };
+        ((*p).clone(), why)
+    } else {
+        let names: Vec<String> = files.iter().map(name).collect();
+        return (
+            None,
+            Some(format!(
+                "Dockerfiles not read: {}: their names say other hardware than an NVIDIA GPU, or images                  other than the project's runtime (--from names one)",
+                names.join(", ")
+            )),
+        );
+    };
+    let others: Vec<String> = files.iter().filter(|p| **p != chosen).map(name).collect();
+    let why = format!(
+        "{}: the Dockerfile read ({why}); not read: {} (other images: merging them would mix their bases and \
+         packages; --from names one)",
+        chosen.display(),
+        others.join(", ")
+    );
+    (Some(chosen), Some(why))
+}
+
 /// The runtime requirements files of a project's requirements folder, and why those.
 pub(super) fn requirements_folder(dir: &Path) -> Option<(Vec<PathBuf>, String)> {
     for folder in REQUIREMENT_FOLDERS {

@@ -112,3 +112,27 @@ fn an_explicit_index_counts_only_where_a_source_for_this_platform_sends_a_packag
     .unwrap();
     assert_eq!(super::pyproject::indexes_sources_use(&uv), ["own", "amd"]);
 }
+
+#[test]
+fn of_several_dockerfiles_the_nvidia_one_is_read() {
+    let paths = |names: &[&str]| names.iter().map(PathBuf::from).collect::<Vec<_>>();
+    let chosen = |names: &[&str]| layout::choose_dockerfile(&paths(names)).0;
+    // text-generation-inference's top level.
+    let tgi = [
+        "Dockerfile",
+        "Dockerfile.neuron",
+        "Dockerfile.nix",
+        "Dockerfile_amd",
+        "Dockerfile_gaudi",
+        "Dockerfile_intel",
+        "Dockerfile_llamacpp",
+        "Dockerfile_trtllm",
+    ];
+    assert_eq!(chosen(&tgi), Some(PathBuf::from("Dockerfile")));
+    let (_, why) = layout::choose_dockerfile(&paths(&tgi));
+    assert!(why.unwrap().contains("not read: dockerfile.neuron, dockerfile.nix, dockerfile_amd"));
+    assert_eq!(chosen(&["Dockerfile.rocm", "Dockerfile.cuda"]), Some(PathBuf::from("Dockerfile.cuda")));
+    assert_eq!(chosen(&["cpu.Dockerfile", "serve.Dockerfile"]), Some(PathBuf::from("serve.Dockerfile")));
+    assert_eq!(chosen(&["Dockerfile.rocm", "Dockerfile.cpu"]), None);
+    assert_eq!(chosen(&["Dockerfile.rocm"]), Some(PathBuf::from("Dockerfile.rocm")));
+}
