@@ -717,6 +717,58 @@ fn install_steps_in_a_readme_a_setup_py_and_conda_run() {
     assert!(recipe.contains("\"six==1.16.0\""), "{recipe}\n{said}");
 }
 
+/// Shapes found by taking init to more projects (2026-12-08): text-generation-inference's
+/// Dockerfiles for other hardware beside its CUDA one, `HunyuanVideo`'s torch named only in its
+/// README, flux's README installing the project with an extra that names its own extras.
+#[test]
+fn the_readme_fills_what_the_manifests_leave_open_and_one_dockerfile_is_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tgi = tmp.path().join("tgi");
+    write(&tgi, "Dockerfile", "FROM nvidia/cuda:12.4.0-base-ubuntu22.04\nRUN DEBIAN_FRONTEND=noninteractive apt-get install -y libssl-dev && pip install six==1.16.0\n");
+    write(&tgi, "Dockerfile_amd", "FROM rocm/dev-ubuntu-22.04:6.2\nRUN pip install idna==3.7\n");
+    write(&tgi, "Dockerfile.neuron", "FROM ubuntu:24.04\nRUN pip install idna==3.6\n");
+    let (ok, said) = init(&tgi, &["--offline"]);
+    assert!(ok, "{said}");
+    let recipe = recipe_checks(&tgi);
+    assert!(recipe.contains("\"six==1.16.0\"") && !recipe.contains("idna"), "{recipe}\n{said}");
+    assert!(recipe.contains("\"libssl-dev\"") && recipe.contains("jammy"), "{recipe}\n{said}");
+    assert!(said.contains("Dockerfile: the Dockerfile read (the one `docker build .` reads); not read: dockerfile.neuron, dockerfile_amd"), "{said}");
+
+    let hunyuan = tmp.path().join("hunyuan");
+    write(&hunyuan, "requirements.txt", "six==1.16.0\n");
+    write(&hunyuan, "README.md", "```\nconda install pytorch==2.4.0 torchvision==0.19.0 pytorch-cuda=12.4 -c pytorch\npip install -r requirements.txt\n```\n");
+    let (ok, said) = init(&hunyuan, &["--offline"]);
+    assert!(ok, "{said}");
+    let recipe = recipe_checks(&hunyuan);
+    assert!(
+        recipe.contains("\"torch==2.4.0\"") && recipe.contains("\"torchvision==0.19.0\""),
+        "{recipe}\n{said}"
+    );
+    assert!(
+        said.contains(
+            "README.md:2: no manifest names torch; torch==2.4.0, torchvision==0.19.0 from the README"
+        ),
+        "{said}"
+    );
+
+    let flux = tmp.path().join("flux");
+    write(
+        &flux,
+        "pyproject.toml",
+        "[project]\nname = \"flux\"\nversion = \"0.1\"\ndependencies = [\"six==1.16.0\"]\n\
+         [project.optional-dependencies]\nweb = [\"idna==3.7\"]\nall = [\"flux[web]\"]\ntrt = [\"certifi==2024.2.2\"]\n",
+    );
+    write(&flux, "README.md", "Install:\n\n    pip install -e \".[all]\"\n");
+    let (ok, said) = init(&flux, &["--offline"]);
+    assert!(ok, "{said}");
+    let recipe = recipe_checks(&flux);
+    assert!(
+        recipe.contains("\"idna==3.7\"") && !recipe.contains("certifi==") && !recipe.contains("\"flux["),
+        "{recipe}\n{said}"
+    );
+    assert!(said.contains("optional dependencies `web` (1), as "), "{said}");
+}
+
 /// A uv workspace without a lock: the member `[tool.uv.sources]` names (`{ workspace = true }`)
 /// and a project at a `path` each become a `[[source]]` installed as a wheel, in place of their
 /// requirement; the rest are the recipe's packages.

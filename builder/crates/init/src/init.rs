@@ -494,6 +494,16 @@ pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
     }
 }
 
+/// The project's name, for reading its README before its manifests: `pyproject.toml`'s
+/// `[project] name`, else the one `setup.py` passes to `setup()`.
+fn project_name(dir: &Path) -> Option<String> {
+    let read = |name: &'static str| stackbuild_common::read_text(&dir.join(name), 1 << 20, name).ok();
+    read("pyproject.toml")
+        .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
+        .and_then(|doc| doc.get("project")?.get("name")?.as_str().map(str::to_owned))
+        .or_else(|| torch::setup_name(&read("setup.py")?))
+}
+
 #[allow(clippy::too_many_lines)] // the inputs in their order of precedence, one step each
 fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
     let dir = &opts.dir;
@@ -752,6 +762,13 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
     //    the Dockerfile's pip lines say what is installed. Beside a requirements file they are
     //    added to it (`pip install -r requirements.txt .` installs both); where both name a
     //    package, the requirements file's line stays (it is usually the exact pin).
+    // The README, where the manifests leave a choice open (`readme::Supplement`): read only
+    // when init finds its inputs itself, and only where no lock or Dockerfile says more.
+    let readme = (opts.from.is_empty() && lock_kind.is_none() && !from_dockerfile && !has(InputKind::Readme))
+        .then(|| readme::of_dir(dir))
+        .flatten()
+        .map(|path| readme::supplement(&path, project_name(dir).as_deref()))
+        .unwrap_or_default();
     for path in of(InputKind::Pyproject) {
         let deps = lock_kind.is_none() && !from_dockerfile;
         let before = found.packages.len();
@@ -762,12 +779,20 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
             all_groups: false,
             by: None,
         };
+        if let (Some((extras, at)), true, true) =
+            (&readme.extras, opts.extras.is_empty(), found.uv_sync.is_none())
+        {
+            if !extras.is_empty() {
+                selection.extras.clone_from(extras);
+                selection.by = Some(format!("{at} (the README's install of the project)"));
+            }
+        }
         if let Some(sync) = found.uv_sync.clone() {
             selection.extras.extend(sync.extras);
             selection.groups.extend(sync.groups);
             selection.all_extras = sync.all_extras;
             selection.all_groups = sync.all_groups;
-            selection.by = Some("the Dockerfile's `uv sync`");
+            selection.by = Some("the Dockerfile's `uv sync`".to_owned());
         }
         pyproject::read_file(path, &mut found, &selection, deps)?;
         if !deps {
@@ -784,6 +809,23 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
                 found.packages.len() - before
             ));
         }
+    }
+    // 5b. The README's torch, where no manifest names torch: the version its install
+    //     instructions give (pip's `torch==X` or conda's `pytorch==X`).
+    let names_torch = |found: &Found| {
+        found.packages.iter().any(|(_, n, _)| stackbuild_python::normalize_name(n) == "torch")
+    };
+    if !readme.torch.is_empty() && !names_torch(&found) {
+        for (requirement, name, at) in &readme.torch {
+            found.packages.push((requirement.clone(), name.clone(), at.clone()));
+        }
+        let (pins, at): (Vec<&str>, Vec<&str>) =
+            readme.torch.iter().map(|(r, _, at)| (r.as_str(), at.as_str())).unzip();
+        found.decide(format!(
+            "{}: no manifest names torch; {} from the README's install instructions, as a new user following it installs it",
+            at[0],
+            pins.join(", ")
+        ));
     }
     // 6. A setuptools project (`setup.py`, `setup.cfg`) or a pyproject whose dependencies are
     //    `dynamic`, with no other list of packages: only its build tells its dependencies, so

@@ -3,6 +3,7 @@
 //! sources (<https://docs.astral.sh/uv/concepts/indexes/>).
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr as _;
 
 use super::{Found, Untranslated};
 
@@ -83,7 +84,7 @@ pub(super) struct Selection {
     pub(super) all_groups: bool,
     /// Who asked for them, for the decisions: the command line's `--extra` and `--group` when
     /// `None`.
-    pub(super) by: Option<&'static str>,
+    pub(super) by: Option<String>,
 }
 
 /// Whether two extra or group names are the same: compared normalized, as PEP 685 (extras) and
@@ -91,6 +92,36 @@ pub(super) struct Selection {
 fn same_name(a: &str, b: &str) -> bool {
     let normal = |s: &str| s.to_ascii_lowercase().replace(['_', '.'], "-");
     normal(a) == normal(b)
+}
+
+/// The extras of the project itself that the requirement `req` names, when it names the project
+/// `own` (flux's `all = ["flux[streamlit]", "flux[torch]"]`): pip reads those as the project's
+/// extras, not as a package of that name from the index.
+fn own_extras(req: &str, own: Option<&str>) -> Option<Vec<String>> {
+    let r = pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(req).ok()?;
+    own.is_some_and(|n| same_name(n, r.name.as_ref()))
+        .then(|| r.extras.iter().map(ToString::to_string).collect())
+}
+
+/// The extras `selection` installs, with those the chosen ones name of the project itself.
+fn chosen_extras(optional: Option<&toml::Table>, selection: &Selection, own: Option<&str>) -> Vec<String> {
+    let mut chosen: Vec<String> = selection.extras.clone();
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for (extra, list) in optional.into_iter().flatten() {
+            if !(selection.all_extras || chosen.iter().any(|e| same_name(e, extra))) {
+                continue;
+            }
+            for more in strings(Some(list)).iter().filter_map(|r| own_extras(r, own)).flatten() {
+                if !chosen.iter().any(|e| same_name(e, &more)) {
+                    chosen.push(more);
+                    grew = true;
+                }
+            }
+        }
+    }
+    chosen
 }
 
 /// Reads `path` into `found`, with the optional dependencies and groups `selection` names.
@@ -127,15 +158,24 @@ pub(super) fn read_file(
     let deps = dependencies(path, &doc, found);
     super::requirements::read_tokens(&deps, &o, found, &mut stack, false)?;
     let optional = project.and_then(|p| p.get("optional-dependencies")).and_then(toml::Value::as_table);
+    let own = project.and_then(|p| p.get("name")).and_then(toml::Value::as_str);
+    let itself = |req: &str| own_extras(req, own);
+    let chosen = chosen_extras(optional, selection, own);
     let mut left_out: Vec<String> = Vec::new();
     for (extra, list) in optional.into_iter().flatten() {
-        let list = strings(Some(list));
-        if selection.all_extras || selection.extras.iter().any(|e| same_name(e, extra)) {
+        let (own_extras, list): (Vec<String>, Vec<String>) =
+            strings(Some(list)).into_iter().partition(|r| itself(r).is_some());
+        if selection.all_extras || chosen.iter().any(|e| same_name(e, extra)) {
+            let own = if own_extras.is_empty() {
+                String::new()
+            } else {
+                format!(", and {} of the project itself", own_extras.join(", "))
+            };
             found.decide(format!(
-                "{}: optional dependencies `{extra}` ({}), as {} asks",
+                "{}: optional dependencies `{extra}` ({}{own}), as {} asks",
                 path.display(),
                 list.len(),
-                selection.by.unwrap_or("--extra")
+                selection.by.as_deref().unwrap_or("--extra")
             ));
             super::requirements::read_tokens(&list, &o, found, &mut stack, false)?;
         } else {
@@ -158,7 +198,7 @@ pub(super) fn read_file(
                 "{}: dependency group `{group}` ({}), as {} asks",
                 path.display(),
                 list_strings.len(),
-                selection.by.unwrap_or("--group")
+                selection.by.as_deref().unwrap_or("--group")
             ));
             super::requirements::read_tokens(&list_strings, &o, found, &mut stack, false)?;
             for include in list.as_array().into_iter().flatten().filter_map(toml::Value::as_table) {

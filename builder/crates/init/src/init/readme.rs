@@ -46,6 +46,115 @@ pub(super) fn read_file(path: &Path, found: &mut Found, project: &Path) -> Resul
     Ok(())
 }
 
+/// What a README's install instructions add where the manifests leave a choice open: the
+/// extras of the first line that installs the project itself (flux's `pip install -e ".[all]"`,
+/// litgpt's `pip install 'litgpt[extra]'`), and its torch pins, where no manifest names torch
+/// (`HunyuanVideo`'s `conda install pytorch==2.4.0 torchvision==0.19.0 ... pytorch-cuda=12.4`:
+/// its requirements.txt leaves torch to the reader).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Supplement {
+    /// The extras, and `README.md:LINE`.
+    pub(super) extras: Option<(Vec<String>, String)>,
+    /// `torch==X` (and torchvision's, torchaudio's), each with `README.md:LINE`: the first
+    /// line's exact pins of each.
+    pub(super) torch: Vec<(String, String, String)>,
+}
+
+/// The README of `dir`, when it has one.
+pub(super) fn of_dir(dir: &Path) -> Option<PathBuf> {
+    NAMES.iter().map(|n| dir.join(n)).find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
+}
+
+/// Reads the [`Supplement`] of the README at `path` for the project named `name`.
+pub(super) fn supplement(path: &Path, name: Option<&str>) -> Supplement {
+    let Ok(text) = stackbuild_common::read_text(path, MAX_README, "README") else {
+        return Supplement::default();
+    };
+    let mut out = Supplement::default();
+    let normal = |n: &str| n.to_ascii_lowercase().replace(['_', '.'], "-");
+    for (i, line) in text.lines().enumerate() {
+        let at = format!("{}:{}", path.display(), i + 1);
+        for command in line.split("&&").flat_map(|c| c.split(';')) {
+            // Words up to a comment (`pip install openrlhf  # Basic`).
+            let command = command.split(" #").next().unwrap_or(command);
+            let (args, conda) = match (pip_args(command), conda_args(command)) {
+                (Some(a), _) => (a, false),
+                (None, Some(a)) => (a, true),
+                (None, None) => continue,
+            };
+            let mut skip = false;
+            let mut torch_here = Vec::new();
+            for arg in &args {
+                if std::mem::take(&mut skip) {
+                    continue;
+                }
+                if matches!(
+                    arg.as_str(),
+                    "-r" | "-c"
+                        | "-f"
+                        | "-i"
+                        | "--index-url"
+                        | "--extra-index-url"
+                        | "--find-links"
+                        | "-c="
+                        | "--channel"
+                ) {
+                    skip = true;
+                    continue;
+                }
+                if arg.starts_with('-') {
+                    continue;
+                }
+                // `.[all]`, `./[train]`, `litgpt[extra]`: the project with extras.
+                let (head, extras) = match arg.split_once('[') {
+                    Some((h, rest)) => {
+                        (h, rest.trim_end_matches(']').split(',').map(|e| e.trim().to_owned()).collect())
+                    }
+                    None => (arg.as_str(), Vec::new()),
+                };
+                let itself = matches!(head, "." | "./") || name.is_some_and(|n| normal(head) == normal(n));
+                if itself && !conda {
+                    if out.extras.is_none() {
+                        out.extras =
+                            Some((extras.into_iter().filter(|e| !e.is_empty()).collect(), at.clone()));
+                    }
+                    continue;
+                }
+                // `torch==2.4.0`; conda's `pytorch==2.4.0` and `pytorch=2.4.0`.
+                let spec = if conda { arg.replacen("pytorch", "torch", 1) } else { arg.clone() };
+                let (pkg, version) =
+                    match spec.split_once("==").or_else(|| conda.then(|| spec.split_once('=')).flatten()) {
+                        Some((p, v)) => (p.to_owned(), v.to_owned()),
+                        None => continue,
+                    };
+                if matches!(pkg.as_str(), "torch" | "torchvision" | "torchaudio")
+                    && !version.is_empty()
+                    && version.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '+')
+                {
+                    torch_here.push((format!("{pkg}=={version}"), pkg, at.clone()));
+                }
+            }
+            for pin in torch_here {
+                if !out.torch.iter().any(|(_, p, _)| *p == pin.1) {
+                    out.torch.push(pin);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The words after `install` of a `conda install` (or mamba's) command.
+fn conda_args(command: &str) -> Option<Vec<String>> {
+    let command = command.trim().trim_start_matches("$ ").trim_start_matches('!').trim();
+    let words: Vec<String> =
+        command.split_whitespace().map(|w| w.trim_matches(['`', '"', '\'']).to_owned()).collect();
+    match words.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["conda" | "mamba" | "micromamba", "install", ..] => Some(words[2..].to_vec()),
+        _ => None,
+    }
+}
+
 /// The words after `install` of a `pip install` command (`pip`, `pip3`, `python -m pip`,
 /// `uv pip`), with a prompt or notebook `!` before it.
 fn pip_args(command: &str) -> Option<Vec<String>> {
@@ -87,5 +196,35 @@ mod tests {
         let placeholder = "pip install -r requirements/full/<requirements file according to table below>";
         assert!(super::pip_args(placeholder).is_none());
         assert_eq!(super::pip_args("pip install torch>=2").unwrap(), ["torch>=2"]);
+    }
+
+    #[test]
+    fn what_a_readme_adds_to_the_manifests() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("README.md");
+        // HunyuanVideo's, flux's, OpenRLHF's shapes.
+        std::fs::write(
+            &path,
+            "```\nconda install pytorch==2.4.0 torchvision==0.19.0 torchaudio==2.4.0 pytorch-cuda=11.8 -c pytorch\n\
+             pip install torch==2.5.0 --index-url https://download.pytorch.org/whl/cu118\n\
+             pip install openrlhf[vllm,ring]   # + All optimizations\npip install -e \".[all]\"\n```\n",
+        )
+        .unwrap();
+        let got = super::supplement(&path, Some("OpenRLHF"));
+        let at = |line: usize| format!("{}:{line}", path.display());
+        assert_eq!(got.extras, Some((vec!["vllm".to_owned(), "ring".to_owned()], at(4))));
+        assert_eq!(
+            got.torch,
+            [
+                ("torch==2.4.0".to_owned(), "torch".to_owned(), at(2)),
+                ("torchvision==0.19.0".to_owned(), "torchvision".to_owned(), at(2)),
+                ("torchaudio==2.4.0".to_owned(), "torchaudio".to_owned(), at(2)),
+            ]
+        );
+        std::fs::write(&path, "pip install -e .\npip install torch\n").unwrap();
+        assert_eq!(
+            super::supplement(&path, None),
+            super::Supplement { extras: Some((vec![], at(1))), torch: vec![] }
+        );
     }
 }

@@ -44,7 +44,7 @@ pub(super) fn project(dir: &Path, found: &mut Found) {
 
 /// The name a `setup(...)` call passes: a literal (`name="detectron2"`), or a variable the
 /// script assigns a literal to (flash-attention's `name=PACKAGE_NAME`).
-fn setup_name(setup: &str) -> Option<String> {
+pub(super) fn setup_name(setup: &str) -> Option<String> {
     let call = &setup[setup.find("setup(")?..];
     let at = call.find("name")?;
     let rest = call[at + 4..].trim_start().strip_prefix('=')?.trim_start();
