@@ -211,6 +211,7 @@ fn resolve_from(
         let wanted: Vec<PackageName> = without_wheels(message)
             .into_iter()
             .filter(|n| !python.build.no_build.contains(n) && !plan.no_binary.contains(n))
+            .filter(|n| !yanked_release(python, n, message))
             .collect();
         if wanted.is_empty() {
             // A package taken from source at a version that uv's message now rules out
@@ -580,6 +581,47 @@ pub(crate) fn without_wheels(message: &str) -> Vec<PackageName> {
     names
 }
 
+/// The files of `name` on the section's index.
+fn index_files(python: &PythonSection, name: &PackageName) -> Result<Vec<crate::index::IndexFile>, String> {
+    let base = match python.index.clone() {
+        Some(i) => i,
+        None => crate::index::configured_index().map_err(|e| e.to_string())?,
+    };
+    let mut index = crate::index::Index::http(&base).map_err(|e| e.to_string())?;
+    index.files(name.as_ref()).map_err(|e| e.to_string())
+}
+
+/// Whether the release uv's `message` says has no usable wheels (`transformers==4.52.0 has no
+/// usable wheels`) is a yanked one: asked for wheels only, uv says so of a yanked release where
+/// it would otherwise say "was yanked". Such a package does not lack wheels, and its sdist,
+/// whose `PKG-INFO` may list no dependencies (transformers 4.51.3's has none, metadata 2.1),
+/// would hide the real conflict (`tokenizers==0.23.3` beside `transformers<4.57`).
+fn yanked_release(python: &PythonSection, name: &PackageName, message: &str) -> bool {
+    let Some(version) = without_wheels_version(message, name) else { return false };
+    let Ok(files) = index_files(python, name) else { return false };
+    let of_version: Vec<&crate::index::IndexFile> = files
+        .iter()
+        .filter(|f| {
+            stackbuild_common::parse_wheel_name(&f.filename)
+                .map(|w| w.version)
+                .or_else(|| stackbuild_common::parse_sdist_name(&f.filename).map(|(_, v)| v))
+                .is_some_and(|v| v == version)
+        })
+        .collect();
+    !of_version.is_empty() && of_version.iter().all(|f| f.is_yanked())
+}
+
+/// The release of `name` that uv's `message` says has no usable wheels: the word before
+/// " has no usable wheels" (`transformers==4.52.0`), not the first `name==` of the message
+/// (which is often a range's member: "all of: transformers==4.51.3 ...").
+fn without_wheels_version(message: &str, name: &PackageName) -> Option<PackageVersion> {
+    let prefix = format!("{name}==");
+    message
+        .match_indices(" has no usable wheels")
+        .filter_map(|(i, _)| message[..i].rsplit([' ', '\n', '(']).next()?.strip_prefix(prefix.as_str()))
+        .find_map(|v| PackageVersion::from_str(v).ok())
+}
+
 /// The sdist a package without wheels resolves to, fetched and verified.
 fn fetch_sdist(
     python: &PythonSection,
@@ -601,12 +643,7 @@ fn fetch_sdist(
         .nth(1)
         .and_then(|rest| rest.split([' ', ',', '\n']).next())
         .and_then(|v| PackageVersion::from_str(v).ok());
-    let base = match python.index.clone() {
-        Some(i) => i,
-        None => crate::index::configured_index().map_err(|e| e.to_string())?,
-    };
-    let mut index = crate::index::Index::http(&base).map_err(|e| e.to_string())?;
-    let files = index.files(name.as_ref()).map_err(|e| e.to_string())?;
+    let files = index_files(python, name)?;
     let python_version = pep440_rs::Version::from_str(&target.python.to_string()).ok();
     // The version uv's message names is a hint: when it has no sdist, the newest that has one.
     // The ranges uv's message puts on it ("hydra-core==1.3.2 depends on
@@ -714,6 +751,15 @@ mod tests {
         assert!(r[0].contains(&pep440_rs::Version::from_str("4.9.3").unwrap()));
         assert!(!r[0].contains(&pep440_rs::Version::from_str("4.13.2").unwrap()));
         assert!(ranges_in("x-antlr4-python3-runtime==1", &name).is_empty());
+    }
+
+    #[test]
+    fn the_release_uv_says_has_no_usable_wheels() {
+        let m = "Because all of:\n             transformers==4.51.3\n             transformers>=4.52.1,<=4.55.4\n         \
+                 depend on tokenizers>=0.21,<0.22 and transformers==4.52.0 has no usable wheels, we can conclude ...";
+        let name = PackageName::from_str("transformers").unwrap();
+        assert_eq!(without_wheels_version(m, &name), PackageVersion::from_str("4.52.0").ok());
+        assert_eq!(without_wheels_version("all versions of transformers have no usable wheels", &name), None);
     }
 
     #[test]
