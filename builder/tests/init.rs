@@ -767,6 +767,34 @@ fn the_readme_fills_what_the_manifests_leave_open_and_one_dockerfile_is_read() {
         "{recipe}\n{said}"
     );
     assert!(said.contains("optional dependencies `web` (1), as "), "{said}");
+
+    // text-generation-inference: no manifest at the top level; the Dockerfile syncs `server/`.
+    let tgi = tmp.path().join("tgi-server");
+    write(
+        &tgi,
+        "Dockerfile",
+        "FROM nvidia/cuda:12.4.0-base-ubuntu22.04\nCOPY server server\n\
+         RUN cd server && uv sync --frozen --extra gen --active && uv pip install six==1.16.0\n",
+    );
+    write(
+        &tgi.join("server"),
+        "pyproject.toml",
+        "[project]\nname = \"text-generation-server\"\nversion = \"2.0\"\ndependencies = [\"idna==3.7\"]\n\
+         [project.optional-dependencies]\ngen = [\"certifi==2024.2.2\"]\nrocm = [\"charset-normalizer==3.3.2\"]\n",
+    );
+    write(&tgi.join("server"), "requirements_cuda.txt", "urllib3==2.2.1\n");
+    let (ok, said) = init(&tgi, &["--offline"]);
+    assert!(ok, "{said}");
+    let recipe = recipe_checks(&tgi);
+    assert!(recipe.contains("path = \"server\""), "{recipe}");
+    for pin in ["six==1.16.0", "idna==3.7", "certifi==2024.2.2"] {
+        assert!(recipe.contains(&format!("\"{pin}\"")), "{pin}\n{recipe}\n{said}");
+    }
+    assert!(
+        !recipe.contains("urllib3") && !recipe.contains("charset") && recipe.contains("jammy"),
+        "{recipe}\n{said}"
+    );
+    assert!(said.contains("Dockerfile:3: the Dockerfile installs the Python project in server/"), "{said}");
 }
 
 /// A uv workspace without a lock: the member `[tool.uv.sources]` names (`{ workspace = true }`)

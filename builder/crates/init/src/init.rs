@@ -472,13 +472,29 @@ fn release_python(suite: &str) -> Option<&'static str> {
 
 /// Reads the inputs and decides the recipe.
 pub fn plan(opts: &InitOptions) -> Result<Plan, InitError> {
-    match plan_in(opts) {
+    // A repository whose Dockerfile installs a Python project kept one level down, with no
+    // manifest at the top level (text-generation-inference's `RUN cd server && uv sync ...`):
+    // that project, with the Dockerfile read beside its own inputs.
+    if let Some((dockerfile, sub, line)) = dockerfile_project_below(opts) {
+        let mut plan = plan_in(&InitOptions { dir: opts.dir.join(&sub), ..opts.clone() }, Some(&dockerfile))?;
+        plan.decisions.insert(
+            0,
+            format!(
+                "{}:{line}: the Dockerfile installs the Python project in {sub}/ (no manifest at the top level): \
+                 the recipe is that project's, with the Dockerfile read beside its inputs, and only {sub}/ goes \
+                 into the image",
+                dockerfile.display()
+            ),
+        );
+        return Ok(plan);
+    }
+    match plan_in(opts, None) {
         // A repository that keeps its Python project one level down (sglang's `python/`, whose
         // README installs `pip install -e "python[all]"`): that project, said.
         Err(InitError::NothingFound { dir, .. }) if opts.from.is_empty() => {
             let below = projects_below(&dir);
             let [sub] = below.as_slice() else { return Err(InitError::NothingFound { dir, below }) };
-            let mut plan = plan_in(&InitOptions { dir: dir.join(sub), ..opts.clone() })?;
+            let mut plan = plan_in(&InitOptions { dir: dir.join(sub), ..opts.clone() }, None)?;
             plan.decisions.insert(
                 0,
                 format!(
@@ -504,8 +520,44 @@ fn project_name(dir: &Path) -> Option<String> {
         .or_else(|| torch::setup_name(&read("setup.py")?))
 }
 
+/// The Dockerfile init reads at the top level of `opts.dir`, the subdirectory whose Python
+/// project it installs, and its line, when the top level has no Python manifest of its own.
+fn dockerfile_project_below(opts: &InitOptions) -> Option<(PathBuf, String, usize)> {
+    if !opts.from.is_empty() {
+        return None;
+    }
+    let files: Vec<PathBuf> = std::fs::read_dir(&opts.dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.symlink_metadata().is_ok_and(|m| m.is_file()))
+        .collect();
+    let manifest = files.iter().any(|p| {
+        matches!(
+            input_kind(p),
+            Some(
+                InputKind::UvLock
+                    | InputKind::Pylock
+                    | InputKind::Pyproject
+                    | InputKind::Setup
+                    | InputKind::Conda
+                    | InputKind::Requirements
+            )
+        )
+    });
+    if manifest {
+        return None;
+    }
+    let mut dockerfiles: Vec<PathBuf> =
+        files.into_iter().filter(|p| input_kind(p) == Some(InputKind::Dockerfile)).collect();
+    dockerfiles.sort();
+    let dockerfile = choose_dockerfile(&dockerfiles).0?;
+    let (sub, line) = dockerfile::project_dir(&dockerfile, &opts.dir)?;
+    Some((dockerfile, sub, line))
+}
+
 #[allow(clippy::too_many_lines)] // the inputs in their order of precedence, one step each
-fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
+fn plan_in(opts: &InitOptions, outer_dockerfile: Option<&Path>) -> Result<Plan, InitError> {
     let dir = &opts.dir;
     let mut inputs: Vec<(InputKind, PathBuf)> = Vec::new();
     let mut found_early: Vec<String> = Vec::new();
@@ -593,6 +645,10 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
         let (chosen, why) = choose_dockerfile(&dockerfiles);
         inputs.retain(|(k, p)| *k != InputKind::Dockerfile || chosen.as_ref() == Some(p));
         found_early.extend(why);
+        // The Dockerfile of the repository that installs this project from one level up.
+        if let (Some(outer), None) = (outer_dockerfile, &chosen) {
+            inputs.push((InputKind::Dockerfile, outer.to_owned()));
+        }
     } else {
         for path in &opts.from {
             let yaml = path.extension().is_some_and(|e| e == "yml" || e == "yaml");
@@ -726,11 +782,21 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
     for path in of(InputKind::Readme) {
         readme::read_file(path, &mut found, dir)?;
     }
-    let from_dockerfile = !found.packages.is_empty();
+    // The Dockerfile's pip lines say what is installed, unless it syncs the project with uv
+    // (then they add to what `uv sync` installs: text-generation-inference's `uv pip install
+    // nvidia-nccl-cu12==2.25.1` after its `uv sync`).
+    let from_dockerfile = !found.packages.is_empty() && found.uv_sync.is_none();
     // 4. Requirements files, unless the lock or the Dockerfile's pip lines said what is installed.
     for path in &requirement_files {
         if lock_kind.is_some() {
             found.decide(format!("{}: not read: the lock lists what is installed", path.display()));
+        } else if let Some(origin) =
+            found.uv_sync.as_ref().filter(|_| has(InputKind::Pyproject)).map(|s| s.origin.clone())
+        {
+            found.decide(format!(
+                "{}: not read: {origin}'s `uv sync` installs pyproject.toml's dependencies",
+                path.display()
+            ));
         } else if from_dockerfile {
             let text = format!(
                 "{}: not read on its own: the Dockerfile's pip install lines say what is installed",
@@ -801,7 +867,7 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
                 path.display(),
                 if lock_kind.is_some() { "lock" } else { "Dockerfile" }
             ));
-        } else if before > 0 {
+        } else if before > 0 && requirement_files.iter().any(|p| found.inputs.contains(p)) {
             found.decide(format!(
                 "{}: its dependencies are added to the requirements file's ({} more), as `pip install -r \
                  requirements.txt .` installs both",
@@ -873,7 +939,13 @@ fn plan_in(opts: &InitOptions) -> Result<Plan, InitError> {
         let read = |p: &Path| {
             found.inputs.iter().any(|i| std::fs::canonicalize(i).ok() == std::fs::canonicalize(p).ok())
         };
-        if *kind == InputKind::Requirements && lock_kind.is_none() && !from_dockerfile && !read(path) {
+        let synced = found.uv_sync.is_some() && has(InputKind::Pyproject);
+        if *kind == InputKind::Requirements
+            && lock_kind.is_none()
+            && !from_dockerfile
+            && !synced
+            && !read(path)
+        {
             let text = if not_runtime(path)
                 && !inputs.iter().any(|(_, p)| p.file_name().is_some_and(|n| n == "requirements.txt"))
             {

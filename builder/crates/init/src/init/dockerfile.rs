@@ -103,6 +103,62 @@ pub(super) fn read_file(path: &Path, found: &mut Found, project: &Path) -> Resul
     Ok(())
 }
 
+/// The subdirectory of `project` whose Python project the Dockerfile at `path` installs, and
+/// the line that says so: a `RUN` that changes into it before `uv sync` or `pip install`
+/// (text-generation-inference's `RUN cd server && uv sync --frozen --extra gen ...`), or
+/// `uv sync --directory DIR` / `--project DIR`. Only a relative directory inside the project
+/// that holds a `pyproject.toml` or `setup.py`.
+pub(super) fn project_dir(path: &Path, project: &Path) -> Option<(String, usize)> {
+    let text = stackbuild_common::read_text(path, MAX_FILE, "Dockerfile").ok()?;
+    let holds_project = |dir: &str| {
+        let dir = dir.trim_end_matches('/');
+        !dir.is_empty()
+            && dir != "."
+            && !dir.starts_with('/')
+            && !dir.split('/').any(|part| part == "..")
+            && ["pyproject.toml", "setup.py"].iter().any(|f| project.join(dir).join(f).is_file())
+    };
+    for (line_no, text) in logical_lines(&text) {
+        let (word, rest) = split_instruction(&text);
+        if word != "RUN" {
+            continue;
+        }
+        let mut cwd: Option<String> = None;
+        for command in rest.split("&&").flat_map(|c| c.split("||")).flat_map(|c| c.split(';')) {
+            let words = in_environment(&split_words(command.trim()));
+            let args: Vec<&str> = words.iter().map(String::as_str).collect();
+            let dir = match args.as_slice() {
+                ["cd", dir, ..] => {
+                    cwd = Some((*dir).to_owned());
+                    continue;
+                }
+                ["uv", "sync", rest @ ..] => rest
+                    .windows(2)
+                    .find(|w| matches!(w[0], "--directory" | "--project"))
+                    .map(|w| w[1].to_owned())
+                    .or_else(|| {
+                        rest.iter().find_map(|a| {
+                            a.strip_prefix("--directory=")
+                                .or_else(|| a.strip_prefix("--project="))
+                                .map(str::to_owned)
+                        })
+                    })
+                    .or_else(|| cwd.clone()),
+                [pip, "install", ..] | [_, "-m", pip, "install", ..] | ["uv", pip, "install", ..]
+                    if matches!(*pip, "pip" | "pip3") =>
+                {
+                    cwd.clone()
+                }
+                _ => None,
+            };
+            if let Some(dir) = dir.filter(|d| holds_project(d)) {
+                return Some((dir.trim_end_matches('/').to_owned(), line_no));
+            }
+        }
+    }
+    None
+}
+
 /// The stages the final one is made of, first to last: a stage `FROM <an earlier stage's
 /// name>` is that stage plus its own lines, back to the stage on a real image. `starts` are the
 /// indexes of the `FROM` lines in `lines`.
