@@ -96,7 +96,6 @@ pub(super) fn supplement(path: &Path, name: Option<&str>) -> Supplement {
                         | "--index-url"
                         | "--extra-index-url"
                         | "--find-links"
-                        | "-c="
                         | "--channel"
                 ) {
                     skip = true;
