@@ -1,3 +1,4 @@
+use super::inputs::input_kind;
 use super::requirements::{logical_lines, split_words};
 use super::*;
 
