@@ -637,12 +637,15 @@ fn fetch_sdist(
         .chain(&python.constraints)
         .filter(|r| &r.name == name)
         .find_map(|r| exact_pin(r.version_or_url.as_ref()));
-    // uv's message names the version it wanted ("docopt==0.6.2 has no usable wheels").
-    let from_uv = message
-        .split(&format!("{name}=="))
-        .nth(1)
-        .and_then(|rest| rest.split([' ', ',', '\n']).next())
-        .and_then(|v| PackageVersion::from_str(v).ok());
+    // uv's message names the version it wanted ("docopt==0.6.2 has no usable wheels"), else
+    // the first `name==` it writes.
+    let from_uv = without_wheels_version(message, name).or_else(|| {
+        message
+            .split(&format!("{name}=="))
+            .nth(1)
+            .and_then(|rest| rest.split([' ', ',', '\n']).next())
+            .and_then(|v| PackageVersion::from_str(v).ok())
+    });
     let files = index_files(python, name)?;
     let python_version = pep440_rs::Version::from_str(&target.python.to_string()).ok();
     // The version uv's message names is a hint: when it has no sdist, the newest that has one.

@@ -124,8 +124,7 @@ pub(super) fn project_dir(path: &Path, project: &Path) -> Option<(String, usize)
             continue;
         }
         let mut cwd: Option<String> = None;
-        for command in rest.split("&&").flat_map(|c| c.split("||")).flat_map(|c| c.split(';')) {
-            let words = in_environment(&split_words(command.trim()));
+        for (_, words) in run_commands(rest) {
             let args: Vec<&str> = words.iter().map(String::as_str).collect();
             let dir = match args.as_slice() {
                 ["cd", dir, ..] => {
@@ -347,6 +346,22 @@ fn cuda_minor(v: &str) -> Option<String> {
     ok.then(|| format!("{}.{}", parts[0], parts[1]))
 }
 
+/// The commands of a `RUN` instruction's text, each as written and as the words of what runs
+/// (`in_environment`): the exec form joined, `BuildKit`'s own flags (`RUN --mount=type=cache,...
+/// uv sync`) left out, split at `&&`, `||` and `;`.
+fn run_commands(rest: &str) -> Vec<(String, Vec<String>)> {
+    let rest = exec_form(rest).map_or_else(|| rest.to_owned(), |v| v.join(" "));
+    let mut rest = rest.trim_start();
+    while ["--mount=", "--network=", "--security="].iter().any(|f| rest.starts_with(f)) {
+        rest = rest.split_once(char::is_whitespace).map_or("", |(_, r)| r).trim_start();
+    }
+    rest.split("&&")
+        .flat_map(|c| c.split("||"))
+        .flat_map(|c| c.split(';'))
+        .map(|c| (c.trim().to_owned(), in_environment(&split_words(c.trim()))))
+        .collect()
+}
+
 /// A `RUN`'s shell commands, split at `&&`, `||`, `;` and `|`: `pip install` and `apt-get
 /// install` are read, the usual housekeeping is known, anything else is listed.
 fn read_run(
@@ -355,15 +370,8 @@ fn read_run(
     found: &mut Found,
     stack: &mut Vec<std::path::PathBuf>,
 ) -> Result<(), super::InitError> {
-    let rest = exec_form(rest).map_or_else(|| rest.to_owned(), |v| v.join(" "));
-    // BuildKit's flags of the RUN instruction itself come first (`RUN --mount=type=cache,...
-    // uv sync`): they are not the command.
-    let mut rest = rest.trim_start();
-    while ["--mount=", "--network=", "--security="].iter().any(|f| rest.starts_with(f)) {
-        rest = rest.split_once(char::is_whitespace).map_or("", |(_, r)| r).trim_start();
-    }
-    for command in rest.split("&&").flat_map(|c| c.split("||")).flat_map(|c| c.split(';')) {
-        let words = in_environment(&split_words(command.trim()));
+    for (command, words) in run_commands(rest) {
+        let command = command.as_str();
         let Some(first) = words.first() else { continue };
         let program = first.rsplit('/').next().unwrap_or(first);
         let args: Vec<String> = words[1..].to_vec();
